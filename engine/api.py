@@ -1,0 +1,110 @@
+"""The engine's public vocabulary: requests in, events out. Plain frozen dataclasses, no behaviour.
+
+The app and the CLI speak only these types to the engine. Events for one request arrive in this order:
+zero or more `TextDelta`, then exactly one `Finished` (also on abort and on error).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Literal
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+Role = Literal["system", "user", "assistant"]
+
+_request_ids = itertools.count(1)
+
+
+def new_request_id() -> str:
+    return f"req-{next(_request_ids)}"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick tokens. temperature 0 means greedy (all other knobs then ignored, except penalties)."""
+
+    temperature: float = 0.7
+    top_k: int = 40             # 0 disables
+    top_p: float = 0.95         # 1.0 disables
+    min_p: float = 0.05         # 0.0 disables
+    repetition_penalty: float = 1.0   # 1.0 disables; applied to tokens already in prompt + output
+    max_tokens: int = 512
+    seed: int | None = None     # None: a fresh random seed per request
+    stop: tuple[str, ...] = ()  # stop strings; the text up to (not including) the match is emitted
+    top_logits: int = 0         # report the first step's top-K (id, logit) pairs in Finished
+
+    @staticmethod
+    def greedy(max_tokens: int = 64, **kw) -> SamplingParams:
+        return SamplingParams(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=max_tokens, **kw)
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """Exactly one of `messages` (rendered through the model's chat template) or `prompt` (raw text)."""
+
+    messages: tuple[ChatMessage, ...] | None = None
+    prompt: str | None = None
+    params: SamplingParams = field(default_factory=SamplingParams)
+    request_id: str = field(default_factory=new_request_id)
+
+    def __post_init__(self):
+        if (self.messages is None) == (self.prompt is None):
+            raise ValueError("GenerateRequest needs exactly one of messages or prompt")
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    time_to_first_token_s: float = 0.0
+    decode_tokens_per_s: float = 0.0
+    total_time_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    request_id: str
+    text: str                     # may be "" while a multi-byte character is incomplete
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Finished:
+    request_id: str
+    reason: FinishReason
+    usage: Usage
+    prompt_token_ids: tuple[int, ...] = ()
+    output_token_ids: tuple[int, ...] = ()
+    first_top_logits: tuple[tuple[int, float], ...] = ()
+    error: str | None = None      # set when reason == "error": what happened and what to do
+
+
+Event = TextDelta | Finished
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the app shows about a loaded (or inspected) model."""
+
+    path: str
+    name: str
+    architecture: str
+    file_size: int
+    quantization: str             # e.g. "Q4_K_M", "Q4_1", or the dominant tensor type
+    parameters: int
+    context_length: int           # the model's trained maximum
+    has_chat_template: bool       # False: plain completion mode only (e.g. gemma base)
+    backend: str = "cpu"          # where it runs: "cpu", "cuda:<device name>", "hip:<device name>"
+    async_scheduling: bool = False
+
+
+@dataclass(frozen=True)
+class LoadProgress:
+    fraction: float               # 0..1
+    message: str

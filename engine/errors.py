@@ -1,0 +1,74 @@
+"""Every error the engine raises on purpose. Callers catch these by type, never by message text."""
+
+
+class EngineError(Exception):
+    """Base of all engine errors. `str(e)` is written for the user: what happened and what to do."""
+
+
+class InvalidModelError(EngineError):
+    """The model file is malformed or hostile. Names the field and the byte offset where it went wrong."""
+
+    def __init__(self, message: str, *, field: str | None = None, offset: int | None = None):
+        where = []
+        if field is not None:
+            where.append(f"field {field!r}")
+        if offset is not None:
+            where.append(f"offset {offset}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        self.field = field
+        self.offset = offset
+
+
+class UnsupportedModelError(EngineError):
+    """The file is valid GGUF but uses an architecture or tensor type this engine does not run."""
+
+
+class ModelNotLoadedError(EngineError):
+    """A request arrived while no model is loaded."""
+
+
+class ContextOverflowError(EngineError):
+    """The prompt alone does not fit in the context window."""
+
+
+class TemplateError(EngineError):
+    """The model's chat template failed to render, was rejected by the sandbox, or ran too long."""
+
+
+class DownloadError(EngineError):
+    """Fetching a model failed, or the file's hash did not match."""
+
+
+class BackendError(EngineError):
+    """A GPU runtime call failed. Carries the runtime's own error name and text."""
+
+
+class BackendUnavailableError(BackendError):
+    """The requested backend cannot run here (no library, no device); `reason` says exactly why."""
+
+
+class OutOfDeviceMemoryError(BackendError):
+    """An allocation failed, or the pre-flight estimate does not fit; the message gives the numbers."""
+
+
+class DeviceLostError(BackendError):
+    """The device stopped answering (Windows TDR, reset, kernel fault). The model must be reloaded."""
+
+
+class KernelCompileError(BackendError):
+    """Runtime compilation failed. `log` holds the compiler's whole log."""
+
+    def __init__(self, message: str, log: str = ""):
+        super().__init__(f"{message}\n{log}" if log else message)
+        self.log = log
+
+
+class HostAccessError(BackendError):
+    """A host view of device memory was asked for without a proven zero-copy capability.
+
+    This is the error that replaces the original ACCESS_VIOLATION: it names the capability that was missing.
+    """
+
+
+class RequestAborted(EngineError):
+    """The request was aborted by the caller."""
