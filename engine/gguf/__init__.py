@@ -1,0 +1,13 @@
+"""Bounded GGUF loading and dequantization.
+
+    with open_gguf(path) as gguf:
+        gguf.metadata["general.architecture"]      # scalars, list[str], or read-only numpy arrays
+        gguf.tensors["token_embd.weight"].shape     # numpy order (reversed ggml ne)
+        gguf.dequantize("token_embd.weight")       # float32
+"""
+from engine.gguf.dequant import dequantize
+from engine.gguf.file import GGUFFile, open_gguf
+from engine.gguf.tensors import TensorInfo
+from engine.gguf.types import BLOCK_LAYOUT, GGMLType, GGUFValueType
+
+__all__ = ["open_gguf", "GGUFFile", "TensorInfo", "GGMLType", "GGUFValueType", "dequantize", "BLOCK_LAYOUT"]

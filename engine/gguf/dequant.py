@@ -1,0 +1,117 @@
+"""Dequantization to float32: one small vectorized function per type over (n_blocks, bytes_per_block).
+
+Each function takes a C-contiguous uint8 array of shape (n_blocks, bytes_per_block) and returns float32
+of shape (n_blocks, block_size). Arithmetic follows ggml's reference C (dequantize_row_*) step by step in
+float32 (no fused multiply-add), so results are bit-exact with it and with gguf.quants.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from engine.errors import UnsupportedModelError
+from engine.gguf.kquants import KQUANT_DECODERS
+from engine.gguf.types import BLOCK_LAYOUT, GGMLType
+
+_F16 = np.dtype("<f2")
+_LOW_HIGH = np.array([0, 4], dtype=np.uint8).reshape(1, 2, 1)     # nibble shifts
+_BIT = np.arange(32, dtype=np.uint32).reshape(1, 32)               # qh bit j belongs to element j
+_CHUNK_BLOCKS = 1 << 15     # bounds temporaries to a few MB whatever the tensor size
+
+
+def _f16(column: np.ndarray) -> np.ndarray:
+    """(n_blocks, 2) uint8 -> (n_blocks, 1) float32."""
+    return column.copy().view(_F16).astype(np.float32)
+
+
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+    """(n, 16) packed bytes -> (n, 32) uint8: elements 0..15 are low nibbles, 16..31 high nibbles."""
+    return ((qs[:, None, :] >> _LOW_HIGH) & 0x0F).reshape(qs.shape[0], 32)
+
+
+def _fifth_bits(qh: np.ndarray) -> np.ndarray:
+    """(n, 4) little-endian uint32 -> (n, 32) uint8 holding bit j for element j, shifted to bit 4."""
+    word = qh.copy().view("<u4")                       # (n, 1)
+    return (((word >> _BIT) & 1) << 4).astype(np.uint8)
+
+
+def _q4_0(b: np.ndarray) -> np.ndarray:
+    d = _f16(b[:, 0:2])
+    q = _nibbles(b[:, 2:18]).astype(np.int8) - np.int8(8)
+    return d * q.astype(np.float32)
+
+
+def _q4_1(b: np.ndarray) -> np.ndarray:
+    d, m = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    return d * _nibbles(b[:, 4:20]).astype(np.float32) + m
+
+
+def _q5_0(b: np.ndarray) -> np.ndarray:
+    d = _f16(b[:, 0:2])
+    q = (_nibbles(b[:, 6:22]) | _fifth_bits(b[:, 2:6])).astype(np.int8) - np.int8(16)
+    return d * q.astype(np.float32)
+
+
+def _q5_1(b: np.ndarray) -> np.ndarray:
+    d, m = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    q = _nibbles(b[:, 8:24]) | _fifth_bits(b[:, 4:8])
+    return d * q.astype(np.float32) + m
+
+
+def _q8_0(b: np.ndarray) -> np.ndarray:
+    d = _f16(b[:, 0:2])
+    return b[:, 2:34].view(np.int8).astype(np.float32) * d
+
+
+def _f32(b: np.ndarray) -> np.ndarray:
+    return b.view("<f4").astype(np.float32)
+
+
+def _f16_type(b: np.ndarray) -> np.ndarray:
+    return b.view(_F16).astype(np.float32)
+
+
+def _bf16(b: np.ndarray) -> np.ndarray:
+    # bf16 is the top half of an f32: widen and shift into place
+    return (b.view("<u2").astype(np.uint32) << 16).view(np.float32)
+
+
+DECODERS: dict[GGMLType, Callable[[np.ndarray], np.ndarray]] = {
+    GGMLType.F32: _f32,
+    GGMLType.F16: _f16_type,
+    GGMLType.BF16: _bf16,
+    GGMLType.Q4_0: _q4_0,
+    GGMLType.Q4_1: _q4_1,
+    GGMLType.Q5_0: _q5_0,
+    GGMLType.Q5_1: _q5_1,
+    GGMLType.Q8_0: _q8_0,
+    **KQUANT_DECODERS,
+}
+
+
+def dequantize(raw: np.ndarray, ggml_type: GGMLType, n_elements: int) -> np.ndarray:
+    """Decode `n_elements` values of `ggml_type` from the uint8 buffer `raw`; returns flat float32.
+
+    Raises UnsupportedModelError naming the type if we have no decoder for it, ValueError if `raw`
+    is not exactly the size `n_elements` needs.
+    """
+    ggml_type = GGMLType(ggml_type)
+    decoder = DECODERS.get(ggml_type)
+    if decoder is None:
+        raise UnsupportedModelError(f"tensor type {ggml_type.name} is not supported by this engine "
+                                    f"(supported: {', '.join(t.name for t in DECODERS)})")
+    block_size, block_bytes = BLOCK_LAYOUT[ggml_type]
+    if n_elements % block_size:
+        raise ValueError(f"{n_elements} elements is not a whole number of {ggml_type.name} blocks")
+    n_blocks = n_elements // block_size
+    raw = np.asarray(raw, dtype=np.uint8).reshape(-1)
+    if raw.size != n_blocks * block_bytes:
+        raise ValueError(f"{ggml_type.name}: {n_elements} elements need {n_blocks * block_bytes} bytes, got {raw.size}")
+    blocks = raw.reshape(n_blocks, block_bytes)
+    out = np.empty((n_blocks, block_size), dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):   # inf/NaN scales in a file decode as inf/NaN
+        for start in range(0, n_blocks, _CHUNK_BLOCKS):
+            stop = min(start + _CHUNK_BLOCKS, n_blocks)
+            out[start:stop] = decoder(blocks[start:stop])
+    return out.reshape(-1)

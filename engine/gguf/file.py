@@ -1,0 +1,128 @@
+"""`open_gguf`: the bounded, validating GGUF parser over one read-only memory map.
+
+Layout of a GGUF (v2/v3, little-endian): magic "GGUF", u32 version, u64 n_tensors, u64 n_kv, the KV pairs,
+the tensor infos, padding to `general.alignment` (default 32), then the tensor data. Every count, length
+and offset is checked before it is used, so any byte string either opens or raises InvalidModelError
+(naming the field and offset) in time and memory proportional to the file's size.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from engine.errors import InvalidModelError
+from engine.gguf.cursor import Cursor
+from engine.gguf.dequant import dequantize as _dequantize
+from engine.gguf.metadata import read_metadata
+from engine.gguf.tensors import TensorInfo, place_tensors, read_tensor_infos
+from engine.gguf.types import DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_ALIGNMENT, SUPPORTED_VERSIONS, GGUFValueType
+
+_HEADER_BYTES = 24   # magic 4 + version 4 + n_tensors 8 + n_kv 8
+
+
+class GGUFFile:
+    """An opened GGUF file. Immutable after open; a context manager.
+
+    Attributes: `path`, `version`, `alignment`, `data_offset` (absolute start of tensor data),
+    `file_size`, `metadata` (read-only mapping in file order; see engine.gguf.metadata for value types:
+    scalars as int/float/bool/str, string arrays as list[str], numeric and bool arrays as read-only
+    1-D numpy arrays), `tensors` (read-only mapping name -> TensorInfo in file order).
+
+    `raw()` views share the map: they stay valid after `close()` (the OS mapping lives until the last
+    view is gone), but no new views can be made.
+    """
+
+    def __init__(self, path: Path, version: int, alignment: int, data_offset: int, file_size: int,
+                 metadata: dict, tensors: dict[str, TensorInfo], data: np.ndarray | None):
+        self.path = path
+        self.version = version
+        self.alignment = alignment
+        self.data_offset = data_offset
+        self.file_size = file_size
+        self.metadata: Mapping[str, Any] = MappingProxyType(metadata)
+        self.tensors: Mapping[str, TensorInfo] = MappingProxyType(tensors)
+        self._data = data     # read-only uint8 view of the whole map
+
+    def raw(self, name: str) -> np.ndarray:
+        """The tensor's bytes: a read-only uint8 view into the map (no copy)."""
+        info = self.tensors[name]
+        if self._data is None:
+            raise ValueError(f"{self.path} is closed")
+        return self._data[info.offset:info.offset + info.nbytes]
+
+    def dequantize(self, name: str) -> np.ndarray:
+        """The tensor as float32 of shape `TensorInfo.shape`. UnsupportedModelError for types we do not decode."""
+        info = self.tensors[name]
+        return _dequantize(self.raw(name), info.ggml_type, info.n_elements).reshape(info.shape)
+
+    def close(self) -> None:
+        self._data = None    # the mmap is released once no raw() view refers to it
+
+    def __enter__(self) -> GGUFFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"GGUFFile({str(self.path)!r}, v{self.version}, {len(self.metadata)} keys, "
+                f"{len(self.tensors)} tensors)")
+
+
+def open_gguf(path: str | os.PathLike) -> GGUFFile:
+    """Open and validate a GGUF file. Raises InvalidModelError for any malformed or hostile content."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        file_size = os.fstat(f.fileno()).st_size
+        if file_size < _HEADER_BYTES:
+            raise InvalidModelError(f"file is {file_size} bytes, too short for a GGUF header",
+                                    field="header", offset=0)
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        return _parse(path, mapped, file_size)
+    except BaseException:
+        mapped.close()
+        raise
+
+
+def _parse(path: Path, mapped: mmap.mmap, file_size: int) -> GGUFFile:
+    cur = Cursor(mapped, file_size)
+    magic = cur.take(4, "magic")
+    if magic != GGUF_MAGIC:
+        raise InvalidModelError(f"not a GGUF file (magic {magic!r})", field="magic", offset=0)
+    version = cur.u32("version")
+    if version not in SUPPORTED_VERSIONS:
+        swapped = struct.unpack("<I", struct.pack(">I", version))[0]
+        if swapped in (1, *SUPPORTED_VERSIONS):
+            raise InvalidModelError("big-endian GGUF files are not supported", field="version", offset=4)
+        raise InvalidModelError(f"unsupported GGUF version {version}", field="version", offset=4)
+    n_tensors = cur.u64("n_tensors")
+    n_kv = cur.u64("n_kv")
+    metadata = read_metadata(cur, n_kv)
+    alignment = _alignment(metadata)
+    raw_infos = read_tensor_infos(cur, n_tensors)
+    data_offset = -(-cur.pos // alignment) * alignment
+    if raw_infos and data_offset > file_size:
+        raise InvalidModelError("the file ends before the tensor data starts", field="data", offset=cur.pos)
+    tensors = place_tensors(raw_infos, data_offset, alignment, file_size)
+    data = np.frombuffer(mapped, dtype=np.uint8)    # read-only: the map is ACCESS_READ
+    return GGUFFile(path, version, alignment, data_offset, file_size, metadata, tensors, data)
+
+
+def _alignment(metadata: dict) -> int:
+    value = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    # bool is an int subclass; an array or string here is a malformed file too
+    if type(value) is not int or not (0 < value <= MAX_ALIGNMENT) or value & (value - 1):
+        raise InvalidModelError(f"general.alignment is {value!r}; it must be a power of two up to "
+                                f"{MAX_ALIGNMENT}", field="general.alignment", offset=None)
+    return value
+
+
+__all__ = ["GGUFFile", "open_gguf", "GGUFValueType"]
