@@ -1,0 +1,243 @@
+"""The bridge between the Engine (its own thread, no Qt) and the GUI thread.
+
+Shape: engine callbacks and one reader thread per request push plain tuples into a SimpleQueue; a
+QTimer on the GUI thread drains it every ~33 ms (30 Hz) while work is in flight and turns them into
+signals. That gives both guarantees the window needs:
+- the GUI thread never blocks on the engine (every call here returns at once);
+- deltas are coalesced: however fast the model, each request gets at most one `delta` signal per tick.
+Every exception becomes a signal (`loadFailed`, or a `Finished` with reason "error"); none is lost.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import traceback
+from collections.abc import Callable
+from concurrent.futures import CancelledError, Future
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from engine.api import Finished, GenerateRequest, LoadProgress, ModelInfo, TextDelta, Usage
+from engine.errors import EngineError
+
+DRAIN_INTERVAL_MS = 33
+
+
+def _default_engine_factory(backend: str, async_scheduling: bool):
+    from engine.engine import Engine   # imported late: starting the app must not wait for numpy & co.
+
+    return Engine(backend=backend, async_scheduling=async_scheduling)
+
+
+class EngineClient(QObject):
+    """Owns one Engine. All methods: GUI thread only, non-blocking (except `shutdown`)."""
+
+    loadStarted = Signal(str)                 # path
+    loadProgress = Signal(float, str)         # fraction 0..1, message
+    loaded = Signal(object)                   # ModelInfo
+    loadFailed = Signal(str, object)          # path, the exception (EngineError for expected failures)
+    loadCancelled = Signal(str)               # path
+    unloaded = Signal()
+    delta = Signal(str, str)                  # request_id, text since the last delta signal
+    finished = Signal(object)                 # engine.api.Finished, exactly one per submitted request
+
+    def __init__(self, backend: str = "auto", async_scheduling: bool = True,
+                 engine_factory: Callable | None = None, parent: QObject | None = None):
+        super().__init__(parent)
+        self._factory = engine_factory or _default_engine_factory
+        self._backend = backend
+        self._async = async_scheduling
+        self._engine = None
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._load_future: Future | None = None
+        self._loading_path = ""
+        self._streams: set[str] = set()
+        self.model: ModelInfo | None = None
+        self._timer = QTimer(self, interval=DRAIN_INTERVAL_MS)
+        self._timer.timeout.connect(self._drain)
+
+    # -- state ------------------------------------------------------------------------------------
+    @property
+    def backend(self) -> str:
+        return self._backend
+
+    @property
+    def is_loading(self) -> bool:
+        return self._load_future is not None
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._streams)
+
+    def _ensure_engine(self):
+        if self._engine is None:
+            self._engine = self._factory(self._backend, self._async)
+        return self._engine
+
+    def reconfigure(self, backend: str, async_scheduling: bool) -> None:
+        """Takes effect at the next load: the current engine is shut down then (streams end first)."""
+        if (backend, async_scheduling) != (self._backend, self._async):
+            self._backend, self._async = backend, async_scheduling
+            self._retire_engine()
+
+    def _retire_engine(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            self.model = None
+            # shutdown joins the engine thread: do it off the GUI thread.
+            threading.Thread(target=engine.shutdown, name="engine-shutdown", daemon=True).start()
+
+    # -- loading ----------------------------------------------------------------------------------
+    def load(self, path: str | Path) -> None:
+        path = str(path)
+        if self._load_future is not None:
+            self.cancel_load()
+        for request_id in list(self._streams):
+            self.abort(request_id)
+        try:
+            engine = self._ensure_engine()
+            future = engine.load(path, progress=lambda p: self._events.put(("progress", path, p)))
+        except Exception as e:   # noqa: BLE001 - a construction failure is shown, not raised into Qt
+            self.loadFailed.emit(path, e)
+            return
+        self._load_future, self._loading_path = future, path
+        future.add_done_callback(lambda f: self._events.put(("load_done", path, f)))
+        self.loadStarted.emit(path)
+        self._timer.start()
+
+    def cancel_load(self) -> None:
+        future = self._load_future
+        if future is None:
+            return
+        cancel = getattr(self._engine, "cancel_load", None)
+        if cancel is not None:
+            cancel()
+        else:
+            future.cancel()
+
+    def unload(self) -> None:
+        if self._engine is not None and self.model is not None:
+            for request_id in list(self._streams):
+                self.abort(request_id)
+            self._engine.unload()
+            self.model = None
+            self.unloaded.emit()
+
+    # -- generation -------------------------------------------------------------------------------
+    def submit(self, request: GenerateRequest) -> str:
+        """Starts streaming `request`; its events arrive as `delta` and then one `finished` signal."""
+        rid = request.request_id
+        self._streams.add(rid)
+        self._timer.start()
+        try:
+            handle = self._ensure_engine().submit(request)
+        except Exception as e:   # noqa: BLE001 - no model, engine gone: still exactly one Finished
+            self._events.put(("event", _error_finished(rid, e)))
+            return rid
+        threading.Thread(target=self._read_stream, args=(rid, handle), name=f"stream-{rid}",
+                         daemon=True).start()
+        return rid
+
+    def abort(self, request_id: str) -> None:
+        """Cooperative: the engine stops between steps and still sends its Finished (reason "abort")."""
+        if self._engine is not None and request_id in self._streams:
+            self._engine.abort(request_id)
+
+    def _read_stream(self, rid: str, handle) -> None:
+        # Reader thread: blocks on the handle, never touches Qt objects.
+        got_finished = False
+        try:
+            for event in handle:
+                self._events.put(("event", event))
+                if isinstance(event, Finished):
+                    got_finished = True
+                    break
+        except Exception as e:   # noqa: BLE001
+            if not got_finished:
+                self._events.put(("event", _error_finished(rid, e)))
+                got_finished = True
+        if not got_finished:
+            self._events.put(("event", _error_finished(rid, RuntimeError("the engine ended the stream "
+                                                                         "without finishing it"))))
+
+    # -- GUI-thread side --------------------------------------------------------------------------
+    def _drain(self) -> None:
+        pending_text: dict[str, list[str]] = {}
+        finishes: list[Finished] = []
+        progress: tuple | None = None
+        load_done: tuple | None = None
+        while True:
+            try:
+                item = self._events.get_nowait()
+            except queue.Empty:
+                break
+            kind = item[0]
+            if kind == "event":
+                event = item[1]
+                if isinstance(event, TextDelta):
+                    pending_text.setdefault(event.request_id, []).append(event.text)
+                else:
+                    finishes.append(event)
+            elif kind == "progress":
+                progress = item
+            elif kind == "load_done":
+                load_done = item
+        for rid, parts in pending_text.items():
+            text = "".join(parts)
+            if text and rid in self._streams:
+                self.delta.emit(rid, text)
+        for fin in finishes:
+            if fin.request_id in self._streams:
+                self._streams.discard(fin.request_id)
+                self.finished.emit(fin)
+        if progress is not None and self._load_future is not None:
+            p: LoadProgress = progress[2]
+            self.loadProgress.emit(p.fraction, p.message)
+        if load_done is not None:
+            self._complete_load(load_done[1], load_done[2])
+        if not self._streams and self._load_future is None and self._events.empty():
+            self._timer.stop()
+
+    def _complete_load(self, path: str, future: Future) -> None:
+        if future is not self._load_future:
+            return   # an older load that was replaced
+        self._load_future, self._loading_path = None, ""
+        try:
+            info = future.result(timeout=0)
+        except CancelledError:
+            self.loadCancelled.emit(path)
+            return
+        except Exception as e:   # noqa: BLE001
+            if _is_cancellation(e):
+                self.loadCancelled.emit(path)
+            else:
+                self.loadFailed.emit(path, e)
+            return
+        self.model = info
+        self.loaded.emit(info)
+
+    def shutdown(self) -> None:
+        """Blocks until the engine thread has stopped (call once, at exit)."""
+        self._timer.stop()
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            for request_id in list(self._streams):
+                engine.abort(request_id)
+            engine.shutdown()
+        self._streams.clear()
+
+
+def _is_cancellation(e: BaseException) -> bool:
+    from engine import errors
+
+    cancelled = getattr(errors, "LoadCancelled", None)
+    return cancelled is not None and isinstance(e, cancelled)
+
+
+def _error_finished(rid: str, e: BaseException) -> Finished:
+    if isinstance(e, EngineError):
+        message = str(e)
+    else:
+        message = f"Internal error: {type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}"
+    return Finished(request_id=rid, reason="error", usage=Usage(), error=message)

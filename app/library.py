@@ -1,0 +1,126 @@
+"""The model library: which GGUF files the user has, what each one is, and what loading it would cost.
+
+Pure Python (no Qt): `inspect_model` reads only the header through the engine's bounded parser, so a
+hostile file gives an entry with `error` set instead of an exception in the GUI.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import EngineError
+from engine.gguf import open_gguf
+from engine.paths import models_dir
+
+# general.file_type (llama.cpp's LLAMA_FTYPE) -> the name users know; others fall back to the dominant type.
+_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
+               11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
+               17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
+KV_BYTES_PER_VALUE = 2   # the estimate assumes an f16 KV cache
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    path: Path
+    file_size: int
+    name: str = ""
+    architecture: str = ""
+    quantization: str = ""
+    context_length: int = 0
+    n_layers: int = 0
+    n_kv_heads: int = 0
+    head_dim: int = 0
+    has_chat_template: bool = False
+    error: str = ""          # set when the file could not be read: the parser's message for the user
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.path.stem
+
+    def kv_cache_bytes(self, context: int) -> int:
+        """K and V for every layer over `context` positions."""
+        return 2 * self.n_layers * context * self.n_kv_heads * self.head_dim * KV_BYTES_PER_VALUE
+
+    def memory_estimate(self, context: int) -> int:
+        """Weights (the file) + KV cache at min(context, trained length); scratch is small beside them."""
+        ctx = min(context, self.context_length) if self.context_length else context
+        return self.file_size + self.kv_cache_bytes(ctx)
+
+
+def inspect_model(path: Path | str) -> ModelEntry:
+    """Never raises for a bad file: the entry carries the error text instead."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        return ModelEntry(path=path, file_size=0, error=f"cannot read the file: {e.strerror or e}")
+    try:
+        with open_gguf(path) as gguf:
+            return _entry_from_metadata(path, size, gguf.metadata, gguf.tensors)
+    except EngineError as e:
+        return ModelEntry(path=path, file_size=size, error=str(e))
+    except OSError as e:
+        return ModelEntry(path=path, file_size=size, error=f"cannot read the file: {e.strerror or e}")
+
+
+def _entry_from_metadata(path: Path, size: int, meta, tensors) -> ModelEntry:
+    arch = str(meta.get("general.architecture", ""))
+
+    def arch_int(key: str) -> int:
+        value = meta.get(f"{arch}.{key}", 0)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    n_head = arch_int("attention.head_count")
+    n_kv = arch_int("attention.head_count_kv") or n_head
+    head_dim = arch_int("attention.key_length") or (arch_int("embedding_length") // n_head if n_head else 0)
+    return ModelEntry(
+        path=path, file_size=size, name=str(meta.get("general.name", "") or path.stem), architecture=arch,
+        quantization=_quantization(meta, tensors), context_length=arch_int("context_length"),
+        n_layers=arch_int("block_count"), n_kv_heads=n_kv, head_dim=head_dim,
+        has_chat_template=bool(meta.get("tokenizer.chat_template")))
+
+
+def _quantization(meta, tensors) -> str:
+    file_type = meta.get("general.file_type")
+    if isinstance(file_type, int) and file_type in _FILE_TYPES:
+        return _FILE_TYPES[file_type]
+    by_type: dict[str, int] = {}
+    for info in tensors.values():
+        by_type[info.ggml_type.name] = by_type.get(info.ggml_type.name, 0) + info.nbytes
+    return max(by_type, key=by_type.get) if by_type else "?"
+
+
+def library_folders(extra: Iterable[str | Path]) -> list[Path]:
+    """The app's models folder first, then the user's folders, without duplicates."""
+    seen: dict[str, Path] = {}
+    for folder in (models_dir(), *map(Path, extra)):
+        seen.setdefault(os.path.normcase(str(folder.resolve() if folder.exists() else folder)), folder)
+    return list(seen.values())
+
+
+def find_gguf_files(folders: Iterable[Path]) -> list[Path]:
+    """*.gguf directly inside each folder (not recursive: a models folder is flat), sorted by name."""
+    found: dict[str, Path] = {}
+    for folder in folders:
+        try:
+            for entry in os.scandir(folder):
+                if entry.is_file() and entry.name.lower().endswith(".gguf"):
+                    found.setdefault(os.path.normcase(entry.path), Path(entry.path))
+        except OSError:
+            continue   # a removed USB drive or a deleted folder is not an error worth a dialog
+    return sorted(found.values(), key=lambda p: p.name.lower())
+
+
+def human_size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit in ("B", "KB") else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} TB"

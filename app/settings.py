@@ -1,0 +1,150 @@
+"""The app's preferences, typed, over QSettings (an INI file in the user's config folder).
+
+Tests point QSettings somewhere else with `QSettings.setPath(IniFormat, UserScope, tmp)`; the app's
+`--settings-dir` / HALO_SETTINGS_DIR do the same for subprocesses.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Literal
+
+from PySide6.QtCore import QSettings
+
+from engine.api import SamplingParams
+
+Backend = Literal["auto", "hip", "cuda", "cpu"]
+Theme = Literal["system", "light", "dark"]
+BACKENDS: tuple[Backend, ...] = ("auto", "hip", "cuda", "cpu")
+THEMES: tuple[Theme, ...] = ("system", "light", "dark")
+ORGANIZATION = APPLICATION = "Halo Chat"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Per-conversation generation settings; the settings dialog holds the defaults."""
+
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    max_tokens: int = 512
+    context_length: int = 4096   # the app's cap; the engine also caps at the model's trained length
+    seed: int = -1               # -1: a fresh random seed per reply
+
+    def to_params(self) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                              max_tokens=self.max_tokens, seed=None if self.seed < 0 else self.seed)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, base: Sampling | None = None) -> Sampling:
+        """Known keys of `data` over `base` (the defaults); wrong types fall back to `base`."""
+        base = base or cls()
+        values = {}
+        for f in fields(cls):
+            if f.name in data:
+                try:
+                    values[f.name] = type(getattr(base, f.name))(data[f.name])
+                except (TypeError, ValueError):
+                    pass
+        return replace(base, **values)
+
+
+def use_settings_dir(folder: Path | str) -> None:
+    """Keep every QSettings of this process in `folder` (tests, portable installs)."""
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(folder))
+
+
+class AppSettings:
+    """Typed accessors; every setter writes through at once (QSettings syncs to disk on its own)."""
+
+    def __init__(self, qsettings: QSettings | None = None):
+        if qsettings is None and (folder := os.environ.get("HALO_SETTINGS_DIR")):
+            use_settings_dir(folder)
+        self.q = qsettings or QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope,
+                                        ORGANIZATION, APPLICATION)
+
+    def sync(self) -> None:
+        self.q.sync()
+
+    # -- engine -----------------------------------------------------------------------------------
+    @property
+    def backend(self) -> Backend:
+        value = str(self.q.value("engine/backend", "auto"))
+        return value if value in BACKENDS else "auto"
+
+    @backend.setter
+    def backend(self, value: Backend) -> None:
+        if value not in BACKENDS:
+            raise ValueError(f"unknown backend {value!r}")
+        self.q.setValue("engine/backend", value)
+
+    @property
+    def async_scheduling(self) -> bool:
+        return _bool(self.q.value("engine/async_scheduling", True))
+
+    @async_scheduling.setter
+    def async_scheduling(self, value: bool) -> None:
+        self.q.setValue("engine/async_scheduling", bool(value))
+
+    # -- models -----------------------------------------------------------------------------------
+    @property
+    def model_folders(self) -> list[str]:
+        """Folders the user added; the app's own models folder is always scanned too."""
+        value = self.q.value("models/folders", [])
+        if isinstance(value, str):
+            value = [value] if value else []
+        return [str(v) for v in (value or [])]
+
+    @model_folders.setter
+    def model_folders(self, folders: list[str]) -> None:
+        self.q.setValue("models/folders", list(dict.fromkeys(str(f) for f in folders if f)))
+
+    @property
+    def last_model(self) -> str:
+        return str(self.q.value("models/last", ""))
+
+    @last_model.setter
+    def last_model(self, path: str) -> None:
+        self.q.setValue("models/last", path)
+
+    # -- look -------------------------------------------------------------------------------------
+    @property
+    def theme(self) -> Theme:
+        value = str(self.q.value("ui/theme", "system"))
+        return value if value in THEMES else "system"
+
+    @theme.setter
+    def theme(self, value: Theme) -> None:
+        if value not in THEMES:
+            raise ValueError(f"unknown theme {value!r}")
+        self.q.setValue("ui/theme", value)
+
+    # -- default sampling -------------------------------------------------------------------------
+    @property
+    def sampling(self) -> Sampling:
+        data = {f.name: self.q.value(f"sampling/{f.name}") for f in fields(Sampling)}
+        return Sampling.from_dict({k: v for k, v in data.items() if v is not None})
+
+    @sampling.setter
+    def sampling(self, value: Sampling) -> None:
+        for key, v in value.to_dict().items():
+            self.q.setValue(f"sampling/{key}", v)
+
+    @property
+    def system_prompt(self) -> str:
+        return str(self.q.value("sampling/system_prompt", "You are a helpful assistant."))
+
+    @system_prompt.setter
+    def system_prompt(self, value: str) -> None:
+        self.q.setValue("sampling/system_prompt", value)
+
+
+def _bool(value) -> bool:
+    # INI files give back "true"/"false" strings.
+    if isinstance(value, str):
+        return value.lower() in ("1", "true", "yes", "on")
+    return bool(value)

@@ -1,0 +1,200 @@
+"""Conversation history in SQLite (WAL): the user's data, written so that a crash never loses a chat.
+
+Contract (see ../shared/docs/SAFETY.md, "Conversations are the user's data"):
+- the user's message is committed before generation starts (`add_message`);
+- a reply is a row created in state "streaming" (`begin_reply`), its text saved as it grows
+  (`save_partial`, the caller throttles to ~0.5 s), and closed with `finish_reply`;
+- opening the store turns rows left "streaming" by a dead process into "interrupted".
+
+Threading: one Store per thread (sqlite3 connections are not shared); the app uses it on the GUI thread.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from engine.paths import data_dir
+
+MessageState = Literal["complete", "streaming", "interrupted", "stopped", "error"]
+SCHEMA_VERSION = 1
+DB_NAME = "history.sqlite3"
+
+_SCHEMA_V1 = """
+CREATE TABLE conversations (
+    id            INTEGER PRIMARY KEY,
+    title         TEXT    NOT NULL,
+    created_at    REAL    NOT NULL,
+    updated_at    REAL    NOT NULL,
+    system_prompt TEXT    NOT NULL DEFAULT '',
+    sampling_json TEXT    NOT NULL DEFAULT '{}'
+);
+CREATE TABLE messages (
+    id              INTEGER PRIMARY KEY,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role            TEXT    NOT NULL CHECK (role IN ('user', 'assistant')),
+    content         TEXT    NOT NULL,
+    state           TEXT    NOT NULL DEFAULT 'complete'
+                    CHECK (state IN ('complete', 'streaming', 'interrupted', 'stopped', 'error')),
+    created_at      REAL    NOT NULL,
+    model           TEXT    NOT NULL DEFAULT '',
+    error           TEXT    NOT NULL DEFAULT '',
+    usage_json      TEXT    NOT NULL DEFAULT '{}'
+);
+CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
+"""
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: int
+    title: str
+    created_at: float
+    updated_at: float
+    system_prompt: str = ""
+    sampling: dict = field(default_factory=dict)   # keys of app.settings.SamplingDefaults; missing = default
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int
+    conversation_id: int
+    role: str
+    content: str
+    state: MessageState
+    created_at: float
+    model: str = ""
+    error: str = ""
+    usage: dict = field(default_factory=dict)
+
+
+def default_db_path() -> Path:
+    return data_dir() / DB_NAME
+
+
+class Store:
+    def __init__(self, path: Path | None = None):
+        self.path = Path(path) if path else default_db_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: autocommit; every write below is its own durable transaction.
+        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")   # a commit survives power loss too, not only a crash
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._migrate()
+        self.recovered_interrupted = self._mark_interrupted()
+
+    # -- lifetime ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        self._db.close()
+
+    def _migrate(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(f"{self.path} was written by a newer Halo Chat (schema {version}); "
+                               f"update the app to open it")
+        if version < 1:
+            # One transaction: a crash mid-migration leaves version 0 and nothing half-made.
+            self._db.executescript("BEGIN;" + _SCHEMA_V1 + f"PRAGMA user_version={SCHEMA_VERSION};COMMIT;")
+
+    def _mark_interrupted(self) -> int:
+        cur = self._db.execute("UPDATE messages SET state='interrupted' WHERE state='streaming'")
+        return cur.rowcount
+
+    # -- conversations ----------------------------------------------------------------------------
+    def create_conversation(self, title: str = "New chat", system_prompt: str = "",
+                            sampling: dict | None = None) -> Conversation:
+        now = time.time()
+        cur = self._db.execute(
+            "INSERT INTO conversations(title, created_at, updated_at, system_prompt, sampling_json) "
+            "VALUES (?, ?, ?, ?, ?)", (title, now, now, system_prompt, json.dumps(sampling or {})))
+        return self.conversation(cur.lastrowid)
+
+    def conversation(self, conversation_id: int) -> Conversation:
+        row = self._db.execute("SELECT * FROM conversations WHERE id=?", (conversation_id,)).fetchone()
+        if row is None:
+            raise KeyError(conversation_id)
+        return _conversation(row)
+
+    def conversations(self, search: str = "") -> list[Conversation]:
+        """Most recently active first; `search` matches the title, case-insensitively."""
+        pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self._db.execute(
+            "SELECT * FROM conversations WHERE title LIKE ? ESCAPE '\\' ORDER BY updated_at DESC, id DESC",
+            (pattern,)).fetchall()
+        return [_conversation(r) for r in rows]
+
+    def rename(self, conversation_id: int, title: str) -> None:
+        self._db.execute("UPDATE conversations SET title=? WHERE id=?", (title.strip() or "Untitled",
+                                                                          conversation_id))
+
+    def set_conversation_settings(self, conversation_id: int, system_prompt: str, sampling: dict) -> None:
+        self._db.execute("UPDATE conversations SET system_prompt=?, sampling_json=? WHERE id=?",
+                         (system_prompt, json.dumps(sampling), conversation_id))
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        """Irreversible: callers ask the user first."""
+        self._db.execute("DELETE FROM conversations WHERE id=?", (conversation_id,))
+
+    def _touch(self, conversation_id: int) -> None:
+        self._db.execute("UPDATE conversations SET updated_at=? WHERE id=?", (time.time(), conversation_id))
+
+    # -- messages ---------------------------------------------------------------------------------
+    def messages(self, conversation_id: int) -> list[Message]:
+        rows = self._db.execute("SELECT * FROM messages WHERE conversation_id=? ORDER BY id",
+                                (conversation_id,)).fetchall()
+        return [_message(r) for r in rows]
+
+    def message(self, message_id: int) -> Message:
+        row = self._db.execute("SELECT * FROM messages WHERE id=?", (message_id,)).fetchone()
+        if row is None:
+            raise KeyError(message_id)
+        return _message(row)
+
+    def add_message(self, conversation_id: int, role: str, content: str) -> Message:
+        """A complete message (the user's): committed before this returns."""
+        cur = self._db.execute(
+            "INSERT INTO messages(conversation_id, role, content, state, created_at) VALUES (?, ?, ?, ?, ?)",
+            (conversation_id, role, content, "complete", time.time()))
+        self._touch(conversation_id)
+        return self.message(cur.lastrowid)
+
+    def begin_reply(self, conversation_id: int, model: str = "") -> Message:
+        cur = self._db.execute(
+            "INSERT INTO messages(conversation_id, role, content, state, created_at, model) "
+            "VALUES (?, 'assistant', '', 'streaming', ?, ?)", (conversation_id, time.time(), model))
+        self._touch(conversation_id)
+        return self.message(cur.lastrowid)
+
+    def save_partial(self, message_id: int, content: str) -> None:
+        self._db.execute("UPDATE messages SET content=? WHERE id=? AND state='streaming'", (content, message_id))
+
+    def finish_reply(self, message_id: int, content: str, state: MessageState = "complete",
+                     usage: dict | None = None, error: str = "") -> None:
+        self._db.execute("UPDATE messages SET content=?, state=?, usage_json=?, error=? WHERE id=?",
+                         (content, state, json.dumps(usage or {}), error, message_id))
+
+    def delete_message(self, message_id: int) -> None:
+        self._db.execute("DELETE FROM messages WHERE id=?", (message_id,))
+
+    def token_estimate(self, conversation_id: int) -> int:
+        """Characters / 4: a rough size of the history, shown before the engine reports real counts."""
+        row = self._db.execute("SELECT COALESCE(SUM(LENGTH(content)), 0) FROM messages WHERE conversation_id=?",
+                               (conversation_id,)).fetchone()
+        return int(row[0]) // 4
+
+
+def _conversation(row: sqlite3.Row) -> Conversation:
+    return Conversation(id=row["id"], title=row["title"], created_at=row["created_at"],
+                        updated_at=row["updated_at"], system_prompt=row["system_prompt"],
+                        sampling=json.loads(row["sampling_json"] or "{}"))
+
+
+def _message(row: sqlite3.Row) -> Message:
+    return Message(id=row["id"], conversation_id=row["conversation_id"], role=row["role"],
+                   content=row["content"], state=row["state"], created_at=row["created_at"],
+                   model=row["model"], error=row["error"], usage=json.loads(row["usage_json"] or "{}"))

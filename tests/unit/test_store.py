@@ -1,0 +1,105 @@
+"""The history store on a real SQLite file: durability contract, recovery of cut-off replies, search."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from app.store import SCHEMA_VERSION, Store
+
+
+@pytest.fixture
+def db_path(tmp_path):
+    return tmp_path / "history.sqlite3"
+
+
+def test_new_database_is_wal_and_versioned(db_path):
+    Store(db_path).close()
+    raw = sqlite3.connect(db_path)
+    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_messages_are_visible_to_another_connection_at_once(db_path):
+    store = Store(db_path)
+    conv = store.create_conversation("Trip")
+    store.add_message(conv.id, "user", "hello")
+    reply = store.begin_reply(conv.id, model="smol")
+    store.save_partial(reply.id, "Hi th")
+    # A second connection stands for the next process: nothing waits for close() or a commit call.
+    other = sqlite3.connect(db_path)
+    rows = other.execute("SELECT role, content, state FROM messages ORDER BY id").fetchall()
+    assert rows == [("user", "hello", "complete"), ("assistant", "Hi th", "streaming")]
+
+
+def test_reopening_marks_streaming_rows_interrupted(db_path):
+    store = Store(db_path)
+    conv = store.create_conversation()
+    store.add_message(conv.id, "user", "q1")
+    done = store.begin_reply(conv.id)
+    store.finish_reply(done.id, "a1", usage={"generated_tokens": 2})
+    store.add_message(conv.id, "user", "q2")
+    cut = store.begin_reply(conv.id)
+    store.save_partial(cut.id, "partial answ")
+    # no close(): the process "dies" here
+    again = Store(db_path)
+    assert again.recovered_interrupted == 1
+    msgs = again.messages(conv.id)
+    assert [(m.role, m.content, m.state) for m in msgs] == [
+        ("user", "q1", "complete"), ("assistant", "a1", "complete"),
+        ("user", "q2", "complete"), ("assistant", "partial answ", "interrupted")]
+    assert msgs[1].usage == {"generated_tokens": 2}
+
+
+def test_save_partial_does_not_touch_a_finished_reply(db_path):
+    store = Store(db_path)
+    conv = store.create_conversation()
+    reply = store.begin_reply(conv.id)
+    store.finish_reply(reply.id, "final", state="stopped")
+    store.save_partial(reply.id, "late write from a stale timer")
+    assert store.message(reply.id).content == "final"
+    assert store.message(reply.id).state == "stopped"
+
+
+def test_search_rename_order_and_delete_cascade(db_path):
+    store = Store(db_path)
+    a = store.create_conversation("Python questions")
+    b = store.create_conversation("Recipes 100%")
+    store.add_message(a.id, "user", "newest activity")
+    assert [c.id for c in store.conversations()] == [a.id, b.id]
+    assert [c.title for c in store.conversations("python")] == ["Python questions"]
+    assert [c.title for c in store.conversations("100%")] == ["Recipes 100%"]
+    assert store.conversations("0%x") == []
+    store.rename(b.id, "  ")
+    assert store.conversation(b.id).title == "Untitled"
+    store.delete_conversation(a.id)
+    assert [c.id for c in store.conversations()] == [b.id]
+    assert store.messages(a.id) == []
+
+
+def test_conversation_settings_round_trip(db_path):
+    store = Store(db_path)
+    conv = store.create_conversation(system_prompt="Be brief.", sampling={"temperature": 0.2})
+    store.set_conversation_settings(conv.id, "Be kind.", {"temperature": 0.0, "seed": 7})
+    got = Store(db_path).conversation(conv.id)
+    assert got.system_prompt == "Be kind."
+    assert got.sampling == {"temperature": 0.0, "seed": 7}
+
+
+def test_newer_schema_is_refused(db_path):
+    Store(db_path).close()
+    raw = sqlite3.connect(db_path)
+    raw.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    raw.commit()
+    raw.close()
+    with pytest.raises(RuntimeError, match="newer Halo Chat"):
+        Store(db_path)
+
+
+def test_role_and_state_are_constrained(db_path):
+    store = Store(db_path)
+    conv = store.create_conversation()
+    with pytest.raises(sqlite3.IntegrityError):
+        store.add_message(conv.id, "system", "x")
+    with pytest.raises(sqlite3.IntegrityError):
+        store.add_message(conv.id + 99, "user", "orphan")
