@@ -1,0 +1,189 @@
+"""ModelConfig: every hyperparameter the forward pass needs, read once from GGUF metadata and validated.
+
+Frozen: built once per load, shared read-only by the CPU and GPU forward passes and the scheduler.
+Architecture differences are expressed as data (flags, scales, per-layer tuples), so the forward pass has
+no `if arch == ...` branches.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from engine.errors import InvalidModelError, UnsupportedModelError
+
+SUPPORTED_ARCHITECTURES = ("llama", "gemma3", "qwen2", "qwen3")
+
+RopeStyle = Literal["normal", "neox"]   # normal: rotate adjacent pairs (2i, 2i+1); neox: halves (i, i+d/2)
+Activation = Literal["silu", "gelu_tanh"]
+
+# Sanity caps: far above any real model, low enough that a hostile file cannot ask for absurd buffers.
+_MAX_LAYERS = 1024
+_MAX_EMBD = 1 << 17
+_MAX_HEADS = 4096
+_MAX_HEAD_DIM = 1024
+_MAX_CONTEXT = 1 << 24
+_MAX_VOCAB = 1 << 22
+_MAX_FFN = 1 << 20
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str
+    n_layers: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int                 # per-head size of q, k and v
+    n_ff: int                     # FFN hidden size
+    vocab_size: int
+    context_length: int           # trained maximum
+    norm_eps: float
+    rope_dim: int                 # leading dims of each head that are rotated (== head_dim for all we run)
+    rope_style: RopeStyle
+    rope_theta: tuple[float, ...]       # per layer (gemma3: local base on sliding layers)
+    rope_freq_scale: tuple[float, ...]  # per layer; 1/factor for linear rope scaling, else 1.0
+    sliding_window: int                 # 0: no sliding layers
+    sliding_layers: tuple[bool, ...]    # per layer: keys older than `sliding_window` positions are masked
+    attn_scale: float                   # multiplies q.k
+    embed_scale: float                  # multiplies the token embedding (gemma: sqrt(n_embd))
+    activation: Activation              # applied to the gate projection; out = act(gate) * up
+    has_qkv_bias: bool                  # qwen2
+    has_qk_norm: bool                   # per-head RMSNorm of q and k before rope (gemma3, qwen3)
+    has_post_norms: bool                # RMSNorm on the attention and FFN outputs before the residual (gemma3)
+
+    @property
+    def n_group(self) -> int:
+        """Query heads per KV head (grouped-query attention)."""
+        return self.n_head // self.n_head_kv
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_head * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_head_kv * self.head_dim
+
+    @staticmethod
+    def from_metadata(meta: dict[str, Any]) -> ModelConfig:
+        arch = meta.get("general.architecture")
+        if not isinstance(arch, str):
+            raise InvalidModelError("general.architecture is missing or not a string", field="general.architecture")
+        if arch not in SUPPORTED_ARCHITECTURES:
+            raise UnsupportedModelError(
+                f"Architecture {arch!r} is not supported; this engine runs: {', '.join(SUPPORTED_ARCHITECTURES)}")
+        return _build(arch, _Reader(meta, arch))
+
+
+class _Reader:
+    """Typed, range-checked access to `<arch>.<key>` metadata values."""
+
+    def __init__(self, meta: dict[str, Any], arch: str):
+        self.meta = meta
+        self.arch = arch
+
+    def int(self, key: str, lo: int, hi: int, default: int | None = None) -> int:
+        name = f"{self.arch}.{key}"
+        value = self.meta.get(name, default)
+        if value is None:
+            raise InvalidModelError(f"required hyperparameter {name} is missing", field=name)
+        if isinstance(value, (list, tuple)):   # per-layer arrays: we need them uniform
+            if not value or any(v != value[0] for v in value):
+                raise UnsupportedModelError(f"{name} varies per layer ({value}); not supported")
+            value = value[0]
+        if isinstance(value, bool) or not isinstance(value, int) and not float(value).is_integer():
+            raise InvalidModelError(f"{name} must be an integer, got {value!r}", field=name)
+        value = int(value)
+        if not lo <= value <= hi:
+            raise InvalidModelError(f"{name} = {value} is outside the sane range {lo}..{hi}", field=name)
+        return value
+
+    def float(self, key: str, default: float | None = None) -> float:
+        name = f"{self.arch}.{key}"
+        value = self.meta.get(name, default)
+        if value is None:
+            raise InvalidModelError(f"required hyperparameter {name} is missing", field=name)
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise InvalidModelError(f"{name} must be a number, got {value!r}", field=name) from None
+        if not math.isfinite(value) or value <= 0:
+            raise InvalidModelError(f"{name} = {value} must be a positive finite number", field=name)
+        return value
+
+
+def _vocab_size(meta: dict[str, Any], r: _Reader) -> int:
+    tokens = meta.get("tokenizer.ggml.tokens")
+    default = len(tokens) if tokens is not None else None
+    return r.int("vocab_size", 1, _MAX_VOCAB, default)
+
+
+def _build(arch: str, r: _Reader) -> ModelConfig:
+    n_layers = r.int("block_count", 1, _MAX_LAYERS)
+    n_embd = r.int("embedding_length", 1, _MAX_EMBD)
+    n_head = r.int("attention.head_count", 1, _MAX_HEADS)
+    n_head_kv = r.int("attention.head_count_kv", 1, _MAX_HEADS, n_head)
+    if n_head % n_head_kv:
+        raise InvalidModelError(f"head_count {n_head} is not a multiple of head_count_kv {n_head_kv}",
+                                field=f"{arch}.attention.head_count_kv")
+    if f"{arch}.attention.key_length" not in r.meta and n_embd % n_head:
+        raise InvalidModelError(f"embedding_length {n_embd} is not divisible by head_count {n_head}",
+                                field=f"{arch}.attention.head_count")
+    head_dim = r.int("attention.key_length", 1, _MAX_HEAD_DIM, n_embd // n_head)
+    v_dim = r.int("attention.value_length", 1, _MAX_HEAD_DIM, head_dim)
+    if v_dim != head_dim:
+        raise UnsupportedModelError(f"key_length {head_dim} != value_length {v_dim} is not supported")
+    rope_dim = r.int("rope.dimension_count", 2, head_dim, head_dim)
+    if rope_dim % 2:
+        raise InvalidModelError(f"rope.dimension_count {rope_dim} must be even", field=f"{arch}.rope.dimension_count")
+
+    is_gemma = arch == "gemma3"
+    theta = r.float("rope.freq_base", 10000.0)
+    scale = 1.0
+    scaling_type = r.meta.get(f"{arch}.rope.scaling.type", "none")
+    if scaling_type == "linear":
+        scale = 1.0 / r.float("rope.scaling.factor", 1.0)
+    elif scaling_type not in ("none", None):
+        raise UnsupportedModelError(f"rope scaling {scaling_type!r} is not supported (only linear)")
+
+    sliding_window = r.int("attention.sliding_window", 0, _MAX_CONTEXT, 0) if is_gemma else 0
+    # gemma3: every 6th layer (i % 6 == 5) is global, the rest attend to a sliding window (llama.cpp
+    # set_swa_pattern(6); transformers layer_types). Sliding layers use the local rope base, unscaled.
+    sliding = tuple(is_gemma and sliding_window > 0 and (i + 1) % 6 != 0 for i in range(n_layers))
+    rope_theta = tuple(10000.0 if s else theta for s in sliding)
+    rope_freq_scale = tuple(1.0 if s else scale for s in sliding)
+
+    if is_gemma:
+        # llama.cpp: 1/sqrt(head_dim), except gemma3-27B (62 layers) which uses query_pre_attn_scalar =
+        # n_embd / n_head. transformers' query_pre_attn_scalar agrees (256 = head_dim for 270m).
+        q_scalar = n_embd / n_head if n_layers == 62 else head_dim
+        attn_scale = 1.0 / math.sqrt(q_scalar)
+    else:
+        attn_scale = 1.0 / math.sqrt(head_dim)
+    attn_scale = float(r.meta.get(f"{arch}.attention.scale", attn_scale))
+
+    return ModelConfig(
+        arch=arch,
+        n_layers=n_layers,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim=head_dim,
+        n_ff=r.int("feed_forward_length", 1, _MAX_FFN),
+        vocab_size=_vocab_size(r.meta, r),
+        context_length=r.int("context_length", 1, _MAX_CONTEXT),
+        norm_eps=r.float("attention.layer_norm_rms_epsilon", 1e-6),
+        rope_dim=rope_dim,
+        rope_style="normal" if arch == "llama" else "neox",
+        rope_theta=rope_theta,
+        rope_freq_scale=rope_freq_scale,
+        sliding_window=sliding_window,
+        sliding_layers=sliding,
+        attn_scale=attn_scale,
+        embed_scale=math.sqrt(n_embd) if is_gemma else 1.0,
+        activation="gelu_tanh" if is_gemma else "silu",
+        has_qkv_bias=arch == "qwen2",
+        has_qk_norm=arch in ("gemma3", "qwen3"),
+        has_post_norms=is_gemma,
+    )

@@ -1,0 +1,172 @@
+"""The CPU (numpy, float32) forward pass of every supported architecture, over the shared step contract.
+
+Shapes at the point of use: T tokens in the step, S sequences, E = n_embd, H query heads, Hkv KV heads,
+G = H / Hkv, D = head_dim, L = a sequence's context length.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.model.config import ModelConfig
+from engine.model.step import KVCache, StepInput
+from engine.model.weights import LayerWeights, Weights
+
+_SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """RMSNorm over the last axis. GGUF stores gemma's (1 + w) already folded into w, so one formula."""
+    scale = 1.0 / np.sqrt(np.mean(np.square(x), axis=-1, keepdims=True) + np.float32(eps))
+    return (x * scale.astype(np.float32)) * weight
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x * (0.5 + 0.5 * np.tanh(0.5 * x))     # x * sigmoid(x), without exp overflow
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + np.float32(0.044715) * x * x * x)))
+
+
+_ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
+
+
+class Rope:
+    """Rotary embedding for one (theta, freq_scale) pair; cos/sin computed per step from positions."""
+
+    def __init__(self, config: ModelConfig, theta: float, freq_scale: float):
+        half = config.rope_dim // 2
+        self.inv_freq = freq_scale * theta ** (-np.arange(half, dtype=np.float64) * 2.0 / config.rope_dim)
+        self.rope_dim = config.rope_dim
+        self.neox = config.rope_style == "neox"
+
+    def tables(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        angles = positions.astype(np.float64)[:, None] * self.inv_freq[None, :]   # [T, rope_dim/2]
+        return np.cos(angles).astype(np.float32)[:, None, :], np.sin(angles).astype(np.float32)[:, None, :]
+
+    def apply(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        """x [T, heads, D] -> rotated copy. neox pairs (i, i + r/2); normal pairs (2i, 2i + 1)."""
+        out = x.copy()
+        r = self.rope_dim
+        if self.neox:
+            a, b = x[..., : r // 2], x[..., r // 2: r]
+            out[..., : r // 2] = a * cos - b * sin
+            out[..., r // 2: r] = b * cos + a * sin
+        else:
+            a, b = x[..., 0:r:2], x[..., 1:r:2]
+            out[..., 0:r:2] = a * cos - b * sin
+            out[..., 1:r:2] = b * cos + a * sin
+        return out
+
+
+class CpuModel:
+    """Config + read-only weights; `forward` is re-entrant (all run state lives in the KVCache passed in)."""
+
+    def __init__(self, config: ModelConfig, weights: Weights):
+        self.config = config
+        self.weights = weights
+        self.act = _ACTIVATIONS[config.activation]
+        self._ropes = {}
+        self.layer_rope = []
+        for theta, scale in zip(config.rope_theta, config.rope_freq_scale, strict=True):
+            if (theta, scale) not in self._ropes:
+                self._ropes[(theta, scale)] = Rope(config, theta, scale)
+            self.layer_rope.append(self._ropes[(theta, scale)])
+
+    def new_kv_cache(self, num_blocks: int, block_size: int) -> KVCache:
+        return KVCache.allocate(self.config, num_blocks, block_size)
+
+    def forward(self, step: StepInput, kv: KVCache) -> np.ndarray:
+        """Runs one step (see engine.model.step for the contract). Returns logits [len(logits_indices), vocab]."""
+        c, w = self.config, self.weights
+        x = w.token_embd[step.token_ids]                         # [T, E] (a copy)
+        if c.embed_scale != 1.0:
+            x *= np.float32(c.embed_scale)
+        tables = {id(r): r.tables(step.positions) for r in self._ropes.values()}
+        masks = _Masks(step, c.sliding_window)
+        for i, layer in enumerate(w.layers):
+            rope = self.layer_rope[i]
+            x = self._layer(i, layer, x, step, kv, rope, tables[id(rope)], masks.get(c.sliding_layers[i]))
+        h = rms_norm(x[step.logits_indices], w.output_norm, c.norm_eps)   # [S', E]
+        return h @ w.output.T                                             # [S', vocab]
+
+    def _layer(self, i: int, lw: LayerWeights, x: np.ndarray, step: StepInput, kv: KVCache, rope: Rope,
+               cos_sin, masks: list[np.ndarray]) -> np.ndarray:
+        c = self.config
+        T, H, Hkv, D = len(x), c.n_head, c.n_head_kv, c.head_dim
+        h = rms_norm(x, lw.attn_norm, c.norm_eps)
+        qkv = h @ lw.wqkv.T                                      # [T, (H + 2 Hkv) D]
+        if lw.bqkv is not None:
+            qkv += lw.bqkv
+        q = qkv[:, : H * D].reshape(T, H, D)
+        k = qkv[:, H * D: (H + Hkv) * D].reshape(T, Hkv, D)
+        v = qkv[:, (H + Hkv) * D:].reshape(T, Hkv, D)
+        if lw.q_norm is not None:
+            q = rms_norm(q, lw.q_norm, c.norm_eps)
+            k = rms_norm(k, lw.k_norm, c.norm_eps)
+        q = rope.apply(q, *cos_sin)
+        k = rope.apply(k, *cos_sin)
+        k_cache = kv.k[i].reshape(-1, Hkv, D)                    # [num_blocks * block_size, Hkv, D] view
+        v_cache = kv.v[i].reshape(-1, Hkv, D)
+        k_cache[step.slot_mapping] = k
+        v_cache[step.slot_mapping] = v
+        attn = self._attention(q, kv.k[i], kv.v[i], step, masks)   # [T, H D]
+        o = attn @ lw.wo.T                                       # [T, E]
+        if lw.post_attn_norm is not None:
+            o = rms_norm(o, lw.post_attn_norm, c.norm_eps)
+        x = x + o
+        h = rms_norm(x, lw.ffn_norm, c.norm_eps)
+        gate_up = h @ lw.w_gate_up.T                             # [T, 2 n_ff]
+        a = self.act(gate_up[:, : c.n_ff]) * gate_up[:, c.n_ff:]
+        d = a @ lw.w_down.T                                      # [T, E]
+        if lw.post_ffn_norm is not None:
+            d = rms_norm(d, lw.post_ffn_norm, c.norm_eps)
+        return x + d
+
+    def _attention(self, q: np.ndarray, k_blocks: np.ndarray, v_blocks: np.ndarray, step: StepInput,
+                   masks: list[np.ndarray]) -> np.ndarray:
+        c = self.config
+        H, Hkv, G, D = c.n_head, c.n_head_kv, c.n_group, c.head_dim
+        out = np.empty((len(q), H * D), dtype=np.float32)
+        bs = k_blocks.shape[1]
+        qsl = step.query_start_loc
+        for s in range(step.num_seqs):
+            t0, t1, L = int(qsl[s]), int(qsl[s + 1]), int(step.seq_lens[s])
+            n = t1 - t0
+            blocks = step.block_tables[s, : -(-L // bs)]
+            keys = k_blocks[blocks].reshape(-1, Hkv, D)[:L].transpose(1, 2, 0)       # [Hkv, D, L]
+            values = v_blocks[blocks].reshape(-1, Hkv, D)[:L].transpose(1, 0, 2)     # [Hkv, L, D]
+            # query head h uses KV head h // G: group the G heads of each KV head with the n tokens
+            qg = q[t0:t1].reshape(n, Hkv, G, D).transpose(1, 2, 0, 3).reshape(Hkv, G * n, D)
+            scores = (qg @ keys).reshape(Hkv, G, n, L) * np.float32(c.attn_scale)
+            scores += masks[s]                                                      # [n, L] 0 / -inf
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True)
+            ctx = scores.reshape(Hkv, G * n, L) @ values                             # [Hkv, G n, D]
+            out[t0:t1] = ctx.reshape(Hkv, G, n, D).transpose(2, 0, 1, 3).reshape(n, H * D)
+        return out
+
+
+class _Masks:
+    """Additive attention masks per sequence ([n, L]: 0 where allowed, -inf elsewhere), built once per step
+    for full attention and once for sliding-window attention, and shared by all layers of that kind."""
+
+    def __init__(self, step: StepInput, window: int):
+        self.step = step
+        self.window = window
+        self._cache: dict[bool, list[np.ndarray]] = {}
+
+    def get(self, sliding: bool) -> list[np.ndarray]:
+        if sliding not in self._cache:
+            self._cache[sliding] = [self._build(s, sliding) for s in range(self.step.num_seqs)]
+        return self._cache[sliding]
+
+    def _build(self, s: int, sliding: bool) -> np.ndarray:
+        st = self.step
+        q_pos = st.positions[st.query_start_loc[s]: st.query_start_loc[s + 1]][:, None]   # [n, 1]
+        k_pos = np.arange(int(st.seq_lens[s]))[None, :]                                  # [1, L]
+        allowed = k_pos <= q_pos
+        if sliding:
+            allowed &= k_pos > q_pos - self.window
+        return np.where(allowed, np.float32(0.0), np.float32(-np.inf))

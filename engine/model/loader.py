@@ -1,0 +1,78 @@
+"""Open a GGUF file, build its ModelConfig and Weights, and describe it as a ModelInfo."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.api import ModelInfo
+from engine.model.config import ModelConfig
+from engine.model.cpu_forward import CpuModel
+from engine.model.weights import LoadCallback, Weights, load_weights
+
+# general.file_type (llama_ftype) -> the name users know
+_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
+               11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
+               17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    path: Path
+    metadata: dict[str, Any]
+    config: ModelConfig
+    weights: Weights
+    model: CpuModel
+    info: ModelInfo
+
+
+def open_model_file(path: Path):
+    from engine.gguf import open_gguf  # the bounded parser
+
+    return open_gguf(Path(path))
+
+
+def type_histogram(gguf) -> Counter:
+    return Counter(_type_name(t.ggml_type) for t in gguf.tensors.values())
+
+
+def _type_name(ggml_type) -> str:
+    return getattr(ggml_type, "name", str(ggml_type))
+
+
+def model_info(path: Path, gguf, config: ModelConfig | None = None) -> ModelInfo:
+    meta = gguf.metadata
+    hist = type_histogram(gguf)
+    quant = _FILE_TYPES.get(meta.get("general.file_type"))
+    if quant is None:
+        non_f32 = {k: v for k, v in hist.items() if k != "F32"} or hist
+        quant = max(non_f32, key=non_f32.get) if non_f32 else "unknown"
+    params = 0
+    for t in gguf.tensors.values():
+        n = 1
+        for d in t.shape:
+            n *= d
+        params += n
+    return ModelInfo(
+        path=str(path),
+        name=str(meta.get("general.name") or Path(path).stem),
+        architecture=str(meta.get("general.architecture", "unknown")),
+        file_size=Path(path).stat().st_size,
+        quantization=quant,
+        parameters=params,
+        context_length=config.context_length if config else int(meta.get(
+            f"{meta.get('general.architecture')}.context_length", 0) or 0),
+        has_chat_template=bool(meta.get("tokenizer.chat_template")),
+    )
+
+
+def load_model(path: Path, progress: LoadCallback | None = None) -> LoadedModel:
+    """Parse, validate and dequantize. Raises InvalidModelError / UnsupportedModelError; `progress` may
+    raise (e.g. a cancellation) to stop the load between tensors."""
+    path = Path(path)
+    gguf = open_model_file(path)
+    config = ModelConfig.from_metadata(gguf.metadata)
+    weights = load_weights(gguf, config, progress)
+    return LoadedModel(path=path, metadata=dict(gguf.metadata), config=config, weights=weights,
+                       model=CpuModel(config, weights), info=model_info(path, gguf, config))
