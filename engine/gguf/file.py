@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InvalidModelError
+from engine.gguf.consistency import check_consistency
 from engine.gguf.cursor import Cursor
 from engine.gguf.dequant import dequantize as _dequantize
 from engine.gguf.metadata import read_metadata
@@ -112,6 +113,7 @@ def _parse(path: Path, mapped: mmap.mmap, file_size: int) -> GGUFFile:
     if raw_infos and data_offset > file_size:
         raise InvalidModelError("the file ends before the tensor data starts", field="data", offset=cur.pos)
     tensors = place_tensors(raw_infos, data_offset, alignment, file_size)
+    check_consistency(metadata, tensors)
     data = np.frombuffer(mapped, dtype=np.uint8)    # read-only: the map is ACCESS_READ
     return GGUFFile(path, version, alignment, data_offset, file_size, metadata, tensors, data)
 

@@ -26,15 +26,17 @@ _STRUCT_CODE = {"u1": "B", "i1": "b", "u2": "H", "i2": "h", "u4": "I", "i4": "i"
                 "u8": "Q", "i8": "q", "f4": "f", "f8": "d"}
 _SCALAR_STRUCT = {vt: struct.Struct("<" + _STRUCT_CODE[dt[1:]]) for vt, dt in SCALAR_DTYPE.items()}
 _U64 = struct.Struct("<Q")
-# Smallest possible encoding of one KV pair: key length (8) + 1 key byte + value type (4) + 1 value byte.
-_MIN_KV_BYTES = 14
+# Smallest encoding of one KV pair: key length (8) + value type (4) + a 1-byte value.
+_MIN_KV_BYTES = 13
 
 
 def read_metadata(cur: Cursor, n_kv: int) -> dict:
     """Read `n_kv` pairs at `cur`; returns a dict in file order."""
-    if n_kv > MAX_KV or n_kv * _MIN_KV_BYTES > cur.remaining:
-        raise InvalidModelError(f"metadata count {n_kv} is over the cap of {MAX_KV} or larger than the "
-                                f"file could hold", field="n_kv", offset=cur.pos - 8)
+    if n_kv > MAX_KV:
+        raise InvalidModelError(f"metadata count {n_kv} is over the cap of {MAX_KV}", field="n_kv", offset=16)
+    if n_kv * _MIN_KV_BYTES > cur.remaining:
+        raise InvalidModelError(f"metadata count {n_kv} is more than the rest of the file could hold",
+                                field="n_kv", offset=16)
     metadata: dict = {}
     for index in range(n_kv):
         key_at = cur.pos
@@ -77,9 +79,12 @@ def _read_array(cur: Cursor, field: str):
     if elem_type == GGUFValueType.ARRAY:
         raise InvalidModelError("nested arrays are not allowed", field=field, offset=at)
     min_elem_bytes = 8 if elem_type == GGUFValueType.STRING else np.dtype(SCALAR_DTYPE[elem_type]).itemsize
-    if count > MAX_ARRAY_LEN or count * min_elem_bytes > cur.remaining:
-        raise InvalidModelError(f"array of {count} elements is over the cap of {MAX_ARRAY_LEN} or larger "
-                                f"than the rest of the file", field=field, offset=at + 4)
+    if count > MAX_ARRAY_LEN:
+        raise InvalidModelError(f"array of {count} elements is over the cap of {MAX_ARRAY_LEN}",
+                                field=field, offset=at + 4)
+    if count * min_elem_bytes > cur.remaining:
+        raise InvalidModelError(f"array of {count} elements is longer than the rest of the file",
+                                field=field, offset=at + 4)
     if elem_type == GGUFValueType.STRING:
         return _read_string_array(cur, count, field)
     dtype = np.dtype(SCALAR_DTYPE[elem_type])

@@ -43,9 +43,12 @@ class _RawInfo:
 
 
 def read_tensor_infos(cur: Cursor, n_tensors: int) -> list[_RawInfo]:
-    if n_tensors > MAX_TENSORS or n_tensors * _MIN_TENSOR_INFO_BYTES > cur.remaining:
-        raise InvalidModelError(f"tensor count {n_tensors} is over the cap of {MAX_TENSORS} or larger than "
-                                f"the file could hold", field="n_tensors", offset=8)
+    if n_tensors > MAX_TENSORS:
+        raise InvalidModelError(f"tensor count {n_tensors} is over the cap of {MAX_TENSORS}",
+                                field="n_tensors", offset=8)
+    if n_tensors * _MIN_TENSOR_INFO_BYTES > cur.remaining:
+        raise InvalidModelError(f"tensor count {n_tensors} is more than the rest of the file could hold",
+                                field="n_tensors", offset=8)
     infos: list[_RawInfo] = []
     seen: set[str] = set()
     for index in range(n_tensors):
