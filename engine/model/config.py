@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from engine.errors import InvalidModelError, UnsupportedModelError
 
 SUPPORTED_ARCHITECTURES = ("llama", "gemma3", "qwen2", "qwen3")
@@ -88,7 +90,8 @@ class _Reader:
         value = self.meta.get(name, default)
         if value is None:
             raise InvalidModelError(f"required hyperparameter {name} is missing", field=name)
-        if isinstance(value, (list, tuple)):   # per-layer arrays: we need them uniform
+        if isinstance(value, (list, tuple, np.ndarray)):   # per-layer arrays: we need them uniform
+            value = list(np.asarray(value).ravel().tolist())
             if not value or any(v != value[0] for v in value):
                 raise UnsupportedModelError(f"{name} varies per layer ({value}); not supported")
             value = value[0]

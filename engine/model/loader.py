@@ -71,8 +71,8 @@ def load_model(path: Path, progress: LoadCallback | None = None) -> LoadedModel:
     """Parse, validate and dequantize. Raises InvalidModelError / UnsupportedModelError; `progress` may
     raise (e.g. a cancellation) to stop the load between tensors."""
     path = Path(path)
-    gguf = open_model_file(path)
-    config = ModelConfig.from_metadata(gguf.metadata)
-    weights = load_weights(gguf, config, progress)
-    return LoadedModel(path=path, metadata=dict(gguf.metadata), config=config, weights=weights,
-                       model=CpuModel(config, weights), info=model_info(path, gguf, config))
+    with open_model_file(path) as gguf:      # weights are copies: the mapping can close after the load
+        config = ModelConfig.from_metadata(gguf.metadata)
+        weights = load_weights(gguf, config, progress)
+        return LoadedModel(path=path, metadata=dict(gguf.metadata), config=config, weights=weights,
+                           model=CpuModel(config, weights), info=model_info(path, gguf, config))

@@ -78,6 +78,8 @@ class _Loader:
             raise InvalidModelError(f"tensor {name} has shape {tuple(info.shape)}, the hyperparameters say {shape}",
                                     field=name)
         array = np.asarray(self.gguf.dequantize(name), dtype=np.float32).reshape(shape)
+        if not array.flags.writeable:      # a view into the file's map (F32 tensors): own a copy
+            array = array.copy()
         if not np.isfinite(array).all():
             raise InvalidModelError(f"tensor {name} holds NaN or infinite values", field=name)
         self.done += 1
