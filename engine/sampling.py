@@ -1,0 +1,68 @@
+"""Token sampling on the host: greedy, temperature, top-k, top-p, min-p and repetition penalty.
+
+Order of operations (as in vLLM): repetition penalty -> temperature -> top-k -> top-p -> min-p -> draw.
+Greedy (temperature <= 0) is the argmax after the penalty. Each request owns a `Sampler` with its own
+numpy Generator, so a seeded request gives the same tokens regardless of what else runs.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from engine.api import SamplingParams
+
+
+def apply_repetition_penalty(logits: np.ndarray, seen_ids: Iterable[int], penalty: float) -> np.ndarray:
+    """Copy of `logits` [vocab] in which every id in `seen_ids` is made less likely: a positive logit is
+    divided by `penalty`, a negative one multiplied (so it moves away from zero in both cases)."""
+    out = np.array(logits, dtype=np.float32, copy=True)
+    if penalty == 1.0:
+        return out
+    ids = np.fromiter(set(seen_ids), dtype=np.int64)
+    if ids.size:
+        ids = ids[(ids >= 0) & (ids < out.size)]
+        vals = out[ids]
+        out[ids] = np.where(vals > 0, vals / penalty, vals * penalty)
+    return out
+
+
+def filtered_probs(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates that survive temperature/top-k/top-p/min-p and their renormalized probabilities:
+    (ids [n] int64, probs [n] float64, summing to 1). Needs temperature > 0."""
+    scaled = logits.astype(np.float64) / params.temperature
+    vocab = scaled.size
+    if 0 < params.top_k < vocab:
+        ids = np.argpartition(-scaled, params.top_k - 1)[: params.top_k]
+    else:
+        ids = np.arange(vocab)
+    ids = ids[np.argsort(-scaled[ids], kind="stable")]            # best first
+    probs = np.exp(scaled[ids] - scaled[ids[0]])
+    probs /= probs.sum()
+    if params.top_p < 1.0:
+        # keep the smallest prefix whose mass reaches top_p (the best token is always kept)
+        keep = int(np.searchsorted(np.cumsum(probs), params.top_p, side="left")) + 1
+        ids, probs = ids[:keep], probs[:keep]
+    if params.min_p > 0.0:
+        mask = probs >= params.min_p * probs[0]
+        ids, probs = ids[mask], probs[mask]
+    return ids, probs / probs.sum()
+
+
+class Sampler:
+    """Per-request sampler. `sample` is called once per generated token with that step's logits."""
+
+    def __init__(self, params: SamplingParams):
+        self.params = params
+        self.rng = np.random.default_rng(params.seed)
+
+    def sample(self, logits: np.ndarray, seen_ids: Iterable[int] = ()) -> int:
+        """logits [vocab] float32; `seen_ids`: prompt + output ids, for the repetition penalty."""
+        p = self.params
+        if p.repetition_penalty != 1.0:
+            logits = apply_repetition_penalty(logits, seen_ids, p.repetition_penalty)
+        best = int(np.argmax(logits))
+        if p.temperature <= 0.0 or p.top_k == 1 or not np.isfinite(logits[best]):
+            return best                 # greedy, or a +inf logit (certain token); NaN never wins argmax
+        ids, probs = filtered_probs(logits, p)
+        return int(ids[min(int(np.searchsorted(np.cumsum(probs), self.rng.random(), side="right")), len(ids) - 1)])
