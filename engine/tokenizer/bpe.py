@@ -1,0 +1,103 @@
+"""Byte-level BPE (`tokenizer.ggml.model == "gpt2"`: SmolLM2, Qwen2/3, Llama 3) on the Rust `tokenizers`.
+
+The pre-tokenizer regexes are llama.cpp's, per `tokenizer.ggml.pre`; each list is applied in order,
+every regex splitting the pieces the previous one left (llama.cpp's `unicode_regex_split`).
+An unknown pre type is refused with UnsupportedModelError, as llama.cpp itself does: a wrong
+pre-tokenizer silently produces different ids and degrades every answer, which is worse than a
+clear "not supported" message. A file without `tokenizer.ggml.pre` gets llama.cpp's "default" list.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from functools import lru_cache
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+from engine.errors import UnsupportedModelError
+
+from .vocab import Vocab
+
+log = logging.getLogger(__name__)
+
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_DEFAULT = (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]")
+
+# pre name -> (regex list, ignore_merges). ignore_merges: a whole word found in the vocabulary is
+# taken as one token before any merging (llama.cpp sets it for the Llama 3 family).
+PRE_TOKENIZERS: dict[str, tuple[tuple[str, ...], bool]] = {}
+for _names, _regexes, _ignore in (
+    (("default",), _DEFAULT, False),
+    (("gpt-2", "gpt2", "phi-2", "mpt", "olmo", "jais", "trillion", "granite-docling", "exaone4",
+      "gigachat", "mellum", "a.x-4.0"), (_GPT2,), False),
+    (("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"),
+     (r"\p{N}", _GPT2), False),
+    (("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"),
+     (_LLAMA3,), True),
+    (("dbrx", "smaug-bpe"), (_LLAMA3,), False),
+    (("qwen2", "deepseek-r1-qwen", "stablelm2", "hunyuan", "megrez", "kormo", "f2llmv2"), (_QWEN2,), False),
+):
+    for _name in _names:
+        PRE_TOKENIZERS[_name] = (_regexes, _ignore)
+
+
+def pre_tokenizer_spec(pre: str) -> tuple[tuple[str, ...], bool]:
+    if not pre:
+        log.warning("tokenizer.ggml.pre is missing: using llama.cpp's 'default' BPE pre-tokenizer; "
+                    "token ids may differ from the model's training")
+        return PRE_TOKENIZERS["default"]
+    spec = PRE_TOKENIZERS.get(pre)
+    if spec is None:
+        raise UnsupportedModelError(
+            f"BPE pre-tokenizer {pre!r} (tokenizer.ggml.pre) is not supported; supported: "
+            f"{', '.join(sorted(PRE_TOKENIZERS))}")
+    return spec
+
+
+@lru_cache(maxsize=1)
+def byte_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map used by byte-level vocabularies."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+@lru_cache(maxsize=1)
+def unicode_to_byte() -> dict[str, int]:
+    return {c: b for b, c in byte_to_unicode().items()}
+
+
+def build_bpe(vocab: Vocab, token_to_id: Mapping[str, int]) -> Tokenizer:
+    """A `tokenizers.Tokenizer` that encodes plain text (no special tokens registered: those are split
+    out beforehand by `specials.partition`)."""
+    regexes, ignore_merges = pre_tokenizer_spec(vocab.pre)
+    merges = []
+    for line in vocab.merges or ():
+        left, sep, right = line.partition(" ")
+        if sep:
+            merges.append((left, right))
+    model = models.BPE(vocab=dict(token_to_id), merges=merges, ignore_merges=ignore_merges, fuse_unk=False)
+    tok = Tokenizer(model)
+    splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def bpe_token_bytes(text: str) -> bytes:
+    """Bytes of a byte-level vocabulary entry; texts outside the byte alphabet are taken as raw UTF-8."""
+    table = unicode_to_byte()
+    try:
+        return bytes(table[c] for c in text)
+    except KeyError:
+        return text.encode("utf-8")

@@ -1,0 +1,152 @@
+"""The tokenizer's view of GGUF metadata: token texts, types, scores and the special ids, validated.
+
+Input is a plain `Mapping[str, Any]` (what `engine.gguf.open_gguf(path).metadata` gives, or any dict):
+the tokenizer never touches a file. Big arrays may arrive as numpy arrays or lists.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import InvalidModelError, UnsupportedModelError
+
+
+class TokenType(enum.IntEnum):
+    """`tokenizer.ggml.token_type` values (same numbering as llama.cpp / gguf-py)."""
+
+    UNDEFINED = 0
+    NORMAL = 1
+    UNKNOWN = 2
+    CONTROL = 3
+    USER_DEFINED = 4
+    UNUSED = 5
+    BYTE = 6
+
+
+# Texts that end a turn in common chat formats; they become stop ids when present as CONTROL tokens.
+STOP_TOKEN_TEXTS = (
+    "<|im_end|>", "<end_of_turn>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>",
+)
+
+SUPPORTED_MODELS = ("gpt2", "llama")
+
+
+def _as_list(value: Any) -> list:
+    return value.tolist() if hasattr(value, "tolist") else list(value)
+
+
+@dataclass(frozen=True)
+class Vocab:
+    model: str                      # "gpt2" (byte-level BPE) or "llama" (SentencePiece with scores)
+    pre: str                        # tokenizer.ggml.pre ("" when absent)
+    tokens: list[str]               # id -> text, exactly as stored
+    types: list[int]                # id -> TokenType value
+    scores: list[float] | None      # id -> score (SPM); None when absent
+    merges: list[str] | None        # "left right" pairs, BPE only
+    bos_id: int | None
+    eos_id: int | None
+    eot_id: int | None
+    eom_id: int | None
+    unk_id: int | None
+    add_bos: bool
+    add_eos: bool
+    add_space_prefix: bool
+
+    @property
+    def n_vocab(self) -> int:
+        return len(self.tokens)
+
+
+def _optional_id(md: Mapping[str, Any], key: str, n_vocab: int, default: int | None = None) -> int | None:
+    value = md.get(key, default)
+    if value is None:
+        return None
+    value = int(value)
+    if value == -1 or value == 0xFFFFFFFF:   # some converters write -1 / UINT32_MAX for "none"
+        return None
+    if not 0 <= value < n_vocab:
+        raise InvalidModelError(f"special token id {value} is outside the vocabulary of {n_vocab}", field=key)
+    return value
+
+
+def vocab_from_metadata(md: Mapping[str, Any]) -> Vocab:
+    model = md.get("tokenizer.ggml.model")
+    if model is None:
+        raise UnsupportedModelError("the model file has no tokenizer (tokenizer.ggml.model is missing)")
+    if model not in SUPPORTED_MODELS:
+        raise UnsupportedModelError(
+            f"tokenizer type {model!r} is not supported (supported: {', '.join(SUPPORTED_MODELS)})")
+
+    tokens = md.get("tokenizer.ggml.tokens")
+    if tokens is None or len(tokens) == 0:
+        raise InvalidModelError("the vocabulary is empty", field="tokenizer.ggml.tokens")
+    tokens = [str(t) for t in _as_list(tokens)]
+    n = len(tokens)
+
+    raw_types = md.get("tokenizer.ggml.token_type")
+    types = [int(t) for t in _as_list(raw_types)] if raw_types is not None else [TokenType.NORMAL] * n
+    if len(types) != n:
+        raise InvalidModelError(f"{len(types)} token types for {n} tokens", field="tokenizer.ggml.token_type")
+
+    raw_scores = md.get("tokenizer.ggml.scores")
+    scores = [float(s) for s in _as_list(raw_scores)] if raw_scores is not None else None
+    if scores is not None and len(scores) != n:
+        raise InvalidModelError(f"{len(scores)} scores for {n} tokens", field="tokenizer.ggml.scores")
+    if model == "llama" and scores is None:
+        raise InvalidModelError("a SentencePiece vocabulary needs scores", field="tokenizer.ggml.scores")
+
+    raw_merges = md.get("tokenizer.ggml.merges")
+    merges = [str(m) for m in _as_list(raw_merges)] if raw_merges is not None else None
+    if model == "gpt2" and not merges:
+        raise InvalidModelError("a BPE vocabulary needs merges", field="tokenizer.ggml.merges")
+
+    is_spm = model == "llama"
+    # Defaults follow llama.cpp: SPM adds BOS and a space prefix unless the file says otherwise.
+    return Vocab(
+        model=model,
+        pre=str(md.get("tokenizer.ggml.pre", "") or ""),
+        tokens=tokens,
+        types=types,
+        scores=scores,
+        merges=merges,
+        bos_id=_optional_id(md, "tokenizer.ggml.bos_token_id", n, 1 if is_spm else None),
+        eos_id=_optional_id(md, "tokenizer.ggml.eos_token_id", n, 2 if is_spm else None),
+        eot_id=_optional_id(md, "tokenizer.ggml.eot_token_id", n),
+        eom_id=_optional_id(md, "tokenizer.ggml.eom_token_id", n),
+        unk_id=_optional_id(md, "tokenizer.ggml.unknown_token_id", n, 0 if is_spm else None),
+        add_bos=bool(md.get("tokenizer.ggml.add_bos_token", is_spm)),
+        add_eos=bool(md.get("tokenizer.ggml.add_eos_token", False)),
+        add_space_prefix=bool(md.get("tokenizer.ggml.add_space_prefix", is_spm)),
+    )
+
+
+def special_token_table(vocab: Vocab) -> list[tuple[str, int, bool]]:
+    """(text, id, is_control) for every token split out of raw text before BPE/SPM runs.
+
+    Same set and order as llama.cpp's special-token cache: CONTROL, USER_DEFINED and UNKNOWN tokens,
+    longest UTF-8 text first. USER_DEFINED tokens are always split out; CONTROL/UNKNOWN only when
+    special parsing is on (is_control=True marks those).
+    """
+    wanted = (TokenType.CONTROL, TokenType.USER_DEFINED, TokenType.UNKNOWN)
+    table = [(text, i, ttype != TokenType.USER_DEFINED)
+             for i, (text, ttype) in enumerate(zip(vocab.tokens, vocab.types))
+             if ttype in wanted and text]
+    table.sort(key=lambda entry: -len(entry[0].encode("utf-8")))
+    return table
+
+
+def stop_ids_of(vocab: Vocab, token_to_id: Mapping[str, int]) -> frozenset[int]:
+    ids = {i for i in (vocab.eos_id, vocab.eot_id, vocab.eom_id) if i is not None}
+    for text in STOP_TOKEN_TEXTS:
+        i = token_to_id.get(text)
+        if i is not None and vocab.types[i] == TokenType.CONTROL:
+            ids.add(i)
+    return frozenset(ids)
+
+
+def check_ids(ids: Sequence[int], n_vocab: int) -> None:
+    for i in ids:
+        if not 0 <= i < n_vocab:
+            raise ValueError(f"token id {i} is outside the vocabulary of {n_vocab}")
