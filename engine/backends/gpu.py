@@ -1,0 +1,168 @@
+"""The GPU backend, written once over a `RuntimeBinding` (cuda-python, hip-python, or ctypes to HIP/CUDA)."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from ..errors import BackendError
+from . import kernels
+from .base import Backend, DeviceBuffer, Event, Kernel, MemoryInfo, PinnedHostBuffer, Stream
+from .compiler import KernelCompiler
+from .runtime.binding import D2D, D2H, H2D, RuntimeBinding
+
+
+class GpuBackend(Backend):
+    def __init__(self, binding: RuntimeBinding, device: int = 0, load: bool = True):
+        super().__init__()
+        self.rt = binding
+        self.name = binding.name
+        self.api = binding.api
+        self.device = device
+        if load:
+            binding.load()
+        count = binding.device_count()
+        if device >= count:
+            raise BackendError(f"{binding.name}: device {device} requested, {count} present")
+        binding.set_device(device)
+        self.arch = binding.device_arch(device)
+        self.compiler = KernelCompiler(binding, self.arch)
+        self._modules: dict[str, object] = {}
+        self._kernels: dict[tuple[str, str], Kernel] = {}
+        self.null_stream = Stream(self, 0)
+
+    # memory ----------------------------------------------------------------------------------------------
+    def alloc(self, shape, dtype) -> DeviceBuffer:
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        nbytes = max(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, 1)
+        return DeviceBuffer(self, self.rt.malloc(nbytes), shape, dtype)
+
+    def free(self, buf: DeviceBuffer) -> None:
+        self._check_owned(buf)
+        self.rt.free(buf.ptr)
+        buf.freed = True
+
+    def alloc_pinned(self, shape, dtype) -> PinnedHostBuffer:
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        dtype = np.dtype(dtype)
+        nbytes = max(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, 1)
+        ptr = self.rt.host_alloc(nbytes)
+        raw = (ctypes.c_char * nbytes).from_address(ptr)          # host memory: a host view is legitimate
+        array = np.frombuffer(raw, dtype=np.uint8)[: nbytes - nbytes % dtype.itemsize].view(dtype).reshape(shape)
+        return PinnedHostBuffer(self, ptr, array)
+
+    def free_pinned(self, buf: PinnedHostBuffer) -> None:
+        self._check_owned(buf)
+        buf.array = None
+        self.rt.free_host(buf.ptr)
+        buf.freed = True
+
+    def memory_info(self) -> MemoryInfo:
+        free, total = self.rt.mem_info()
+        return MemoryInfo(free, total)
+
+    # streams and events ----------------------------------------------------------------------------------
+    def create_stream(self) -> Stream:
+        return Stream(self, self.rt.stream_create())
+
+    def destroy_stream(self, stream: Stream) -> None:
+        if stream.handle:
+            self.rt.stream_destroy(stream.handle)
+
+    def stream_synchronize(self, stream: Stream) -> None:
+        self.rt.stream_synchronize(stream.handle)
+
+    def stream_wait_event(self, stream: Stream, event: Event) -> None:
+        self.rt.stream_wait_event(stream.handle, event.handle)
+
+    def create_event(self, timing: bool = False) -> Event:
+        return Event(self, self.rt.event_create(timing), timing)
+
+    def destroy_event(self, event: Event) -> None:
+        self.rt.event_destroy(event.handle)
+
+    def record_event(self, event: Event, stream: Stream) -> None:
+        self.rt.event_record(event.handle, stream.handle)
+
+    def synchronize_event(self, event: Event) -> None:
+        self.rt.event_synchronize(event.handle)
+
+    def query_event(self, event: Event) -> bool:
+        return self.rt.event_query(event.handle)
+
+    def elapsed_ms(self, start: Event, end: Event) -> float:
+        return self.rt.event_elapsed_ms(start.handle, end.handle)
+
+    def synchronize(self) -> None:
+        self.rt.device_synchronize()
+
+    # copies ------------------------------------------------------------------------------------------------
+    def copy_h2d_async(self, dst, src, stream) -> None:
+        self._check_owned(dst, src)
+        if isinstance(src, PinnedHostBuffer):
+            ptr, nbytes = src.ptr, src.nbytes
+        else:   # pageable numpy: the runtime stages it before returning, so the caller may reuse it at once
+            src = np.ascontiguousarray(src)
+            ptr, nbytes = src.ctypes.data, src.nbytes
+        if nbytes > dst.nbytes:
+            raise BackendError(f"H2D copy of {nbytes} bytes into a {dst.nbytes}-byte device buffer")
+        self.rt.memcpy_async(dst.ptr, ptr, nbytes, H2D, stream.handle)
+
+    def copy_d2h_async(self, dst, src, stream, nbytes=None) -> None:
+        self._check_owned(dst, src)
+        nbytes = min(dst.nbytes, src.nbytes) if nbytes is None else nbytes
+        if nbytes > dst.nbytes or nbytes > src.nbytes:
+            raise BackendError(f"D2H copy of {nbytes} bytes exceeds a buffer ({src.nbytes} -> {dst.nbytes})")
+        self.rt.memcpy_async(dst.ptr, src.ptr, nbytes, D2H, stream.handle)
+
+    def copy_d2d_async(self, dst, src, stream) -> None:
+        self._check_owned(dst, src)
+        if src.nbytes > dst.nbytes:
+            raise BackendError(f"D2D copy of {src.nbytes} bytes into {dst.nbytes}")
+        self.rt.memcpy_async(dst.ptr, src.ptr, src.nbytes, D2D, stream.handle)
+
+    def memset_async(self, buf, byte, stream) -> None:
+        self._check_owned(buf)
+        self.rt.memset_async(buf.ptr, byte, buf.nbytes, stream.handle)
+
+    # kernels -----------------------------------------------------------------------------------------------
+    def kernel(self, source_file: str, function: str) -> Kernel:
+        key = (source_file, function)
+        if key not in self._kernels:
+            if source_file not in self._modules:
+                compiled = self.compiler.compile(kernels.source(source_file), source_file)
+                self._modules[source_file] = (self.rt.module_load(compiled.code), compiled)
+            module, compiled = self._modules[source_file]
+            handle = self.rt.module_function(module, function)
+            self._kernels[key] = Kernel(function, handle, compiled.seconds, compiled.from_cache)
+        return self._kernels[key]
+
+    def launch(self, kernel, grid, block, args, stream, shared_bytes=0) -> None:
+        grid, block = _dim3(grid), _dim3(block)
+        values = [_kernel_arg(self, a) for a in args]            # must outlive the launch call only:
+        pointers = (ctypes.c_void_p * max(len(values), 1))(      # the runtime copies arguments at launch
+            *[ctypes.addressof(v) for v in values])
+        self.rt.launch(kernel.handle, grid, block, shared_bytes, stream.handle, ctypes.addressof(pointers))
+
+    def close(self) -> None:
+        for module, _ in self._modules.values():
+            try:
+                self.rt.module_unload(module)
+            except BackendError as e:
+                self.advisories.append(f"module unload: {e}")
+        self._modules.clear()
+        self._kernels.clear()
+
+
+def _dim3(d) -> tuple[int, int, int]:
+    d = (d,) if isinstance(d, int) else tuple(d)
+    return tuple(int(x) for x in (d + (1, 1, 1))[:3])
+
+
+def _kernel_arg(backend: Backend, a):
+    if isinstance(a, DeviceBuffer):
+        backend._check_owned(a)
+        return ctypes.c_void_p(a.ptr)
+    if isinstance(a, np.generic):
+        return np.ctypeslib.as_ctypes_type(a.dtype)(a.item())
+    raise TypeError(f"kernel argument {a!r}: pass a DeviceBuffer or a numpy scalar (np.int32(...)) so the width is explicit")
