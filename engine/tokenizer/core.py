@@ -28,6 +28,7 @@ class Tokenizer:
         self._specials = special_token_table(vocab)
         self.stop_ids: frozenset[int] = stop_ids_of(vocab, self.token_to_id)
         self._piece_cache: list[bytes | None] = [None] * vocab.n_vocab
+        self._affixes: tuple[frozenset[str], frozenset[str]] | None = None
         if vocab.model == "gpt2":
             self._bpe = build_bpe(vocab, self.token_to_id)
         else:
@@ -68,6 +69,15 @@ class Tokenizer:
     def control_texts(self) -> list[str]:
         """Texts that special parsing turns into control tokens (longest first)."""
         return [text for text, _, is_control in self._specials if is_control]
+
+    def control_affixes(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(proper prefixes, proper suffixes) of all control texts; built on first use, then cached."""
+        if self._affixes is None:
+            texts = self.control_texts()
+            prefixes = frozenset(t[:k] for t in texts for k in range(1, len(t)))
+            suffixes = frozenset(t[k:] for t in texts for k in range(1, len(t)))
+            self._affixes = (prefixes, suffixes)
+        return self._affixes
 
     # ---- encode ------------------------------------------------------------------------------
     def encode(self, text: str, add_bos: bool | None = None, parse_special: bool = False,

@@ -37,6 +37,17 @@ def _as_list(value: Any) -> list:
     return value.tolist() if hasattr(value, "tolist") else list(value)
 
 
+def _as_typed_list(value: Any, kind: type, field: str) -> list:
+    """A list whose items are all `kind`; converts only when needed (262k-entry arrays are common)."""
+    items = _as_list(value)
+    if not all(type(item) is kind for item in items):
+        try:
+            items = [kind(item) for item in items]
+        except (TypeError, ValueError) as e:
+            raise InvalidModelError(f"entries must be {kind.__name__}: {e}", field=field) from None
+    return items
+
+
 @dataclass(frozen=True)
 class Vocab:
     model: str                      # "gpt2" (byte-level BPE) or "llama" (SentencePiece with scores)
@@ -82,23 +93,24 @@ def vocab_from_metadata(md: Mapping[str, Any]) -> Vocab:
     tokens = md.get("tokenizer.ggml.tokens")
     if tokens is None or len(tokens) == 0:
         raise InvalidModelError("the vocabulary is empty", field="tokenizer.ggml.tokens")
-    tokens = [str(t) for t in _as_list(tokens)]
+    tokens = _as_typed_list(tokens, str, "tokenizer.ggml.tokens")
     n = len(tokens)
 
     raw_types = md.get("tokenizer.ggml.token_type")
-    types = [int(t) for t in _as_list(raw_types)] if raw_types is not None else [TokenType.NORMAL] * n
+    types = (_as_typed_list(raw_types, int, "tokenizer.ggml.token_type") if raw_types is not None
+             else [int(TokenType.NORMAL)] * n)
     if len(types) != n:
         raise InvalidModelError(f"{len(types)} token types for {n} tokens", field="tokenizer.ggml.token_type")
 
     raw_scores = md.get("tokenizer.ggml.scores")
-    scores = [float(s) for s in _as_list(raw_scores)] if raw_scores is not None else None
+    scores = _as_typed_list(raw_scores, float, "tokenizer.ggml.scores") if raw_scores is not None else None
     if scores is not None and len(scores) != n:
         raise InvalidModelError(f"{len(scores)} scores for {n} tokens", field="tokenizer.ggml.scores")
     if model == "llama" and scores is None:
         raise InvalidModelError("a SentencePiece vocabulary needs scores", field="tokenizer.ggml.scores")
 
     raw_merges = md.get("tokenizer.ggml.merges")
-    merges = [str(m) for m in _as_list(raw_merges)] if raw_merges is not None else None
+    merges = _as_typed_list(raw_merges, str, "tokenizer.ggml.merges") if raw_merges is not None else None
     if model == "gpt2" and not merges:
         raise InvalidModelError("a BPE vocabulary needs merges", field="tokenizer.ggml.merges")
 
@@ -129,10 +141,10 @@ def special_token_table(vocab: Vocab) -> list[tuple[str, int, bool]]:
     longest UTF-8 text first. USER_DEFINED tokens are always split out; CONTROL/UNKNOWN only when
     special parsing is on (is_control=True marks those).
     """
-    wanted = (TokenType.CONTROL, TokenType.USER_DEFINED, TokenType.UNKNOWN)
-    table = [(text, i, ttype != TokenType.USER_DEFINED)
-             for i, (text, ttype) in enumerate(zip(vocab.tokens, vocab.types))
-             if ttype in wanted and text]
+    wanted = {int(TokenType.CONTROL), int(TokenType.USER_DEFINED), int(TokenType.UNKNOWN)}
+    tokens = vocab.tokens
+    table = [(tokens[i], i, ttype != TokenType.USER_DEFINED)
+             for i, ttype in enumerate(vocab.types) if ttype in wanted and tokens[i]]
     table.sort(key=lambda entry: -len(entry[0].encode("utf-8")))
     return table
 

@@ -1,0 +1,131 @@
+"""Prompt ids from a conversation (through the chat template) or from raw text, safely.
+
+Injection rule: control tokens (e.g. `<|im_start|>`) come only from the template's own text, never from
+message content. How: before rendering, every control-token text inside a message's content - and any
+partial one at its start or end that could join with template text - is replaced by a private marker
+(`\\ue000<nonce><n>\\ue001`). The rendered string is split around special tokens with special parsing on
+(markers cannot match one), then each marker is put back as plain text inside its raw fragment. Content
+without control text tokenizes exactly as llama.cpp tokenizes the whole rendered string, so ids match
+the references; content with control text gets the ids of that text as plain characters.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from engine.chat_template import ChatTemplate, chat_template_from_metadata
+from engine.errors import TemplateError
+from engine.tokenizer import Tokenizer, build_tokenizer
+
+log = logging.getLogger(__name__)
+
+_MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"
+
+
+def encode_raw(tokenizer: Tokenizer, text: str) -> list[int]:
+    """Raw completion prompt: BOS as the metadata says, control-token text stays plain text."""
+    return tokenizer.encode(text, parse_special=False)
+
+
+def normalize_messages(messages: Iterable[Any]) -> list[dict[str, Any]]:
+    """Dicts with role and content from mappings or objects with .role/.content (engine.api.ChatMessage)."""
+    out = []
+    for m in messages:
+        if isinstance(m, Mapping):
+            d = dict(m)
+        else:
+            d = {"role": getattr(m, "role"), "content": getattr(m, "content")}
+        if d.get("content") is None:
+            d["content"] = ""
+        if not isinstance(d.get("role"), str) or not isinstance(d["content"], str):
+            raise TemplateError("each message needs a string role and string content")
+        out.append(d)
+    return out
+
+
+class _Markers:
+    def __init__(self):
+        self.nonce = secrets.token_hex(4)
+        self.originals: list[str] = []
+        self.pattern = re.compile(f"{_MARK_OPEN}{self.nonce}(\\d+){_MARK_CLOSE}")
+
+    def wrap(self, text: str) -> str:
+        self.originals.append(text)
+        return f"{_MARK_OPEN}{self.nonce}{len(self.originals) - 1}{_MARK_CLOSE}"
+
+    def restore(self, fragment: str) -> str:
+        return self.pattern.sub(lambda m: self.originals[int(m.group(1))], fragment)
+
+
+def _defuse(content: str, tokenizer: Tokenizer, markers: _Markers) -> str:
+    """`content` with every control-token text (whole or cut at either end) replaced by a marker."""
+    pieces = []
+    for fragment in tokenizer.partition(content, parse_special=True):
+        if isinstance(fragment, int):
+            text = tokenizer.token_text(fragment)
+            pieces.append(markers.wrap(text) if tokenizer.is_control(fragment) else text)
+        else:
+            pieces.append(fragment)
+    if not pieces:
+        return content
+    prefixes, suffixes = tokenizer.control_affixes()
+    head, tail = pieces[0], pieces[-1]
+    if not head.startswith(_MARK_OPEN):
+        for k in range(min(len(head), 64), 0, -1):
+            if head[:k] in suffixes:
+                pieces[0] = markers.wrap(head[:k]) + head[k:]
+                break
+    tail = pieces[-1]
+    if not tail.endswith(_MARK_CLOSE):
+        for k in range(min(len(tail), 64), 0, -1):
+            if tail[-k:] in prefixes:
+                pieces[-1] = tail[:-k] + markers.wrap(tail[-k:])
+                break
+    return "".join(pieces)
+
+
+def encode_chat(tokenizer: Tokenizer, template: ChatTemplate | None, messages: Iterable[Any],
+                add_generation_prompt: bool = True) -> list[int]:
+    """Prompt ids for a conversation; BOS is added as the metadata says unless the template wrote it."""
+    if template is None:
+        raise TemplateError("this model has no chat template: use a raw completion prompt instead")
+    markers = _Markers()
+    safe = [{**m, "content": _defuse(m["content"], tokenizer, markers)} for m in normalize_messages(messages)]
+    rendered = template.render(safe, add_generation_prompt=add_generation_prompt)
+    fragments = tokenizer.partition(rendered, parse_special=True)
+    if markers.originals:
+        fragments = [markers.restore(f) if isinstance(f, str) else f for f in fragments]
+        if any(isinstance(f, str) and _MARK_OPEN + markers.nonce in f for f in fragments):
+            log.warning("the chat template cut a protected part of a message; it is kept as plain text")
+    ids = tokenizer.encode_fragments(fragments, add_bos=False)
+    if tokenizer.add_bos and not (ids and ids[0] == tokenizer.bos_id):
+        ids.insert(0, tokenizer.bos_id)
+    return ids
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    """What a loaded model needs to turn requests into prompt ids. `has_chat_template` false means the
+    model is completion-only: send raw prompts (`encode_raw`), not messages."""
+
+    tokenizer: Tokenizer
+    template: ChatTemplate | None
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any]) -> PromptFormat:
+        tokenizer = build_tokenizer(metadata)
+        return cls(tokenizer, chat_template_from_metadata(metadata, tokenizer))
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self.template is not None
+
+    def encode_chat(self, messages: Iterable[Any], add_generation_prompt: bool = True) -> list[int]:
+        return encode_chat(self.tokenizer, self.template, messages, add_generation_prompt)
+
+    def encode_raw(self, text: str) -> list[int]:
+        return encode_raw(self.tokenizer, text)
