@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The ONE script that runs every GPU test and GPU benchmark on the device machine.
+#   bash tests/gpu/run.sh        (results under $OUT, or ./gpu-out when $OUT is unset)
+# Installs carried wheels (.whl/*.whl) if any, runs the GPU + backend tests with junit/log output, the
+# probe report, then every tests/gpu/bench_*.py (add a benchmark by adding a file), and prints a summary.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-$PWD/gpu-out}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+export PYTHONUNBUFFERED=1 HALO_CACHE_DIR="${HALO_CACHE_DIR:-/tmp/halo-cache}" HALO_DATA_DIR="${HALO_DATA_DIR:-/tmp/halo-data}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+
+{ echo "== device"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
+  "$PY" -c 'import sys, numpy; print("python", sys.version.split()[0], "numpy", numpy.__version__)'
+  "$PY" -c 'import cuda.bindings as c; print("cuda.bindings", c.__version__)' 2>&1 || true; } | tee "$OUT/summary.txt"
+
+echo "== probe" | tee -a "$OUT/summary.txt"
+"$PY" -m engine.backends 2>&1 | tee "$OUT/probe.txt" | tee -a "$OUT/summary.txt"
+"$PY" -m engine.backends --json --no-self-test > "$OUT/probe.json" 2>&1
+
+echo "== tests" | tee -a "$OUT/summary.txt"
+"$PY" -m pytest tests/gpu tests/backend -m "gpu or not gpu" -p no:cacheprovider -rA -v -s \
+  --junitxml="$OUT/junit.xml" > "$OUT/pytest.log" 2>&1
+test_rc=$?
+grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|exit -?[0-9]+|self-test:|passed|failed" "$OUT/pytest.log" | tail -60 | tee -a "$OUT/summary.txt"
+
+echo "== benchmarks" | tee -a "$OUT/summary.txt"
+for bench in tests/gpu/bench_*.py; do
+  [ -e "$bench" ] || continue
+  echo "-- $bench" | tee -a "$OUT/summary.txt"
+  timeout 300 "$PY" "$bench" 2>&1 | tee -a "$OUT/bench.log" | tee -a "$OUT/summary.txt"
+done
+
+echo "== pytest exit code: $test_rc" | tee -a "$OUT/summary.txt"
+exit $test_rc
