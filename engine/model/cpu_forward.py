@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.model.blas import available_cores, set_blas_threads
 from engine.model.config import ModelConfig
 from engine.model.step import KVCache, StepInput
 from engine.model.weights import LayerWeights, Weights
@@ -62,9 +63,14 @@ class Rope:
 class CpuModel:
     """Config + read-only weights; `forward` is re-entrant (all run state lives in the KVCache passed in)."""
 
-    def __init__(self, config: ModelConfig, weights: Weights):
+    # Steps with fewer tokens are matrix-vector work, bound by memory: one BLAS thread streams the weights
+    # as fast as several and cannot be slowed by spinning threads on shared cores (see engine.model.blas).
+    MIN_TOKENS_FOR_THREADS = 32
+
+    def __init__(self, config: ModelConfig, weights: Weights, threads: int | None = None):
         self.config = config
         self.weights = weights
+        self.threads = threads or available_cores()     # BLAS threads for prefill-sized steps
         self.act = _ACTIVATIONS[config.activation]
         self._ropes = {}
         self.layer_rope = []
@@ -79,6 +85,7 @@ class CpuModel:
     def forward(self, step: StepInput, kv: KVCache) -> np.ndarray:
         """Runs one step (see engine.model.step for the contract). Returns logits [len(logits_indices), vocab]."""
         c, w = self.config, self.weights
+        set_blas_threads(self.threads if step.num_tokens >= self.MIN_TOKENS_FOR_THREADS else 1)
         x = w.token_embd[step.token_ids]                         # [T, E] (a copy)
         if c.embed_scale != 1.0:
             x *= np.float32(c.embed_scale)
