@@ -19,15 +19,20 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.api import Finished, GenerateRequest, LoadProgress, ModelInfo, TextDelta, Usage
-from engine.errors import EngineError
+from engine.errors import EngineError, RequestAborted
 
 DRAIN_INTERVAL_MS = 33
 
 
 def _default_engine_factory(backend: str, async_scheduling: bool):
-    from engine.engine import Engine   # imported late: starting the app must not wait for numpy & co.
+    import inspect
 
-    return Engine(backend=backend, async_scheduling=async_scheduling)
+    from engine.engine import Engine  # imported late: starting the app must not wait for numpy & co.
+
+    # The backend and async options arrive with the GPU work; pass them once the Engine takes them.
+    wanted = {"backend": backend, "async_scheduling": async_scheduling}
+    accepted = inspect.signature(Engine).parameters
+    return Engine(**{k: v for k, v in wanted.items() if k in accepted})
 
 
 class EngineClient(QObject):
@@ -43,17 +48,20 @@ class EngineClient(QObject):
     finished = Signal(object)                 # engine.api.Finished, exactly one per submitted request
 
     def __init__(self, backend: str = "auto", async_scheduling: bool = True,
-                 engine_factory: Callable | None = None, parent: QObject | None = None):
+                 engine_factory: Callable | None = None, engine=None, parent: QObject | None = None):
+        """`engine`: an existing Engine to talk to, which this client then does not shut down (tests
+        share one loaded engine between windows); otherwise `engine_factory(backend, async)` makes one."""
         super().__init__(parent)
         self._factory = engine_factory or _default_engine_factory
         self._backend = backend
         self._async = async_scheduling
-        self._engine = None
+        self._engine = engine
+        self._owns_engine = engine is None
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._load_future: Future | None = None
         self._loading_path = ""
         self._streams: set[str] = set()
-        self.model: ModelInfo | None = None
+        self.model: ModelInfo | None = getattr(engine, "model_info", None)
         self._timer = QTimer(self, interval=DRAIN_INTERVAL_MS)
         self._timer.timeout.connect(self._drain)
 
@@ -83,8 +91,9 @@ class EngineClient(QObject):
 
     def _retire_engine(self) -> None:
         engine, self._engine = self._engine, None
-        if engine is not None:
-            self.model = None
+        owned, self._owns_engine = self._owns_engine, True
+        self.model = None
+        if engine is not None and owned:
             # shutdown joins the engine thread: do it off the GUI thread.
             threading.Thread(target=engine.shutdown, name="engine-shutdown", daemon=True).start()
 
@@ -206,9 +215,12 @@ class EngineClient(QObject):
         try:
             info = future.result(timeout=0)
         except CancelledError:
+            self.model = getattr(self._engine, "model_info", None)
             self.loadCancelled.emit(path)
             return
         except Exception as e:   # noqa: BLE001
+            # The engine frees the old model before loading a new one: ask what is loaded now.
+            self.model = getattr(self._engine, "model_info", None)
             if _is_cancellation(e):
                 self.loadCancelled.emit(path)
             else:
@@ -224,15 +236,14 @@ class EngineClient(QObject):
         if engine is not None:
             for request_id in list(self._streams):
                 engine.abort(request_id)
-            engine.shutdown()
+            if self._owns_engine:
+                engine.shutdown()
         self._streams.clear()
 
 
 def _is_cancellation(e: BaseException) -> bool:
-    from engine import errors
-
-    cancelled = getattr(errors, "LoadCancelled", None)
-    return cancelled is not None and isinstance(e, cancelled)
+    # Engine.cancel_load makes the load's future fail with RequestAborted.
+    return isinstance(e, RequestAborted)
 
 
 def _error_finished(rid: str, e: BaseException) -> Finished:

@@ -1,0 +1,160 @@
+"""Sending, streaming, stopping and regenerating replies; the one place that writes replies to the store.
+
+Order of a turn (SAFETY.md): user message committed -> reply row "streaming" -> submit -> partial text
+saved every SAVE_INTERVAL_S -> final text and state ("complete", "stopped", "error") written at Finished.
+Streams of different conversations may run at once; the window only shows the current one.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from app.engine_client import EngineClient
+from app.settings import Sampling
+from app.store import Message, Store
+from engine.api import ChatMessage, Finished, GenerateRequest
+
+SAVE_INTERVAL_S = 0.5
+_STATE_FOR_REASON = {"stop": "complete", "length": "complete", "abort": "stopped", "error": "error"}
+# Test hook for the crash test: the process kills itself after this many delta signals of one reply.
+_KILL_AFTER_DELTAS = int(os.environ.get("HALO_TEST_KILL_AFTER_DELTAS", "0") or 0)
+
+
+@dataclass
+class Stream:
+    conversation_id: int
+    message_id: int
+    request_id: str
+    text: str = ""
+    saved_text: str = ""
+    deltas: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+class ChatController(QObject):
+    streamStarted = Signal(int, int)            # conversation id, reply message id
+    streamUpdated = Signal(int, int, str)       # conversation id, reply message id, whole text so far
+    streamFinished = Signal(int, int, object)   # conversation id, reply message id, Finished
+    userMessageAdded = Signal(int, object)      # conversation id, Message
+    conversationTitled = Signal(int, str)
+
+    def __init__(self, store: Store, client: EngineClient, parent: QObject | None = None):
+        super().__init__(parent)
+        self.store = store
+        self.client = client
+        self._by_request: dict[str, Stream] = {}
+        client.delta.connect(self._on_delta)
+        client.finished.connect(self._on_finished)
+        self._saver = QTimer(self, interval=int(SAVE_INTERVAL_S * 1000))
+        self._saver.timeout.connect(self.save_partials)
+        self.last_usage = None
+
+    # -- queries ----------------------------------------------------------------------------------
+    def stream_for(self, conversation_id: int) -> Stream | None:
+        return next((s for s in self._by_request.values() if s.conversation_id == conversation_id), None)
+
+    def streaming_conversations(self) -> set[int]:
+        return {s.conversation_id for s in self._by_request.values()}
+
+    # -- actions ----------------------------------------------------------------------------------
+    def send(self, conversation_id: int, text: str, sampling: Sampling, system_prompt: str) -> Message:
+        """Commits the user's message, then starts the reply. Returns the user's stored message."""
+        user = self.store.add_message(conversation_id, "user", text)
+        self.userMessageAdded.emit(conversation_id, user)
+        conv = self.store.conversation(conversation_id)
+        if conv.title == "New chat":
+            title = _title_from(text)
+            self.store.rename(conversation_id, title)
+            self.conversationTitled.emit(conversation_id, title)
+        self._start_reply(conversation_id, sampling, system_prompt)
+        return user
+
+    def regenerate(self, conversation_id: int, message_id: int, sampling: Sampling, system_prompt: str) -> None:
+        """Replaces the conversation's last reply (only the last one: nothing after it is lost)."""
+        messages = self.store.messages(conversation_id)
+        if not messages or messages[-1].id != message_id or messages[-1].role != "assistant":
+            raise ValueError("only the last reply of a conversation can be regenerated")
+        if self.stream_for(conversation_id) is not None:
+            return
+        self.store.delete_message(message_id)
+        self._start_reply(conversation_id, sampling, system_prompt)
+
+    def stop(self, conversation_id: int) -> None:
+        stream = self.stream_for(conversation_id)
+        if stream is not None:
+            self.client.abort(stream.request_id)
+
+    def stop_all(self) -> None:
+        for stream in list(self._by_request.values()):
+            self.client.abort(stream.request_id)
+
+    # -- streaming --------------------------------------------------------------------------------
+    def _start_reply(self, conversation_id: int, sampling: Sampling, system_prompt: str) -> None:
+        model = self.client.model
+        history = self.store.messages(conversation_id)
+        reply = self.store.begin_reply(conversation_id, model=model.name if model else "")
+        request = build_request(history, sampling, system_prompt,
+                                chat=model.has_chat_template if model else True)
+        stream = Stream(conversation_id, reply.id, request.request_id)
+        self._by_request[request.request_id] = stream
+        self._saver.start()
+        self.streamStarted.emit(conversation_id, reply.id)
+        self.client.submit(request)
+
+    def _on_delta(self, request_id: str, text: str) -> None:
+        stream = self._by_request.get(request_id)
+        if stream is None:
+            return
+        stream.text += text
+        stream.deltas += 1
+        self.streamUpdated.emit(stream.conversation_id, stream.message_id, stream.text)
+        if _KILL_AFTER_DELTAS and stream.deltas >= _KILL_AFTER_DELTAS:
+            self.save_partials()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def save_partials(self) -> None:
+        for stream in self._by_request.values():
+            if stream.text != stream.saved_text:
+                self.store.save_partial(stream.message_id, stream.text)
+                stream.saved_text = stream.text
+
+    def _on_finished(self, fin: Finished) -> None:
+        stream = self._by_request.pop(fin.request_id, None)
+        if stream is None:
+            return
+        state = _STATE_FOR_REASON.get(fin.reason, "complete")
+        usage = {"prompt_tokens": fin.usage.prompt_tokens, "generated_tokens": fin.usage.generated_tokens,
+                 "decode_tokens_per_s": fin.usage.decode_tokens_per_s,
+                 "time_to_first_token_s": fin.usage.time_to_first_token_s, "finish_reason": fin.reason}
+        self.store.finish_reply(stream.message_id, stream.text, state=state, usage=usage, error=fin.error or "")
+        if fin.reason != "error":
+            self.last_usage = fin.usage
+        if not self._by_request:
+            self._saver.stop()
+        self.streamFinished.emit(stream.conversation_id, stream.message_id, fin)
+
+
+def build_request(history: list[Message], sampling: Sampling, system_prompt: str, chat: bool = True
+                  ) -> GenerateRequest:
+    """Chat models get the whole conversation; base models (no template) continue the last user text."""
+    params = sampling.to_params()
+    if not chat:
+        last_user = next((m.content for m in reversed(history) if m.role == "user"), "")
+        return GenerateRequest(prompt=last_user, params=params)
+    messages: list[ChatMessage] = []
+    if system_prompt.strip():
+        messages.append(ChatMessage("system", system_prompt.strip()))
+    for m in history:
+        if m.role == "assistant" and (m.state == "error" or not m.content):
+            continue   # a failed or empty reply is not something the model said
+        messages.append(ChatMessage(m.role, m.content))
+    return GenerateRequest(messages=tuple(messages), params=params)
+
+
+def _title_from(text: str) -> str:
+    line = " ".join(text.split())
+    return line[:48] + ("…" if len(line) > 48 else "")

@@ -1,0 +1,52 @@
+"""Engine exceptions turned into what the user reads: a title, what happened, what to do, and whether
+running on the CPU instead would help. Dispatch is by type, never by message text."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine import errors
+
+
+@dataclass(frozen=True)
+class UserMessage:
+    title: str
+    body: str
+    offer_cpu: bool = False
+    offer_diagnostics: bool = False
+
+
+def describe(e: BaseException, what: str = "") -> UserMessage:
+    subject = f" {what}" if what else ""
+    if isinstance(e, errors.InvalidModelError):
+        return UserMessage(f"Cannot open{subject}: the file is damaged or not a valid GGUF model",
+                           f"{e}\n\nDownload the model again, or pick another file. Nothing else was changed.")
+    if isinstance(e, errors.UnsupportedModelError):
+        return UserMessage(f"{what or 'This model'} is not supported yet",
+                           f"{e}\n\nTry a model with a supported architecture (llama, gemma3, qwen2, qwen3).")
+    if isinstance(e, errors.OutOfDeviceMemoryError):
+        return UserMessage("Not enough GPU memory", f"{e}\n\nPick a smaller model or a shorter context, "
+                           "or continue on the CPU.", offer_cpu=True, offer_diagnostics=True)
+    if isinstance(e, errors.DeviceLostError):
+        return UserMessage("The GPU stopped responding", f"{e}\n\nThe conversation is safe. Reload the model, "
+                           "or continue on the CPU.", offer_cpu=True, offer_diagnostics=True)
+    if isinstance(e, errors.BackendUnavailableError):
+        return UserMessage("The selected GPU backend is not available here",
+                           f"{e}\n\nContinue on the CPU, or open Diagnostics to see why.",
+                           offer_cpu=True, offer_diagnostics=True)
+    if isinstance(e, errors.BackendError):
+        return UserMessage("The GPU reported an error", f"{e}\n\nContinue on the CPU, or open Diagnostics "
+                           "for a report to attach to a bug.", offer_cpu=True, offer_diagnostics=True)
+    if isinstance(e, errors.ContextOverflowError):
+        return UserMessage("The conversation is too long for the context window",
+                           f"{e}\n\nStart a new chat, or raise the context length in this chat's settings.")
+    if isinstance(e, errors.TemplateError):
+        return UserMessage("The model's chat template failed", str(e))
+    if isinstance(e, errors.ModelNotLoadedError):
+        return UserMessage("No model is loaded", "Open the model library (Ctrl+L) and load a model.")
+    if isinstance(e, errors.DownloadError):
+        return UserMessage("Download failed", str(e))
+    if isinstance(e, errors.EngineError):
+        return UserMessage("The engine reported an error", str(e))
+    return UserMessage("Something went wrong inside Halo Chat",
+                       f"{type(e).__name__}: {e}\n\nYour conversations are saved. Please report this with "
+                       "the Diagnostics report.", offer_diagnostics=True)

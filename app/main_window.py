@@ -1,0 +1,358 @@
+"""The main window: sidebar of conversations, the chat, the composer, menus and the status bar.
+
+It wires the parts; the logic lives in ChatController (turns and history), EngineClient (the engine),
+ModelLibrary (files) and the widgets. Model loading and errors are in app/window_models.py.
+"""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QPushButton,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.chat_controller import ChatController
+from app.engine_client import EngineClient
+from app.model_manager import ModelLibrary
+from app.settings import AppSettings, Sampling
+from app.store import Store
+from app.theme import app_icon, apply_theme
+from app.widgets.banner import Banner
+from app.widgets.chat_view import ChatView
+from app.widgets.composer import Composer
+from app.widgets.conversation_list import ConversationList
+from app.widgets.conversation_settings import ConversationSettingsDialog
+from app.widgets.load_bar import LoadBar
+from app.widgets.settings_dialog import SettingsDialog
+from app.window_models import ModelActions
+from app.window_status import StatusBar
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, store: Store, settings: AppSettings, client: EngineClient | None = None):
+        super().__init__()
+        self.store, self.settings = store, settings
+        self.client = client or EngineClient(settings.backend, settings.async_scheduling, parent=self)
+        self.chat = ChatController(store, self.client, self)
+        self.library = ModelLibrary(self)
+        self.current_id: int | None = None
+        self.setWindowTitle("Halo Chat")
+        self.setWindowIcon(app_icon())
+        self.resize(1180, 760)
+        self.setAcceptDrops(True)
+        self._build()
+        self.models = ModelActions(self)
+        self._build_menus()
+        self._connect()
+        self.refresh_conversations(select_first=True)
+        if store.recovered_interrupted:
+            self.status.flash(f"{store.recovered_interrupted} reply cut off last time is marked interrupted")
+
+    # -- layout -----------------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.sidebar = ConversationList()
+        self.sidebar.setMinimumWidth(220)
+        right = QWidget()
+        col = QVBoxLayout(right)
+        col.setContentsMargins(0, 0, 0, 0)
+        col.setSpacing(0)
+        top = QWidget()
+        top.setObjectName("TopBar")
+        top.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        tl = QHBoxLayout(top)
+        tl.setContentsMargins(20, 10, 16, 10)
+        self.title_label = QLabel()
+        self.title_label.setObjectName("ChatTitle")
+        tl.addWidget(self.title_label, 1)
+        self.model_button = QPushButton("No model loaded")
+        self.model_button.setToolTip("Model library (Ctrl+L)")
+        self.conv_settings_button = QPushButton("Chat settings")
+        self.conv_settings_button.setToolTip("System prompt and sampling for this conversation")
+        tl.addWidget(self.model_button)
+        tl.addWidget(self.conv_settings_button)
+        col.addWidget(top)
+        self.load_bar = LoadBar()
+        col.addWidget(self.load_bar)
+        self.banner = Banner()
+        banner_holder = QWidget()
+        bl = QVBoxLayout(banner_holder)
+        bl.setContentsMargins(16, 8, 16, 0)
+        bl.addWidget(self.banner)
+        self.banner_holder = banner_holder
+        col.addWidget(banner_holder)
+        self.chat_view = ChatView()
+        col.addWidget(self.chat_view, 1)
+        self.composer = Composer()
+        col.addWidget(self.composer)
+        splitter = QSplitter()
+        splitter.addWidget(self.sidebar)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([260, 920])
+        splitter.setHandleWidth(1)
+        self.setCentralWidget(splitter)
+        self.status = StatusBar(self)
+        self.setStatusBar(self.status)
+        self.banner.dismiss_button.clicked.connect(self._sync_banner_holder)
+        self._sync_banner_holder()
+
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        file = bar.addMenu("&File")
+        self.act_new = self._action(file, "New chat", QKeySequence.StandardKey.New, self.new_conversation)
+        self._action(file, "Open GGUF…", QKeySequence.StandardKey.Open, self.models.open_file_dialog)
+        self._action(file, "Model library…", "Ctrl+L", self.models.show_library)
+        self._action(file, "Unload model", None, self.models.unload)
+        file.addSeparator()
+        self._action(file, "Settings…", QKeySequence.StandardKey.Preferences, self.open_settings, "Ctrl+,")
+        file.addSeparator()
+        self._action(file, "Quit", QKeySequence.StandardKey.Quit, self.close, "Ctrl+Q")
+        chat = bar.addMenu("&Chat")
+        self._action(chat, "Rename…", "F2", lambda: self.rename_conversation(self.current_id))
+        self._action(chat, "Delete…", "Ctrl+Shift+Backspace", lambda: self.delete_conversation(self.current_id))
+        self._action(chat, "Chat settings…", "Ctrl+Shift+,", self.open_conversation_settings)
+        chat.addSeparator()
+        self._action(chat, "Regenerate last reply", "Ctrl+R", self.regenerate_last)
+        self.act_stop = self._action(chat, "Stop", None, self.stop)
+        self._action(chat, "Search titles", QKeySequence.StandardKey.Find,
+                     lambda: self.sidebar.search.setFocus())
+        help_menu = bar.addMenu("&Help")
+        self._action(help_menu, "Diagnostics…", None, self.open_diagnostics)
+        self._action(help_menu, "About Halo Chat", None, self._about)
+
+    def _action(self, menu, text, shortcut, slot, fallback: str | None = None) -> QAction:
+        act = QAction(text, self)
+        if shortcut is not None:
+            seq = QKeySequence(shortcut)   # a StandardKey is empty on platforms without a binding
+            act.setShortcut(QKeySequence(fallback) if seq.isEmpty() and fallback else seq)
+        act.triggered.connect(slot)
+        menu.addAction(act)
+        self.addAction(act)
+        return act
+
+    def _connect(self) -> None:
+        sb, c = self.sidebar, self.chat
+        sb.selected.connect(self.show_conversation)
+        sb.newRequested.connect(self.new_conversation)
+        sb.renameRequested.connect(self.rename_conversation)
+        sb.deleteRequested.connect(self.delete_conversation)
+        sb.searchChanged.connect(lambda _t: self.refresh_conversations())
+        self.composer.sendRequested.connect(self.send)
+        self.composer.stopRequested.connect(self.stop)
+        self.chat_view.regenerateRequested.connect(self.regenerate)
+        self.conv_settings_button.clicked.connect(self.open_conversation_settings)
+        self.model_button.clicked.connect(self.models.show_library)
+        c.userMessageAdded.connect(self._on_user_message)
+        c.streamStarted.connect(self._on_stream_started)
+        c.streamUpdated.connect(self._on_stream_updated)
+        c.streamFinished.connect(self._on_stream_finished)
+        c.conversationTitled.connect(lambda _cid, _t: self.refresh_conversations())
+
+    # -- conversations ----------------------------------------------------------------------------
+    def refresh_conversations(self, select_first: bool = False) -> None:
+        convs = self.store.conversations(self.sidebar.search.text())
+        if select_first and not convs and not self.sidebar.search.text():
+            convs = [self._create_conversation()]
+        current = self.current_id if any(c.id == self.current_id for c in convs) else None
+        if select_first and current is None and convs:
+            current = convs[0].id
+        self.sidebar.set_conversations(convs, current, self.chat.streaming_conversations())
+        if current is not None and current != self.current_id:
+            self.show_conversation(current)
+        if self.current_id is not None:
+            self.title_label.setText(self.store.conversation(self.current_id).title)
+
+    def _create_conversation(self):
+        return self.store.create_conversation(system_prompt=self.settings.system_prompt,
+                                              sampling=self.settings.sampling.to_dict())
+
+    def new_conversation(self) -> None:
+        self.sidebar.search.clear()
+        conv = self._create_conversation()
+        self.current_id = None
+        self.refresh_conversations()
+        self.sidebar.select(conv.id)
+        self.show_conversation(conv.id)
+        self.composer.edit.setFocus()
+
+    def show_conversation(self, conversation_id: int) -> None:
+        self.current_id = conversation_id
+        conv = self.store.conversation(conversation_id)
+        self.title_label.setText(conv.title)
+        self.chat_view.clear()
+        stream = self.chat.stream_for(conversation_id)
+        for m in self.store.messages(conversation_id):
+            text = stream.text if stream and m.id == stream.message_id else m.content
+            self.chat_view.add_message(m.id, m.role, text, m.state, m.error)
+        self.chat_view.scroll_to_bottom()
+        self._update_busy()
+        self.status.update_context(self)
+
+    def rename_conversation(self, conversation_id: int | None) -> None:
+        if conversation_id is None:
+            return
+        conv = self.store.conversation(conversation_id)
+        title, ok = QInputDialog.getText(self, "Rename conversation", "Title:", text=conv.title)
+        if ok:
+            self.store.rename(conversation_id, title)
+            self.refresh_conversations()
+
+    def delete_conversation(self, conversation_id: int | None) -> None:
+        if conversation_id is None:
+            return
+        conv = self.store.conversation(conversation_id)
+        answer = QMessageBox.question(
+            self, "Delete conversation",
+            f"Delete “{conv.title}” and all its messages?\nThis cannot be undone.",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Cancel)
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        self.chat.stop(conversation_id)
+        self.store.delete_conversation(conversation_id)
+        if conversation_id == self.current_id:
+            self.current_id = None
+        self.refresh_conversations(select_first=True)
+
+    def conversation_settings(self, conversation_id: int) -> tuple[str, Sampling]:
+        conv = self.store.conversation(conversation_id)
+        return conv.system_prompt, Sampling.from_dict(conv.sampling, self.settings.sampling)
+
+    def open_conversation_settings(self) -> None:
+        if self.current_id is None:
+            return
+        conv = self.store.conversation(self.current_id)
+        prompt, sampling = self.conversation_settings(self.current_id)
+        dlg = ConversationSettingsDialog(conv.title, prompt, sampling, self.settings.sampling,
+                                         self.settings.system_prompt, self)
+        if dlg.exec():
+            prompt, sampling = dlg.values()
+            self.store.set_conversation_settings(self.current_id, prompt, sampling.to_dict())
+
+    # -- turns ------------------------------------------------------------------------------------
+    def send(self, text: str) -> None:
+        if self.current_id is None:
+            self.new_conversation()
+        if self.client.model is None:
+            self.composer.edit.setPlainText(text)
+            self.models.explain_no_model()
+            return
+        prompt, sampling = self.conversation_settings(self.current_id)
+        self.chat.send(self.current_id, text, sampling, prompt)
+
+    def regenerate(self, message_id: int) -> None:
+        if self.current_id is None or self.client.model is None:
+            self.models.explain_no_model()
+            return
+        prompt, sampling = self.conversation_settings(self.current_id)
+        self.chat_view.remove_message(message_id)
+        self.chat.regenerate(self.current_id, message_id, sampling, prompt)
+
+    def regenerate_last(self) -> None:
+        views = self.chat_view.views()
+        if views and views[-1].role == "assistant" and self.chat.stream_for(self.current_id) is None:
+            self.regenerate(views[-1].message_id)
+
+    def stop(self) -> None:
+        if self.current_id is not None:
+            self.chat.stop(self.current_id)
+
+    def _on_user_message(self, conversation_id: int, message) -> None:
+        if conversation_id == self.current_id:
+            self.chat_view.add_message(message.id, "user", message.content)
+            self.chat_view.scroll_to_bottom()
+
+    def _on_stream_started(self, conversation_id: int, message_id: int) -> None:
+        if conversation_id == self.current_id:
+            self.chat_view.add_message(message_id, "assistant", "", "streaming")
+        self._update_busy()
+        self.refresh_conversations()
+
+    def _on_stream_updated(self, conversation_id: int, message_id: int, text: str) -> None:
+        if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
+            view.set_text(text)
+
+    def _on_stream_finished(self, conversation_id: int, message_id: int, fin) -> None:
+        if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
+            msg = self.store.message(message_id)
+            view.set_text(msg.content)
+            view.set_state(msg.state, msg.error)
+            if fin.usage.generated_tokens:
+                view.set_detail(f"{fin.usage.generated_tokens} tokens · {fin.usage.decode_tokens_per_s:.1f} tok/s")
+        if fin.reason == "error":
+            self.models.show_generation_error(fin.error or "unknown error")
+        self._update_busy()
+        self.refresh_conversations()
+        self.status.update_usage(fin.usage)
+        self.status.update_context(self)
+
+    def _update_busy(self) -> None:
+        busy = self.current_id is not None and self.chat.stream_for(self.current_id) is not None
+        self.composer.set_streaming(busy)
+        self.chat_view.set_busy(busy)
+
+    # -- settings, diagnostics --------------------------------------------------------------------
+    def open_settings(self) -> None:
+        dlg = SettingsDialog(self.settings, self)
+        if dlg.exec():
+            self.apply_settings(dlg)
+
+    def apply_settings(self, dlg: SettingsDialog) -> None:
+        before = (self.settings.backend, self.settings.async_scheduling, self.settings.model_folders)
+        dlg.apply()
+        apply_theme(QApplication.instance(), self.settings.theme)
+        if before[:2] != (self.settings.backend, self.settings.async_scheduling):
+            self.models.reconfigure_engine()
+        if before[2] != self.settings.model_folders:
+            self.library.scan(self.settings.model_folders)
+        self.status.update_engine(self)
+
+    def open_diagnostics(self) -> None:
+        """Opens app/diagnostics_view.py's DiagnosticsView when that module exists (built separately)."""
+        try:
+            from app import diagnostics_view
+        except ImportError:
+            QMessageBox.information(self, "Diagnostics", "The diagnostics view is not part of this build yet.")
+            return
+        view = diagnostics_view.DiagnosticsView(client=self.client, parent=self)
+        view.setWindowFlag(Qt.WindowType.Window, True)
+        view.show()
+        self._diagnostics = view
+
+    def _about(self) -> None:
+        QMessageBox.about(self, "About Halo Chat", "Halo Chat: chat with local language models on your own "
+                          "machine, with its own inference engine.")
+
+    def _sync_banner_holder(self) -> None:
+        self.banner_holder.setVisible(self.banner.isVisibleTo(self.banner_holder))
+
+    def show_banner(self, title: str, body: str, actions=()) -> None:
+        self.banner.show_message(title, body, actions)
+        self._sync_banner_holder()
+
+    # -- drag and drop ----------------------------------------------------------------------------
+    def dragEnterEvent(self, event) -> None:
+        if any(u.isLocalFile() for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:
+        paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
+        if paths:
+            event.acceptProposedAction()
+            self.models.open_path(paths[0])
+
+    def closeEvent(self, event) -> None:
+        self.chat.save_partials()
+        for conversation_id in list(self.chat.streaming_conversations()):
+            stream = self.chat.stream_for(conversation_id)
+            self.store.finish_reply(stream.message_id, stream.text, state="stopped")
+        self.client.shutdown()
+        super().closeEvent(event)

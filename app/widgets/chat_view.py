@@ -1,0 +1,107 @@
+"""The scrolling list of messages of one conversation. Follows the bottom while a reply streams, unless
+the user has scrolled up to read."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from app.widgets.message_view import MessageView
+
+MAX_TEXT_WIDTH = 820
+
+
+class ChatView(QScrollArea):
+    regenerateRequested = Signal(int)   # message id
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("ChatArea")
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        inner = QWidget()
+        self._column = QVBoxLayout(inner)
+        self._column.setContentsMargins(24, 16, 24, 16)
+        self._column.setSpacing(10)
+        self._column.addStretch(1)
+        self.setWidget(inner)
+        self._views: dict[int, MessageView] = {}
+        self._follow = True
+        self.verticalScrollBar().rangeChanged.connect(self._on_range_changed)
+        self.verticalScrollBar().valueChanged.connect(self._on_scrolled)
+
+        self.empty = QWidget()
+        self.empty.setObjectName("EmptyState")
+        e = QVBoxLayout(self.empty)
+        e.setContentsMargins(0, 60, 0, 0)
+        self.empty_title = QLabel("Start a conversation")
+        self.empty_title.setObjectName("EmptyTitle")
+        self.empty_title.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_hint = QLabel("Type a message below. Enter sends, Shift+Enter starts a new line.")
+        self.empty_hint.setObjectName("Muted")
+        self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_hint.setWordWrap(True)
+        e.addWidget(self.empty_title)
+        e.addWidget(self.empty_hint)
+        self._column.insertWidget(0, self.empty)
+
+    # -- content ----------------------------------------------------------------------------------
+    def clear(self) -> None:
+        for view in self._views.values():
+            view.setParent(None)
+            view.deleteLater()
+        self._views.clear()
+        self.empty.setVisible(True)
+        self._follow = True
+
+    def add_message(self, message_id: int, role: str, text: str, state: str = "complete",
+                    detail: str = "") -> MessageView:
+        view = MessageView(message_id, role, text, state, detail)
+        view.setMaximumWidth(MAX_TEXT_WIDTH)
+        view.regenerateRequested.connect(self.regenerateRequested)
+        self._column.insertWidget(self._column.count() - 1, view, 0, Qt.AlignmentFlag.AlignHCenter)
+        self._views[message_id] = view
+        self.empty.setVisible(False)
+        self._update_regenerate_buttons()
+        return view
+
+    def remove_message(self, message_id: int) -> None:
+        view = self._views.pop(message_id, None)
+        if view is not None:
+            view.setParent(None)
+            view.deleteLater()
+        self.empty.setVisible(not self._views)
+        self._update_regenerate_buttons()
+
+    def view(self, message_id: int) -> MessageView | None:
+        return self._views.get(message_id)
+
+    def views(self) -> list[MessageView]:
+        return list(self._views.values())
+
+    def set_busy(self, busy: bool) -> None:
+        self._busy = busy
+        self._update_regenerate_buttons()
+
+    def _update_regenerate_buttons(self) -> None:
+        # Only the last reply can be regenerated (no silent loss of later messages), and not mid-stream.
+        busy = getattr(self, "_busy", False)
+        views = list(self._views.values())
+        for i, v in enumerate(views):
+            if v.role == "assistant":
+                last = i == len(views) - 1
+                v.regenerate_button.setVisible(last)
+                v.set_regenerate_enabled(last and not busy)
+
+    # -- following the bottom ---------------------------------------------------------------------
+    def _on_scrolled(self, value: int) -> None:
+        bar = self.verticalScrollBar()
+        self._follow = value >= bar.maximum() - 24
+
+    def _on_range_changed(self, _min: int, maximum: int) -> None:
+        if self._follow:
+            self.verticalScrollBar().setValue(maximum)
+
+    def scroll_to_bottom(self) -> None:
+        self._follow = True
+        self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())

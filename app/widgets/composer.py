@@ -1,0 +1,76 @@
+"""Where the user types. Enter sends, Shift+Enter breaks the line, Esc stops a reply in progress."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+
+class ComposerEdit(QPlainTextEdit):
+    submitted = Signal()
+    escaped = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        key, mods = event.key(), event.modifiers()
+        if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if mods & Qt.KeyboardModifier.ShiftModifier:
+                self.insertPlainText("\n")
+            else:
+                self.submitted.emit()
+            return
+        if key == Qt.Key.Key_Escape:
+            self.escaped.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class Composer(QWidget):
+    sendRequested = Signal(str)
+    stopRequested = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(24, 6, 24, 12)
+        outer.setSpacing(4)
+        box = QFrame()
+        box.setObjectName("Composer")
+        row = QHBoxLayout(box)
+        row.setContentsMargins(8, 6, 8, 6)
+        self.edit = ComposerEdit()
+        self.edit.setPlaceholderText("Message the model…")
+        self.edit.setFixedHeight(64)
+        self.edit.setTabChangesFocus(True)
+        self.edit.submitted.connect(self._submit)
+        self.edit.escaped.connect(self.stopRequested)
+        row.addWidget(self.edit, 1)
+        self.send_button = QPushButton("Send")
+        self.send_button.setObjectName("Primary")
+        self.send_button.clicked.connect(self._submit)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Stop the reply (Esc)")
+        self.stop_button.clicked.connect(self.stopRequested)
+        self.stop_button.hide()
+        row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
+        row.addWidget(self.stop_button, 0, Qt.AlignmentFlag.AlignBottom)
+        outer.addWidget(box)
+        self.hint = QLabel("Enter to send · Shift+Enter for a new line · Esc to stop")
+        self.hint.setObjectName("Hint")
+        outer.addWidget(self.hint)
+        self._can_send = True
+
+    def set_streaming(self, streaming: bool) -> None:
+        self.send_button.setVisible(not streaming)
+        self.stop_button.setVisible(streaming)
+
+    def set_can_send(self, can: bool, why: str = "") -> None:
+        self._can_send = can
+        self.send_button.setEnabled(can)
+        self.send_button.setToolTip(why)
+
+    def _submit(self) -> None:
+        text = self.edit.toPlainText().strip()
+        if not text or not self._can_send or self.stop_button.isVisible():
+            return
+        self.edit.clear()
+        self.sendRequested.emit(text)

@@ -1,0 +1,166 @@
+"""One message in the chat: who said it, its Markdown text, its state, and Copy / Regenerate actions."""
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import (
+    QColor,
+    QFontDatabase,
+    QGuiApplication,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+)
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout
+
+from app.theme import current_colors
+
+STATE_TEXT = {
+    "interrupted": "Interrupted: the app stopped while this reply was being written",
+    "stopped": "Stopped",
+    "error": "Failed",
+    "streaming": "",
+    "complete": "",
+}
+
+
+class MarkdownView(QTextBrowser):
+    """A read-only Markdown view as tall as its content (the chat scroll area does the scrolling)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("MessageBody")
+        self.setOpenExternalLinks(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.document().setDocumentMargin(2)
+        self._markdown = ""
+
+    def set_markdown(self, text: str) -> None:
+        if text == self._markdown:
+            return
+        self._markdown = text
+        self.setMarkdown(text)
+        self._style_code_blocks()
+        self._fit_height()
+
+    def markdown(self) -> str:
+        return self._markdown
+
+    def _style_code_blocks(self) -> None:
+        # Qt's Markdown importer marks fenced/indented code blocks; give them a monospace font and a tint.
+        mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        tint = QColor(current_colors().get("code_bg", "#f3f4f6"))
+        doc = self.document()
+        block = doc.begin()
+        while block.isValid():
+            fmt = block.blockFormat()
+            if fmt.hasProperty(QTextBlockFormat.Property.BlockCodeFence) or fmt.nonBreakableLines():
+                cursor = QTextCursor(block)
+                bfmt = QTextBlockFormat()
+                bfmt.setBackground(tint)
+                bfmt.setLeftMargin(6)
+                cursor.mergeBlockFormat(bfmt)
+                cursor.select(QTextCursor.SelectionType.BlockUnderCursor)
+                cfmt = QTextCharFormat()
+                cfmt.setFont(mono)
+                cursor.mergeCharFormat(cfmt)
+            block = block.next()
+
+    def _fit_height(self) -> None:
+        doc = self.document()
+        doc.setTextWidth(max(50, self.viewport().width()))
+        m = self.contentsMargins()
+        height = int(doc.documentLayout().documentSize().height()) + m.top() + m.bottom() + 6
+        if height != self.height():
+            self.setFixedHeight(height)
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._fit_height()
+
+    def sizeHint(self) -> QSize:
+        return QSize(400, int(self.document().size().height()) + 4)
+
+
+class MessageView(QFrame):
+    """`message_id` is the store's row id; the chat view addresses updates with it."""
+
+    copyRequested = Signal(int)
+    regenerateRequested = Signal(int)
+
+    def __init__(self, message_id: int, role: str, text: str = "", state: str = "complete",
+                 detail: str = "", parent=None):
+        super().__init__(parent)
+        self.message_id = message_id
+        self.role = role
+        self.setObjectName("Message")
+        self.setProperty("role", role)
+        # Expanding: the chat column centres messages and lets them grow to its maximum width.
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(14, 10, 14, 8)
+        outer.setSpacing(4)
+
+        head = QHBoxLayout()
+        head.setSpacing(6)
+        who = QLabel("You" if role == "user" else "Assistant")
+        who.setObjectName("MessageRole")
+        head.addWidget(who)
+        self.state_badge = QLabel()
+        self.state_badge.setObjectName("StateBadge")
+        head.addWidget(self.state_badge)
+        head.addStretch(1)
+        self.detail_label = QLabel()
+        self.detail_label.setObjectName("Muted")
+        head.addWidget(self.detail_label)
+        self.copy_button = _flat_button("Copy", "Copy this message as Markdown")
+        self.copy_button.clicked.connect(self._copy)
+        head.addWidget(self.copy_button)
+        self.regenerate_button = _flat_button("Regenerate", "Write this reply again")
+        self.regenerate_button.clicked.connect(lambda: self.regenerateRequested.emit(self.message_id))
+        self.regenerate_button.setVisible(role == "assistant")
+        head.addWidget(self.regenerate_button)
+        outer.addLayout(head)
+
+        self.body = MarkdownView(self)
+        outer.addWidget(self.body)
+        self.set_text(text)
+        self.set_state(state, detail)
+
+    def text(self) -> str:
+        return self.body.markdown()
+
+    def set_text(self, text: str) -> None:
+        # While streaming an empty reply, show a quiet ellipsis so the row does not look broken.
+        self.body.set_markdown(text)
+
+    def set_state(self, state: str, detail: str = "") -> None:
+        self.state = state
+        label = STATE_TEXT.get(state, state)
+        if state == "error" and detail:
+            label = f"Failed: {detail.splitlines()[0]}"
+        self.state_badge.setText(label)
+        self.state_badge.setVisible(bool(label))
+        self.state_badge.setToolTip(detail)
+        self.detail_label.setText("writing…" if state == "streaming" else "")
+
+    def set_detail(self, text: str) -> None:
+        self.detail_label.setText(text)
+
+    def set_regenerate_enabled(self, enabled: bool) -> None:
+        self.regenerate_button.setEnabled(enabled)
+
+    def _copy(self) -> None:
+        QGuiApplication.clipboard().setText(self.text())
+        self.copyRequested.emit(self.message_id)
+
+
+def _flat_button(text: str, tip: str) -> QToolButton:
+    b = QToolButton()
+    b.setObjectName("Flat")
+    b.setText(text)
+    b.setToolTip(tip)
+    b.setCursor(Qt.CursorShape.PointingHandCursor)
+    return b

@@ -1,0 +1,201 @@
+"""The window's model actions: library dialog, open / drop a file, load with progress and cancel,
+the starter model on first run, and engine errors shown as a banner with what to do."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtWidgets import QFileDialog, QProgressDialog
+
+from app.error_messages import describe
+from app.library import ModelEntry, human_size
+from app.widgets.library_dialog import LibraryDialog
+from engine import model_store
+
+
+class ModelActions(QObject):
+    def __init__(self, window):
+        super().__init__(window)
+        self.w = window
+        self.library_dialog: LibraryDialog | None = None
+        self._pending_path = ""
+        c = window.client
+        c.loadStarted.connect(self._on_load_started)
+        c.loadProgress.connect(window.load_bar.set_progress)
+        c.loaded.connect(self._on_loaded)
+        c.loadFailed.connect(self._on_load_failed)
+        c.loadCancelled.connect(self._on_load_cancelled)
+        window.load_bar.cancelRequested.connect(c.cancel_load)
+        window.library.inspected.connect(self._on_inspected)
+        window.library.scanned.connect(self._on_scanned)
+        window.status.update_engine(window)
+
+    # -- library ----------------------------------------------------------------------------------
+    def show_library(self) -> None:
+        if self.library_dialog is None:
+            dlg = LibraryDialog(self.w.settings.sampling.context_length, self.w)
+            dlg.loadRequested.connect(self._load_from_library)
+            dlg.openRequested.connect(self.open_path)
+            dlg.addFolderRequested.connect(self._add_folder)
+            dlg.refreshRequested.connect(lambda: self.w.library.scan(self.w.settings.model_folders))
+            self.library_dialog = dlg
+        self.library_dialog.set_entries(self.w.library.entries, self._loaded_path())
+        self.w.library.scan(self.w.settings.model_folders)
+        self.library_dialog.show()
+        self.library_dialog.raise_()
+
+    def _on_scanned(self, entries: list[ModelEntry]) -> None:
+        if self.library_dialog is not None:
+            self.library_dialog.set_entries(entries, self._loaded_path())
+
+    def _add_folder(self, folder: str) -> None:
+        self.w.settings.model_folders = [*self.w.settings.model_folders, folder]
+        self.w.library.scan(self.w.settings.model_folders)
+
+    def _load_from_library(self, path: str) -> None:
+        if self.library_dialog is not None:
+            self.library_dialog.accept()
+        self.open_path(path)
+
+    def _loaded_path(self) -> str:
+        return self.w.client.model.path if self.w.client.model else ""
+
+    # -- opening a file ---------------------------------------------------------------------------
+    def open_file_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.w, "Open a GGUF model", "", "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.open_path(path)
+
+    def open_path(self, path: str) -> None:
+        """Reads the header off the GUI thread, then loads the model or says why it cannot."""
+        self._pending_path = str(path)
+        self.w.status.flash(f"Reading {Path(path).name}…")
+        self.w.library.inspect(str(path))
+
+    def _on_inspected(self, entry: ModelEntry) -> None:
+        if str(entry.path) != self._pending_path:
+            return
+        self._pending_path = ""
+        if not entry.ok:
+            self.w.show_banner(f"Cannot open {entry.path.name}", f"{entry.error}\n\nPick another GGUF file. "
+                               "Your conversations and the loaded model are unchanged.")
+            return
+        self.load(entry)
+
+    def load(self, entry: ModelEntry) -> None:
+        context = self.w.settings.sampling.context_length
+        self._loading_entry = entry
+        self.w.load_bar.start(entry.display_name, human_size(entry.memory_estimate(context)))
+        self.w.client.load(entry.path)
+
+    def load_path_now(self, path: str) -> None:
+        """For --model and tests: inspect on the calling thread (header only), then load."""
+        self._pending_path = str(path)
+        self._on_inspected(self.w.library._inspect_one(Path(path)))
+
+    def unload(self) -> None:
+        self.w.client.unload()
+        self._after_model_change()
+
+    # -- engine callbacks -------------------------------------------------------------------------
+    def _on_load_started(self, path: str) -> None:
+        self.w.model_button.setText(f"Loading {Path(path).stem}…")
+
+    def _on_loaded(self, info) -> None:
+        self.w.load_bar.hide()
+        self.w.settings.last_model = info.path
+        if self.w.banner.isVisible():
+            self.w.banner.hide()
+            self.w._sync_banner_holder()
+        self.w.status.flash(f"Loaded {info.name}")
+        self._after_model_change()
+
+    def _on_load_failed(self, path: str, error: Exception) -> None:
+        self.w.load_bar.hide()
+        msg = describe(error, Path(path).name)
+        actions = []
+        if msg.offer_cpu and self.w.client.backend != "cpu":
+            actions.append(("Continue on CPU", lambda: self.continue_on_cpu(path)))
+        if msg.offer_diagnostics:
+            actions.append(("Diagnostics…", self.w.open_diagnostics))
+        self.w.show_banner(msg.title, msg.body, tuple(actions))
+        self._after_model_change()
+
+    def _on_load_cancelled(self, path: str) -> None:
+        self.w.load_bar.hide()
+        self.w.status.flash(f"Loading {Path(path).name} was cancelled")
+        self._after_model_change()
+
+    def _after_model_change(self) -> None:
+        info = self.w.client.model
+        self.w.model_button.setText(f"{info.name}  ▾" if info else "Load a model  ▾")
+        self.w.status.update_engine(self.w)
+        self.w.status.update_context(self.w)
+
+    # -- errors and fallbacks ---------------------------------------------------------------------
+    def continue_on_cpu(self, path: str | None = None) -> None:
+        path = path or self._loaded_path() or self.w.settings.last_model
+        self.w.client.reconfigure("cpu", self.w.settings.async_scheduling)
+        if path:
+            self.open_path(path)
+
+    def reconfigure_engine(self) -> None:
+        path = self._loaded_path()
+        self.w.client.reconfigure(self.w.settings.backend, self.w.settings.async_scheduling)
+        if path:
+            self.open_path(path)
+
+    def show_generation_error(self, error: str) -> None:
+        actions = [("Diagnostics…", self.w.open_diagnostics)]
+        if self.w.client.backend != "cpu":
+            actions.insert(0, ("Continue on CPU", self.continue_on_cpu))
+        self.w.show_banner("The reply failed", f"{error}\n\nYour conversation is saved; try again, or continue "
+                           "on the CPU if the GPU is at fault.", tuple(actions))
+
+    def explain_no_model(self) -> None:
+        starter = model_store.find_local(model_store.STARTER)
+        if self.w.library.entries or starter:
+            self.w.show_banner("No model is loaded", "Load a model from the library to start chatting.",
+                               (("Model library…", self.show_library),))
+        else:
+            self.offer_starter()
+
+    def offer_starter(self) -> None:
+        size = human_size(model_store.STARTER.size)
+        self.w.show_banner("Welcome to Halo Chat", f"You have no models yet. Get the starter model "
+                           f"({model_store.STARTER.description}), or open a GGUF file you already have.",
+                           ((f"Download starter model ({size})", self.fetch_starter),
+                            ("Open GGUF…", self.open_file_dialog)))
+
+    def fetch_starter(self) -> None:
+        fetcher = StarterFetch(self)
+        dlg = QProgressDialog("Downloading the starter model…", "Hide", 0, 1000, self.w)
+        dlg.setWindowTitle("Starter model")
+        dlg.setWindowModality(Qt.WindowModality.WindowModal)
+        dlg.setMinimumDuration(0)
+        fetcher.progress.connect(lambda f, what: (dlg.setValue(int(f * 1000)), dlg.setLabelText(what)))
+        fetcher.done.connect(lambda path: (dlg.close(), self.open_path(path)))
+        fetcher.failed.connect(lambda e: (dlg.close(), self._on_load_failed(model_store.STARTER.filename, e)))
+        fetcher.start()
+        self._fetcher = fetcher
+
+
+class StarterFetch(QObject):
+    """engine.model_store.fetch on a thread; its progress and result come back as signals."""
+
+    progress = Signal(float, str)
+    done = Signal(str)
+    failed = Signal(object)
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="starter-fetch", daemon=True).start()
+
+    def _run(self) -> None:
+        def report(done: int, total: int, what: str) -> None:
+            self.progress.emit(done / total if total else 0.0, f"Downloading {what}: {human_size(done)}")
+
+        try:
+            self.done.emit(str(model_store.fetch(model_store.STARTER, progress=report)))
+        except Exception as e:   # noqa: BLE001 - shown in the window
+            self.failed.emit(e)

@@ -1,0 +1,79 @@
+"""GUI fixtures: every test gets its own history file and settings folder; windows share one real Engine
+with the starter model loaded once per session (loading takes seconds; generating a few greedy tokens
+does not)."""
+from __future__ import annotations
+
+import pytest
+from PySide6.QtWidgets import QApplication
+
+from app.engine_client import EngineClient
+from app.settings import AppSettings, Sampling, use_settings_dir
+from app.store import Store
+from app.theme import apply_theme
+
+# Greedy and short: deterministic replies that take well under a second on the CPU.
+FAST = Sampling(temperature=0.0, top_p=1.0, top_k=0, max_tokens=12, context_length=2048, seed=0)
+LONG = Sampling(temperature=0.0, top_p=1.0, top_k=0, max_tokens=400, context_length=2048, seed=0)
+
+
+@pytest.fixture(autouse=True)
+def isolated_user_dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("HALO_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("HALO_SETTINGS_DIR", raising=False)
+    use_settings_dir(tmp_path / "settings")
+    return tmp_path
+
+
+@pytest.fixture(scope="session")
+def shared_engine(smollm2_path):
+    from engine.engine import Engine
+
+    engine = Engine(max_context=2048)
+    engine.load(smollm2_path).result(timeout=120)
+    yield engine
+    engine.shutdown()
+
+
+@pytest.fixture
+def settings(isolated_user_dirs) -> AppSettings:
+    s = AppSettings()
+    s.sampling = FAST
+    s.theme = "light"
+    return s
+
+
+@pytest.fixture
+def db_path(isolated_user_dirs):
+    return isolated_user_dirs / "data" / "history.sqlite3"
+
+
+@pytest.fixture
+def make_window(qtbot, settings, db_path, shared_engine):
+    """make_window(engine=shared_engine) -> a shown MainWindow over this test's history file."""
+    from app.main_window import MainWindow
+
+    windows = []
+
+    def make(engine="shared", path=None):
+        apply_theme(QApplication.instance(), settings.theme)
+        client = EngineClient(engine=shared_engine) if engine == "shared" else None
+        window = MainWindow(Store(path or db_path), settings, client)
+        qtbot.addWidget(window)
+        window.show()
+        windows.append(window)
+        return window
+
+    yield make
+    for w in windows:
+        w.close()
+        w.store.close()
+
+
+def send(qtbot, window, text: str, timeout: int = 30_000):
+    """Types `text` and presses Enter; returns when the reply has finished."""
+    from PySide6.QtCore import Qt
+
+    window.composer.edit.setPlainText(text)
+    with qtbot.waitSignal(window.chat.streamFinished, timeout=timeout) as blocker:
+        qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return)
+    return blocker.args   # conversation id, message id, Finished

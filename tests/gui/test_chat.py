@@ -1,0 +1,117 @@
+"""Chatting through the real widgets with the real engine on the starter model."""
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+
+from tests.gui.conftest import LONG, send
+
+pytestmark = [pytest.mark.gui, pytest.mark.golden, pytest.mark.qt_log_ignore("propagateSizeHints")]
+
+
+def _use(window, sampling):
+    window.store.set_conversation_settings(window.current_id, "", sampling.to_dict())
+
+
+def test_send_shows_a_streamed_reply_and_saves_both_messages(qtbot, make_window, shared_engine):
+    w = make_window()
+    updates = []
+    w.chat.streamUpdated.connect(lambda cid, mid, text: updates.append(text))
+    _use(w, LONG.__class__(**{**LONG.to_dict(), "max_tokens": 40}))
+    _cid, mid, fin = send(qtbot, w, "Write one sentence about the sea.")
+    assert fin.reason in ("stop", "length")
+    assert len(updates) >= 2, "the reply should arrive in several coalesced pieces"
+    assert all(updates[i + 1].startswith(updates[i]) for i in range(len(updates) - 1))
+    view = w.chat_view.view(mid)
+    assert view.text() == updates[-1] and view.text().strip()
+    assert view.state == "complete" and not view.state_badge.isVisible()
+    stored = w.store.messages(w.current_id)
+    assert [(m.role, m.state) for m in stored] == [("user", "complete"), ("assistant", "complete")]
+    assert stored[0].content == "Write one sentence about the sea."
+    assert stored[1].content == view.text()
+    assert stored[1].usage["generated_tokens"] == fin.usage.generated_tokens
+    # the conversation took its title from the first message; the status bar shows the speed
+    assert w.store.conversation(w.current_id).title.startswith("Write one sentence")
+    assert "tok/s" in w.status.speed_label.text()
+    assert "Model: " in w.status.model_label.text() and "CPU" in w.status.backend_label.text()
+
+
+def test_escape_stops_a_reply_mid_stream(qtbot, make_window):
+    w = make_window()
+    _use(w, LONG)
+    w.composer.edit.setPlainText("Tell me a long story about a dragon.")
+    with qtbot.waitSignal(w.chat.streamUpdated, timeout=30_000):
+        qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
+    assert w.composer.stop_button.isVisible() and not w.composer.send_button.isVisible()
+    with qtbot.waitSignal(w.chat.streamFinished, timeout=10_000) as done:
+        qtbot.keyClick(w.composer.edit, Qt.Key.Key_Escape)
+    _cid, mid, fin = done.args
+    assert fin.reason == "abort"
+    assert fin.usage.generated_tokens < LONG.max_tokens
+    reply = w.store.message(mid)
+    assert reply.state == "stopped" and reply.content == w.chat_view.view(mid).text()
+    assert w.chat_view.view(mid).state_badge.text() == "Stopped"
+    assert w.composer.send_button.isVisible() and not w.composer.stop_button.isVisible()
+
+
+def test_regenerate_replaces_the_last_reply(qtbot, make_window):
+    w = make_window()
+    _cid, first_id, _fin = send(qtbot, w, "Name a color.")
+    first_text = w.store.message(first_id).content
+    button = w.chat_view.view(first_id).regenerate_button
+    assert button.isVisible() and button.isEnabled()
+    with qtbot.waitSignal(w.chat.streamFinished, timeout=30_000) as done:
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    new_id = done.args[1]
+    assert new_id != first_id and w.chat_view.view(first_id) is None
+    messages = w.store.messages(w.current_id)
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert messages[1].id == new_id
+    assert messages[1].content == first_text   # greedy: the same words again
+
+
+def test_switching_conversations_while_one_streams(qtbot, make_window):
+    w = make_window()
+    streaming_id = w.current_id
+    _use(w, LONG.__class__(**{**LONG.to_dict(), "max_tokens": 120}))
+    w.composer.edit.setPlainText("Count from one to fifty in words.")
+    with qtbot.waitSignal(w.chat.streamUpdated, timeout=30_000):
+        qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
+    qtbot.keyClick(w, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    other_id = w.current_id
+    assert other_id != streaming_id
+    assert w.chat_view.views() == [] and w.composer.send_button.isVisible()
+    qtbot.wait(200)   # the first reply keeps streaming in the background
+    w.sidebar.select(streaming_id)
+    assert w.current_id == streaming_id
+    reply_view = w.chat_view.views()[-1]
+    assert reply_view.role == "assistant"
+    stream = w.chat.stream_for(streaming_id)
+    if stream is not None:
+        assert reply_view.state == "streaming" and reply_view.text() == stream.text
+    qtbot.waitUntil(lambda: w.chat.stream_for(streaming_id) is None, timeout=60_000)
+    reply = w.store.messages(streaming_id)[-1]
+    assert reply.state == "complete" and reply.content == reply_view.text()
+    assert w.store.messages(other_id) == []
+
+
+def test_keyboard_shift_enter_newline_enter_sends_ctrl_n_new_chat(qtbot, make_window):
+    w = make_window()
+    edit = w.composer.edit
+    edit.setFocus()
+    qtbot.keyClicks(edit, "line one")
+    qtbot.keyClick(edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(edit, "line two")
+    assert edit.toPlainText() == "line one\nline two"
+    assert w.store.messages(w.current_id) == []
+    with qtbot.waitSignal(w.chat.streamFinished, timeout=30_000):
+        qtbot.keyClick(edit, Qt.Key.Key_Return)
+    assert edit.toPlainText() == ""
+    assert w.store.messages(w.current_id)[0].content == "line one\nline two"
+    before = len(w.store.conversations())
+    qtbot.keyClick(w, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert len(w.store.conversations()) == before + 1
+    assert w.sidebar.current_id() == w.current_id
+    # Ctrl+R regenerates the last reply of the current chat (none here: nothing happens)
+    qtbot.keyClick(w, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+    assert w.chat.streaming_conversations() == set()
