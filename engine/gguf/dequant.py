@@ -1,7 +1,7 @@
 """Dequantization to float32: one small vectorized function per type over (n_blocks, bytes_per_block).
 
-Each function takes a C-contiguous uint8 array of shape (n_blocks, bytes_per_block) and returns float32
-of shape (n_blocks, block_size). Arithmetic follows ggml's reference C (dequantize_row_*) step by step in
+Each function takes a uint8 array of shape (n_blocks, bytes_per_block) and writes float32 into `out` of
+shape (n_blocks, block_size) (its last operation writes there, saving a pass over the output). Arithmetic follows ggml's reference C (dequantize_row_*) step by step in
 float32 (no fused multiply-add), so results are bit-exact with it and with gguf.quants.
 """
 from __future__ import annotations
@@ -36,48 +36,48 @@ def _fifth_bits(qh: np.ndarray) -> np.ndarray:
     return (((word >> _BIT) & 1) << 4).astype(np.uint8)
 
 
-def _q4_0(b: np.ndarray) -> np.ndarray:
-    d = _f16(b[:, 0:2])
-    q = _nibbles(b[:, 2:18]).astype(np.int8) - np.int8(8)
-    return d * q.astype(np.float32)
+def _signed(codes: np.ndarray, offset: int) -> np.ndarray:
+    """uint8 codes (< 128) minus `offset`, as float32: subtract in int8 first, the cheapest width."""
+    return (codes.view(np.int8) - np.int8(offset)).astype(np.float32)
 
 
-def _q4_1(b: np.ndarray) -> np.ndarray:
-    d, m = _f16(b[:, 0:2]), _f16(b[:, 2:4])
-    return d * _nibbles(b[:, 4:20]).astype(np.float32) + m
+
+def _q4_0(b: np.ndarray, out: np.ndarray) -> None:
+    np.multiply(_f16(b[:, 0:2]), _signed(_nibbles(b[:, 2:18]), 8), out=out)
 
 
-def _q5_0(b: np.ndarray) -> np.ndarray:
-    d = _f16(b[:, 0:2])
-    q = (_nibbles(b[:, 6:22]) | _fifth_bits(b[:, 2:6])).astype(np.int8) - np.int8(16)
-    return d * q.astype(np.float32)
+def _q4_1(b: np.ndarray, out: np.ndarray) -> None:
+    np.multiply(_f16(b[:, 0:2]), _nibbles(b[:, 4:20]).astype(np.float32), out=out)
+    out += _f16(b[:, 2:4])
 
 
-def _q5_1(b: np.ndarray) -> np.ndarray:
-    d, m = _f16(b[:, 0:2]), _f16(b[:, 2:4])
-    q = _nibbles(b[:, 8:24]) | _fifth_bits(b[:, 4:8])
-    return d * q.astype(np.float32) + m
+def _q5_0(b: np.ndarray, out: np.ndarray) -> None:
+    np.multiply(_f16(b[:, 0:2]), _signed(_nibbles(b[:, 6:22]) | _fifth_bits(b[:, 2:6]), 16), out=out)
 
 
-def _q8_0(b: np.ndarray) -> np.ndarray:
-    d = _f16(b[:, 0:2])
-    return b[:, 2:34].view(np.int8).astype(np.float32) * d
+def _q5_1(b: np.ndarray, out: np.ndarray) -> None:
+    np.multiply(_f16(b[:, 0:2]), (_nibbles(b[:, 8:24]) | _fifth_bits(b[:, 4:8])).astype(np.float32), out=out)
+    out += _f16(b[:, 2:4])
 
 
-def _f32(b: np.ndarray) -> np.ndarray:
-    return b.view("<f4").astype(np.float32)
+def _q8_0(b: np.ndarray, out: np.ndarray) -> None:
+    np.multiply(b[:, 2:34].view(np.int8), _f16(b[:, 0:2]), out=out)
 
 
-def _f16_type(b: np.ndarray) -> np.ndarray:
-    return b.view(_F16).astype(np.float32)
+def _f32(b: np.ndarray, out: np.ndarray) -> None:
+    out[...] = b.view("<f4")
 
 
-def _bf16(b: np.ndarray) -> np.ndarray:
+def _f16_type(b: np.ndarray, out: np.ndarray) -> None:
+    out[...] = b.view(_F16)
+
+
+def _bf16(b: np.ndarray, out: np.ndarray) -> None:
     # bf16 is the top half of an f32: widen and shift into place
-    return (b.view("<u2").astype(np.uint32) << 16).view(np.float32)
+    np.left_shift(b.view("<u2"), 16, out=out.view(np.uint32), dtype=np.uint32)
 
 
-DECODERS: dict[GGMLType, Callable[[np.ndarray], np.ndarray]] = {
+DECODERS: dict[GGMLType, Callable[[np.ndarray, np.ndarray], None]] = {
     GGMLType.F32: _f32,
     GGMLType.F16: _f16_type,
     GGMLType.BF16: _bf16,
@@ -113,5 +113,5 @@ def dequantize(raw: np.ndarray, ggml_type: GGMLType, n_elements: int) -> np.ndar
     with np.errstate(invalid="ignore", over="ignore"):   # inf/NaN scales in a file decode as inf/NaN
         for start in range(0, n_blocks, _CHUNK_BLOCKS):
             stop = min(start + _CHUNK_BLOCKS, n_blocks)
-            out[start:stop] = decoder(blocks[start:stop])
+            decoder(blocks[start:stop], out[start:stop])
     return out.reshape(-1)

@@ -2,6 +2,7 @@
 
 Element order inside a super-block follows ggml's dequantize_row_q*_K; the comments give each layout.
 Arithmetic is float32 in the reference's order (scale products first), so results are bit-exact.
+Each decoder writes float32 into `out` of shape (n_blocks, 256) with its last operation.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _bits(mask: np.ndarray) -> np.ndarray:
     return ((mask.reshape(n, 1, 32) >> _SHIFT_1BIT) & 1).reshape(n, QK_K)
 
 
-def _q2_k(b: np.ndarray) -> np.ndarray:
+def _q2_k(b: np.ndarray, out: np.ndarray) -> None:
     # scales[16] (low nibble: scale, high nibble: min, per 16 elements) | qs[64] | d f16 | dmin f16
     n = b.shape[0]
     scales = b[:, 0:16]
@@ -41,7 +42,9 @@ def _q2_k(b: np.ndarray) -> np.ndarray:
     dl = (d * (scales & 0x0F).astype(np.float32)).reshape(n, 16, 1)
     ml = (dmin * (scales >> 4).astype(np.float32)).reshape(n, 16, 1)
     q = _crumbs(b[:, 16:80]).reshape(n, 16, 16).astype(np.float32)
-    return (dl * q - ml).reshape(n, QK_K)
+    out3 = out.reshape(n, 16, 16)
+    np.multiply(dl, q, out=out3)
+    out3 -= ml
 
 
 def _q3_k_scales(packed: np.ndarray) -> np.ndarray:
@@ -54,15 +57,15 @@ def _q3_k_scales(packed: np.ndarray) -> np.ndarray:
     return six_bit.astype(np.int8) - np.int8(32)
 
 
-def _q3_k(b: np.ndarray) -> np.ndarray:
+def _q3_k(b: np.ndarray, out: np.ndarray) -> None:
     # hmask[32] | qs[64] | scales[12] | d f16. q = low 2 bits - 4 where the hmask bit is 0.
     n = b.shape[0]
     d = _f16(b[:, 108:110])
     dl = (d * _q3_k_scales(b[:, 96:108]).astype(np.float32)).reshape(n, 16, 1)
-    low = _crumbs(b[:, 32:96]).astype(np.int8)
-    high_missing = (_bits(b[:, 0:32]) ^ 1).astype(np.int8) << 2
-    q = (low - high_missing).reshape(n, 16, 16).astype(np.float32)
-    return (dl * q).reshape(n, QK_K)
+    # low | hbit << 2 is in 0..7; minus 4 gives low - (hbit ? 0 : 4)
+    code = (_crumbs(b[:, 32:96]) | (_bits(b[:, 0:32]) << 2)).view(np.int8) - np.int8(4)
+    q = code.reshape(n, 16, 16).astype(np.float32)
+    np.multiply(dl, q, out=out.reshape(n, 16, 16))
 
 
 def _k4_scales_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -81,27 +84,29 @@ def _nibbles_k(qs: np.ndarray) -> np.ndarray:
     return ((qs.reshape(n, 4, 1, 32) >> _SHIFT_4BIT) & 0x0F).reshape(n, QK_K)
 
 
-def _scaled(b: np.ndarray, q: np.ndarray) -> np.ndarray:
+def _scaled(b: np.ndarray, q: np.ndarray, out: np.ndarray) -> None:
     """Shared tail of Q4_K / Q5_K: d f16 | dmin f16 | scales[12] at the start of each block."""
     n = b.shape[0]
     d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
     scales, mins = _k4_scales_mins(b[:, 4:16])
     dl = (d * scales.astype(np.float32)).reshape(n, 8, 1)
     ml = (dmin * mins.astype(np.float32)).reshape(n, 8, 1)
-    return (dl * q.reshape(n, 8, 32).astype(np.float32) - ml).reshape(n, QK_K)
+    out3 = out.reshape(n, 8, 32)
+    np.multiply(dl, q.reshape(n, 8, 32).astype(np.float32), out=out3)
+    out3 -= ml
 
 
-def _q4_k(b: np.ndarray) -> np.ndarray:
+def _q4_k(b: np.ndarray, out: np.ndarray) -> None:
     # d | dmin | scales[12] | qs[128]
-    return _scaled(b, _nibbles_k(b[:, 16:144]))
+    _scaled(b, _nibbles_k(b[:, 16:144]), out)
 
 
-def _q5_k(b: np.ndarray) -> np.ndarray:
+def _q5_k(b: np.ndarray, out: np.ndarray) -> None:
     # d | dmin | scales[12] | qh[32] | qs[128]; bit 4 of element e is (qh[e % 32] >> e // 32) & 1
-    return _scaled(b, _nibbles_k(b[:, 48:176]) | (_bits(b[:, 16:48]) << 4))
+    _scaled(b, _nibbles_k(b[:, 48:176]) | (_bits(b[:, 16:48]) << 4), out)
 
 
-def _q6_k(b: np.ndarray) -> np.ndarray:
+def _q6_k(b: np.ndarray, out: np.ndarray) -> None:
     # ql[128] | qh[64] | scales[16] int8 | d f16. For half h (128 elements), l in 0..31:
     #   elements 128h + 32k + l, k = 0..3: low nibble of ql[64h + l + 32*(k&1)] (high nibble when k >= 2),
     #   high 2 bits = (qh[32h + l] >> 2k) & 3; value minus 32; one scale per 16 elements.
@@ -109,10 +114,10 @@ def _q6_k(b: np.ndarray) -> np.ndarray:
     ql = b[:, 0:128].reshape(n, 2, 1, 64)
     low = ((ql >> _SHIFT_4BIT) & 0x0F).reshape(n, 2, 4, 32)             # k order: (nibble, ql half)
     high = ((b[:, 128:192].reshape(n, 2, 1, 32) >> _SHIFT_2BIT) & 3)    # (n, 2, 4, 32)
-    q = (low | (high << 4)).astype(np.int8) - np.int8(32)
+    q = ((low | (high << 4)).view(np.int8) - np.int8(32)).reshape(n, 16, 16).astype(np.float32)
     d = _f16(b[:, 208:210])
     dl = (d * b[:, 192:208].view(np.int8).astype(np.float32)).reshape(n, 16, 1)
-    return (dl * q.reshape(n, 16, 16).astype(np.float32)).reshape(n, QK_K)
+    np.multiply(dl, q, out=out.reshape(n, 16, 16))
 
 
 KQUANT_DECODERS = {
