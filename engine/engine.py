@@ -25,6 +25,7 @@ from engine.api import Event, Finished, GenerateRequest, LoadProgress, ModelInfo
 from engine.errors import ContextOverflowError, EngineError, ModelNotLoadedError, RequestAborted
 from engine.generation import Generation, encode_prompt
 from engine.model.step import KVCache, SequenceBlocks, StepInput
+from engine.prompt import PromptFormat
 
 DEFAULT_MAX_CONTEXT = 8192      # KV cache size cap (tokens); the model's trained context may be larger
 DEFAULT_PREFILL_CHUNK = 256     # prompt tokens per step: bounds attention scratch and abort latency
@@ -68,8 +69,7 @@ class RequestHandle:
 @dataclass
 class _Loaded:
     loaded: object              # engine.model.loader.LoadedModel
-    tokenizer: object
-    chat_template: str | None
+    prompt_format: PromptFormat
     kv: KVCache
     max_context: int
 
@@ -164,7 +164,6 @@ class Engine:
         if not future.set_running_or_notify_cancel():
             return
         from engine.model.loader import load_model
-        from engine.tokenizer import Tokenizer
 
         def on_progress(fraction: float, message: str) -> None:
             if self._cancel_load.is_set():
@@ -177,10 +176,10 @@ class Engine:
             self._model = None                       # free the old model before loading the new one
             self.model_info = None
             loaded = load_model(path, on_progress)
-            tokenizer = Tokenizer.from_metadata(loaded.metadata)
+            prompt_format = PromptFormat.from_metadata(loaded.metadata)
             max_context = min(loaded.config.context_length, self._max_context)
             kv = KVCache.allocate(loaded.config, num_blocks=-(-max_context // 16), block_size=16)
-            self._model = _Loaded(loaded, tokenizer, loaded.metadata.get("tokenizer.chat_template"), kv, max_context)
+            self._model = _Loaded(loaded, prompt_format, kv, max_context)
             self.model_info = loaded.info
             future.set_result(loaded.info)
         except BaseException as e:   # noqa: BLE001 - every failure goes to the caller's future
@@ -253,7 +252,7 @@ class Engine:
         try:
             if m is None:
                 raise ModelNotLoadedError("No model is loaded; load one before sending a request.")
-            prompt_ids = encode_prompt(m.tokenizer, m.chat_template, request)
+            prompt_ids = encode_prompt(m.prompt_format, request)
             if not prompt_ids:
                 raise EngineError("The prompt is empty.")
             if len(prompt_ids) >= m.max_context:
@@ -266,7 +265,8 @@ class Engine:
             message = str(e) if isinstance(e, EngineError) else f"{type(e).__name__}: {e}"
             self._finish_unstarted(request, "error", message)
             return None
-        generation = Generation(request, prompt_ids, m.tokenizer, m.tokenizer.stop_ids, m.max_context, self._emit)
+        tokenizer = m.prompt_format.tokenizer
+        generation = Generation(request, prompt_ids, tokenizer, tokenizer.stop_ids, m.max_context, self._emit)
         if request.params.max_tokens <= 0:
             generation.finish("length")
             return None

@@ -11,16 +11,15 @@ from collections.abc import Callable
 import numpy as np
 
 from engine.api import Event, Finished, FinishReason, GenerateRequest, TextDelta, Usage
+from engine.prompt import PromptFormat
 from engine.sampling import Sampler
 
 
-def encode_prompt(tokenizer, chat_template: str | None, request: GenerateRequest) -> list[int]:
+def encode_prompt(prompt_format: PromptFormat, request: GenerateRequest) -> list[int]:
     """Token ids of the request's prompt: messages through the model's chat template, or raw text."""
-    from engine import prompt
-
     if request.messages is not None:
-        return list(prompt.encode_chat(tokenizer, chat_template, list(request.messages)))
-    return list(prompt.encode_raw(tokenizer, request.prompt))
+        return prompt_format.encode_chat(request.messages)
+    return prompt_format.encode_raw(request.prompt)
 
 
 class StopStringMatcher:

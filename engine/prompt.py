@@ -38,7 +38,7 @@ def normalize_messages(messages: Iterable[Any]) -> list[dict[str, Any]]:
         if isinstance(m, Mapping):
             d = dict(m)
         else:
-            d = {"role": getattr(m, "role"), "content": getattr(m, "content")}
+            d = {"role": m.role, "content": m.content}
         if d.get("content") is None:
             d["content"] = ""
         if not isinstance(d.get("role"), str) or not isinstance(d["content"], str):

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
           f"chat template: {'yes' if fmt.has_chat_template else 'no (completion only)'}")
     print(f"open_gguf:                 {min(parse_s) * 1000:8.1f} ms (best of {args.repeat})")
     print(f"tokenizer+template build:  {min(build_s) * 1000:8.1f} ms")
-    print(f"open + build total:        {min(p + b for p, b in zip(parse_s, build_s)) * 1000:8.1f} ms")
+    print(f"open + build total:        {min(p + b for p, b in zip(parse_s, build_s, strict=False)) * 1000:8.1f} ms")
     print(f"encode {len(_SAMPLE):,} chars -> {len(ids):,} ids: {min(encode_s) * 1000:8.1f} ms")
 
 

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.path}")
     print(f"  {gguf.file_size / 1e6:.1f} MB, GGUF v{gguf.version}, {len(gguf.metadata)} keys, "
           f"{len(gguf.tensors)} tensors")
-    print(f"  open: first {opens[0] * 1e3:.1f} ms, best of {len(opens)} {min(opens) * 1e3:.1f} ms")
+    print(f"  open (ms): {', '.join(f'{t * 1e3:.0f}' for t in opens)}; best {min(opens) * 1e3:.1f}")
 
     per_type: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0, 0])   # bytes, elements, seconds, count
     for name, info in gguf.tensors.items():

@@ -9,9 +9,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .bpe import build_bpe, bpe_token_bytes
-from .spm import byte_token_ids, spm_encode
+from .bpe import bpe_token_bytes, build_bpe
 from .specials import partition
+from .spm import byte_token_ids, spm_encode
 from .vocab import TokenType, Vocab, check_ids, special_token_table, stop_ids_of, vocab_from_metadata
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -24,7 +24,7 @@ class Tokenizer:
 
     def __init__(self, vocab: Vocab):
         self.vocab = vocab
-        self.token_to_id: dict[str, int] = dict(zip(vocab.tokens, range(vocab.n_vocab)))  # last wins
+        self.token_to_id: dict[str, int] = dict(zip(vocab.tokens, range(vocab.n_vocab), strict=False))  # last wins
         self._specials = special_token_table(vocab)
         self.stop_ids: frozenset[int] = stop_ids_of(vocab, self.token_to_id)
         self._piece_cache: list[bytes | None] = [None] * vocab.n_vocab
