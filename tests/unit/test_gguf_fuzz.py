@@ -2,6 +2,7 @@
 bounded memory. Mutations start from a small valid model so they reach deep into the parser."""
 from __future__ import annotations
 
+import atexit
 import os
 import tempfile
 import tracemalloc
@@ -20,6 +21,7 @@ MEMORY_CAP = 32 << 20       # bytes of Python/numpy allocations one open may mak
 
 _fd, _PATH = tempfile.mkstemp(suffix=".gguf")
 os.close(_fd)
+atexit.register(os.unlink, _PATH)   # one file rewritten per example: hypothesis and tmp_path do not mix
 
 
 def loads_or_refuses(data: bytes) -> None:
