@@ -1,11 +1,12 @@
 """Shared plumbing for the two Python bindings (cuda-python, hip-python) whose calls return `(status, *values)`."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from ...errors import KernelCompileError
 from .binding import RuntimeBinding
 from .discovery import path_from_maps
 from .status import make_error
-from pathlib import Path
 
 
 def as_text(value) -> str:
