@@ -141,7 +141,7 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
         self.globals.pop("lipsum", None)
         self.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
         self.filters["tojson"] = _tojson
-        self.filters = {name: self._guard_filter(f) for name, f in self.filters.items()}
+        self.filters = {name: self._guard_filter(name, f) for name, f in self.filters.items()}
 
     def checked_value(self, value: Any) -> Any:
         return _checked(value, self.max_chars)
@@ -149,8 +149,7 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
     def unsafe_undefined(self, obj: Any, attribute: str):
         raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe")
 
-    def _guard_filter(self, func):
-        name = getattr(func, "__name__", "")
+    def _guard_filter(self, name: str, func):
 
         @functools.wraps(func)          # keeps jinja's pass_context/pass_environment marks
         def guarded(*args, **kwargs):

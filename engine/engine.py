@@ -217,17 +217,20 @@ class Engine:
 
     # ---- one step: schedule -> execute -> update --------------------------------------------------
     def _step(self) -> None:
-        scheduled = self._schedule()
-        if scheduled is None:
-            return
-        generation, step, samples = scheduled
+        generation = None
         try:
+            scheduled = self._schedule()
+            if scheduled is None:
+                return
+            generation, step, samples = scheduled
             logits = self._model.loaded.model.forward(step, self._model.kv)      # [1, vocab]
             if samples:
                 generation.on_logits(logits[0])
         except Exception as e:   # noqa: BLE001 - a failed step fails its request, never the engine
-            generation.finish("error", error=f"Generation failed: {type(e).__name__}: {e}")
-        if generation.finished:
+            generation = generation or (self._running[0] if self._running else None)
+            if generation is not None:
+                generation.finish("error", error=f"Generation failed: {type(e).__name__}: {e}")
+        if generation is not None and generation.finished:
             self._running = None
 
     def _schedule(self) -> tuple[Generation, StepInput, bool] | None:
@@ -248,6 +251,7 @@ class Engine:
         return generation, blocks.step([generation.output_ids[-1]]), True
 
     def _admit(self, request: GenerateRequest) -> tuple[Generation, SequenceBlocks] | None:
+        """Encodes and checks a request; on any problem it finishes with reason "error" and returns None."""
         m = self._model
         try:
             if m is None:
@@ -261,15 +265,13 @@ class Engine:
                     f"shorten the conversation or the prompt.")
             if max(prompt_ids) >= m.loaded.config.vocab_size or min(prompt_ids) < 0:
                 raise EngineError("The prompt has token ids outside the model's vocabulary.")
-        except Exception as e:   # noqa: BLE001
-            message = str(e) if isinstance(e, EngineError) else f"{type(e).__name__}: {e}"
+            tokenizer = m.prompt_format.tokenizer
+            generation = Generation(request, prompt_ids, tokenizer, tokenizer.stop_ids, m.max_context, self._emit)
+            if request.params.max_tokens <= 0:
+                generation.finish("length")
+                return None
+        except Exception as e:   # noqa: BLE001 - a bad request fails alone
+            message = str(e) if isinstance(e, EngineError) else f"Invalid request: {type(e).__name__}: {e}"
             self._finish_unstarted(request, "error", message)
             return None
-        tokenizer = m.prompt_format.tokenizer
-        generation = Generation(request, prompt_ids, tokenizer, tokenizer.stop_ids, m.max_context, self._emit)
-        if request.params.max_tokens <= 0:
-            generation.finish("length")
-            return None
-        blocks = SequenceBlocks(m.kv)
-        return generation, blocks
-
+        return generation, SequenceBlocks(m.kv)

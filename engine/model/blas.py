@@ -57,3 +57,14 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:          # Windows, macOS
         return os.cpu_count() or 1
+
+
+def default_threads() -> int:
+    """BLAS threads for compute-bound steps: HALO_CPU_THREADS if set (0 or "all": every core), else 1."""
+    value = os.environ.get("HALO_CPU_THREADS", "1").strip().lower()
+    if value in ("0", "all"):
+        return available_cores()
+    try:
+        return max(1, int(value))
+    except ValueError:
+        return 1

@@ -6,14 +6,13 @@ import threading
 import time
 
 import pytest
+from test_tokenizer import bpe_metadata
 
 from engine.api import ChatMessage
 from engine.chat_template import ChatTemplate, chat_template_from_metadata
 from engine.errors import TemplateError
 from engine.prompt import PromptFormat, encode_chat, encode_raw
 from engine.tokenizer import build_tokenizer
-
-from test_tokenizer import bpe_metadata
 
 CHATML = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
           "{{ '<|im_start|>system\\nYou are helpful<|im_end|>\\n' }}{% endif %}"
