@@ -28,7 +28,12 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture(scope="module")
 def backend(backend_name, tmp_path_factory):
     import os
+    before = os.environ.get("HALO_CACHE_DIR")
     os.environ["HALO_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
     b = registry.create(backend_name)
     yield b
     b.close()
+    if before is None:
+        os.environ.pop("HALO_CACHE_DIR", None)
+    else:
+        os.environ["HALO_CACHE_DIR"] = before

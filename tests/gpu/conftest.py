@@ -22,5 +22,10 @@ def gpu_name(request, tmp_path_factory):
     result = gpu_probe(request.param)
     if not result.available:
         pytest.skip(f"{request.param}: {result.reason}")
+    before = os.environ.get("HALO_CACHE_DIR")
     os.environ["HALO_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
-    return request.param
+    yield request.param
+    if before is None:
+        os.environ.pop("HALO_CACHE_DIR", None)
+    else:
+        os.environ["HALO_CACHE_DIR"] = before
