@@ -29,7 +29,6 @@ import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-
 DATA_DIR = Path(__file__).resolve().parents[1] / "golden" / "data"
 PROMPT_LEN = 24        # longer than gemma3's sliding window (8) so both layer kinds differ
 GREEDY_STEPS = 8
