@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 from pathlib import Path
 
 from . import model_store
+from .api import ChatMessage, Finished, GenerateRequest, SamplingParams
 from .errors import EngineError
 
 
@@ -28,6 +31,144 @@ def cmd_fetch(args) -> int:
     return 0
 
 
+def resolve_model(args) -> Path:
+    """--starter, a known model key (e.g. gemma3-270m: fetched if missing), or a file path."""
+    if getattr(args, "starter", False):
+        return model_store.fetch()
+    spec = args.model
+    if spec is None:
+        raise EngineError("Give a model: a .gguf path, a known model key, or --starter.")
+    if spec in model_store.KNOWN_MODELS:
+        return model_store.fetch(model_store.KNOWN_MODELS[spec])
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise EngineError(f"{path} is not a file; known model keys: {', '.join(model_store.KNOWN_MODELS)}")
+    return path
+
+
+def cmd_inspect(args) -> int:
+    from .gguf import open_gguf
+    from .model.config import ModelConfig
+    from .model.loader import model_info, type_histogram
+
+    path = resolve_model(args)
+    with open_gguf(path) as gguf:
+        info = model_info(path, gguf)
+        hist = type_histogram(gguf)
+        meta = gguf.metadata
+        print(f"file:          {path} ({info.file_size / 1e6:.1f} MB)")
+        print(f"name:          {info.name}")
+        print(f"architecture:  {info.architecture}")
+        print(f"parameters:    {info.parameters:,}")
+        print(f"quantization:  {info.quantization}")
+        print(f"context:       {info.context_length}")
+        print(f"chat template: {'yes' if info.has_chat_template else 'no (completion only)'}")
+        print(f"tokenizer:     {meta.get('tokenizer.ggml.model')} ({len(meta.get('tokenizer.ggml.tokens', []))} tokens)")
+        print("tensor types:  " + ", ".join(f"{k} x{v}" for k, v in sorted(hist.items(), key=lambda kv: -kv[1])))
+        try:
+            c = ModelConfig.from_metadata(meta)
+            print(f"layers {c.n_layers}, embd {c.n_embd}, heads {c.n_head}/{c.n_head_kv} kv of {c.head_dim}, "
+                  f"ffn {c.n_ff}, vocab {c.vocab_size}, rope {c.rope_style} theta {c.rope_theta[-1]:g}"
+                  + (f", sliding window {c.sliding_window}" if c.sliding_window else ""))
+        except EngineError as e:
+            print(f"runs here:     no - {e}")
+    return 0
+
+
+def _sampling(args) -> SamplingParams:
+    if args.temperature <= 0:
+        return SamplingParams.greedy(max_tokens=args.max_tokens, seed=args.seed, top_logits=args.top_logits)
+    return SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed,
+                          top_logits=args.top_logits)
+
+
+def _load(engine, path: Path, quiet: bool) -> None:
+    last = [-1]
+
+    def progress(p):
+        quarter = int(p.fraction * 4)
+        if not quiet and quarter != last[0]:
+            last[0] = quarter
+            print(f"\rloading {path.name}: {quarter * 25:3d}%", end="", file=sys.stderr, flush=True)
+
+    engine.load(path, progress=progress).result()
+    if not quiet:
+        print(file=sys.stderr)
+
+
+def cmd_generate(args) -> int:
+    from .engine import Engine
+
+    path = resolve_model(args)
+    if args.raw:
+        request = GenerateRequest(prompt=args.prompt, params=_sampling(args))
+    else:
+        messages = ((ChatMessage("system", args.system),) if args.system else ()) + (ChatMessage("user", args.prompt),)
+        request = GenerateRequest(messages=messages, params=_sampling(args))
+    engine = Engine()
+    try:
+        _load(engine, path, quiet=args.json)
+        parts = []
+        fin: Finished | None = None
+        for event in engine.submit(request).events():
+            if isinstance(event, Finished):
+                fin = event
+            else:
+                parts.append(event.text)
+                if not args.json:
+                    print(event.text, end="", flush=True)
+    finally:
+        engine.shutdown()
+    if args.json:
+        print(json.dumps({
+            "prompt_token_ids": list(fin.prompt_token_ids), "generated_token_ids": list(fin.output_token_ids),
+            "text": "".join(parts), "finish_reason": fin.reason,
+            "first_top_logits": [[i, v] for i, v in fin.first_top_logits], "error": fin.error,
+            "usage": vars(fin.usage)}))
+    else:
+        print()
+        u = fin.usage
+        print(f"[{fin.reason}; {u.prompt_tokens} prompt + {u.generated_tokens} generated tokens; first token "
+              f"{u.time_to_first_token_s * 1000:.0f} ms; {u.decode_tokens_per_s:.1f} tok/s]", file=sys.stderr)
+    if fin.reason == "error":
+        print(f"error: {fin.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_chat(args) -> int:
+    from .cli_chat import run_chat
+
+    return run_chat(resolve_model(args), _sampling(args), args.system)
+
+
+def cmd_bench(args) -> int:
+    from .bench import as_dict, format_result, run_bench
+
+    start = time.perf_counter()
+    result = run_bench(resolve_model(args), args.prompt_tokens, args.decode_tokens, args.repeat)
+    print(json.dumps(as_dict(result)) if args.json else format_result(result))
+    if not args.json:
+        print(f"(bench took {time.perf_counter() - start:.1f} s)", file=sys.stderr)
+    return 0
+
+
+def _model_args(p: argparse.ArgumentParser, positional: bool) -> None:
+    if positional:
+        p.add_argument("model", nargs="?", help="a .gguf path or a known model key")
+    else:
+        p.add_argument("--model", "-m", help="a .gguf path or a known model key")
+    p.add_argument("--starter", action="store_true", help="use the starter model (fetched if missing)")
+
+
+def _sampling_args(p: argparse.ArgumentParser, temperature: float) -> None:
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=temperature, help="0: greedy")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--top-logits", type=int, default=0, help="report the first step's top-K logits")
+    p.add_argument("--system", help="system message (chat models)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m engine", description="Halo Chat engine")
     sub = p.add_subparsers(dest="command", required=True)
@@ -37,6 +178,31 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--dir", help="models folder (default: the user's models folder)")
     f.add_argument("--wheels", help="folder of already-downloaded wheels to use instead of the network")
     f.set_defaults(func=cmd_fetch)
+
+    i = sub.add_parser("inspect", help="summarize a model file's metadata")
+    _model_args(i, positional=True)
+    i.set_defaults(func=cmd_inspect)
+
+    g = sub.add_parser("generate", help="generate one reply (or a raw completion)")
+    _model_args(g, positional=False)
+    g.add_argument("--prompt", "-p", required=True)
+    g.add_argument("--raw", action="store_true", help="the prompt is raw text, not a user message")
+    g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    _sampling_args(g, temperature=0.0)
+    g.set_defaults(func=cmd_generate)
+
+    c = sub.add_parser("chat", help="interactive chat (/exit to quit, Ctrl-C stops a reply)")
+    _model_args(c, positional=True)
+    _sampling_args(c, temperature=0.7)
+    c.set_defaults(func=cmd_chat)
+
+    b = sub.add_parser("bench", help="load time, prefill and decode speed, time to first token, peak RSS")
+    _model_args(b, positional=False)
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--prompt-tokens", type=int, default=128)
+    b.add_argument("--decode-tokens", type=int, default=64)
+    b.add_argument("--repeat", type=int, default=1, help="runs; the best is reported")
+    b.set_defaults(func=cmd_bench)
     return p
 
 

@@ -1,0 +1,61 @@
+"""`python -m engine chat`: an interactive streaming REPL over the Engine. /exit quits; Ctrl-C stops a reply."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .api import ChatMessage, Finished, GenerateRequest, SamplingParams
+from .engine import Engine
+
+
+def run_chat(path: Path, params: SamplingParams, system: str | None) -> int:
+    engine = Engine()
+    try:
+        info = engine.load(path).result()
+        mode = "chat" if info.has_chat_template else "completion (no chat template: each line is continued)"
+        print(f"{info.name} ({info.architecture}, {info.quantization}) - {mode}. /exit to quit, Ctrl-C stops a reply.")
+        history: list[ChatMessage] = [ChatMessage("system", system)] if system else []
+        while True:
+            try:
+                line = input("> ")
+            except (EOFError, KeyboardInterrupt):
+                print()
+                return 0
+            if line.strip() in ("/exit", "/quit"):
+                return 0
+            if not line.strip():
+                continue
+            if info.has_chat_template:
+                history.append(ChatMessage("user", line))
+                request = GenerateRequest(messages=tuple(history), params=params)
+            else:
+                request = GenerateRequest(prompt=line, params=params)
+            reply = _stream(engine, request)
+            if info.has_chat_template:
+                history.append(ChatMessage("assistant", reply))
+    finally:
+        engine.shutdown()
+
+
+def _stream(engine: Engine, request: GenerateRequest) -> str:
+    handle = engine.submit(request)
+    parts: list[str] = []
+    events = handle.events()
+    while True:
+        try:
+            event = next(events)
+        except StopIteration:
+            break
+        except KeyboardInterrupt:
+            handle.abort()             # the generator is still usable: keep draining to the Finished event
+            continue
+        if isinstance(event, Finished):
+            if event.reason == "error":
+                print(f"\n[error: {event.error}]", file=sys.stderr)
+            elif event.reason == "abort":
+                print("\n[stopped]", file=sys.stderr)
+            break
+        parts.append(event.text)
+        print(event.text, end="", flush=True)
+    print()
+    return "".join(parts)
