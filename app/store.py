@@ -25,7 +25,7 @@ DB_NAME = "history.sqlite3"
 
 _SCHEMA_V1 = """
 CREATE TABLE conversations (
-    id            INTEGER PRIMARY KEY,
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
     title         TEXT    NOT NULL,
     created_at    REAL    NOT NULL,
     updated_at    REAL    NOT NULL,
@@ -33,7 +33,8 @@ CREATE TABLE conversations (
     sampling_json TEXT    NOT NULL DEFAULT '{}'
 );
 CREATE TABLE messages (
-    id              INTEGER PRIMARY KEY,
+    -- AUTOINCREMENT: a regenerated reply never takes the id of the one it replaced
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
     conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
     role            TEXT    NOT NULL CHECK (role IN ('user', 'assistant')),
     content         TEXT    NOT NULL,

@@ -56,7 +56,7 @@ class ChatView(QScrollArea):
 
     def add_message(self, message_id: int, role: str, text: str, state: str = "complete",
                     detail: str = "") -> MessageView:
-        view = MessageView(message_id, role, text, state, detail)
+        view = MessageView(message_id, role, text, state, detail, parent=self.widget())
         view.setMaximumWidth(MAX_TEXT_WIDTH)
         view.regenerateRequested.connect(self.regenerateRequested)
         self._column.insertWidget(self._column.count() - 1, view, 0, Qt.AlignmentFlag.AlignHCenter)

@@ -120,9 +120,10 @@ class MessageView(QFrame):
         head.addWidget(self.copy_button)
         self.regenerate_button = _flat_button("Regenerate", "Write this reply again")
         self.regenerate_button.clicked.connect(lambda: self.regenerateRequested.emit(self.message_id))
-        self.regenerate_button.setVisible(role == "assistant")
         head.addWidget(self.regenerate_button)
         outer.addLayout(head)
+        # Only after the button has a parent: showing a parentless widget opens a window of its own.
+        self.regenerate_button.setVisible(role == "assistant")
 
         self.body = MarkdownView(self)
         outer.addWidget(self.body)

@@ -3,6 +3,8 @@ with the starter model loaded once per session (loading takes seconds; generatin
 does not)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 from PySide6.QtWidgets import QApplication
 
@@ -10,8 +12,11 @@ from app.engine_client import EngineClient
 from app.settings import AppSettings, Sampling, use_settings_dir
 from app.store import Store
 from app.theme import apply_theme
+from engine.paths import models_dir
 
 # Greedy and short: deterministic replies that take well under a second on the CPU.
+# Captured before any test overrides HALO_DATA_DIR (models_dir() derives from it): where the real models are.
+REAL_MODELS_DIR = str(models_dir())
 FAST = Sampling(temperature=0.0, top_p=1.0, top_k=0, max_tokens=12, context_length=2048, seed=0)
 LONG = Sampling(temperature=0.0, top_p=1.0, top_k=0, max_tokens=400, context_length=2048, seed=0)
 
@@ -19,6 +24,7 @@ LONG = Sampling(temperature=0.0, top_p=1.0, top_k=0, max_tokens=400, context_len
 @pytest.fixture(autouse=True)
 def isolated_user_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("HALO_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HALO_MODELS_DIR", os.environ.get("HALO_MODELS_DIR", REAL_MODELS_DIR))
     monkeypatch.delenv("HALO_SETTINGS_DIR", raising=False)
     use_settings_dir(tmp_path / "settings")
     return tmp_path
@@ -48,18 +54,22 @@ def db_path(isolated_user_dirs):
 
 
 @pytest.fixture
-def make_window(qtbot, settings, db_path, shared_engine):
+def make_window(request, qtbot, settings, db_path):
     """make_window(engine=shared_engine) -> a shown MainWindow over this test's history file."""
     from app.main_window import MainWindow
 
     windows = []
 
     def make(engine="shared", path=None):
+        """engine="shared": talk to the session's loaded engine; "own": the window makes its own."""
         apply_theme(QApplication.instance(), settings.theme)
-        client = EngineClient(engine=shared_engine) if engine == "shared" else None
+        # The shared engine (and so the real model) is only needed by tests that generate.
+        client = EngineClient(engine=request.getfixturevalue("shared_engine")) if engine == "shared" else None
         window = MainWindow(Store(path or db_path), settings, client)
         qtbot.addWidget(window)
         window.show()
+        window.activateWindow()   # window shortcuts (Ctrl+N, Ctrl+R...) only fire in the active window
+        qtbot.waitUntil(window.isActiveWindow, timeout=2_000)
         windows.append(window)
         return window
 

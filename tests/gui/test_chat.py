@@ -6,7 +6,7 @@ from PySide6.QtCore import Qt
 
 from tests.gui.conftest import LONG, send
 
-pytestmark = [pytest.mark.gui, pytest.mark.golden, pytest.mark.qt_log_ignore("propagateSizeHints")]
+pytestmark = [pytest.mark.gui, pytest.mark.golden, pytest.mark.qt_log_ignore("This plugin does not support")]
 
 
 def _use(window, sampling):

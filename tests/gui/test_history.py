@@ -1,0 +1,131 @@
+"""History survives: delete asks first, a restart finds everything, a killed process loses nothing."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from app.main_window import MainWindow
+from app.store import Store
+from tests.gui.conftest import send
+
+pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support")]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _answer_next_message_box(button: QMessageBox.StandardButton, seen: list[str]) -> None:
+    """Clicks `button` on the real QMessageBox once it is open (it runs its own event loop)."""
+    def click():
+        box = QApplication.activeModalWidget()
+        if not isinstance(box, QMessageBox):
+            QTimer.singleShot(20, click)
+            return
+        seen.append(box.text())
+        box.button(button).click()
+    QTimer.singleShot(0, click)
+
+
+@pytest.mark.golden
+def test_delete_asks_for_confirmation(qtbot, make_window):
+    w = make_window()
+    send(qtbot, w, "Remember me.")
+    doomed = w.current_id
+    title = w.store.conversation(doomed).title
+    seen: list[str] = []
+    _answer_next_message_box(QMessageBox.StandardButton.Cancel, seen)
+    w.delete_conversation(doomed)
+    assert title in seen[0] and "cannot be undone" in seen[0]
+    assert len(w.store.messages(doomed)) == 2 and doomed in w.sidebar.ids()
+    _answer_next_message_box(QMessageBox.StandardButton.Yes, seen)
+    w.delete_conversation(doomed)
+    assert doomed not in [c.id for c in w.store.conversations()]
+    assert doomed not in w.sidebar.ids()
+    assert w.current_id is not None and w.current_id != doomed   # a fresh chat takes its place
+
+
+@pytest.mark.golden
+def test_restart_finds_history_rename_and_search(qtbot, make_window, db_path):
+    w = make_window()
+    _cid, reply_id, _fin = send(qtbot, w, "What is the capital of France?")
+    reply = w.store.message(reply_id).content
+    w.store.rename(w.current_id, "Geography")
+    kept = w.current_id
+    w.new_conversation()
+    w.close()
+    w.store.close()
+
+    again = make_window(path=db_path)
+    assert kept in again.sidebar.ids()
+    again.sidebar.select(kept)
+    texts = [(v.role, v.text()) for v in again.chat_view.views()]
+    assert texts == [("user", "What is the capital of France?"), ("assistant", reply)]
+    again.sidebar.search.setText("geo")
+    assert again.sidebar.ids() == [kept]
+    again.sidebar.search.setText("no such title")
+    assert again.sidebar.ids() == []
+
+
+_CRASH_SCRIPT = textwrap.dedent("""
+    import sys
+    from PySide6.QtWidgets import QApplication
+    app = QApplication([])
+    from app.main_window import MainWindow
+    from app.settings import AppSettings, Sampling
+    from app.store import Store
+    settings = AppSettings()
+    settings.sampling = Sampling(temperature=0.0, top_k=0, top_p=1.0, max_tokens=3, seed=0)
+    w = MainWindow(Store(), settings)
+    w.show()
+    def first(_info):
+        w.composer.edit.setPlainText("Say hi.")
+        w.composer._submit()
+    def then(_cid, _mid, _fin):
+        long = Sampling(temperature=0.0, top_k=0, top_p=1.0, max_tokens=300, seed=0)
+        w.store.set_conversation_settings(w.current_id, "", long.to_dict())
+        w.composer.edit.setPlainText("Now tell me a long story about the moon.")
+        w.composer._submit()
+    w.client.loaded.connect(first)
+    w.chat.streamFinished.connect(then)
+    w.models.load_path_now(sys.argv[1])
+    sys.exit(app.exec())
+""")
+
+
+@pytest.mark.golden
+@pytest.mark.slow
+def test_killed_mid_reply_keeps_every_message_and_marks_the_cut(qtbot, tmp_path, smollm2_path, settings,
+                                                                  db_path):
+    script = tmp_path / "crash_app.py"
+    script.write_text(_CRASH_SCRIPT)
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "HALO_DATA_DIR": str(db_path.parent),
+           "HALO_SETTINGS_DIR": str(tmp_path / "crash-settings"), "HALO_TEST_KILL_AFTER_DELTAS": "12",
+           "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, str(script), str(smollm2_path)], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, f"the app should have killed itself mid-reply:\n{proc.stderr[-2000:]}"
+
+    store = Store(db_path)
+    assert store.recovered_interrupted == 1
+    (conv,) = store.conversations()
+    messages = store.messages(conv.id)
+    assert [(m.role, m.state) for m in messages] == [
+        ("user", "complete"), ("assistant", "complete"), ("user", "complete"), ("assistant", "interrupted")]
+    assert messages[0].content == "Say hi." and messages[1].content
+    assert messages[2].content == "Now tell me a long story about the moon."
+    store.close()
+
+    w = MainWindow(Store(db_path), settings)   # no model needed to read history
+    qtbot.addWidget(w)
+    w.show()
+    w.sidebar.select(conv.id)
+    views = w.chat_view.views()
+    assert [v.role for v in views] == ["user", "assistant", "user", "assistant"]
+    assert views[-1].state == "interrupted" and "Interrupted" in views[-1].state_badge.text()
+    assert views[-1].text() == messages[3].content
+    w.close()
