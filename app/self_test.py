@@ -22,6 +22,7 @@ import inspect
 import io
 import logging
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -216,11 +217,19 @@ def _qt_version() -> str:
 
 
 def _app_version() -> str:
+    """The distribution's version; a frozen build carries it in VERSION.txt beside its modules (the
+    bundle has no distribution metadata); a source checkout reads pyproject.toml."""
     try:
         from importlib.metadata import version
         return "halo-chat " + version("halo-chat")
-    except Exception:   # noqa: BLE001 - frozen builds carry no distribution metadata unless copied in
-        return "halo-chat " + os.environ.get("HALO_CHAT_VERSION", "(version unknown)")
+    except Exception:   # noqa: BLE001 - not installed as a distribution
+        pass
+    root = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
+    for name, pattern in (("VERSION.txt", r"(\S+)"), ("pyproject.toml", r'(?m)^version\s*=\s*"([^"]+)"')):
+        with contextlib.suppress(OSError):
+            if m := re.search(pattern, (root / name).read_text(encoding="utf-8")):
+                return "halo-chat " + m.group(1)
+    return "halo-chat (version unknown)"
 
 
 if __name__ == "__main__":
