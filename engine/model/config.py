@@ -95,7 +95,8 @@ class _Reader:
             if not value or any(v != value[0] for v in value):
                 raise UnsupportedModelError(f"{name} varies per layer ({value}); not supported")
             value = value[0]
-        if isinstance(value, bool) or not isinstance(value, int) and not float(value).is_integer():
+        numeric = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+        if not numeric or not math.isfinite(value) or not float(value).is_integer():
             raise InvalidModelError(f"{name} must be an integer, got {value!r}", field=name)
         value = int(value)
         if not lo <= value <= hi:
@@ -107,10 +108,9 @@ class _Reader:
         value = self.meta.get(name, default)
         if value is None:
             raise InvalidModelError(f"required hyperparameter {name} is missing", field=name)
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            raise InvalidModelError(f"{name} must be a number, got {value!r}", field=name) from None
+        if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
+            raise InvalidModelError(f"{name} must be a number, got {value!r}", field=name)
+        value = float(value)
         if not math.isfinite(value) or value <= 0:
             raise InvalidModelError(f"{name} = {value} must be a positive finite number", field=name)
         return value
