@@ -47,7 +47,8 @@ def _stream(engine: Engine, request: GenerateRequest) -> str:
         except StopIteration:
             break
         except KeyboardInterrupt:
-            handle.abort()             # the generator is still usable: keep draining to the Finished event
+            handle.abort()             # the interrupted generator is closed: drain a fresh one to Finished
+            events = handle.events()
             continue
         if isinstance(event, Finished):
             if event.reason == "error":
