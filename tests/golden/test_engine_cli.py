@@ -71,3 +71,34 @@ def test_bad_model_path_is_a_clean_error(tmp_path):
     bad.write_bytes(b"not a gguf file at all")
     proc = run("generate", "--model", str(bad), "--prompt", "hi", timeout=60)
     assert proc.returncode == 1 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT delivery to a child differs on Windows")
+def test_chat_ctrl_c_stops_a_reply_and_the_repl_continues(smollm2_path):
+    import signal
+    import threading
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "chat", str(smollm2_path), "--max-tokens", "400",
+                             "--seed", "1"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.extend(iter(lambda: proc.stdout.read(1), "")), daemon=True)
+    reader.start()
+    try:
+        proc.stdin.write("Tell me a very long story about a dragon.\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + 120
+        while "".join(out).count("> ") < 1 or len("".join(out).split("> ", 1)[-1]) < 20:
+            assert time.monotonic() < deadline and proc.poll() is None, "no reply text"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        proc.stdin.write("/exit\n")
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "[stopped]" in err
