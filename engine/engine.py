@@ -79,7 +79,8 @@ class Engine:
         self._max_context = max_context
         self._prefill_chunk = prefill_chunk
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._cancel_load = threading.Event()
+        self._load_cancels: set[threading.Event] = set()    # one per load not yet finished
+        self._load_lock = threading.Lock()
         self._model: _Loaded | None = None
         self._waiting: deque[tuple[GenerateRequest, RequestHandle]] = deque()
         self._running: tuple[Generation, SequenceBlocks] | None = None
@@ -93,13 +94,18 @@ class Engine:
     def load(self, path: str | Path, progress: Callable[[LoadProgress], None] | None = None) -> Future:
         """Future[ModelInfo]. `progress` is called on the engine thread. Replaces a loaded model."""
         future: Future = Future()
-        self._cancel_load.clear()
-        self._send(("load", Path(path), progress, future))
+        cancel = threading.Event()
+        with self._load_lock:
+            self._load_cancels.add(cancel)
+        self._send(("load", Path(path), progress, future, cancel))
         return future
 
     def cancel_load(self) -> None:
-        """Stops a load in progress at the next tensor; its future fails with RequestAborted."""
-        self._cancel_load.set()
+        """Stops every load asked for so far (queued or in progress, at the next tensor); their futures fail
+        with RequestAborted. Loads asked for afterwards are not affected."""
+        with self._load_lock:
+            for cancel in self._load_cancels:
+                cancel.set()
 
     def unload(self) -> Future:
         future: Future = Future()
@@ -118,7 +124,7 @@ class Engine:
         """Aborts every request, frees the model and joins the engine thread. Idempotent."""
         if not self._stopped:
             self._stopped = True
-            self._cancel_load.set()
+            self.cancel_load()
             self._commands.put(("shutdown",))
         self._thread.join(timeout)
 
@@ -160,18 +166,26 @@ class Engine:
         elif kind == "abort":
             self._abort(command[1])
 
-    def _do_load(self, path: Path, progress, future: Future) -> None:
-        if not future.set_running_or_notify_cancel():
-            return
+    def _do_load(self, path: Path, progress, future: Future, cancel: threading.Event) -> None:
+        try:
+            if future.set_running_or_notify_cancel():
+                self._load_into(path, progress, future, cancel)
+        finally:
+            with self._load_lock:
+                self._load_cancels.discard(cancel)
+
+    def _load_into(self, path: Path, progress, future: Future, cancel: threading.Event) -> None:
         from engine.model.loader import load_model
 
         def on_progress(fraction: float, message: str) -> None:
-            if self._cancel_load.is_set():
+            if cancel.is_set():
                 raise RequestAborted(f"Loading {path.name} was cancelled")
             if progress is not None:
                 progress(LoadProgress(fraction, message))
 
         try:
+            if cancel.is_set():                      # cancelled while queued: keep the current model
+                raise RequestAborted(f"Loading {path.name} was cancelled")
             self._abort_all()
             self._model = None                       # free the old model before loading the new one
             self.model_info = None
