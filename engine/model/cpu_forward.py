@@ -95,6 +95,9 @@ class CpuModel:
     def forward(self, step: StepInput, kv: KVCache) -> np.ndarray:
         """Runs one step (see engine.model.step for the contract). Returns logits [len(logits_indices), vocab]."""
         c, w = self.config, self.weights
+        if step.num_tokens and (step.token_ids.min() < 0 or step.token_ids.max() >= c.vocab_size):
+            # e.g. engine.core's PLACEHOLDER_TOKEN_ID (-1): it must be filled in before a CPU step
+            raise ValueError(f"step has token ids outside 0..{c.vocab_size - 1} (unresolved placeholders?)")
         set_blas_threads(self.threads if step.num_tokens >= self.MIN_TOKENS_FOR_THREADS else 1)
         x = w.token_embd[step.token_ids]                         # [T, E] (a copy)
         if c.embed_scale != 1.0:

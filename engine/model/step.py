@@ -12,6 +12,8 @@ Contract of `forward(step, kv) -> logits [S', vocab] float32` (S' = len(step.log
 1. writes K/V of every token t into slot `slot_mapping[t]` of every layer (before attending), and
 2. token t of sequence s attends to positions 0..positions[t] of s (causal), read through
    `block_tables[s]`; on sliding-window layers only to positions > positions[t] - sliding_window.
+`forward` reads only the StepInput fields below (plus `num_tokens`, `num_seqs`), so engine.core's
+StepBatch (same names and shapes) can be passed as is once its placeholder ids are filled in.
 The caller guarantees: tokens of a sequence are contiguous in query_start_loc order with consecutive
 positions ending at seq_lens[s] - 1; every slot for positions < seq_lens[s] was written (now or earlier).
 """
