@@ -22,6 +22,10 @@ _TEXT = ("The history of computing is a story of people, ideas and machines. Ear
          "gave way to electronic computers, which filled rooms and consumed enormous amounts of power. ")
 
 
+# llama.cpp on a 2-core CI-class machine (shared/reference/README.md): (prefill tok/s, decode tok/s)
+LLAMA_CPP_2CORE = {"SmolLM2-135M-Instruct.Q4_1.gguf": (194.0, 74.0), "gemma-3-270m-q4_k_m.gguf": (327.0, 46.5)}
+
+
 @dataclass(frozen=True)
 class BenchResult:
     model: str
@@ -86,7 +90,10 @@ def format_result(r: BenchResult) -> str:
             ("time to first token", f"{r.time_to_first_token_s * 1000:.0f} ms"),
             ("peak RSS", f"{r.peak_rss_mb:.0f} MB" if r.peak_rss_mb else "unknown"),
             ("BLAS threads", str(r.blas_threads))]
-    return "\n".join(f"{k:>20}: {v}" for k, v in rows)
+    if r.model in LLAMA_CPP_2CORE:
+        pre, dec = LLAMA_CPP_2CORE[r.model]
+        rows.append(("vs llama.cpp (2 cores)", f"prefill {r.prefill_tok_s / pre:.2f}x, decode {r.decode_tok_s / dec:.2f}x"))
+    return "\n".join(f"{k:>22}: {v}" for k, v in rows)
 
 
 def as_dict(r: BenchResult) -> dict:
