@@ -1,0 +1,76 @@
+"""load_weights: fused layouts, tied output, and refusal of missing, misshapen or non-finite tensors.
+The input is a small in-memory stand-in for a parsed GGUF file (names -> arrays)."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from engine.errors import InvalidModelError
+from engine.model.config import ModelConfig
+from engine.model.weights import load_weights
+
+META = {"general.architecture": "qwen2", "qwen2.block_count": 2, "qwen2.embedding_length": 8,
+        "qwen2.attention.head_count": 2, "qwen2.attention.head_count_kv": 1, "qwen2.feed_forward_length": 12,
+        "qwen2.context_length": 64, "qwen2.vocab_size": 10}
+
+
+class ArrayFile:
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        self.arrays = arrays
+        self.tensors = {n: SimpleNamespace(name=n, shape=a.shape) for n, a in arrays.items()}
+
+    def dequantize(self, name):
+        return self.arrays[name]
+
+
+def tensors(config: ModelConfig, seed=0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    c = config
+    t = {"token_embd.weight": (c.vocab_size, c.n_embd), "output_norm.weight": (c.n_embd,)}
+    for i in range(c.n_layers):
+        t |= {f"blk.{i}.attn_norm.weight": (c.n_embd,), f"blk.{i}.attn_q.weight": (c.q_dim, c.n_embd),
+              f"blk.{i}.attn_k.weight": (c.kv_dim, c.n_embd), f"blk.{i}.attn_v.weight": (c.kv_dim, c.n_embd),
+              f"blk.{i}.attn_q.bias": (c.q_dim,), f"blk.{i}.attn_k.bias": (c.kv_dim,),
+              f"blk.{i}.attn_v.bias": (c.kv_dim,), f"blk.{i}.attn_output.weight": (c.n_embd, c.q_dim),
+              f"blk.{i}.ffn_norm.weight": (c.n_embd,), f"blk.{i}.ffn_gate.weight": (c.n_ff, c.n_embd),
+              f"blk.{i}.ffn_up.weight": (c.n_ff, c.n_embd), f"blk.{i}.ffn_down.weight": (c.n_embd, c.n_ff)}
+    return {n: rng.normal(size=s).astype(np.float32) for n, s in t.items()}
+
+
+@pytest.fixture
+def config():
+    return ModelConfig.from_metadata(META)
+
+
+def test_fused_layouts_and_tied_output(config):
+    t = tensors(config)
+    progress = []
+    w = load_weights(ArrayFile(t), config, lambda f, m: progress.append(f))
+    layer = w.layers[1]
+    np.testing.assert_array_equal(layer.wqkv, np.concatenate([t["blk.1.attn_q.weight"], t["blk.1.attn_k.weight"],
+                                                               t["blk.1.attn_v.weight"]]))
+    np.testing.assert_array_equal(layer.bqkv[: config.q_dim + config.kv_dim], np.concatenate([t["blk.1.attn_q.bias"],
+                                                                          t["blk.1.attn_k.bias"]]))
+    np.testing.assert_array_equal(layer.w_gate_up[: config.n_ff], t["blk.1.ffn_gate.weight"])
+    assert w.output is w.token_embd                      # tied: no copy
+    assert not layer.wqkv.flags.writeable and progress[-1] == 1.0
+
+
+def test_separate_output_head_is_used(config):
+    t = tensors(config)
+    t["output.weight"] = np.ones((config.vocab_size, config.n_embd), np.float32)
+    w = load_weights(ArrayFile(t), config)
+    assert w.output is not w.token_embd and w.output.sum() == config.vocab_size * config.n_embd
+
+
+@pytest.mark.parametrize("damage, match", [
+    (lambda t: t.pop("blk.1.ffn_up.weight"), "blk.1.ffn_up.weight is missing"),
+    (lambda t: t.update({"blk.0.attn_k.weight": np.zeros((8, 8), np.float32)}), "blk.0.attn_k.weight has shape"),
+    (lambda t: t.pop("blk.0.attn_q.bias"), "needs q/k/v biases"),
+    (lambda t: t["blk.0.ffn_down.weight"].__setitem__((0, 0), np.nan), "NaN"),
+])
+def test_bad_tensors_are_named(config, damage, match):
+    t = tensors(config)
+    damage(t)
+    with pytest.raises(InvalidModelError, match=match):
+        load_weights(ArrayFile(t), config)
