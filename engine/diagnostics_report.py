@@ -130,6 +130,19 @@ def fmt_bytes(n: int | None) -> str:
     return f"{n / 2**30:.2f} GiB ({n:,} bytes)"
 
 
+def system_rows(s: SystemInfo) -> list[tuple[str, str]]:
+    """(label, value) rows of the system section; parts that were not recorded are left out."""
+    def join(*parts) -> str:
+        return ", ".join(str(p) for p in parts if p not in (None, ""))
+    os_extra = join(f"build {s.os_build}" if s.os_build else "", s.platform, s.machine)
+    py_extra = join(s.python_executable, "frozen bundle" if s.frozen else "")
+    return [("OS", f"{s.os or 'unknown'}" + (f" ({os_extra})" if os_extra else "")),
+            ("CPU", f"{s.cpu or 'unknown'}" + (f" ({s.cpu_count} logical cores)" if s.cpu_count else "")),
+            ("Memory", f"{fmt_bytes(s.memory_total)} total, {fmt_bytes(s.memory_available)} available"),
+            ("Python", f"{s.python or 'unknown'}" + (f" ({py_extra})" if py_extra else "")),
+            ("Halo Chat", s.app_version or "unknown")]
+
+
 def fmt_flag(value: bool | None) -> str:
     """A probed attribute as the runtime reported it: 1, 0, or unknown (the query failed)."""
     return "unknown" if value is None else str(int(bool(value)))
@@ -202,12 +215,8 @@ def to_markdown(r: DiagnosticsReport) -> str:
     """The whole report, ready to paste into a bug report (GitHub-flavoured Markdown)."""
     s = r.system
     out = [f"# Halo Chat diagnostics ({r.created})", "", "## System", "",
-           "| | |", "|---|---|",
-           f"| OS | {s.os} (build {s.os_build}, {s.platform}, {s.machine}) |",
-           f"| CPU | {s.cpu} ({s.cpu_count} logical cores) |",
-           f"| Memory | {fmt_bytes(s.memory_total)} total, {fmt_bytes(s.memory_available)} available |",
-           f"| Python | {s.python} ({s.python_executable}{', frozen bundle' if s.frozen else ''}) |",
-           f"| Halo Chat | {s.app_version} |"]
+           "| | |", "|---|---|"]
+    out += [f"| {label} | {_cell(value)} |" for label, value in system_rows(s)]
     out += [f"| {name} | {version} |" for name, version in s.libraries.items()]
     out += ["", "## In use", "",
             f"- Backend setting: `{r.backend_setting}`; selected: **{r.selected_backend or 'none'}** "
