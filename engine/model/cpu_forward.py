@@ -41,11 +41,15 @@ def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
 
 
 class Rope:
-    """Rotary embedding for one (theta, freq_scale) pair; cos/sin computed per step from positions."""
+    """Rotary embedding for one (theta, freq_scale) pair; cos/sin computed per step from positions.
+    `freq_factors` [rope_dim/2] (GGUF `rope_freqs.weight`, Llama 3.1+ long-context rope) divide the
+    frequencies, as llama.cpp does."""
 
-    def __init__(self, config: ModelConfig, theta: float, freq_scale: float):
+    def __init__(self, config: ModelConfig, theta: float, freq_scale: float, freq_factors: np.ndarray | None = None):
         half = config.rope_dim // 2
         self.inv_freq = freq_scale * theta ** (-np.arange(half, dtype=np.float64) * 2.0 / config.rope_dim)
+        if freq_factors is not None:
+            self.inv_freq = self.inv_freq / freq_factors.astype(np.float64)
         self.rope_dim = config.rope_dim
         self.neox = config.rope_style == "neox"
 
@@ -86,7 +90,7 @@ class CpuModel:
         self.layer_rope = []
         for theta, scale in zip(config.rope_theta, config.rope_freq_scale, strict=True):
             if (theta, scale) not in self._ropes:
-                self._ropes[(theta, scale)] = Rope(config, theta, scale)
+                self._ropes[(theta, scale)] = Rope(config, theta, scale, weights.rope_freqs)
             self.layer_rope.append(self._ropes[(theta, scale)])
 
     def new_kv_cache(self, num_blocks: int, block_size: int) -> KVCache:

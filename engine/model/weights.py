@@ -42,10 +42,11 @@ class Weights:
     layers: tuple[LayerWeights, ...]
     output_norm: np.ndarray          # [n_embd]
     output: np.ndarray               # [vocab, n_embd]; `is token_embd` when tied
+    rope_freqs: np.ndarray | None = None   # [rope_dim/2] frequency divisors (Llama 3.1+), else None
 
     @property
     def nbytes(self) -> int:
-        arrays = [self.token_embd, self.output_norm]
+        arrays = [self.token_embd, self.output_norm] + ([self.rope_freqs] if self.rope_freqs is not None else [])
         if self.output is not self.token_embd:
             arrays.append(self.output)
         for layer in self.layers:
@@ -130,4 +131,8 @@ def load_weights(gguf, config: ModelConfig, progress: LoadCallback | None = None
     output_norm = _readonly(ld.get("output_norm.weight", (c.n_embd,)))
     output = (_readonly(ld.get("output.weight", (c.vocab_size, c.n_embd))) if ld.has("output.weight")
               else token_embd)
-    return Weights(token_embd=token_embd, layers=tuple(layers), output_norm=output_norm, output=output)
+    rope_freqs = ld.optional("rope_freqs.weight", (c.rope_dim // 2,))
+    if rope_freqs is not None and (rope_freqs <= 0).any():
+        raise InvalidModelError("rope_freqs.weight holds non-positive frequency factors", field="rope_freqs.weight")
+    return Weights(token_embd=token_embd, layers=tuple(layers), output_norm=output_norm, output=output,
+                   rope_freqs=None if rope_freqs is None else _readonly(rope_freqs))

@@ -74,3 +74,23 @@ def test_bad_tensors_are_named(config, damage, match):
     damage(t)
     with pytest.raises(InvalidModelError, match=match):
         load_weights(ArrayFile(t), config)
+
+
+def test_rope_freq_factors_divide_the_rotation_frequencies(config):
+    from engine.model.cpu_forward import CpuModel
+    from engine.model.step import KVCache, SequenceBlocks
+
+    t = tensors(config)
+    plain = CpuModel(config, load_weights(ArrayFile(t), config))
+    ones = CpuModel(config, load_weights(ArrayFile(t | {"rope_freqs.weight": np.ones(2, np.float32)}), config))
+    slow = CpuModel(config, load_weights(ArrayFile(t | {"rope_freqs.weight": np.full(2, 4.0, np.float32)}), config))
+    np.testing.assert_allclose(slow._ropes[(10000.0, 1.0)].inv_freq, plain._ropes[(10000.0, 1.0)].inv_freq / 4)
+
+    def logits(model):
+        kv = KVCache.allocate(config, 2, 16)
+        return model.forward(SequenceBlocks(kv).step([1, 2, 3, 4, 5]), kv)
+
+    np.testing.assert_array_equal(logits(plain), logits(ones))
+    assert not np.allclose(logits(plain), logits(slow))
+    with pytest.raises(InvalidModelError, match="rope_freqs"):
+        load_weights(ArrayFile(t | {"rope_freqs.weight": np.zeros(2, np.float32)}), config)
