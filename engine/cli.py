@@ -203,6 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--decode-tokens", type=int, default=64)
     b.add_argument("--repeat", type=int, default=1, help="runs; the best is reported")
     b.set_defaults(func=cmd_bench)
+
+    from . import diagnostics  # loads no driver until run
+    d = sub.add_parser("diagnose", help="system, backends, capabilities with reasons; --self-test runs them")
+    diagnostics.add_arguments(d)
+    d.set_defaults(func=diagnostics.run_cli)
     return p
 
 
