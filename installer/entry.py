@@ -1,0 +1,72 @@
+"""The frozen app's entry point (PyInstaller runs this file as __main__).
+
+    HaloChat [app options]                 the chat window (app.__main__.main)
+    HaloChat --self-test [self-test opts]  no window: app.self_test.main (see its docstring)
+
+Logging (log folder + faulthandler on all threads) is set up before anything else is imported, so even
+an import-time fault in Qt or a runtime binding leaves a trace in the user's log folder.
+
+Benchmark hook: with HALO_STARTUP_BENCH=<file> in the environment, the app quits as soon as its first
+top-level window is visible and exposed, after writing "<entry wall time> <window wall time>" (seconds
+since the epoch) to <file>. installer/bench_startup.py uses it; nothing else does.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+ENTRY_TIME = time.time()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _give_streams()
+    import multiprocessing
+    multiprocessing.freeze_support()
+    from app.logging_setup import setup_logging
+    setup_logging()
+    if "--self-test" in argv:
+        argv.remove("--self-test")
+        from app import self_test
+        return self_test.main(argv)
+    import app.__main__ as app_main
+    bench_file = os.environ.get("HALO_STARTUP_BENCH")
+    if bench_file:
+        app_main.QApplication = _startup_probe_class(app_main.QApplication, bench_file)
+    return app_main.main(argv)
+
+
+def _give_streams() -> None:
+    """A windowed Windows build has sys.stdout/stderr = None unless the parent passed handles; argparse
+    and print() then fail or vanish. Point them at the null device (the self-test also writes --report)."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))   # noqa: SIM115 - process lifetime
+
+
+def _startup_probe_class(base, bench_file: str):
+    from PySide6.QtCore import QTimer
+
+    class StartupProbeApplication(base):
+        """Quits once a top-level window is visible and exposed (= usable), recording the time."""
+
+        def exec(self):
+            QTimer.singleShot(0, self._probe)
+            return super().exec()
+
+        def _probe(self):
+            ready = [w for w in self.topLevelWidgets()
+                     if w.isVisible() and w.windowHandle() is not None and w.windowHandle().isExposed()]
+            if not ready:
+                QTimer.singleShot(5, self._probe)
+                return
+            with open(bench_file, "w", encoding="utf-8") as f:
+                f.write(f"{ENTRY_TIME:.6f} {time.time():.6f}\n")
+            self.quit()
+
+    return StartupProbeApplication
+
+
+if __name__ == "__main__":
+    sys.exit(main())

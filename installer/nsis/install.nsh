@@ -1,0 +1,95 @@
+; What the installer lays down and registers. Included by halo-chat.nsi.
+
+; Waits until the app in $INSTDIR is not running: a running exe cannot be opened for writing. Asks once,
+; then closes it with taskkill (no /F: a normal close request, so the app saves like on a click on X),
+; then waits up to 10 s and offers Retry. Silent mode closes it without asking; if it stays open, aborts.
+!macro DEFINE_CLOSE_RUNNING_APP prefix
+Function ${prefix}CloseRunningApp
+  StrCpy $R9 0
+  check:
+    IfFileExists "$INSTDIR\${APP_EXE}" 0 free
+    ClearErrors
+    FileOpen $R8 "$INSTDIR\${APP_EXE}" a
+    IfErrors locked
+    FileClose $R8
+    Goto free
+  locked:
+    ${If} $R9 = 0
+      MessageBox MB_OKCANCEL|MB_ICONINFORMATION "${APP_NAME} is running. Close it to continue?$\r$\n(Your conversations are saved as you chat.)" /SD IDOK IDOK close
+      Abort "${APP_NAME} is still running."
+      close:
+      DetailPrint "Closing ${APP_NAME}..."
+      nsExec::Exec 'taskkill /IM "${APP_EXE}"'
+      Pop $R8
+    ${EndIf}
+    IntOp $R9 $R9 + 1
+    ${If} $R9 > 20
+      MessageBox MB_RETRYCANCEL|MB_ICONEXCLAMATION "${APP_NAME} is still running. Close it, then click Retry." /SD IDCANCEL IDRETRY retry
+      Abort "${APP_NAME} is still running."
+      retry:
+      StrCpy $R9 1
+    ${EndIf}
+    Sleep 500
+    Goto check
+  free:
+FunctionEnd
+!macroend
+!insertmacro DEFINE_CLOSE_RUNNING_APP ""
+
+Function .onInit
+  ReadRegStr $InstalledVersion HKCU "${UNINSTALL_KEY}" "DisplayVersion"
+FunctionEnd
+
+Function WelcomePre
+  ${If} $InstalledVersion != ""
+    StrCpy $UpgradeNote "${APP_NAME} $InstalledVersion is installed in $INSTDIR; it will be replaced by ${VERSION}. Your conversations, settings and models are kept."
+  ${Else}
+    StrCpy $UpgradeNote "Click Next to continue."
+  ${EndIf}
+FunctionEnd
+
+Function SkipWhenUpgrading
+  ${If} $InstalledVersion != ""
+    Abort    ; on a page's pre-callback: skip the page (the upgrade stays where the old version is)
+  ${EndIf}
+FunctionEnd
+
+Section "!${APP_NAME}" SecApp
+  SectionIn RO
+  SetOutPath "$INSTDIR"
+  Call CloseRunningApp
+  ${If} $InstalledVersion != ""
+    DetailPrint "Upgrading ${APP_NAME} $InstalledVersion to ${VERSION}"
+  ${EndIf}
+  ; Upgrade in place: remove the old program files first so no stale module or DLL survives. Only the
+  ; names the bundle owns are removed, never $INSTDIR itself (it could be a folder the user chose).
+  RMDir /r "$INSTDIR\_internal"
+  Delete "$INSTDIR\${APP_EXE}"
+  File /r "${BUNDLE_DIR}\*"
+  WriteUninstaller "$INSTDIR\${UNINSTALLER}"
+
+  CreateShortcut "${START_MENU_LINK}" "$INSTDIR\${APP_EXE}" "" "$INSTDIR\${APP_EXE}" 0
+
+  ; Add/Remove Programs (Settings > Apps), for this user only.
+  WriteRegStr HKCU "${UNINSTALL_KEY}" "DisplayName" "${APP_NAME}"
+  WriteRegStr HKCU "${UNINSTALL_KEY}" "DisplayVersion" "${VERSION}"
+  WriteRegStr HKCU "${UNINSTALL_KEY}" "Publisher" "${PUBLISHER}"
+  WriteRegStr HKCU "${UNINSTALL_KEY}" "DisplayIcon" "$INSTDIR\${APP_EXE},0"
+  WriteRegStr HKCU "${UNINSTALL_KEY}" "InstallLocation" "$INSTDIR"
+  WriteRegStr HKCU "${UNINSTALL_KEY}" "UninstallString" '"$INSTDIR\${UNINSTALLER}"'
+  WriteRegStr HKCU "${UNINSTALL_KEY}" "QuietUninstallString" '"$INSTDIR\${UNINSTALLER}" /S'
+  WriteRegDWORD HKCU "${UNINSTALL_KEY}" "NoModify" 1
+  WriteRegDWORD HKCU "${UNINSTALL_KEY}" "NoRepair" 1
+  ${GetSize} "$INSTDIR" "/S=0K" $0 $1 $2
+  IntFmt $0 "0x%08X" $0
+  WriteRegDWORD HKCU "${UNINSTALL_KEY}" "EstimatedSize" "$0"     ; KiB
+SectionEnd
+
+Section "Desktop shortcut" SecDesktop
+  CreateShortcut "${DESKTOP_LINK}" "$INSTDIR\${APP_EXE}" "" "$INSTDIR\${APP_EXE}" 0
+SectionEnd
+
+!insertmacro MUI_FUNCTION_DESCRIPTION_BEGIN
+  !insertmacro MUI_DESCRIPTION_TEXT ${SecApp} "The Halo Chat program (required)."
+  !insertmacro MUI_DESCRIPTION_TEXT ${SecDesktop} "A shortcut to Halo Chat on your desktop."
+!insertmacro MUI_FUNCTION_DESCRIPTION_END

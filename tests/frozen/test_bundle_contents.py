@@ -1,0 +1,58 @@
+"""What goes into the bundle is computed from the backend registry and the kernel folder (no build)."""
+from __future__ import annotations
+
+import pytest
+
+from engine.backends import registry
+from installer import build, bundle_contents
+
+
+def test_every_registry_module_is_a_hidden_import():
+    hidden = set(bundle_contents.hidden_imports())
+    for spec in registry.BACKENDS.values():
+        assert spec.module in hidden
+        if spec.binding_module:
+            assert spec.binding_module in hidden
+    assert set(registry.hidden_imports()) <= hidden
+
+
+def test_a_new_backend_lands_in_the_bundle_without_touching_the_spec(monkeypatch):
+    new = registry.BackendSpec("vulkan-someday", "engine.backends.vulkan_someday",
+                               "engine.backends.runtime.vulkan_someday", "VulkanRuntime")
+    monkeypatch.setitem(registry.BACKENDS, new.name, new)
+    hidden = bundle_contents.hidden_imports()
+    assert "engine.backends.vulkan_someday" in hidden and "engine.backends.runtime.vulkan_someday" in hidden
+    with pytest.raises(SystemExit, match="vulkan_someday"):
+        bundle_contents.check_analysis([m for m in hidden if "vulkan" not in m])
+
+
+def test_hip_python_compiled_submodules_are_collected_when_installed():
+    hidden = bundle_contents.hidden_imports()
+    if not bundle_contents.installed("rocm.bindings"):
+        assert not any(m.startswith("rocm.") for m in hidden)
+        pytest.skip("hip-python is not installed here")
+    for needed in ("rocm.bindings", "rocm.bindings.util", "rocm.bindings.hip", "rocm.bindings.hiprtc",
+                   "rocm.bindings.cyhip", "rocm.bindings.util.types"):
+        assert needed in hidden
+
+
+def test_every_kernel_source_is_a_data_file(tmp_path):
+    version_file = bundle_contents.write_version_file(tmp_path)
+    datas = bundle_contents.datas(version_file)
+    kernels = {p.name for p in (bundle_contents.ROOT / "engine" / "backends" / "kernels").glob("*.cu")}
+    assert kernels, "no kernel sources found"
+    bundled = {src.rsplit("/", 1)[-1] for src, dest in datas if dest == "engine/backends/kernels"}
+    assert kernels <= bundled
+    assert (str(bundle_contents.ICON), "assets/icons") in datas
+    assert version_file.read_text().strip() == bundle_contents.version()
+
+
+def test_heavy_and_test_only_packages_are_excluded():
+    for name in ("torch", "pytest", "_pytest", "hypothesis", "pytestqt", "tests", "PyInstaller"):
+        assert name in bundle_contents.EXCLUDES
+
+
+@pytest.mark.parametrize("version, quad", [("0.1.0", "0.1.0.0"), ("1.2", "1.2.0.0"), ("2.0.1rc3", "2.0.1.3"),
+                                           ("1.2.3.4.5", "1.2.3.4")])
+def test_version_quad_for_nsis(version, quad):
+    assert build.version_quad(version) == quad

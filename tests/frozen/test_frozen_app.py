@@ -1,0 +1,49 @@
+"""The Linux bundle, built once per session: its contents, and its --self-test on the starter model."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from installer import bundle_contents
+
+pytestmark = [pytest.mark.frozen, pytest.mark.slow]
+
+
+def test_bundle_carries_kernels_assets_and_version(frozen_bundle):
+    internal = frozen_bundle.folder / "_internal"
+    for cu in (bundle_contents.ROOT / "engine" / "backends" / "kernels").glob("*.cu"):
+        assert (internal / "engine" / "backends" / "kernels" / cu.name).is_file(), cu.name
+    for qss in ("base.qss", "light.qss", "dark.qss"):
+        assert (internal / "assets" / "styles" / qss).is_file()
+    assert (internal / "assets" / "icons" / "halo.ico").is_file()
+    assert (internal / "VERSION.txt").read_text().strip() == bundle_contents.version()
+
+
+def test_bundle_leaves_out_test_tools_and_torch(frozen_bundle):
+    names = {p.name for p in (frozen_bundle.folder / "_internal").iterdir()}
+    assert not names & {"torch", "pytest", "_pytest", "hypothesis", "pytestqt", "PyInstaller", "tests"}
+
+
+@pytest.mark.golden
+def test_self_test_passes_on_the_starter_model(frozen_bundle, smollm2_path, user_dirs):
+    tmp, env = user_dirs
+    report = tmp / "report.txt"
+    result = subprocess.run([str(frozen_bundle.executable), "--self-test", "--model", str(smollm2_path),
+                             "--report", str(report)], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = report.read_text()
+    assert text == result.stdout
+    assert "frozen" in text and "ALL PASSED" in text
+    assert "PASS  generate " in text and "tokens (length)" in text
+    assert "No module named" not in text + result.stderr
+    crash_log = tmp / "data" / "logs" / "crash.log"
+    assert "faulthandler armed (all threads)" in crash_log.read_text()
+
+
+def test_self_test_fails_without_a_model(frozen_bundle, user_dirs, tmp_path):
+    _, env = user_dirs
+    result = subprocess.run([str(frozen_bundle.executable), "--self-test", "--model", str(tmp_path / "none.gguf")],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert "FAIL  model" in result.stdout and "FAILED: model" in result.stdout
