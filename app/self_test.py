@@ -7,10 +7,11 @@ Checks, in order (each one is PASS, FAIL or SKIP with a reason):
   model        the model file exists (default: the starter model in the models folder)
   generate     load the model on the engine's best backend and generate a few greedy tokens
   generate-cpu the same on the CPU, when the best backend was not the CPU (SKIP when it was: covered)
-  diagnostics  the engine's backend self-test and diagnostics report (`python -m engine diagnose
-               --self-test`); SKIP while this engine has no `diagnose` command, FAIL under --strict
+  diagnostics  the engine's diagnostics with its self-test (engine.diagnostics.collect: every backend
+               probed and self-tested, the selected one's readback, GPU-vs-CPU logits on a GPU)
 
-The app never imports a backend: the backend self-test is reached through the engine's own command.
+The app never imports a backend: the backend self-test is reached through engine.diagnostics.
+SKIP means "not applicable here" (the CPU run when the engine already chose the CPU); --strict fails it.
 Windowed Windows builds have no stdout, so `--report FILE` also writes the report to a file.
 """
 from __future__ import annotations
@@ -19,7 +20,6 @@ import argparse
 import contextlib
 import faulthandler
 import inspect
-import io
 import logging
 import os
 import re
@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         best = _timed("generate", lambda: check_generate(Path(model.detail), args, backend=None))
         checks.append(best)
         checks.append(_timed("generate-cpu", lambda: check_generate_cpu(Path(model.detail), args, best)))
-    checks.append(_timed("diagnostics", check_diagnostics))
+    model_path = Path(model.detail) if model.status == "PASS" else None
+    checks.append(_timed("diagnostics", lambda: check_diagnostics(model_path)))
     failed = [c for c in checks if c.status == "FAIL" or (args.strict and c.status == "SKIP")]
     text = render(checks, failed, time.perf_counter() - started)
     _emit(text, args.report)
@@ -159,23 +160,21 @@ def check_generate_cpu(path: Path, args, best: Check) -> Check:
     return check
 
 
-def check_diagnostics() -> Check:
-    """Runs `python -m engine diagnose --self-test` in process; its exit code is the verdict."""
-    from engine import cli
+def check_diagnostics(model: Path | None) -> Check:
+    """The engine's diagnostics with its self-test: every backend probed and self-tested, the selected
+    one's readback self-test, and (on a GPU, given a model) its logits compared with the CPU's."""
+    from engine.diagnostics import collect
+    from engine.diagnostics_report import to_markdown
 
-    parser = cli.build_parser()
-    commands = next((a.choices for a in parser._subparsers._group_actions), {}) if parser._subparsers else {}
-    if "diagnose" not in commands:
-        return Check("diagnostics", "SKIP", "this engine has no `diagnose` command yet (python -m engine "
-                                            "diagnose --self-test): backend self-test not run")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            code = cli.main(["diagnose", "--self-test"])
-        except SystemExit as e:       # argparse or the command itself
-            code = e.code if isinstance(e.code, int) else 1
-    status = "PASS" if code == 0 else "FAIL"
-    return Check("diagnostics", status, f"engine diagnose --self-test exited {code}", extra=out.getvalue())
+    report = collect(self_test=True, model_path=model)
+    run = report.self_test
+    if report.selected_backend is None:
+        status, detail = "FAIL", f"no usable backend: {report.selected_reason}"
+    else:
+        status = "PASS" if run is not None and run.passed else "FAIL"
+        detail = (f"selected {report.selected_backend} ({report.selected_reason}); readback path "
+                  f"{report.readback_path}; self-test {'passed' if status == 'PASS' else 'FAILED'}")
+    return Check("diagnostics", status, detail, extra=to_markdown(report))
 
 
 # ---- plumbing --------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 
+from engine.backends import registry
 from installer import bundle_contents
 
 pytestmark = [pytest.mark.frozen, pytest.mark.slow]
@@ -37,6 +38,9 @@ def test_self_test_passes_on_the_starter_model(frozen_bundle, smollm2_path, user
     assert "frozen" in text and "ALL PASSED" in text
     assert "PASS  generate " in text and "tokens (length)" in text
     assert "No module named" not in text + result.stderr
+    assert "PASS  diagnostics" in text
+    for backend in registry.BACKENDS:             # every registry backend was bundled and probed
+        assert f"### {backend}: " in text
     crash_log = tmp / "data" / "logs" / "crash.log"
     assert "faulthandler armed (all threads)" in crash_log.read_text()
 
