@@ -192,7 +192,9 @@ class MainWindow(QMainWindow):
         stream = self.chat.stream_for(conversation_id)
         for m in self.store.messages(conversation_id):
             text = stream.text if stream and m.id == stream.message_id else m.content
-            self.chat_view.add_message(m.id, m.role, text, m.state, m.error)
+            view = self.chat_view.add_message(m.id, m.role, text, m.state, m.error)
+            if m.usage.get("generated_tokens"):
+                view.set_detail(_usage_text(m.usage["generated_tokens"], m.usage.get("decode_tokens_per_s", 0.0)))
         self.chat_view.scroll_to_bottom()
         self._update_busy()
         self.status.update_context(self)
@@ -286,7 +288,7 @@ class MainWindow(QMainWindow):
             view.set_text(msg.content)
             view.set_state(msg.state, msg.error)
             if fin.usage.generated_tokens:
-                view.set_detail(f"{fin.usage.generated_tokens} tokens · {fin.usage.decode_tokens_per_s:.1f} tok/s")
+                view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s))
         if fin.reason == "error":
             self.models.show_generation_error(fin.error or "unknown error")
         self._update_busy()
@@ -356,3 +358,7 @@ class MainWindow(QMainWindow):
             self.store.finish_reply(stream.message_id, stream.text, state="stopped")
         self.client.shutdown()
         super().closeEvent(event)
+
+
+def _usage_text(tokens: int, tokens_per_s: float) -> str:
+    return f"{tokens} tokens · {tokens_per_s:.1f} tok/s"

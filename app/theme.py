@@ -53,6 +53,8 @@ def apply_theme(app: QApplication, theme: str) -> dict[str, str]:
     """Applies `theme` ("light", "dark" or "system") to the whole app; returns the colours used."""
     colors = palette_colors(resolve_dark(theme))
     base = (assets_dir() / "styles" / "base.qss").read_text(encoding="utf-8")
+    # Qt stylesheets want forward slashes in url(), also on Windows.
+    base = base.replace("@icons", (assets_dir() / "icons").as_posix())
     app.setStyle("Fusion")
     app.setPalette(_palette(colors))
     app.setStyleSheet(_TOKEN.sub(lambda m: colors.get(m.group(1), m.group(0)), base))

@@ -77,6 +77,7 @@ class ModelActions(QObject):
         if str(entry.path) != self._pending_path:
             return
         self._pending_path = ""
+        self.w.status.flash("")
         if not entry.ok:
             self.w.show_banner(f"Cannot open {entry.path.name}", f"{entry.error}\n\nPick another GGUF file. "
                                "Your conversations and the loaded model are unchanged.")
@@ -163,8 +164,9 @@ class ModelActions(QObject):
 
     def offer_starter(self) -> None:
         size = human_size(model_store.STARTER.size)
-        self.w.show_banner("Welcome to Halo Chat", f"You have no models yet. Get the starter model "
-                           f"({model_store.STARTER.description}), or open a GGUF file you already have.",
+        self.w.show_banner("Welcome to Halo Chat", f"You have no models yet. Download the starter model, a small "
+                           f"chat model ({model_store.STARTER.filename}, {size}) that runs on any computer, or "
+                           "open a GGUF file you already have.",
                            ((f"Download starter model ({size})", self.fetch_starter),
                             ("Open GGUF…", self.open_file_dialog)))
 

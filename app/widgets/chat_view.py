@@ -3,11 +3,11 @@ the user has scrolled up to read."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
 from app.widgets.message_view import MessageView
 
-MAX_TEXT_WIDTH = 820
+MAX_TEXT_WIDTH = 860
 
 
 class ChatView(QScrollArea):
@@ -19,10 +19,19 @@ class ChatView(QScrollArea):
         self.setWidgetResizable(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # A centred column at most MAX_TEXT_WIDTH wide: long lines stay readable on wide windows.
         inner = QWidget()
-        self._column = QVBoxLayout(inner)
-        self._column.setContentsMargins(24, 16, 24, 16)
-        self._column.setSpacing(10)
+        row = QHBoxLayout(inner)
+        row.setContentsMargins(24, 16, 24, 16)
+        self._column_widget = QWidget()
+        self._column_widget.setMaximumWidth(MAX_TEXT_WIDTH)
+        self._column_widget.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        row.addStretch(0)
+        row.addWidget(self._column_widget, 1)
+        row.addStretch(0)
+        self._column = QVBoxLayout(self._column_widget)
+        self._column.setContentsMargins(0, 0, 0, 0)
+        self._column.setSpacing(12)
         self._column.addStretch(1)
         self.setWidget(inner)
         self._views: dict[int, MessageView] = {}
@@ -56,10 +65,9 @@ class ChatView(QScrollArea):
 
     def add_message(self, message_id: int, role: str, text: str, state: str = "complete",
                     detail: str = "") -> MessageView:
-        view = MessageView(message_id, role, text, state, detail, parent=self.widget())
-        view.setMaximumWidth(MAX_TEXT_WIDTH)
+        view = MessageView(message_id, role, text, state, detail, parent=self._column_widget)
         view.regenerateRequested.connect(self.regenerateRequested)
-        self._column.insertWidget(self._column.count() - 1, view, 0, Qt.AlignmentFlag.AlignHCenter)
+        self._column.insertWidget(self._column.count() - 1, view)
         self._views[message_id] = view
         self.empty.setVisible(False)
         self._update_regenerate_buttons()
@@ -90,7 +98,7 @@ class ChatView(QScrollArea):
         for i, v in enumerate(views):
             if v.role == "assistant":
                 last = i == len(views) - 1
-                v.regenerate_button.setVisible(last)
+                v.regenerate_button.setVisible(last and not busy)
                 v.set_regenerate_enabled(last and not busy)
 
     # -- following the bottom ---------------------------------------------------------------------

@@ -61,6 +61,7 @@ class MarkdownView(QTextBrowser):
                 bfmt = QTextBlockFormat()
                 bfmt.setBackground(tint)
                 bfmt.setLeftMargin(6)
+                bfmt.setNonBreakableLines(False)   # wrap long code lines rather than clip them
                 cursor.mergeBlockFormat(bfmt)
                 cursor.select(QTextCursor.SelectionType.BlockUnderCursor)
                 cfmt = QTextCharFormat()
