@@ -113,12 +113,14 @@ class Results:
 
 def run_to_completion(sched: Scheduler, runner: FakePagedRunner, *, async_steps: bool,
                       arrivals: dict[int, list[tuple]] | None = None,
-                      aborts: dict[int, list[str]] | None = None, max_steps: int = 100_000) -> Results:
+                      aborts: dict[int, list[str]] | None = None, max_steps: int = 100_000,
+                      observe=None) -> Results:
     """Drive the scheduler like the engine core would. `arrivals[i]`: add_request argument tuples added
     before loop iteration i; `aborts[i]`: ids aborted before iteration i.
 
     async_steps=True: schedule and launch step N+1, THEN deliver step N's output (one step in flight
-    while scheduling). False: deliver each step's output before scheduling the next."""
+    while scheduling). False: deliver each step's output before scheduling the next.
+    `observe(sched, out)` is called right after each schedule()."""
     results = Results()
     arrivals, aborts = arrivals or {}, aborts or {}
     last_event = max([*arrivals, *aborts], default=0)
@@ -130,6 +132,8 @@ def run_to_completion(sched: Scheduler, runner: FakePagedRunner, *, async_steps:
             if sched.abort(rid):
                 results.reasons[rid] = "abort"
         out = sched.schedule()
+        if observe is not None:
+            observe(sched, out)
         launched = None if out.is_empty else runner.execute(out)
         delivered = pending if async_steps else launched
         if delivered is not None:
