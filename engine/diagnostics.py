@@ -237,9 +237,9 @@ def run_self_test(backend: str, model_path: str | Path | None = None, device: in
     logits = None
     if result.facts is not None and result.facts.api != "cpu":
         logits = compare_logits(backend, model_path, device) if model_path else \
-            LogitsCheck(None, "not run: no model loaded (load one to compare GPU and CPU logits)")
+            LogitsCheck(None, "no model loaded (load one to compare GPU and CPU logits)")
     elif model_path:
-        logits = LogitsCheck(None, "not run: the backend is the CPU, which is the reference itself")
+        logits = LogitsCheck(None, "the backend is the CPU, which is the reference itself")
     return SelfTestRun(backend, result.self_test, logits, round(time.perf_counter() - start, 4))
 
 

@@ -199,7 +199,8 @@ def self_test_line(st: SelfTestResult) -> str:
 
 def logits_line(lc: LogitsCheck) -> str:
     verdict = {True: "PASSED", False: "FAILED", None: "NOT RUN"}[lc.passed]
-    text = f"{verdict}: {lc.reason}"
+    reason = lc.reason.removeprefix("not run: ") if lc.passed is None else lc.reason   # older reports said it twice
+    text = f"{verdict}: {reason}"
     if lc.max_abs_diff is not None:
         text += (f" (max |gpu-cpu| {lc.max_abs_diff:.3g}, tolerance {lc.tolerance:g}; top-1 cpu {lc.top1_cpu} "
                  f"gpu {lc.top1_gpu}; top-5 overlap {lc.top5_overlap}/5)")

@@ -89,6 +89,19 @@ def test_linux_apu_with_pageable_access_is_host_addressable_yet_copies():
     assert "- Readback path: **pinned D2H copy**" in md    # no zero-copy implemented: the copy stays
 
 
+def test_the_report_recorded_on_the_h200_reopens_and_renders():
+    """`python -m engine.diagnostics --self-test --json` as it ran on the device (cuda-python 13.3.1)."""
+    report = machine("h200-recorded")
+    cuda = report.probe_for("cuda-python")
+    assert cuda.facts.name == "NVIDIA H200" and cuda.facts.total_memory == 150109880320
+    assert cuda.capabilities.to_dict() == derive(cuda.facts).to_dict()
+    assert report.selected_backend == "cuda-python" and report.async_scheduling
+    assert report.self_test.passed and report.self_test.readback.mismatches == 0
+    md = to_markdown(report)
+    assert "**cuda-python: PASSED**" in md and "| arch | sm_90 |" in md
+    assert "GPU vs CPU logits: NOT RUN: no model loaded" in md
+
+
 def test_h200_facts_as_recorded():
     report = machine("h200")
     md = to_markdown(report)
