@@ -104,7 +104,7 @@ def test_killed_mid_reply_keeps_every_message_and_marks_the_cut(qtbot, tmp_path,
     script = tmp_path / "crash_app.py"
     script.write_text(_CRASH_SCRIPT)
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "HALO_DATA_DIR": str(db_path.parent),
-           "HALO_SETTINGS_DIR": str(tmp_path / "crash-settings"), "HALO_TEST_KILL_AFTER_DELTAS": "12",
+           "HALO_SETTINGS_DIR": str(tmp_path / "crash-settings"), "HALO_TEST_KILL_AFTER_DELTAS": "30",
            "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, str(script), str(smollm2_path)], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=120)
@@ -118,6 +118,8 @@ def test_killed_mid_reply_keeps_every_message_and_marks_the_cut(qtbot, tmp_path,
         ("user", "complete"), ("assistant", "complete"), ("user", "complete"), ("assistant", "interrupted")]
     assert messages[0].content == "Say hi." and messages[1].content
     assert messages[2].content == "Now tell me a long story about the moon."
+    # 30 coalesced deltas take well over the 0.5 s save interval: part of the reply was saved as it streamed
+    assert messages[3].content.strip()
     store.close()
 
     w = MainWindow(Store(db_path), settings)   # no model needed to read history
