@@ -324,7 +324,9 @@ class MainWindow(QMainWindow):
         except ImportError:
             QMessageBox.information(self, "Diagnostics", "The diagnostics view is not part of this build yet.")
             return
-        view = diagnostics_view.DiagnosticsView(client=self.client, parent=self)
+        view = diagnostics_view.DiagnosticsView(client=self.client, parent=self,
+                                                backend_setting=self.settings.backend,
+                                                async_setting=self.settings.async_scheduling)
         view.setWindowFlag(Qt.WindowType.Window, True)
         view.show()
         self._diagnostics = view
