@@ -104,6 +104,26 @@ class RuntimeBinding(ABC):
                shared_bytes: int, stream: int, params_address: int) -> None:
         """cuLaunchKernel / hipModuleLaunchKernel; `params_address` points at a void*[] of argument addresses."""
 
+    # graphs (capture a stream's work once, replay it with one launch) --------------------------------------
+    # Not abstract: a binding without them still runs everything eagerly (engine.gpu falls back).
+    def stream_begin_capture(self, stream: int) -> None:     # cudaStreamBeginCapture / hipStreamBeginCapture
+        raise NotImplementedError(f"{self.name}: no graph capture")   # (thread-local mode)
+
+    def stream_end_capture(self, stream: int) -> object:      # cudaStreamEndCapture / hipStreamEndCapture
+        raise NotImplementedError(f"{self.name}: no graph capture")
+
+    def graph_instantiate(self, graph: object) -> object:     # cudaGraphInstantiateWithFlags / hip..., flags 0
+        raise NotImplementedError(f"{self.name}: no graph capture")
+
+    def graph_launch(self, graph_exec: object, stream: int) -> None:   # cudaGraphLaunch / hipGraphLaunch
+        raise NotImplementedError(f"{self.name}: no graph capture")
+
+    def graph_exec_destroy(self, graph_exec: object) -> None:          # cudaGraphExecDestroy / hip...
+        raise NotImplementedError(f"{self.name}: no graph capture")
+
+    def graph_destroy(self, graph: object) -> None:                    # cudaGraphDestroy / hipGraphDestroy
+        raise NotImplementedError(f"{self.name}: no graph capture")
+
     def compile_options(self, arch: str) -> list[str]:
         if self.api == "hip":
             return [f"--offload-arch={arch}", "-O3"]

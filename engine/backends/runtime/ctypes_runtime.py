@@ -33,6 +33,7 @@ EVENT_DISABLE_TIMING = 2    # cudaEventDisableTiming == hipEventDisableTiming
 STREAM_NON_BLOCKING = 1     # cudaStreamNonBlocking == hipStreamNonBlocking
 MEM_ATTACH_GLOBAL = 1
 ADVISE_READ_MOSTLY = 1
+CAPTURE_MODE_THREAD_LOCAL = 1   # cudaStreamCaptureModeThreadLocal == hipStreamCaptureModeThreadLocal
 
 
 class _MemLocation(ctypes.Structure):      # cudaMemLocation, passed by value to CUDA 13's cudaMemAdvise
@@ -295,6 +296,29 @@ class CtypesRuntime(RuntimeBinding):
                                         c_uint(shared_bytes), c_void_p(stream),
                                         ctypes.cast(c_void_p(params_address), POINTER(c_void_p)), None)
         self._check_mod(status, fn)
+
+    # graphs: the runtime calls of both APIs (cuda*/hip* with the same arguments) ------------------------
+    def stream_begin_capture(self, stream: int) -> None:
+        self._call("StreamBeginCapture", c_void_p(stream), c_int(CAPTURE_MODE_THREAD_LOCAL))
+
+    def stream_end_capture(self, stream: int) -> object:
+        graph = c_void_p()
+        self._call("StreamEndCapture", c_void_p(stream), byref(graph))
+        return graph
+
+    def graph_instantiate(self, graph: object) -> object:
+        graph_exec = c_void_p()
+        self._call("GraphInstantiateWithFlags", byref(graph_exec), graph, ctypes.c_ulonglong(0))
+        return graph_exec
+
+    def graph_launch(self, graph_exec: object, stream: int) -> None:
+        self._call("GraphLaunch", graph_exec, c_void_p(stream))
+
+    def graph_exec_destroy(self, graph_exec: object) -> None:
+        self._call("GraphExecDestroy", graph_exec)
+
+    def graph_destroy(self, graph: object) -> None:
+        self._call("GraphDestroy", graph)
 
 
 _GFX = re.compile(rb"gfx[0-9a-f]{3,6}")

@@ -166,3 +166,23 @@ class CudaPythonRuntime(TupleBinding):
     def launch(self, function, grid, block, shared_bytes, stream, params_address) -> None:
         self._unwrap(self.drv.cuLaunchKernel(function, *grid, *block, shared_bytes, self.drv.CUstream(stream),
                                              params_address, 0), "cuLaunchKernel")
+
+    # graphs ------------------------------------------------------------------------------------------
+    def stream_begin_capture(self, stream) -> None:
+        mode = self.rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
+        self._unwrap(self.rt.cudaStreamBeginCapture(stream, mode), "cudaStreamBeginCapture")
+
+    def stream_end_capture(self, stream) -> object:
+        return self._unwrap(self.rt.cudaStreamEndCapture(stream), "cudaStreamEndCapture")
+
+    def graph_instantiate(self, graph) -> object:
+        return self._unwrap(self.rt.cudaGraphInstantiateWithFlags(graph, 0), "cudaGraphInstantiateWithFlags")
+
+    def graph_launch(self, graph_exec, stream) -> None:
+        self._unwrap(self.rt.cudaGraphLaunch(graph_exec, stream), "cudaGraphLaunch")
+
+    def graph_exec_destroy(self, graph_exec) -> None:
+        self._unwrap(self.rt.cudaGraphExecDestroy(graph_exec), "cudaGraphExecDestroy")
+
+    def graph_destroy(self, graph) -> None:
+        self._unwrap(self.rt.cudaGraphDestroy(graph), "cudaGraphDestroy")

@@ -163,3 +163,23 @@ class HipPythonRuntime(TupleBinding):
     def launch(self, function, grid, block, shared_bytes, stream, params_address) -> None:
         self._unwrap(self.hip.hipModuleLaunchKernel(function, *grid, *block, shared_bytes, stream or None,
                                                     params_address, None), "hipModuleLaunchKernel")
+
+    # graphs ------------------------------------------------------------------------------------------
+    def stream_begin_capture(self, stream) -> None:
+        mode = self.hip.hipStreamCaptureMode.hipStreamCaptureModeThreadLocal
+        self._unwrap(self.hip.hipStreamBeginCapture(stream or None, mode), "hipStreamBeginCapture")
+
+    def stream_end_capture(self, stream) -> object:
+        return self._unwrap(self.hip.hipStreamEndCapture(stream or None), "hipStreamEndCapture")
+
+    def graph_instantiate(self, graph) -> object:
+        return self._unwrap(self.hip.hipGraphInstantiateWithFlags(graph, 0), "hipGraphInstantiateWithFlags")
+
+    def graph_launch(self, graph_exec, stream) -> None:
+        self._unwrap(self.hip.hipGraphLaunch(graph_exec, stream or None), "hipGraphLaunch")
+
+    def graph_exec_destroy(self, graph_exec) -> None:
+        self._unwrap(self.hip.hipGraphExecDestroy(graph_exec), "hipGraphExecDestroy")
+
+    def graph_destroy(self, graph) -> None:
+        self._unwrap(self.hip.hipGraphDestroy(graph), "hipGraphDestroy")

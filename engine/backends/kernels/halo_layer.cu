@@ -1,0 +1,169 @@
+// Per-layer glue of the forward pass: q/k norm + rotary + KV-cache write, paged attention, residual + RMS norm.
+// Float32 throughout. Step metadata (positions, slots, token -> sequence, seq_lens, block tables) is read
+// from device memory, so a captured graph replays any step of the same token count.
+#if defined(__HIPCC_RTC__) || defined(__HIP__)
+#define SHFL_XOR(v, o) __shfl_xor(v, o)
+#else
+#define SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, v, o)
+#endif
+#define NEG_INF __int_as_float((int)0xff800000u)
+
+__device__ __forceinline__ float warp_sum(float v) {
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += SHFL_XOR(v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, SHFL_XOR(v, o));
+    return v;
+}
+
+__device__ float block_sum(float v, float* red) {      // red: >= 32 floats of shared memory
+    v = warp_sum(v);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++) s += red[i];
+    return s;
+}
+
+// qkv [T, ld] holds q (H heads) | k (Hkv) | v (Hkv), each head D wide. For every token t and head:
+// optional per-head RMS norm (q_norm / k_norm), rotary on the first rope_dim dims (neox: pairs (i, i + r/2);
+// normal: (2i, 2i + 1)), angles = pos * inv_freq[i] in double. q is rotated in place; k (rotated) and v are
+// written to the cache slot slot_mapping[t]. Grid: (T, H + Hkv); block: D threads rounded up to 32.
+HALO_KERNEL void halo_rope_kv(float* qkv, i32 ld, const i32* positions, const i32* slots, const float* q_norm,
+                              const float* k_norm, float eps, i32 H, i32 Hkv, i32 D, i32 rope_dim, i32 neox,
+                              const double* inv_freq, float* kcache, float* vcache) {
+    __shared__ float buf[1024];
+    __shared__ float red[32];
+    int t = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
+    bool is_q = head < H;
+    float* src = qkv + (size_t)t * ld + (size_t)head * D;      // k heads follow the q heads directly
+    float v = d < D ? src[d] : 0.0f;
+    const float* nw = is_q ? q_norm : k_norm;
+    if (nw) {
+        float inv = 1.0f / sqrtf(block_sum(v * v, red) / (float)D + eps);
+        v = d < D ? v * inv * nw[d] : 0.0f;
+    }
+    if (d < D) buf[d] = v;
+    __syncthreads();
+    float out = v;
+    int pos = positions[t];
+    if (d < rope_dim) {
+        int half = rope_dim >> 1, i, partner;
+        bool first;
+        if (neox) { i = d < half ? d : d - half; first = d < half; partner = first ? d + half : d - half; }
+        else { i = d >> 1; first = (d & 1) == 0; partner = first ? d + 1 : d - 1; }
+        double ang = (double)pos * inv_freq[i];
+        float c = (float)cos(ang), s = (float)sin(ang);
+        float a = first ? v : buf[partner], b = first ? buf[partner] : v;
+        out = first ? a * c - b * s : b * c + a * s;
+    }
+    if (d >= D) return;
+    if (is_q) { src[d] = out; return; }
+    int hk = head - H;
+    size_t slot = (size_t)slots[t];
+    src[d] = out;
+    kcache[(slot * Hkv + hk) * D + d] = out;
+    vcache[(slot * Hkv + hk) * D + d] = src[(size_t)Hkv * D + d];   // v head hk sits Hkv heads after k head hk
+}
+
+// out[t, h*D:(h+1)*D] = softmax(scale * q . K^T + mask) V over the sequence's cached keys, read through its
+// block table. Keys allowed: j <= pos (causal), and j > pos - window when window > 0 (sliding).
+// Grid: (T, H); block: 32 * NW threads; each warp walks keys j = lo + warp, lo + warp + NW, ... with an
+// online softmax; warps merge through shared memory (dynamic: NW * (D + 2) floats).
+#define ATT_MAX_PER_LANE 8      // D <= 256
+HALO_KERNEL void halo_attention(const float* qkv, i32 ld, const float* kcache, const float* vcache,
+                                const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width,
+                                i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window, float* out) {
+    extern __shared__ float sm[];
+    int t = blockIdx.x, h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int nw = blockDim.x >> 5;
+    int hk = h / (H / Hkv);
+    int pos = positions[t], s = token_seq[t];
+    int lo = window > 0 ? max(0, pos - window + 1) : 0;
+    const i32* table = block_tables + (size_t)s * bt_width;
+    const float* q = qkv + (size_t)t * ld + (size_t)h * D;
+    float qr[ATT_MAX_PER_LANE], acc[ATT_MAX_PER_LANE];
+    #pragma unroll
+    for (int i = 0; i < ATT_MAX_PER_LANE; i++) {
+        int d = lane + 32 * i;
+        qr[i] = d < D ? q[d] * scale : 0.0f;
+        acc[i] = 0.0f;
+    }
+    float m = NEG_INF, l = 0.0f;
+    for (int j = lo + warp; j <= pos; j += nw) {
+        size_t slot = (size_t)table[j / bs] * bs + (j % bs);
+        const float* kr = kcache + (slot * Hkv + hk) * D;
+        const float* vr = vcache + (slot * Hkv + hk) * D;
+        float p = 0.0f;
+        #pragma unroll
+        for (int i = 0; i < ATT_MAX_PER_LANE; i++) {
+            int d = lane + 32 * i;
+            if (d < D) p += qr[i] * kr[d];
+        }
+        float sc = warp_sum(p);
+        float mn = fmaxf(m, sc);
+        float corr = __expf(m - mn), e = __expf(sc - mn);
+        l = l * corr + e;
+        #pragma unroll
+        for (int i = 0; i < ATT_MAX_PER_LANE; i++) {
+            int d = lane + 32 * i;
+            if (d < D) acc[i] = acc[i] * corr + e * vr[d];
+        }
+        m = mn;
+    }
+    float* wa = sm + (size_t)warp * (D + 2);
+    #pragma unroll
+    for (int i = 0; i < ATT_MAX_PER_LANE; i++) {
+        int d = lane + 32 * i;
+        if (d < D) wa[d] = acc[i];
+    }
+    if (lane == 0) { wa[D] = m; wa[D + 1] = l; }
+    __syncthreads();
+    float M = NEG_INF;
+    for (int w = 0; w < nw; w++) M = fmaxf(M, sm[(size_t)w * (D + 2) + D]);
+    float L = 0.0f;
+    for (int w = 0; w < nw; w++) {
+        float mw = sm[(size_t)w * (D + 2) + D];
+        if (mw != NEG_INF) L += sm[(size_t)w * (D + 2) + D + 1] * __expf(mw - M);
+    }
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float o = 0.0f;
+        for (int w = 0; w < nw; w++) {
+            float mw = sm[(size_t)w * (D + 2) + D];
+            if (mw != NEG_INF) o += sm[(size_t)w * (D + 2) + d] * __expf(mw - M);
+        }
+        out[(size_t)t * H * D + (size_t)h * D + d] = o / L;
+    }
+}
+
+// Residual and the next norm in one pass over a token's row (grid: T blocks):
+//   if o:  x += post_w ? rmsnorm(o) * post_w : o
+//   h = rmsnorm(x) * next_w
+HALO_KERNEL void halo_add_norm(float* x, const float* o, const float* post_w, const float* next_w, float eps,
+                               i32 E, float* h) {
+    __shared__ float red[32];
+    int t = blockIdx.x;
+    float* xr = x + (size_t)t * E;
+    if (o) {
+        const float* orow = o + (size_t)t * E;
+        float inv = 1.0f;
+        if (post_w) {
+            float ss = 0.0f;
+            for (int i = threadIdx.x; i < E; i += blockDim.x) ss += orow[i] * orow[i];
+            inv = 1.0f / sqrtf(block_sum(ss, red) / (float)E + eps);
+        }
+        for (int i = threadIdx.x; i < E; i += blockDim.x)
+            xr[i] += post_w ? orow[i] * inv * post_w[i] : orow[i];
+        __syncthreads();
+    }
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < E; i += blockDim.x) ss += xr[i] * xr[i];
+    float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)E + eps);
+    for (int i = threadIdx.x; i < E; i += blockDim.x) h[(size_t)t * E + i] = xr[i] * inv * next_w[i];
+}

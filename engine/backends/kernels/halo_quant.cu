@@ -1,0 +1,314 @@
+// Quantized weights, dequantized on the fly: matrix x activations products, SwiGLU/GeGLU, embedding rows.
+// Weights keep GGUF's layout: row r of a [rows, K] matrix is K / block_elems blocks of block_bytes bytes.
+// Activations are float32 row-major [T, K] (ld = K); K is a multiple of 8 (checked on the host).
+// One warp per weight row (R rows per warp for many tokens); each lane decodes groups of 8 consecutive
+// elements (`dq8`) and multiplies them into NT tokens' accumulators; a warp shuffle reduces at the end.
+
+// ggml type ids (engine.gguf.types.GGMLType)
+#if defined(__HIPCC_RTC__) || defined(__HIP__)
+#define SHFL_XOR(v, o) __shfl_xor(v, o)
+#else
+#define SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, v, o)
+#endif
+
+#define T_F32 0
+#define T_F16 1
+#define T_Q4_0 2
+#define T_Q4_1 3
+#define T_Q5_0 6
+#define T_Q5_1 7
+#define T_Q8_0 8
+#define T_Q4_K 12
+#define T_Q5_K 13
+#define T_Q6_K 14
+#define T_BF16 30
+
+__device__ __forceinline__ float h2f(unsigned int h) {
+    unsigned int sign = (h >> 15) & 1u, ex = (h >> 10) & 31u, man = h & 1023u;
+    if (ex == 0) {
+        float v = (float)man * 5.9604644775390625e-8f;     // subnormal: man * 2^-24
+        return sign ? -v : v;
+    }
+    unsigned int f = (sign << 31) | (ex == 31 ? (0xFFu << 23) : ((ex + 112u) << 23)) | (man << 13);
+    return __int_as_float((int)f);
+}
+
+__device__ __forceinline__ unsigned int ld_u8(const unsigned char* p) { return (unsigned int)__ldg(p); }
+__device__ __forceinline__ unsigned int ld_u16(const unsigned char* p) { return ld_u8(p) | (ld_u8(p + 1) << 8); }
+__device__ __forceinline__ unsigned int ld_u32(const unsigned char* p) { return ld_u16(p) | (ld_u16(p + 2) << 16); }
+
+// get_scale_min_k4: 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes at q
+__device__ __forceinline__ void scale_min_k4(int j, const unsigned char* q, float* sc, float* mn) {
+    unsigned int s, m;
+    if (j < 4) { s = ld_u8(q + j) & 63u; m = ld_u8(q + j + 4) & 63u; }
+    else {
+        s = (ld_u8(q + j + 4) & 15u) | ((ld_u8(q + j - 4) >> 6) << 4);
+        m = (ld_u8(q + j + 4) >> 4) | ((ld_u8(q + j) >> 6) << 4);
+    }
+    *sc = (float)s; *mn = (float)m;
+}
+
+// Elements 8g .. 8g+7 of the row starting at `row` (type TYPE) into w[0..7].
+template <int TYPE>
+__device__ __forceinline__ void dq8(const unsigned char* row, int g, float* w) {
+    if (TYPE == T_F32) {
+        const float4* p = (const float4*)(row + (size_t)g * 32);
+        float4 a = __ldg(p), b = __ldg(p + 1);
+        w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w; w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+    } else if (TYPE == T_F16 || TYPE == T_BF16) {
+        const unsigned char* p = row + (size_t)g * 16;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            unsigned int h = ld_u16(p + 2 * i);
+            w[i] = TYPE == T_F16 ? h2f(h) : __int_as_float((int)(h << 16));
+        }
+    } else if (TYPE == T_Q4_0 || TYPE == T_Q4_1) {
+        const int bb = TYPE == T_Q4_0 ? 18 : 20, qo = TYPE == T_Q4_0 ? 2 : 4;
+        const unsigned char* b = row + (size_t)(g >> 2) * bb;
+        int sub = g & 3;                                   // 0,1: low nibbles of qs[0..7], qs[8..15]; 2,3: high
+        float d = h2f(ld_u16(b)), m = TYPE == T_Q4_1 ? h2f(ld_u16(b + 2)) : 0.0f;
+        const unsigned char* q = b + qo + (sub & 1) * 8;
+        int sh = (sub >> 1) * 4;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int v = (int)((ld_u8(q + i) >> sh) & 15u);
+            w[i] = TYPE == T_Q4_0 ? (float)(v - 8) * d : (float)v * d + m;
+        }
+    } else if (TYPE == T_Q5_0 || TYPE == T_Q5_1) {
+        const int bb = TYPE == T_Q5_0 ? 22 : 24, ho = TYPE == T_Q5_0 ? 2 : 4, qo = ho + 4;
+        const unsigned char* b = row + (size_t)(g >> 2) * bb;
+        int sub = g & 3;
+        float d = h2f(ld_u16(b)), m = TYPE == T_Q5_1 ? h2f(ld_u16(b + 2)) : 0.0f;
+        unsigned int qh = ld_u32(b + ho);
+        const unsigned char* q = b + qo + (sub & 1) * 8;
+        int sh = (sub >> 1) * 4;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int j = sub * 8 + i;                           // element index in the block: qh bit j
+            int v = (int)(((ld_u8(q + i) >> sh) & 15u) | (((qh >> j) & 1u) << 4));
+            w[i] = TYPE == T_Q5_0 ? (float)(v - 16) * d : (float)v * d + m;
+        }
+    } else if (TYPE == T_Q8_0) {
+        const unsigned char* b = row + (size_t)(g >> 2) * 34;
+        float d = h2f(ld_u16(b));
+        const unsigned char* q = b + 2 + (g & 3) * 8;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) w[i] = (float)(signed char)ld_u8(q + i) * d;
+    } else if (TYPE == T_Q4_K || TYPE == T_Q5_K) {
+        const int bb = TYPE == T_Q4_K ? 144 : 176, qo = TYPE == T_Q4_K ? 16 : 48;
+        const unsigned char* b = row + (size_t)(g >> 5) * bb;
+        int e = (g & 31) * 8;                              // element in the super-block
+        int c = e >> 6, h = (e >> 5) & 1, l = e & 31, j = e >> 5;
+        float d = h2f(ld_u16(b)), dmin = h2f(ld_u16(b + 2)), sc, mn;
+        scale_min_k4(j, b + 4, &sc, &mn);
+        float dl = d * sc, ml = dmin * mn;
+        const unsigned char* q = b + qo + 32 * c + l;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            unsigned int v = (ld_u8(q + i) >> (4 * h)) & 15u;
+            if (TYPE == T_Q5_K) v |= ((ld_u8(b + 16 + l + i) >> j) & 1u) << 4;
+            w[i] = dl * (float)v - ml;
+        }
+    } else if (TYPE == T_Q6_K) {
+        const unsigned char* b = row + (size_t)(g >> 5) * 210;
+        int e = (g & 31) * 8;
+        int h = e >> 7, r = e & 127, k = r >> 5, l = r & 31;
+        float dl = h2f(ld_u16(b + 208)) * (float)(signed char)ld_u8(b + 192 + (e >> 4));
+        const unsigned char* ql = b + 64 * h + 32 * (k & 1) + l;
+        const unsigned char* qh = b + 128 + 32 * h + l;
+        int sl = 4 * (k >> 1), shh = 2 * k;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int v = (int)(((ld_u8(ql + i) >> sl) & 15u) | (((ld_u8(qh + i) >> shh) & 3u) << 4)) - 32;
+            w[i] = dl * (float)v;
+        }
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += SHFL_XOR(v, o);
+    return v;
+}
+
+// acc[r][t] = sum_k W[row r][k] * X[xrow(t0 + t)][k], partial per lane (reduced by the caller).
+template <int TYPE, int R, int NT>
+__device__ __forceinline__ void rows_dot(const unsigned char* const* rows, int K, const float* X,
+                                         const i32* xrow, int t0, int T, float (*acc)[NT]) {
+    int lane = threadIdx.x & 31;
+    const float* xr[NT];
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        int tt = t0 + t < T ? t0 + t : T - 1;              // clamp: duplicate reads, results discarded
+        xr[t] = X + (size_t)(xrow ? xrow[tt] : tt) * K;
+    }
+    for (int g = lane; g < (K >> 3); g += 32) {
+        float w[R][8];
+        #pragma unroll
+        for (int r = 0; r < R; r++) dq8<TYPE>(rows[r], g, w[r]);
+        #pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float4* xp = (const float4*)(xr[t] + 8 * g);
+            float4 a = xp[0], b = xp[1];
+            #pragma unroll
+            for (int r = 0; r < R; r++)
+                acc[r][t] += w[r][0] * a.x + w[r][1] * a.y + w[r][2] * a.z + w[r][3] * a.w
+                           + w[r][4] * b.x + w[r][5] * b.y + w[r][6] * b.z + w[r][7] * b.w;
+        }
+    }
+}
+
+template <int R, int NT>
+__device__ __forceinline__ void rows_dot_any(int type, const unsigned char* const* rows, int K, const float* X,
+                                             const i32* xrow, int t0, int T, float (*acc)[NT]) {
+    switch (type) {
+        case T_F32: rows_dot<T_F32, R, NT>(rows, K, X, xrow, t0, T, acc); break;
+        case T_F16: rows_dot<T_F16, R, NT>(rows, K, X, xrow, t0, T, acc); break;
+        case T_BF16: rows_dot<T_BF16, R, NT>(rows, K, X, xrow, t0, T, acc); break;
+        case T_Q4_0: rows_dot<T_Q4_0, R, NT>(rows, K, X, xrow, t0, T, acc); break;
+        case T_Q4_1: rows_dot<T_Q4_1, R, NT>(rows, K, X, xrow, t0, T, acc); break;
+        case T_Q5_0: rows_dot<T_Q5_0, R, NT>(rows, K, X, xrow, t0, T, acc); break;
+        case T_Q5_1: rows_dot<T_Q5_1, R, NT>(rows, K, X, xrow, t0, T, acc); break;
+        case T_Q8_0: rows_dot<T_Q8_0, R, NT>(rows, K, X, xrow, t0, T, acc); break;
+        case T_Q4_K: rows_dot<T_Q4_K, R, NT>(rows, K, X, xrow, t0, T, acc); break;
+        case T_Q5_K: rows_dot<T_Q5_K, R, NT>(rows, K, X, xrow, t0, T, acc); break;
+        case T_Q6_K: rows_dot<T_Q6_K, R, NT>(rows, K, X, xrow, t0, T, acc); break;
+        default: break;
+    }
+}
+
+// Y[t, r] (+ bias[r]) for rows r of up to three stacked matrices (q|k|v): segment s has n_s rows of type
+// t_s with row stride rb_s bytes. Grid: (ceil(rows / (warps * R)), ceil(T / NT)); block: warps * 32.
+template <int R, int NT>
+__device__ void matmul_seg(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+                           const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
+                           const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
+                           const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
+                           float* Y, i32 ldy) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int row0 = (blockIdx.x * (blockDim.x >> 5) + warp) * R;
+    int rows = n0 + n1 + n2;
+    if (row0 >= rows) return;
+    int tok0 = blockIdx.y * NT;
+    // a warp's R rows lie in one segment (segment sizes are multiples of R: checked on the host)
+    const unsigned char* base; int type, rb, local;
+    if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
+    else if (row0 < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row0 - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
+    const unsigned char* rp[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++) rp[r] = base + (size_t)(local + r) * rb;
+    float acc[R][NT];
+    #pragma unroll
+    for (int r = 0; r < R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    rows_dot_any<R, NT>(type, rp, K, X, xrow, tok0, T, acc);
+    #pragma unroll
+    for (int r = 0; r < R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float v = warp_sum(acc[r][t]);
+            if (lane == 0 && tok0 + t < T) Y[(size_t)(tok0 + t) * ldy + row0 + r] = v + (bias ? bias[row0 + r] : 0.0f);
+        }
+}
+
+#define MATMUL_ENTRY(NAME, R, NT)                                                                         \
+HALO_KERNEL void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1, i32 t1,    \
+                      i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2, const float* bias, \
+                      const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy) {                  \
+    matmul_seg<R, NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy);      \
+}
+MATMUL_ENTRY(halo_matmul_r1_t1, 1, 1)
+MATMUL_ENTRY(halo_matmul_r1_t4, 1, 4)
+MATMUL_ENTRY(halo_matmul_r4_t8, 4, 8)
+
+__device__ __forceinline__ float act_fn(float g, int act) {
+    if (act == 0) return g * (0.5f + 0.5f * tanhf(0.5f * g));                                  // silu
+    return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));      // gelu tanh
+}
+
+// A[t, r] = act(gate[r] . X[t]) * (up[r] . X[t]) for r < n_ff. Same grid/block scheme as the matmul.
+template <int R, int NT>
+__device__ void glu(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+                    i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int row0 = (blockIdx.x * (blockDim.x >> 5) + warp) * R;
+    if (row0 >= n_ff) return;
+    int tok0 = blockIdx.y * NT;
+    const unsigned char* rg[R]; const unsigned char* ru[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++) { rg[r] = wg + (size_t)(row0 + r) * rb_g; ru[r] = wu + (size_t)(row0 + r) * rb_u; }
+    float ag[R][NT], au[R][NT];
+    #pragma unroll
+    for (int r = 0; r < R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) { ag[r][t] = 0.0f; au[r][t] = 0.0f; }
+    rows_dot_any<R, NT>(tg, rg, K, X, 0, tok0, T, ag);
+    rows_dot_any<R, NT>(tu, ru, K, X, 0, tok0, T, au);
+    #pragma unroll
+    for (int r = 0; r < R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float g = warp_sum(ag[r][t]), u = warp_sum(au[r][t]);
+            if (lane == 0 && tok0 + t < T) A[(size_t)(tok0 + t) * n_ff + row0 + r] = act_fn(g, act) * u;
+        }
+}
+
+#define GLU_ENTRY(NAME, R, NT)                                                                             \
+HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,  \
+                      i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {                         \
+    glu<R, NT>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A);                                         \
+}
+GLU_ENTRY(halo_glu_r1_t1, 1, 1)
+GLU_ENTRY(halo_glu_r1_t4, 1, 4)
+GLU_ENTRY(halo_glu_r4_t8, 4, 8)
+
+template <int TYPE>
+__device__ __forceinline__ void dq_row(const unsigned char* row, int E, float scale, float* out) {
+    for (int g = threadIdx.x; g < (E >> 3); g += blockDim.x) {
+        float w[8];
+        dq8<TYPE>(row, g, w);
+        #pragma unroll
+        for (int i = 0; i < 8; i++) out[8 * g + i] = w[i] * scale;
+    }
+}
+
+__device__ float block_sum(float v, float* red) {      // red: >= 32 floats of shared memory
+    v = warp_sum(v);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++) s += red[i];
+    return s;
+}
+
+// x[t] = dequant(W[ids[t]]) * scale; h[t] = rmsnorm(x[t]) * norm_w. Grid: T blocks.
+HALO_KERNEL void halo_embed_norm(const unsigned char* W, i32 type, i32 rb, const i32* ids, i32 E, float scale,
+                                 const float* norm_w, float eps, float* x, float* h) {
+    __shared__ float red[32];
+    int t = blockIdx.x;
+    const unsigned char* row = W + (size_t)ids[t] * rb;
+    float* xr = x + (size_t)t * E;
+    switch (type) {
+        case T_F32: dq_row<T_F32>(row, E, scale, xr); break;
+        case T_F16: dq_row<T_F16>(row, E, scale, xr); break;
+        case T_BF16: dq_row<T_BF16>(row, E, scale, xr); break;
+        case T_Q4_0: dq_row<T_Q4_0>(row, E, scale, xr); break;
+        case T_Q4_1: dq_row<T_Q4_1>(row, E, scale, xr); break;
+        case T_Q5_0: dq_row<T_Q5_0>(row, E, scale, xr); break;
+        case T_Q5_1: dq_row<T_Q5_1>(row, E, scale, xr); break;
+        case T_Q8_0: dq_row<T_Q8_0>(row, E, scale, xr); break;
+        case T_Q4_K: dq_row<T_Q4_K>(row, E, scale, xr); break;
+        case T_Q5_K: dq_row<T_Q5_K>(row, E, scale, xr); break;
+        case T_Q6_K: dq_row<T_Q6_K>(row, E, scale, xr); break;
+        default: break;
+    }
+    __syncthreads();
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < E; i += blockDim.x) ss += xr[i] * xr[i];
+    float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)E + eps);
+    for (int i = threadIdx.x; i < E; i += blockDim.x) h[(size_t)t * E + i] = xr[i] * inv * norm_w[i];
+}

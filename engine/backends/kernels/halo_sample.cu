@@ -1,0 +1,129 @@
+// Token choice on the device: greedy (argmax, lowest index on ties, as numpy) or sampled with temperature,
+// top-k, top-p and min-p (the order of engine.sampling) and a counter-based RNG seeded per request.
+// One block (1024 threads) per logits row. Only the chosen ids leave the device (through the readback pool).
+#if defined(__HIPCC_RTC__) || defined(__HIP__)
+#define SHFL_XOR(v, o) __shfl_xor(v, o)
+#else
+#define SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, v, o)
+#endif
+#define NEG_INF __int_as_float((int)0xff800000u)
+#define NTHREADS 1024
+
+__device__ float block_sum(float v, float* red) {
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += SHFL_XOR(v, o);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++) s += red[i];
+    return s;
+}
+
+__device__ __forceinline__ u64 splitmix64(u64 x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// Largest tau (as float bits in [lo, hi]) with f(tau) >= target, f nonincreasing: count or mass of p >= tau.
+__device__ u32 search_tau(const float* row, i32 V, float m, float inv_temp, u32 lo, u32 hi, float target,
+                          bool mass, float* red) {
+    while (lo < hi) {
+        u32 mid = lo + (hi - lo + 1) / 2;
+        float tau = __int_as_float((int)mid), acc = 0.0f;
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            float p = __expf((row[i] - m) * inv_temp);
+            if (p >= tau) acc += mass ? p : 1.0f;
+        }
+        if (block_sum(acc, red) >= target) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+// samp_i [S, 4]: top_k, seed, counter (tokens drawn so far by the request), unused
+// samp_f [S, 4]: temperature (<= 0: greedy), top_p, min_p, unused
+// out_ids[s] = chosen id; next_ids (optional) too: the next decode step's input, never via the host.
+HALO_KERNEL void halo_sample(const float* logits, i32 V, const i32* samp_i, const float* samp_f, i32* out_ids,
+                             i32* next_ids) {
+    __shared__ float red[32];
+    __shared__ float bv[NTHREADS / 32];
+    __shared__ int bi[NTHREADS / 32];
+    __shared__ float csum[NTHREADS];
+    __shared__ int pick;
+    int s = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float* row = logits + (size_t)s * V;
+    // argmax ------------------------------------------------------------------------------------------
+    float best = NEG_INF; int idx = 0x7fffffff;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float v = row[i];
+        if (v > best || idx == 0x7fffffff) { best = v; idx = i; }
+    }
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = SHFL_XOR(best, o); int oi = SHFL_XOR(idx, o);
+        if (ov > best || (ov == best && oi < idx)) { best = ov; idx = oi; }
+    }
+    if (lane == 0) { bv[warp] = best; bi[warp] = idx; }
+    __syncthreads();
+    best = bv[0]; idx = bi[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+        if (bv[w] > best || (bv[w] == best && bi[w] < idx)) { best = bv[w]; idx = bi[w]; }
+    const i32* pi = samp_i + 4 * s;
+    const float* pf = samp_f + 4 * s;
+    float temp = pf[0];
+    int top_k = pi[0];
+    if (!(temp > 0.0f) || top_k == 1 || !isfinite(best)) {
+        if (threadIdx.x == 0) { out_ids[s] = idx; if (next_ids) next_ids[s] = idx; }
+        return;
+    }
+    // thresholds on p_i = exp((l_i - max) / T), so the best token has p = 1 -----------------------------
+    float inv_temp = 1.0f / temp, m = best;
+    const u32 ONE = 0x3f800000u;
+    u32 tau = 0;
+    if (top_k > 0 && top_k < V) tau = search_tau(row, V, m, inv_temp, 0, ONE, (float)top_k, false, red);
+    float top_p = pf[1];
+    if (top_p < 1.0f) {
+        float zk = 0.0f, tk = __int_as_float((int)tau);
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            float p = __expf((row[i] - m) * inv_temp);
+            if (p >= tk) zk += p;
+        }
+        zk = block_sum(zk, red);
+        tau = search_tau(row, V, m, inv_temp, tau, ONE, top_p * zk, true, red);
+    }
+    float tf = __int_as_float((int)tau);
+    float min_p = pf[2];
+    if (min_p > 0.0f) tf = fmaxf(tf, min_p);
+    // draw: u * Z, then the first index (in vocabulary order) whose running kept mass passes it ---------
+    int chunk = (V + blockDim.x - 1) / blockDim.x, beg = threadIdx.x * chunk, end = min(V, beg + chunk);
+    float mine = 0.0f;
+    for (int i = beg; i < end; i++) {
+        float p = __expf((row[i] - m) * inv_temp);
+        if (p >= tf) mine += p;
+    }
+    csum[threadIdx.x] = mine;
+    if (threadIdx.x == 0) pick = idx;
+    __syncthreads();
+    if (threadIdx.x == 0) {                    // inclusive scan of 1024 chunk sums: cheap next to the passes
+        float run = 0.0f;
+        for (int i = 0; i < (int)blockDim.x; i++) { run += csum[i]; csum[i] = run; }
+    }
+    __syncthreads();
+    float total = csum[blockDim.x - 1];
+    u64 key = ((u64)(u32)pi[1] << 32) ^ (u64)(u32)pi[2];
+    float u = (float)(splitmix64(key) >> 40) * (1.0f / 16777216.0f) * total;
+    float before = threadIdx.x ? csum[threadIdx.x - 1] : 0.0f;
+    if (mine > 0.0f && u >= before && (u < csum[threadIdx.x] || csum[threadIdx.x] >= total)) {
+        float run = before; int last = -1;
+        for (int i = beg; i < end; i++) {
+            float p = __expf((row[i] - m) * inv_temp);
+            if (p >= tf) { run += p; last = i; if (run > u) break; }
+        }
+        pick = last;                           // u can sit on a boundary: both owners write a valid pick
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) { out_ids[s] = pick; if (next_ids) next_ids[s] = pick; }
+}

@@ -1,0 +1,243 @@
+"""The GPU forward pass over the backend contract: the same StepInput contract as engine.model.cpu_forward.
+
+Per step: one H2D copy of the packed step metadata (stepmeta.py), then per layer 8 launches:
+    qkv matmul (3 matrices, + bias) -> q/k norm + rotary + KV write -> paged attention -> wo matmul
+    -> residual + post-norm + ffn norm -> gate/up GLU matmul -> down matmul -> residual + next norm
+plus the embedding (+ first norm), the LM head on the rows that need logits, and the on-device sampler.
+Activations are float32 [T, width] device buffers sized once for `max_tokens` tokens.
+Everything is enqueued on `self.stream`; only the sampled ids (ReadbackPool) or, for tests and the
+`forward()` drop-in, the logits (a D2H copy into pinned memory behind an event) reach the host.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.backends.async_output import AsyncOutput, ReadbackPool
+from engine.backends.base import Backend, DeviceBuffer, PinnedHostBuffer
+from engine.gpu.stepmeta import MetaLayout, SamplingRow
+from engine.gpu.weights import DeviceMatrix, DeviceWeights
+from engine.model.config import ModelConfig
+from engine.model.step import StepInput
+
+NULL = np.uint64(0)
+MATMUL_WARPS = 4
+ATTN_WARPS = 8
+STAGING_SLOTS = 4
+
+
+def view(buf: DeviceBuffer, offset: int, n: int, dtype=None) -> DeviceBuffer:
+    """Elements [offset, offset + n) of `buf` as their own DeviceBuffer (same memory, never freed itself)."""
+    dtype = np.dtype(dtype or buf.dtype)
+    start = offset * buf.dtype.itemsize
+    storage = buf._storage                      # the CPU backend's memory (None on a GPU)
+    if storage is not None:
+        storage = storage[start:start + n * dtype.itemsize]
+    return DeviceBuffer(buf.backend, buf.ptr + start, (n,), dtype, storage=storage)
+
+
+def _ptr(buf: DeviceBuffer | None):
+    return NULL if buf is None else buf
+
+
+class GpuKVCache:
+    """Per layer K and V, [num_blocks, block_size, n_kv, head_dim] float32, in one allocation, plus the
+    step metadata buffers sized by this cache (block-table width = num_blocks)."""
+
+    def __init__(self, backend: Backend, config: ModelConfig, num_blocks: int, block_size: int,
+                 max_tokens: int, max_seqs: int, stream):
+        self.backend, self.num_blocks, self.block_size = backend, num_blocks, block_size
+        per = num_blocks * block_size * config.kv_dim
+        self.nbytes = 2 * config.n_layers * per * 4
+        self.storage = backend.alloc(2 * config.n_layers * per, np.float32)
+        backend.memset_async(self.storage, 0, stream)
+        self.k = [view(self.storage, (2 * i) * per, per) for i in range(config.n_layers)]
+        self.v = [view(self.storage, (2 * i + 1) * per, per) for i in range(config.n_layers)]
+        self.layout = MetaLayout(max_tokens, max_seqs, num_blocks)
+        self.meta = backend.alloc(self.layout.words, np.int32)
+        backend.memset_async(self.meta, 0, stream)
+        self.staging = [backend.alloc_pinned(self.layout.words, np.int32) for _ in range(STAGING_SLOTS)]
+        self.staged = [backend.create_event() for _ in range(STAGING_SLOTS)]
+        self.staged_used = [False] * STAGING_SLOTS
+        self._next = 0
+        L = self.layout
+        self.ids = view(self.meta, L.ids, max_tokens)
+        self.positions = view(self.meta, L.positions, max_tokens)
+        self.slots = view(self.meta, L.slots, max_tokens)
+        self.token_seq = view(self.meta, L.token_seq, max_tokens)
+        self.logits_idx = view(self.meta, L.logits_idx, max_seqs)
+        self.samp_i = view(self.meta, L.samp_i, 4 * max_seqs)
+        self.samp_f = view(self.meta, L.samp_f, 4 * max_seqs, np.float32)
+        self.block_tables = view(self.meta, L.block_tables, max_seqs * num_blocks)
+
+    def upload(self, step: StepInput, sampling: list[SamplingRow] | None, stream, ids_on_device: bool) -> None:
+        """Pack `step` into the next pinned staging slot and queue its H2D copy on `stream`."""
+        i = self._next
+        self._next = (i + 1) % STAGING_SLOTS
+        if self.staged_used[i]:
+            self.staged[i].synchronize()          # the copy that last read this slot has run (almost always)
+        host = self.staging[i]
+        words = self.layout.pack(step, sampling, host.array)
+        start = self.layout.positions if ids_on_device else 0
+        src = PinnedHostBuffer(self.backend, host.ptr + 4 * start, host.array[start:words])
+        self.backend.copy_h2d_async(view(self.meta, start, words - start), src, stream)
+        self.staged[i].record(stream)
+        self.staged_used[i] = True
+
+    def free(self) -> None:
+        b = self.backend
+        b.synchronize()
+        b.free(self.storage)
+        b.free(self.meta)
+        for p in self.staging:
+            b.free_pinned(p)
+        for e in self.staged:
+            b.destroy_event(e)
+
+
+class GpuForward:
+    """Config + device weights + scratch. Not thread-safe: the engine thread owns it."""
+
+    def __init__(self, backend: Backend, config: ModelConfig, weights: DeviceWeights, max_tokens: int = 512,
+                 max_seqs: int = 64, stream=None):
+        self.backend, self.config, self.w = backend, config, weights
+        self.max_tokens, self.max_seqs = max_tokens, max_seqs
+        self.stream = stream or backend.create_stream()
+        c = config
+        self.qkv_width = c.q_dim + 2 * c.kv_dim
+        T = max_tokens
+        self.x = backend.alloc((T, c.n_embd), np.float32)
+        self.h = backend.alloc((T, c.n_embd), np.float32)
+        self.o = backend.alloc((T, c.n_embd), np.float32)
+        self.qkv = backend.alloc((T, self.qkv_width), np.float32)
+        self.attn = backend.alloc((T, c.q_dim), np.float32)
+        self.act = backend.alloc((T, c.n_ff), np.float32)
+        self.logits = backend.alloc((max_seqs, c.vocab_size), np.float32)
+        self.sampled = backend.alloc(max_seqs, np.int32)
+        self.scratch = [self.x, self.h, self.o, self.qkv, self.attn, self.act, self.logits, self.sampled]
+        self._k: dict[str, object] = {}
+        self.launches = 0                 # kernels launched by the last enqueue_body
+        self._logits_host: PinnedHostBuffer | None = None
+        self._logits_ready = backend.create_event()
+
+    # kernels -----------------------------------------------------------------------------------------
+    def kern(self, file: str, name: str):
+        if name not in self._k:
+            self._k[name] = self.backend.kernel(file, name)
+        return self._k[name]
+
+    def warm_up(self) -> None:
+        """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
+        for suffix in ("r1_t1", "r1_t4", "r4_t8"):
+            self.kern("halo_quant.cu", "halo_matmul_" + suffix)
+            self.kern("halo_quant.cu", "halo_glu_" + suffix)
+        self.kern("halo_quant.cu", "halo_embed_norm")
+        for name in ("halo_rope_kv", "halo_attention", "halo_add_norm"):
+            self.kern("halo_layer.cu", name)
+        self.kern("halo_sample.cu", "halo_sample")
+
+    def _launch(self, file, name, grid, block, args, shared=0):
+        self.backend.launch(self.kern(file, name), grid, block, args, self.stream, shared)
+        self.launches += 1
+
+    @staticmethod
+    def _tile(T: int, rows_all_div4: bool) -> tuple[int, int, str]:
+        if T == 1:
+            return 1, 1, "r1_t1"
+        if T <= 4 or not rows_all_div4:
+            return 1, 4, "r1_t4"
+        return 4, 8, "r4_t8"
+
+    def _matmul(self, mats: list[DeviceMatrix], X: DeviceBuffer, T: int, Y: DeviceBuffer, ldy: int,
+                bias=None, xrow=None) -> None:
+        segs = list(mats) + [None] * (3 - len(mats))
+        rows = sum(m.rows for m in mats)
+        R, NT, suffix = self._tile(T, all(m.rows % 4 == 0 for m in mats))
+        args = []
+        for m in segs:
+            args += [m.buf, np.int32(m.ggml_type), np.int32(m.rows), np.int32(m.row_bytes)] if m else \
+                [NULL, np.int32(0), np.int32(0), np.int32(0)]
+        args += [_ptr(bias), X, _ptr(xrow), np.int32(mats[0].cols), np.int32(T), Y, np.int32(ldy)]
+        grid = (-(-rows // (MATMUL_WARPS * R)), -(-T // NT))
+        self._launch("halo_quant.cu", "halo_matmul_" + suffix, grid, 32 * MATMUL_WARPS, tuple(args))
+
+    def _glu(self, gate: DeviceMatrix, up: DeviceMatrix, X, T: int, A) -> None:
+        c = self.config
+        R, NT, suffix = self._tile(T, c.n_ff % 4 == 0)
+        act = 0 if c.activation == "silu" else 1
+        args = (gate.buf, np.int32(gate.ggml_type), up.buf, np.int32(up.ggml_type), np.int32(gate.row_bytes),
+                np.int32(up.row_bytes), np.int32(c.n_ff), np.int32(act), X, np.int32(c.n_embd), np.int32(T), A)
+        grid = (-(-c.n_ff // (MATMUL_WARPS * R)), -(-T // NT))
+        self._launch("halo_quant.cu", "halo_glu_" + suffix, grid, 32 * MATMUL_WARPS, args)
+
+    def _add_norm(self, T: int, o, post_w, next_w) -> None:
+        c = self.config
+        self._launch("halo_layer.cu", "halo_add_norm", T, 256,
+                     (self.x, _ptr(o), _ptr(post_w), next_w, np.float32(c.norm_eps), np.int32(c.n_embd), self.h))
+
+    # the step body: everything after the metadata upload; graph-capturable ---------------------------
+    def enqueue_body(self, kv: GpuKVCache, T: int, n_out: int, sample: bool, feed_next: bool) -> None:
+        c, w = self.config, self.w
+        self.launches = 0
+        E, H, Hkv, D = c.n_embd, c.n_head, c.n_head_kv, c.head_dim
+        emb = w.token_embd
+        self._launch("halo_quant.cu", "halo_embed_norm", T, 256,
+                     (emb.buf, np.int32(emb.ggml_type), np.int32(emb.row_bytes), kv.ids, np.int32(E),
+                      np.float32(c.embed_scale), w.layers[0].attn_norm, np.float32(c.norm_eps), self.x, self.h))
+        half = c.rope_dim // 2
+        for i, L in enumerate(w.layers):
+            self._matmul([L.wq, L.wk, L.wv], self.h, T, self.qkv, self.qkv_width, bias=L.bqkv)
+            self._launch("halo_layer.cu", "halo_rope_kv", (T, H + Hkv), max(32, -(-D // 32) * 32),
+                         (self.qkv, np.int32(self.qkv_width), kv.positions, kv.slots, _ptr(L.q_norm),
+                          _ptr(L.k_norm), np.float32(c.norm_eps), np.int32(H), np.int32(Hkv), np.int32(D),
+                          np.int32(c.rope_dim), np.int32(c.rope_style == "neox"),
+                          view(w.rope_inv_freq, i * half, half), kv.k[i], kv.v[i]))
+            window = c.sliding_window if c.sliding_layers[i] else 0
+            self._launch("halo_layer.cu", "halo_attention", (T, H), 32 * ATTN_WARPS,
+                         (self.qkv, np.int32(self.qkv_width), kv.k[i], kv.v[i], kv.positions, kv.token_seq,
+                          kv.block_tables, np.int32(kv.num_blocks), np.int32(kv.block_size), np.int32(H),
+                          np.int32(Hkv), np.int32(D), np.float32(c.attn_scale), np.int32(window), self.attn),
+                         shared=4 * ATTN_WARPS * (D + 2))
+            self._matmul([L.wo], self.attn, T, self.o, E)
+            self._add_norm(T, self.o, L.post_attn_norm, L.ffn_norm)
+            self._glu(L.w_gate, L.w_up, self.h, T, self.act)
+            self._matmul([L.w_down], self.act, T, self.o, E)
+            nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.output_norm
+            self._add_norm(T, self.o, L.post_ffn_norm, nxt)
+        self._matmul([w.output], self.h, n_out, self.logits, c.vocab_size, xrow=kv.logits_idx)
+        if sample:
+            self._launch("halo_sample.cu", "halo_sample", n_out, 1024,
+                         (self.logits, np.int32(c.vocab_size), kv.samp_i, kv.samp_f, self.sampled,
+                          kv.ids if feed_next else NULL))
+
+    # entry points ------------------------------------------------------------------------------------
+    def enqueue(self, step: StepInput, kv: GpuKVCache, sampling: list[SamplingRow] | None = None,
+                sample: bool = True, ids_on_device: bool = False, feed_next: bool = False) -> None:
+        kv.upload(step, sampling, self.stream, ids_on_device)
+        self.enqueue_body(kv, step.num_tokens, len(step.logits_indices), sample, feed_next)
+
+    def forward(self, step: StepInput, kv: GpuKVCache) -> np.ndarray:
+        """CpuModel.forward's contract: logits [len(logits_indices), vocab] float32 (blocks the host)."""
+        self.enqueue(step, kv, sample=False)
+        return self.read_logits(len(step.logits_indices))
+
+    def read_logits(self, n: int) -> np.ndarray:
+        c = self.config
+        if self._logits_host is None:
+            self._logits_host = self.backend.alloc_pinned((self.max_seqs, c.vocab_size), np.float32)
+        self.backend.copy_d2h_async(self._logits_host, self.logits, self.stream, nbytes=n * c.vocab_size * 4)
+        self._logits_ready.record(self.stream)
+        self._logits_ready.synchronize()
+        return self._logits_host.array[:n].copy()
+
+    def start_readback(self, pool: ReadbackPool, n_out: int) -> AsyncOutput:
+        slot = pool.acquire()
+        self.backend.copy_d2d_async(slot.device["ids"], view(self.sampled, 0, n_out), self.stream)
+        return pool.start(slot, {"ids": n_out}, self.stream)
+
+    def free(self) -> None:
+        self.backend.synchronize()
+        for b in self.scratch:
+            self.backend.free(b)
+        if self._logits_host is not None:
+            self.backend.free_pinned(self._logits_host)
+        self.backend.destroy_event(self._logits_ready)

@@ -1,0 +1,121 @@
+"""GpuModel: load (pre-flight, upload), KV caches, and steps - eager, or replayed from a captured graph.
+
+Decode steps (one token per sequence, T == S) are captured once per (cache, T) into a CUDA/HIP graph and
+replayed: one graph launch instead of ~8 x layers kernel launches from Python. Prefill and mixed steps
+run eagerly. The sampled ids come back through the backend's ReadbackPool; with `ids_on_device` the next
+decode step reads its input ids from where the sampler wrote them, never through the host.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from engine.backends.async_output import AsyncOutput, ReadbackPool
+from engine.backends.base import Backend
+from engine.gpu.forward import GpuForward, GpuKVCache
+from engine.gpu.preflight import MemoryPlan, check_fits, kv_bytes, plan_memory
+from engine.gpu.stepmeta import SamplingRow
+from engine.gpu.weights import upload_weights
+from engine.model.config import ModelConfig
+from engine.model.step import StepInput
+
+log = logging.getLogger(__name__)
+
+
+class _Graph:
+    def __init__(self, rt, graph, graph_exec, launches: int):
+        self.rt, self.graph, self.exec, self.launches = rt, graph, graph_exec, launches
+
+    def destroy(self) -> None:
+        self.rt.graph_exec_destroy(self.exec)
+        self.rt.graph_destroy(self.graph)
+
+
+class GpuModel:
+    def __init__(self, backend: Backend, config: ModelConfig, forward: GpuForward, plan: MemoryPlan | None,
+                 use_graphs: bool = True):
+        self.backend, self.config, self.fwd, self.plan = backend, config, forward, plan
+        self.rt = getattr(backend, "rt", None)
+        self.use_graphs = use_graphs and self.rt is not None
+        self._graphs: dict[tuple[int, int, bool], _Graph] = {}
+        self.graph_error: str | None = None
+
+    @staticmethod
+    def load(path: Path, backend: Backend, *, max_tokens: int = 512, max_seqs: int = 16, kv_blocks: int = 0,
+             block_size: int = 16, use_graphs: bool = True, progress=None) -> GpuModel:
+        """Pre-flight (weights + `kv_blocks` KV blocks + scratch vs free memory), then upload. Raises
+        OutOfDeviceMemoryError with the numbers before allocating anything when it cannot fit."""
+        from engine.gguf import open_gguf
+
+        with open_gguf(Path(path)) as gguf:
+            config = ModelConfig.from_metadata(gguf.metadata)
+            plan = plan_memory(config, list(gguf.tensors.values()), kv_blocks, block_size, max_tokens, max_seqs)
+            mem = backend.memory_info()
+            check_fits(plan, mem.free, mem.total, what=Path(path).name)
+            stream = backend.create_stream()
+            weights = upload_weights(backend, gguf, config, stream, progress)
+            stream.synchronize()
+        fwd = GpuForward(backend, config, weights, max_tokens, max_seqs, stream)
+        fwd.warm_up()
+        return GpuModel(backend, config, fwd, plan, use_graphs)
+
+    def new_kv_cache(self, num_blocks: int, block_size: int = 16) -> GpuKVCache:
+        need = kv_bytes(self.config, num_blocks, block_size)
+        mem = self.backend.memory_info()
+        if need > mem.free:
+            check_fits(MemoryPlan(0, need, 0, 0), mem.free, mem.total, what=f"a KV cache of {num_blocks} blocks")
+        kv = GpuKVCache(self.backend, self.config, num_blocks, block_size, self.fwd.max_tokens, self.fwd.max_seqs,
+                        self.fwd.stream)
+        self.fwd.stream.synchronize()
+        return kv
+
+    # steps -------------------------------------------------------------------------------------------
+    def forward(self, step: StepInput, kv: GpuKVCache):
+        """Logits on the host (tests, parity, the CpuModel drop-in)."""
+        return self.fwd.forward(step, kv)
+
+    def step(self, step: StepInput, kv: GpuKVCache, pool: ReadbackPool, sampling: list[SamplingRow] | None = None,
+             ids_on_device: bool = False, feed_next: bool = False) -> AsyncOutput:
+        """Run one step and choose its tokens on the device; the ids arrive through `pool`."""
+        n_out = len(step.logits_indices)
+        T = step.num_tokens
+        graph = None
+        if self.use_graphs and T == step.num_seqs == n_out:
+            graph = self._graph(kv, T, feed_next)
+        if graph is None:
+            self.fwd.enqueue(step, kv, sampling, sample=True, ids_on_device=ids_on_device, feed_next=feed_next)
+        else:
+            kv.upload(step, sampling, self.fwd.stream, ids_on_device)
+            self.rt.graph_launch(graph.exec, self.fwd.stream.handle)
+        return self.fwd.start_readback(pool, n_out)
+
+    def launches_per_step(self, kv: GpuKVCache, T: int, feed_next: bool = True) -> int | None:
+        g = self._graphs.get((id(kv), T, feed_next))
+        return g.launches if g else None
+
+    def _graph(self, kv: GpuKVCache, T: int, feed_next: bool) -> _Graph | None:
+        key = (id(kv), T, feed_next)
+        if key in self._graphs:
+            return self._graphs[key]
+        stream = self.fwd.stream
+        try:
+            self.rt.stream_begin_capture(stream.handle)
+        except NotImplementedError as e:
+            self.use_graphs, self.graph_error = False, str(e)
+            return None
+        try:
+            self.fwd.enqueue_body(kv, T, T, True, feed_next)
+        finally:
+            graph = self.rt.stream_end_capture(stream.handle)
+        graph_exec = self.rt.graph_instantiate(graph)
+        self._graphs[key] = _Graph(self.rt, graph, graph_exec, self.fwd.launches)
+        return self._graphs[key]
+
+    def drop_graphs(self, kv: GpuKVCache | None = None) -> None:
+        for key in [k for k in self._graphs if kv is None or k[0] == id(kv)]:
+            self._graphs.pop(key).destroy()
+
+    def close(self) -> None:
+        self.drop_graphs()
+        self.fwd.free()
+        self.fwd.w.free(self.backend)

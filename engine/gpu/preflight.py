@@ -1,0 +1,97 @@
+"""Memory pre-flight: what a model needs on the device, computed before anything is allocated.
+
+weights: the GGUF tensors as they are in the file (still quantized) plus float32 copies of the small
+         vectors (norms, biases), each allocation rounded up to the allocator's granularity;
+kv:      2 (K and V) x layers x blocks x block_size x kv_dim x 4 bytes (float32, as the CPU path);
+scratch: activations for `max_tokens` tokens and logits for `max_seqs` rows, plus the step metadata;
+reserve: the runtime's own context, module code and graph memory (a fixed slice plus a share of the rest).
+
+`check_fits` compares the total with the device's free memory and raises OutOfDeviceMemoryError that
+names every figure, so the user sees what did not fit and by how much.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.errors import OutOfDeviceMemoryError
+from engine.model.config import ModelConfig
+
+MIB = 1 << 20
+ALLOC_GRANULARITY = 512          # cudaMalloc/hipMalloc round small allocations up to at least this
+FIXED_RESERVE = 256 * MIB        # modules, graphs, runtime heaps, the readback pool
+RESERVE_FRACTION = 0.02          # and a share of the rest, for fragmentation
+VECTOR_TYPES = ("norm", "bias")  # tensor names holding vectors uploaded as float32
+
+
+def _round(n: int) -> int:
+    return -(-n // ALLOC_GRANULARITY) * ALLOC_GRANULARITY
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    weights: int
+    kv: int
+    scratch: int
+    reserve: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.scratch + self.reserve
+
+    def describe(self) -> str:
+        return (f"weights {self.weights / MIB:.1f} MiB + KV cache {self.kv / MIB:.1f} MiB + scratch "
+                f"{self.scratch / MIB:.1f} MiB + reserve {self.reserve / MIB:.1f} MiB = {self.total / MIB:.1f} MiB")
+
+
+def weight_bytes(tensors) -> int:
+    """`tensors`: the GGUF's TensorInfos. Quantized matrices upload as-is; 1-D vectors become float32."""
+    total = 0
+    for t in tensors:
+        if len(t.shape) == 1 or any(k in t.name for k in VECTOR_TYPES):
+            total += _round(t.n_elements * 4)
+        else:
+            total += _round(t.nbytes)
+    return total
+
+
+def kv_bytes(config: ModelConfig, num_blocks: int, block_size: int) -> int:
+    return 2 * config.n_layers * num_blocks * block_size * config.kv_dim * 4
+
+
+def scratch_bytes(config: ModelConfig, max_tokens: int, max_seqs: int, max_blocks_per_seq: int) -> int:
+    c = config
+    qkv = c.q_dim + 2 * c.kv_dim
+    per_token = 4 * (3 * c.n_embd + qkv + c.q_dim + c.n_ff)          # x, h, o | qkv | attn | glu out
+    logits = 4 * max_seqs * c.vocab_size
+    meta = 4 * (4 * max_tokens + 10 * max_seqs + max_seqs * max_blocks_per_seq)
+    return _round(per_token * max_tokens) + _round(logits) + 2 * _round(meta)
+
+
+def plan_memory(config: ModelConfig, tensors, num_blocks: int, block_size: int, max_tokens: int,
+                max_seqs: int) -> MemoryPlan:
+    w = weight_bytes(tensors)
+    kv = kv_bytes(config, num_blocks, block_size)
+    scratch = scratch_bytes(config, max_tokens, max_seqs, num_blocks)
+    reserve = FIXED_RESERVE + int(RESERVE_FRACTION * (w + kv + scratch))
+    return MemoryPlan(w, kv, scratch, reserve)
+
+
+def check_fits(plan: MemoryPlan, free: int, total: int, what: str = "the model") -> None:
+    """Raise OutOfDeviceMemoryError with the numbers when `plan` needs more than `free` bytes."""
+    if plan.total <= free:
+        return
+    err = OutOfDeviceMemoryError(
+        f"{what} needs {plan.total / MIB:.1f} MiB of device memory but only {free / MIB:.1f} MiB of "
+        f"{total / MIB:.1f} MiB are free ({plan.describe()}); use a smaller context or quantization, or the CPU")
+    err.plan = plan
+    err.free = free
+    raise err
+
+
+def max_kv_blocks(config: ModelConfig, tensors, block_size: int, max_tokens: int, max_seqs: int,
+                  free: int, fraction: float = 0.9) -> int:
+    """The most KV blocks that fit in `fraction` of `free` next to the weights and scratch (0 if none)."""
+    base = plan_memory(config, tensors, 0, block_size, max_tokens, max_seqs)
+    per_block = kv_bytes(config, 1, block_size) + 4 * max_seqs          # + its block-table column
+    room = int(free * fraction) - base.total
+    return max(0, int(room / (per_block * (1 + RESERVE_FRACTION))))
