@@ -83,14 +83,17 @@ def version_quad(version: str) -> str:
 
 
 def build_installer(bundle_folder: Path, out: Path, version: str | None = None,
-                    check_only: bool = not WINDOWS) -> Path:
+                    check_only: bool = not WINDOWS, amd64: bool = False) -> Path:
     """Compiles the NSIS script around `bundle_folder`. Returns the setup executable's path.
-    `check_only` (default off Windows) stores the files uncompressed: same script, seconds not minutes."""
+    `check_only` (default off Windows) stores the files uncompressed: same script, seconds not minutes.
+    `amd64`: a 64-bit installer stub instead of the usual 32-bit one (both install the same files)."""
     version = version or contents.version()
     out.parent.mkdir(parents=True, exist_ok=True)
     defines = {"VERSION": version, "VERSION_QUAD": version_quad(version), "BUNDLE_DIR": str(bundle_folder),
                "OUTFILE": str(out), "ICON": str(contents.ICON), "EXE_NAME": contents.EXE_NAME}
-    flags = [f"-D{k}={v}" for k, v in defines.items()] + (["-DCHECK_ONLY"] if check_only else [])
+    flags = [f"-D{k}={v}" for k, v in defines.items()]
+    flags += ["-DCHECK_ONLY"] if check_only else []
+    flags += ["-DTARGET_AMD64"] if amd64 else []
     cmd = [find_makensis(), "-V2", "-WX", *flags, str(NSIS_SCRIPT)]
     subprocess.run(cmd, check=True, cwd=NSIS_SCRIPT.parent)
     return out
@@ -104,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dist", default=str(ROOT / "dist"), help="output folder (default: dist/)")
     p.add_argument("--work", default=str(ROOT / "build" / "pyinstaller"), help="PyInstaller's work folder")
     p.add_argument("--bundle", help="the folder to wrap with --installer-only (default: <dist>/HaloChat)")
+    p.add_argument("--amd64-installer", action="store_true", help="a 64-bit installer stub (default 32-bit)")
+    p.add_argument("--compress", action="store_true", help="compress as on Windows even for a script check")
     args = p.parse_args(argv)
     dist = Path(args.dist).resolve()
     version = contents.version()
@@ -121,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
               "checks that the installer script compiles around a real file tree, it is NOT a Windows "
               "installer. Build on Windows (or the windows-installer workflow) for the real one.")
     start = time.perf_counter()
-    setup = build_installer(bundle_folder, dist / installer_name(version), version)
+    setup = build_installer(bundle_folder, dist / installer_name(version), version,
+                            check_only=not (WINDOWS or args.compress), amd64=args.amd64_installer)
     print(f"installer: {setup} ({setup.stat().st_size / 2**20:.1f} MiB), "
           f"compiled in {time.perf_counter() - start:.1f} s")
     return 0

@@ -35,8 +35,9 @@ EXCLUDES = [
 
 ASSET_SUFFIXES = {".qss", ".ico", ".png", ".svg"}   # not the generator scripts kept beside them
 
-# Compiled binding packages whose submodules import each other from C (invisible to the import scan).
-NATIVE_BINDING_PACKAGES = ["rocm.bindings", "rocm.bindings.util", "cuda.bindings"]
+# Binding packages whose submodules are imported from C or by name at run time (invisible to the import
+# scan); cuda.bindings finds its libraries through cuda.pathfinder, imported lazily.
+NATIVE_BINDING_PACKAGES = ["rocm.bindings", "rocm.bindings.util", "cuda.bindings", "cuda.pathfinder"]
 
 
 def version() -> str:

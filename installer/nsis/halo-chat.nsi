@@ -1,12 +1,16 @@
 ; Halo Chat installer: per-user (no admin rights), into %LOCALAPPDATA%\Programs\Halo Chat.
 ; Build it with `python installer/build.py`, which passes the defines below:
 ;   makensis -DVERSION=0.1.0 -DVERSION_QUAD=0.1.0.0 -DBUNDLE_DIR=<PyInstaller folder>
-;            -DOUTFILE=<setup.exe> -DICON=<halo.ico> [-DEXE_NAME=HaloChat] [-DCHECK_ONLY] halo-chat.nsi
+;            -DOUTFILE=<setup.exe> -DICON=<halo.ico> [-DEXE_NAME=HaloChat] [-DCHECK_ONLY] [-DTARGET_AMD64] halo-chat.nsi
 ; Pieces: this file (settings and pages), install.nsh (what is laid down and registered),
 ; uninstall.nsh (what is removed, and the question about the user's data).
 ; Command line: setup.exe /S (silent, keeps defaults); uninstaller /S keeps user data unless /PURGE.
 
-Unicode true
+!ifdef TARGET_AMD64
+  Target amd64-unicode   ; a 64-bit installer stub (Debian's wine64 alone cannot run the 32-bit one)
+!else
+  Unicode true           ; the usual 32-bit stub: runs everywhere, installs the 64-bit app just the same
+!endif
 !include "MUI2.nsh"
 !include "FileFunc.nsh"
 !include "LogicLib.nsh"
