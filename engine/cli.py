@@ -146,6 +146,12 @@ def cmd_bench(args) -> int:
     from .bench import as_dict, format_result, run_bench
 
     start = time.perf_counter()
+    if args.backend != "cpu":            # the GPU forward (engine.gpu.bench): same shapes, more figures
+        from .gpu import bench as gpu_bench
+        result = gpu_bench.run_bench(resolve_model(args), args.backend, args.prompt_tokens, args.decode_tokens,
+                                     max(args.repeat, 1))
+        print(json.dumps(result, default=str) if args.json else gpu_bench.format_result(result))
+        return 0
     result = run_bench(resolve_model(args), args.prompt_tokens, args.decode_tokens, args.repeat)
     print(json.dumps(as_dict(result)) if args.json else format_result(result))
     if not args.json:
@@ -202,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--prompt-tokens", type=int, default=128)
     b.add_argument("--decode-tokens", type=int, default=64)
     b.add_argument("--repeat", type=int, default=1, help="runs; the best is reported")
+    b.add_argument("--backend", default="cpu", help="cpu (numpy forward) or a GPU backend: cuda-python, "
+                   "ctypes-cuda, hip-python, ctypes-hip")
     b.set_defaults(func=cmd_bench)
 
     from . import diagnostics  # loads no driver until run
