@@ -4,7 +4,8 @@ The PyInstaller spec (installer/halo-chat.spec) is a thin shell over these funct
 without building anything.
 
 - Hidden imports: every module the backend registry names (engine.backends.registry: the backend and
-  binding modules are imported by name at run time, so PyInstaller's import scan cannot see them), plus
+  binding modules are imported by name at run time, so PyInstaller's import scan cannot see them), every
+  other engine module (lazy imports), plus
   the runtime bindings' compiled submodules that are linked at C level (hip-python's `rocm.bindings`
   and `rocm.bindings.util`; cuda-python's `cuda.bindings`), collected when they are installed.
 - Data files: the kernel sources (engine/backends/kernels/*.cu and the headers they include), the app's
@@ -73,7 +74,7 @@ def native_binding_imports() -> list[str]:
         if installed(package):
             mods += [package] + collect_submodules(package, filter=_runtime_module)
     if installed("hip"):
-        mods += ["hip", "hip.hip", "hip.hiprtc"]
+        mods.append("hip")          # its `hip`, `hiprtc` are attributes re-exported from rocm.bindings
     return sorted(set(mods))
 
 
@@ -81,8 +82,15 @@ def _runtime_module(name: str) -> bool:
     return ".tests" not in name and "_example_helpers" not in name
 
 
+def engine_modules() -> list[str]:
+    """Every module of the engine package: it is small, pure Python and imports lazily in places (GPU
+    forward, diagnostics), so all of it goes in rather than what the import scan happens to see."""
+    from PyInstaller.utils.hooks import collect_submodules
+    return collect_submodules("engine")
+
+
 def hidden_imports() -> list[str]:
-    return sorted(set(registry_modules()) | set(native_binding_imports()))
+    return sorted(set(registry_modules()) | set(engine_modules()) | set(native_binding_imports()))
 
 
 def kernel_sources() -> list[Path]:

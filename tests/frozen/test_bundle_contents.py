@@ -56,3 +56,14 @@ def test_heavy_and_test_only_packages_are_excluded():
                                            ("1.2.3.4.5", "1.2.3.4")])
 def test_version_quad_for_nsis(version, quad):
     assert build.version_quad(version) == quad
+
+
+def test_every_engine_module_is_bundled_even_if_imported_lazily():
+    hidden = set(bundle_contents.hidden_imports())
+    engine_dir = bundle_contents.ROOT / "engine"
+    for path in engine_dir.rglob("*.py"):
+        parts = path.relative_to(bundle_contents.ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if name.endswith("__main__"):
+            continue
+        assert name in hidden, name
