@@ -102,6 +102,7 @@ class ModelInfo:
     has_chat_template: bool       # False: plain completion mode only (e.g. gemma base)
     backend: str = "cpu"          # where it runs: "cpu", "cuda:<device name>", "hip:<device name>"
     async_scheduling: bool = False
+    async_reason: str = ""      # why async scheduling is on or off (diagnostics, status bar)
 
 
 @dataclass(frozen=True)

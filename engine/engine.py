@@ -2,29 +2,28 @@
 
 Thread contract:
 - all public methods are thread-safe and never block on the model (except `shutdown`, which joins);
-- the engine thread alone touches the model, the KV cache and request state;
+- the engine thread alone touches the model, the KV cache and request state (it owns the EngineCore);
 - commands (load, submit, abort, unload, shutdown) are drained between steps, so an abort takes effect
   at the next step boundary;
 - a request's events go to its RequestHandle's queue: TextDelta*, then exactly one Finished.
 
-The loop is `step = schedule -> execute -> update` over `Generation` objects. Today the schedule is
-"the oldest request, one prefill chunk or one decode token"; engine/core's scheduler can replace
-`_schedule` without touching the rest.
+Between commands the loop calls `EngineCore.step()`: continuous batching of up to `max_num_seqs`
+requests, chunked prefill, and (where the backend's probe proves a safe readback) async scheduling.
 """
 from __future__ import annotations
 
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.api import Event, Finished, GenerateRequest, LoadProgress, ModelInfo, Usage
-from engine.errors import ContextOverflowError, EngineError, ModelNotLoadedError, RequestAborted
+from engine.core.engine_core import EngineCore
+from engine.core.setup import DEFAULT_MAX_NUM_SEQS, BackendChoice
+from engine.errors import EngineError, ModelNotLoadedError, RequestAborted
 from engine.generation import Generation, encode_prompt
-from engine.model.step import KVCache, SequenceBlocks, StepInput
 from engine.prompt import PromptFormat
 
 DEFAULT_MAX_CONTEXT = 8192      # KV cache size cap (tokens); the model's trained context may be larger
@@ -68,24 +67,35 @@ class RequestHandle:
 
 @dataclass
 class _Loaded:
-    loaded: object              # engine.model.loader.LoadedModel
+    info: ModelInfo
     prompt_format: PromptFormat
-    kv: KVCache
+    vocab_size: int
+    core: EngineCore
     max_context: int
 
 
 class Engine:
-    def __init__(self, max_context: int = DEFAULT_MAX_CONTEXT, prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
+    """`backend`: "cpu" (default), "auto", "cuda", "hip" or a registry name; a GPU choice falls back to
+    the CPU (with the reason in `backend_reason`) when no GPU model path is usable. `async_scheduling`:
+    the user's setting; it is on only where the probe also proves a safe readback (see `async_reason`)."""
+
+    def __init__(self, max_context: int = DEFAULT_MAX_CONTEXT, prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+                 backend: str = "cpu", async_scheduling: bool = True, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+                 kv_cache_tokens: int | None = None):
         self._max_context = max_context
         self._prefill_chunk = prefill_chunk
+        self._backend_setting = backend
+        self._async_setting = async_scheduling
+        self._max_num_seqs = max_num_seqs
+        self._kv_cache_tokens = kv_cache_tokens
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._load_cancels: set[threading.Event] = set()    # one per load not yet finished
         self._load_lock = threading.Lock()
         self._model: _Loaded | None = None
-        self._waiting: deque[tuple[GenerateRequest, RequestHandle]] = deque()
-        self._running: tuple[Generation, SequenceBlocks] | None = None
         self._handles: dict[str, RequestHandle] = {}
         self.model_info: ModelInfo | None = None          # written by the engine thread only
+        self.backend_reason = ""                          # why the loaded model runs where it runs
+        self.async_reason = ""                            # why async scheduling is on/off for it
         self._thread = threading.Thread(target=self._loop, name="halo-engine", daemon=True)
         self._stopped = False
         self._thread.start()
@@ -120,6 +130,13 @@ class Engine:
     def abort(self, request_id: str) -> None:
         self._send(("abort", request_id))
 
+    def set_fault_injector(self, injector: Callable | None) -> Future:
+        """TESTS ONLY: `injector(scheduler_output)` runs on the engine thread before each step launches and
+        may raise to simulate a failing step. Future[None] done once installed (needs a loaded model)."""
+        future: Future = Future()
+        self._send(("fault", injector, future))
+        return future
+
     def shutdown(self, timeout: float | None = 30.0) -> None:
         """Aborts every request, frees the model and joins the engine thread. Idempotent."""
         if not self._stopped:
@@ -136,35 +153,43 @@ class Engine:
     # ---- engine thread ----------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
-            busy = self._running is not None or bool(self._waiting)
+            busy = self._model is not None and self._model.core.has_work
             try:
                 command = self._commands.get_nowait() if busy else self._commands.get()
             except queue.Empty:
                 command = None
             if command is not None:
                 if command[0] == "shutdown":
-                    self._abort_all()
-                    self._model = None
+                    self._drop_model()
                     return
                 self._handle(command)
                 continue                      # drain every queued command before the next step
-            self._step()
+            try:
+                self._model.core.step()
+            except Exception as e:            # noqa: BLE001 - a core bug must not kill the engine thread
+                self._fail_everything(f"Generation failed: engine error: {type(e).__name__}: {e}")
 
     def _handle(self, command: tuple) -> None:
         kind = command[0]
         if kind == "load":
             self._do_load(*command[1:])
         elif kind == "unload":
-            self._abort_all()
-            self._model = None
-            self.model_info = None
+            self._drop_model()
             command[1].set_result(None)
         elif kind == "submit":
             request, handle = command[1:]
             self._handles[request.request_id] = handle
-            self._waiting.append((request, handle))
+            self._admit(request)
         elif kind == "abort":
-            self._abort(command[1])
+            if self._model is None or not self._model.core.abort(command[1]):
+                self._finish_unstarted(command[1], "abort")
+        elif kind == "fault":
+            injector, future = command[1:]
+            if self._model is None:
+                future.set_exception(ModelNotLoadedError("no model loaded"))
+            else:
+                self._model.core.runner.fault_injector = injector
+                future.set_result(None)
 
     def _do_load(self, path: Path, progress, future: Future, cancel: threading.Event) -> None:
         try:
@@ -175,7 +200,7 @@ class Engine:
                 self._load_cancels.discard(cancel)
 
     def _load_into(self, path: Path, progress, future: Future, cancel: threading.Event) -> None:
-        from engine.model.loader import load_model
+        from engine.core.setup import choose_backend
 
         def on_progress(fraction: float, message: str) -> None:
             if cancel.is_set():
@@ -186,40 +211,54 @@ class Engine:
         try:
             if cancel.is_set():                      # cancelled while queued: keep the current model
                 raise RequestAborted(f"Loading {path.name} was cancelled")
-            self._abort_all()
-            self._model = None                       # free the old model before loading the new one
-            self.model_info = None
-            loaded = load_model(path, on_progress)
-            prompt_format = PromptFormat.from_metadata(loaded.metadata)
-            max_context = min(loaded.config.context_length, self._max_context)
-            kv = KVCache.allocate(loaded.config, num_blocks=-(-max_context // 16), block_size=16)
-            self._model = _Loaded(loaded, prompt_format, kv, max_context)
-            self.model_info = loaded.info
-            future.set_result(loaded.info)
+            self._drop_model()                       # free the old model before loading the new one
+            choice = choose_backend(self._backend_setting, self._async_setting)
+            self._model, choice = self._build(path, choice, on_progress)
+            self.backend_reason, self.async_reason = choice.reason, choice.async_reason
+            self.model_info = self._model.info
+            future.set_result(self.model_info)
         except BaseException as e:   # noqa: BLE001 - every failure goes to the caller's future
             future.set_exception(e if isinstance(e, Exception) else EngineError(str(e)))
 
-    def _abort(self, request_id: str) -> None:
-        if self._running is not None and self._running[0].request_id == request_id:
-            self._running[0].finish("abort")
-            self._running = None
-            return
-        for item in list(self._waiting):
-            if item[0].request_id == request_id:
-                self._waiting.remove(item)
-                self._finish_unstarted(item[0], "abort")
+    def _build(self, path: Path, choice: BackendChoice, on_progress) -> tuple[_Loaded, BackendChoice]:
+        """The model on the chosen backend, with its core. A GPU that cannot run it falls back to the CPU."""
+        from engine.core.build import build_cpu, build_gpu, gpu_forward_available
 
-    def _abort_all(self) -> None:
-        if self._running is not None:
-            self._running[0].finish("abort")
-            self._running = None
-        while self._waiting:
-            self._finish_unstarted(self._waiting.popleft()[0], "abort")
+        opts = dict(max_context=self._max_context, max_num_seqs=self._max_num_seqs,
+                    prefill_chunk=self._prefill_chunk, kv_cache_tokens=self._kv_cache_tokens)
+        if choice.name != "cpu":
+            if gpu_forward_available():
+                built = build_gpu(path, choice, on_progress, **opts)
+            else:
+                from engine.core.setup import choose_backend
+                why = f"CPU fallback: {choice.name} was chosen ({choice.reason}) but the GPU forward pass is missing"
+                cpu = choose_backend("cpu", self._async_setting)
+                choice = replace(cpu, reason=why)
+                built = build_cpu(path, choice, on_progress, **opts)
+        else:
+            built = build_cpu(path, choice, on_progress, **opts)
+        info = replace(built.info, async_scheduling=choice.async_scheduling, async_reason=choice.async_reason)
+        return _Loaded(info, built.prompt_format, built.vocab_size, built.core, built.max_context), choice
 
-    def _finish_unstarted(self, request: GenerateRequest, reason, error: str | None = None) -> None:
-        handle = self._handles.pop(request.request_id, None)
+    def _drop_model(self) -> None:
+        """Abort every request (in flight too) and free the model."""
+        if self._model is not None:
+            model, self._model = self._model, None
+            model.core.close()
+        self.model_info = None
+        for request_id in list(self._handles):
+            self._finish_unstarted(request_id, "abort")
+
+    def _fail_everything(self, message: str) -> None:
+        core = self._model.core
+        for request_id in list(core.generations):
+            core.generations[request_id].finish("error", error=message)
+        self._drop_model()
+
+    def _finish_unstarted(self, request_id: str, reason, error: str | None = None) -> None:
+        handle = self._handles.pop(request_id, None)
         if handle is not None:
-            handle._put(Finished(request.request_id, reason, Usage(), error=error))
+            handle._put(Finished(request_id, reason, Usage(), error=error))
 
     def _emit(self, event: Event) -> None:
         handle = self._handles.get(event.request_id)
@@ -229,43 +268,8 @@ class Engine:
             del self._handles[event.request_id]
         handle._put(event)
 
-    # ---- one step: schedule -> execute -> update --------------------------------------------------
-    def _step(self) -> None:
-        generation = None
-        try:
-            scheduled = self._schedule()
-            if scheduled is None:
-                return
-            generation, step, samples = scheduled
-            logits = self._model.loaded.model.forward(step, self._model.kv)      # [1, vocab]
-            if samples:
-                generation.on_logits(logits[0])
-        except Exception as e:   # noqa: BLE001 - a failed step fails its request, never the engine
-            generation = generation or (self._running[0] if self._running else None)
-            if generation is not None:
-                generation.finish("error", error=f"Generation failed: {type(e).__name__}: {e}")
-        if generation is not None and generation.finished:
-            self._running = None
-
-    def _schedule(self) -> tuple[Generation, StepInput, bool] | None:
-        """The next step of the oldest request: a prefill chunk, or one decode token. Admits a waiting
-        request when none runs. Returns (generation, step, whether this step yields a token)."""
-        if self._running is None:
-            if not self._waiting:
-                return None
-            request, _ = self._waiting.popleft()
-            self._running = self._admit(request)
-            if self._running is None:
-                return None
-        generation, blocks = self._running
-        if blocks.length < len(generation.prompt_ids):
-            chunk = generation.prompt_ids[blocks.length: blocks.length + self._prefill_chunk]
-            step = blocks.step(chunk)
-            return generation, step, blocks.length == len(generation.prompt_ids)
-        return generation, blocks.step([generation.output_ids[-1]]), True
-
-    def _admit(self, request: GenerateRequest) -> tuple[Generation, SequenceBlocks] | None:
-        """Encodes and checks a request; on any problem it finishes with reason "error" and returns None."""
+    def _admit(self, request: GenerateRequest) -> None:
+        """Encodes and checks a request and hands it to the core; any problem finishes it with "error"."""
         m = self._model
         try:
             if m is None:
@@ -273,19 +277,16 @@ class Engine:
             prompt_ids = encode_prompt(m.prompt_format, request)
             if not prompt_ids:
                 raise EngineError("The prompt is empty.")
-            if len(prompt_ids) >= m.max_context:
-                raise ContextOverflowError(
-                    f"The prompt is {len(prompt_ids)} tokens but the context holds {m.max_context}; "
-                    f"shorten the conversation or the prompt.")
-            if max(prompt_ids) >= m.loaded.config.vocab_size or min(prompt_ids) < 0:
+            if max(prompt_ids) >= m.vocab_size or min(prompt_ids) < 0:
                 raise EngineError("The prompt has token ids outside the model's vocabulary.")
+            from engine.sampling import Sampler
+            Sampler(request.params)                  # bad sampling parameters fail here, alone
             tokenizer = m.prompt_format.tokenizer
-            generation = Generation(request, prompt_ids, tokenizer, tokenizer.stop_ids, m.max_context, self._emit)
+            generation = Generation(request, prompt_ids, tokenizer, tokenizer.stop_ids, self._emit)
             if request.params.max_tokens <= 0:
                 generation.finish("length")
-                return None
+                return
+            m.core.add_request(generation, prompt_ids, tokenizer.stop_ids)
         except Exception as e:   # noqa: BLE001 - a bad request fails alone
             message = str(e) if isinstance(e, EngineError) else f"Invalid request: {type(e).__name__}: {e}"
-            self._finish_unstarted(request, "error", message)
-            return None
-        return generation, SequenceBlocks(m.kv)
+            self._finish_unstarted(request.request_id, "error", message)

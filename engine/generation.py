@@ -1,18 +1,17 @@
-"""One request's generation state: prompt ids, sampler, detokenizer, stop conditions, events out.
+"""One request's output side: detokenizing, stop strings, usage, events out.
 
-Pure host logic, no model and no threads: the engine loop feeds it logits (`on_logits`) and reads the
-events it produced. A scheduler can drive many of these at once; this module does not know how many run.
+Pure host logic, no model and no threads. The engine core feeds it each sampled id once it reached the
+host (`on_token`), together with the scheduler's verdict (stop id, max_tokens, context full); stop
+STRINGS are found here, and the core then tells the scheduler to finish the request. Sampling itself
+happens in the runner (on the device, or the CPU executor's host Sampler).
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 
-import numpy as np
-
 from engine.api import Event, Finished, FinishReason, GenerateRequest, TextDelta, Usage
 from engine.prompt import PromptFormat
-from engine.sampling import Sampler
 
 
 def encode_prompt(prompt_format: PromptFormat, request: GenerateRequest) -> list[int]:
@@ -58,60 +57,50 @@ class StopStringMatcher:
 class Generation:
     """State of one request from admission to its Finished event.
 
-    Lifecycle: construct with the prompt ids -> the engine runs prefill and decode steps and calls
-    `on_logits(logits)` once per step that produced a token -> events accumulate in `take_events()` ->
-    `finished` becomes True exactly once (`finish()` is also the way to abort or fail it).
+    Lifecycle: construct with the prompt ids -> `on_token(id, reason)` once per sampled id, in order ->
+    events go to `emit` -> `finished` becomes True exactly once (`finish()` also aborts or fails it).
     """
 
     def __init__(self, request: GenerateRequest, prompt_ids: list[int], tokenizer, stop_ids: frozenset[int],
-                 max_context: int, emit: Callable[[Event], None]):
+                 emit: Callable[[Event], None]):
         self.request = request
         self.params = request.params
         self.prompt_ids = list(prompt_ids)
         self.output_ids: list[int] = []
-        self.sampler = Sampler(self.params)
         self.detok = tokenizer.stream_decoder()
         self.stop_ids = stop_ids
-        self.max_context = max_context
         self.stops = StopStringMatcher(tuple(self.params.stop))
         self.emit = emit
         self.first_top_logits: tuple[tuple[int, float], ...] = ()
         self.finished = False
         self.t_start = time.perf_counter()
         self.t_first: float | None = None
-        self._seen: set[int] = set(self.prompt_ids)
 
     @property
     def request_id(self) -> str:
         return self.request.request_id
 
-    @property
-    def num_tokens(self) -> int:
-        """Tokens in the sequence so far (prompt + generated)."""
-        return len(self.prompt_ids) + len(self.output_ids)
-
-    def on_logits(self, logits: np.ndarray) -> None:
-        """logits [vocab] for the next token: sample, detokenize, check stop conditions, emit."""
-        if self.params.top_logits > 0 and not self.output_ids:
-            k = min(self.params.top_logits, logits.size)
-            top = np.argpartition(-logits, k - 1)[:k]
-            top = top[np.argsort(-logits[top], kind="stable")]
-            self.first_top_logits = tuple((int(i), float(logits[i])) for i in top)
-        token = self.sampler.sample(logits, self._seen)
+    def on_token(self, token: int, reason: FinishReason | None) -> bool:
+        """One sampled id on the host. `reason`: the scheduler finished the request with it (a stop id,
+        max_tokens or a full context). Detokenizes, checks stop strings, emits. Returns True when a stop
+        string ended the request here (the caller must then finish it in the scheduler too)."""
+        if self.finished:
+            return False
         if self.t_first is None:
             self.t_first = time.perf_counter()
         self.output_ids.append(token)
-        self._seen.add(token)
         if token in self.stop_ids:
             self.finish("stop")
-            return
+            return reason is None
         text, matched = self.stops.feed(self.detok.push(token))
         if text or not matched:
             self.emit(TextDelta(self.request_id, text, (token,)))
         if matched:
             self.finish("stop", flush=False)
-        elif len(self.output_ids) >= self.params.max_tokens or self.num_tokens >= self.max_context:
-            self.finish("length")
+            return reason is None
+        if reason is not None:
+            self.finish(reason)
+        return False
 
     def finish(self, reason: FinishReason, error: str | None = None, flush: bool = True) -> None:
         if self.finished:

@@ -1,0 +1,68 @@
+"""Load a model onto a backend and wrap it in an EngineCore (engine thread; called by Engine.load).
+
+CPU: the dequantized CpuModel + a float32 KVCache + CpuStepExecutor on the CPU backend.
+GPU: engine.gpu's GpuModel (quantized weights on the device) + its KV cache + GpuStepExecutor.
+Both end in the same ModelRunner / ReadbackPool / EngineCore: one code path from the scheduler down.
+"""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from engine.api import ModelInfo
+from engine.core.engine_core import EngineCore
+from engine.core.runner import ModelRunner
+from engine.core.setup import BackendChoice, make_scheduler
+from engine.prompt import PromptFormat
+
+BLOCK_SIZE = 16
+
+
+@dataclass
+class BuiltModel:
+    info: ModelInfo
+    prompt_format: PromptFormat
+    vocab_size: int
+    core: EngineCore
+    max_context: int
+
+
+def _kv_blocks(max_context: int, kv_cache_tokens: int | None) -> int:
+    """The KV cache holds at least one full-length sequence; concurrent requests share it (the scheduler
+    preempts when it runs out)."""
+    tokens = max(max_context, kv_cache_tokens or 0)
+    return -(-tokens // BLOCK_SIZE)
+
+
+def build_cpu(path: Path, choice: BackendChoice, on_progress, *, max_context: int, max_num_seqs: int,
+              prefill_chunk: int, kv_cache_tokens: int | None) -> BuiltModel:
+    from engine.backends.registry import create
+    from engine.core.cpu_executor import CpuStepExecutor
+    from engine.model.loader import load_model
+    from engine.model.step import KVCache
+
+    loaded = load_model(path, on_progress)
+    max_context = min(loaded.config.context_length, max_context)
+    num_blocks = _kv_blocks(max_context, kv_cache_tokens)
+    kv = KVCache.allocate(loaded.config, num_blocks=num_blocks, block_size=BLOCK_SIZE)
+    backend = create("cpu")
+    executor = CpuStepExecutor(backend, loaded.model, kv, max_num_seqs)
+    scheduler = make_scheduler(num_blocks, BLOCK_SIZE, max_context, choice.async_scheduling, max_num_seqs,
+                               prefill_chunk)
+    core = EngineCore(scheduler, ModelRunner(executor, BLOCK_SIZE, max_num_seqs))
+    info = replace(loaded.info, backend="cpu")
+    return BuiltModel(info, PromptFormat.from_metadata(loaded.metadata), loaded.config.vocab_size, core, max_context)
+
+
+def gpu_forward_available() -> bool:
+    """True once engine.gpu (the GPU forward pass) and our adapter to it are present."""
+    return (importlib.util.find_spec("engine.gpu.model") is not None
+            and importlib.util.find_spec("engine.core.gpu_executor") is not None)
+
+
+def build_gpu(path: Path, choice: BackendChoice, on_progress, *, max_context: int, max_num_seqs: int,
+              prefill_chunk: int, kv_cache_tokens: int | None) -> BuiltModel:
+    from engine.core.gpu_executor import build_gpu_model
+    return build_gpu_model(path, choice, on_progress, max_context=max_context, max_num_seqs=max_num_seqs,
+                           prefill_chunk=prefill_chunk, kv_cache_tokens=kv_cache_tokens)

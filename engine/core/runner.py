@@ -1,0 +1,123 @@
+"""The model runner: one scheduled step in, one asynchronous output out. Never blocks on the device.
+
+    SchedulerOutput -> build_step_input -> executor.run(batch, prev ids, out ids)  [compute stream]
+                    -> ReadbackPool.start (fork event -> copy stream -> pinned -> ready event)
+                    -> PendingStep; its get_output() (a step later) -> StepOutput of host ids
+
+The executor (CpuStepExecutor, GpuStepExecutor) is the only backend-specific part: it fills the step's
+placeholder ids (-1) ON THE DEVICE from the previous step's sampled-id buffer, runs the forward pass and
+samples, writing the ids into the slot's device buffer. The runner keeps the previous step's slot
+referenced until its output was read, so that buffer is alive while the next step reads it.
+
+Contract: steps are executed in scheduled order on one compute stream; `prev_step_id` of a step is
+always the step executed just before it (the scheduler guarantees it; checked here).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from engine.backends.async_output import AsyncOutput, ReadbackPool, ReadbackSlot
+from engine.backends.base import Backend, DeviceBuffer, Stream
+from engine.core.sched_types import ScheduledSeq, SchedulerOutput, StepOutput
+from engine.core.step_batch import StepBatch, build_step_input
+
+
+class StepExecutor(Protocol):
+    """What a backend's model must offer the runner (CPU: CpuStepExecutor, GPU: GpuStepExecutor)."""
+
+    backend: Backend
+    stream: Stream                 # the compute stream every step is enqueued on, in order
+
+    def run(self, batch: StepBatch, seqs: Sequence[ScheduledSeq], prev_ids: DeviceBuffer | None,
+            out_ids: DeviceBuffer) -> dict[str, object]:
+        """Enqueue one step: fill batch.prev_token_dst from prev_ids[batch.prev_token_src] on the device,
+        forward, sample one id per row into out_ids [S] (rows with samples=False: any value). Returns
+        host extras known at launch (CPU: {request_id: first top logits}); must not wait for the device
+        unless the backend executes at submission anyway."""
+
+    def forget(self, request_ids: Iterable[str]) -> None:
+        """Drop per-request state (sampler RNG, seen ids) of finished requests."""
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class PendingStep:
+    """One launched step whose sampled ids are on their way to the host. `get_output()` once, in order."""
+
+    step_id: int
+    output: AsyncOutput | None                       # None: the launch failed (see `error`)
+    extras: dict[str, object] = field(default_factory=dict)
+    error: BaseException | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def get_output(self) -> StepOutput:
+        """Blocks only on the step's ready event. Raises the launch error for a failed step."""
+        if self.error is not None:
+            raise self.error
+        ids = self.output.get_output()["ids"]
+        return StepOutput(self.step_id, ids.tolist())
+
+
+class ModelRunner:
+    """Owns the executor and the readback pool. Engine thread only."""
+
+    def __init__(self, executor: StepExecutor, block_size: int, max_num_seqs: int, slots: int = 3):
+        self.executor = executor
+        self.backend = executor.backend
+        self.block_size = block_size
+        self.pool = ReadbackPool(self.backend, {"ids": ("int32", max_num_seqs)}, slots=slots)
+        self._last: tuple[int, ReadbackSlot] | None = None    # (step id, slot) of the newest launch
+        # Test-only fault injection: called with each step's plan before it is launched; may raise.
+        self.fault_injector: Callable[[SchedulerOutput], None] | None = None
+
+    def execute(self, plan: SchedulerOutput) -> PendingStep:
+        """Launch `plan` (non-blocking). A launch error comes back inside the PendingStep, never raised."""
+        try:
+            self.executor.forget(plan.finished_request_ids)
+            if self.fault_injector is not None:
+                self.fault_injector(plan)
+            batch = build_step_input(plan, self.block_size)
+            prev_ids = self._prev_ids(plan)
+            slot = self.pool.acquire()
+        except Exception as e:           # noqa: BLE001 - the core fails this step's requests
+            self._last = None
+            return PendingStep(plan.step_id, None, error=e)
+        try:
+            extras = self.executor.run(batch, plan.seqs, prev_ids, slot.device["ids"])
+            output = self.pool.start(slot, {"ids": batch.num_seqs}, self.executor.stream)
+        except Exception as e:           # noqa: BLE001
+            self.pool.release(slot)
+            self._last = None
+            return PendingStep(plan.step_id, None, error=e)
+        self._last = (plan.step_id, slot)
+        return PendingStep(plan.step_id, output, extras)
+
+    def _prev_ids(self, plan: SchedulerOutput) -> DeviceBuffer | None:
+        if plan.prev_step_id is None:
+            return None
+        if self._last is None or self._last[0] != plan.prev_step_id:
+            have = self._last[0] if self._last else None
+            raise RuntimeError(f"step {plan.step_id} reads the sampled ids of step {plan.prev_step_id}, "
+                               f"but the last launched step is {have}")
+        return self._last[1].device["ids"]
+
+    def close(self) -> None:
+        self._last = None
+        self.pool.close()
+        self.executor.close()
+
+
+def top_logits(logits: np.ndarray, k: int) -> tuple[tuple[int, float], ...]:
+    """The k best (id, logit) pairs of logits [vocab], best first (ties: lower id first)."""
+    k = min(k, logits.size)
+    top = np.argpartition(-logits, k - 1)[:k]
+    top = top[np.argsort(-logits[top], kind="stable")]
+    return tuple((int(i), float(logits[i])) for i in top)
