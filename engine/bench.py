@@ -1,4 +1,5 @@
 """`python -m engine bench`: load time, prefill and decode speed, time to first token, peak memory.
+With --async on/off or --concurrency N it runs through the Engine instead (run_engine_bench below).
 
 Measures the CPU forward pass directly (no engine thread), with the same shapes llama-bench uses:
 a 128-token prompt, then 64 greedy decode tokens. One run per figure unless --repeat asks for more
@@ -98,3 +99,68 @@ def format_result(r: BenchResult) -> str:
 
 def as_dict(r: BenchResult) -> dict:
     return asdict(r)
+
+
+# ---- through the Engine: continuous batching, async scheduling on/off --------------------------------
+@dataclass(frozen=True)
+class EngineBenchResult:
+    model: str
+    backend: str
+    async_scheduling: bool
+    async_reason: str
+    concurrency: int
+    prompt_tokens: int
+    generated_tokens: int            # all requests together
+    wall_s: float                    # first submit to last Finished
+    aggregate_tok_s: float           # generated tokens / wall time, all requests together
+    decode_tok_s_per_request: float  # mean of each request's decode rate (after its first token)
+    time_to_first_token_s: float     # mean
+    load_average: tuple[float, float, float] | None
+
+
+def run_engine_bench(path: Path, async_on: bool, concurrency: int = 1, prompt_tokens: int = 128,
+                     decode_tokens: int = 64, backend: str = "cpu") -> EngineBenchResult:
+    """`concurrency` raw-text requests of `prompt_tokens` tokens submitted at once, greedy, `decode_tokens`
+    each (fewer if the model emits a stop id). A short warm-up request runs first."""
+    import os
+
+    from engine.api import GenerateRequest, SamplingParams
+    from engine.engine import Engine
+
+    engine = Engine(backend=backend, async_scheduling=async_on, max_num_seqs=max(8, concurrency),
+                    kv_cache_tokens=concurrency * (prompt_tokens + decode_tokens + 32))
+    try:
+        info = engine.load(path).result()
+        fmt = engine._model.prompt_format
+        text = fmt.tokenizer.decode(prompt_ids(fmt, prompt_tokens))
+        engine.submit(GenerateRequest(prompt=text, params=SamplingParams.greedy(max_tokens=4))).text()
+        t0 = time.perf_counter()
+        handles = [engine.submit(GenerateRequest(prompt=text, params=SamplingParams.greedy(max_tokens=decode_tokens)))
+                   for _ in range(concurrency)]
+        fins = [h.text()[1] for h in handles]
+        wall = time.perf_counter() - t0
+    finally:
+        engine.shutdown()
+    errors = [f.error for f in fins if f.reason == "error"]
+    if errors:
+        raise RuntimeError(f"bench request failed: {errors[0]}")
+    generated = sum(f.usage.generated_tokens for f in fins)
+    return EngineBenchResult(
+        model=path.name, backend=info.backend, async_scheduling=info.async_scheduling,
+        async_reason=info.async_reason, concurrency=concurrency, prompt_tokens=fins[0].usage.prompt_tokens,
+        generated_tokens=generated, wall_s=round(wall, 3), aggregate_tok_s=round(generated / wall, 1),
+        decode_tok_s_per_request=round(sum(f.usage.decode_tokens_per_s for f in fins) / len(fins), 1),
+        time_to_first_token_s=round(sum(f.usage.time_to_first_token_s for f in fins) / len(fins), 3),
+        load_average=os.getloadavg() if hasattr(os, "getloadavg") else None)
+
+
+def format_engine_result(r: EngineBenchResult) -> str:
+    load = ", ".join(f"{x:.2f}" for x in r.load_average) if r.load_average else "unknown"
+    rows = [("model", f"{r.model} on {r.backend}"),
+            ("async scheduling", f"{'on' if r.async_scheduling else 'off'} ({r.async_reason})"),
+            ("concurrency", f"{r.concurrency} requests x {r.prompt_tokens} prompt tokens"),
+            ("aggregate", f"{r.aggregate_tok_s:.1f} tok/s ({r.generated_tokens} tokens in {r.wall_s:.2f} s)"),
+            ("decode per request", f"{r.decode_tok_s_per_request:.1f} tok/s (mean)"),
+            ("time to first token", f"{r.time_to_first_token_s * 1000:.0f} ms (mean)"),
+            ("load average", load)]
+    return "\n".join(f"{k:>22}: {v}" for k, v in rows)

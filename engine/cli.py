@@ -143,9 +143,14 @@ def cmd_chat(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import as_dict, format_result, run_bench
+    from .bench import as_dict, format_engine_result, format_result, run_bench, run_engine_bench
 
     start = time.perf_counter()
+    if args.async_mode is not None or args.concurrency is not None:    # through the Engine (any backend)
+        result = run_engine_bench(resolve_model(args), args.async_mode != "off", args.concurrency or 1,
+                                  args.prompt_tokens, args.decode_tokens, args.backend)
+        print(json.dumps(vars(result)) if args.json else format_engine_result(result))
+        return 0
     if args.backend != "cpu":            # the GPU forward (engine.gpu.bench): same shapes, more figures
         from .gpu import bench as gpu_bench
         result = gpu_bench.run_bench(resolve_model(args), args.backend, args.prompt_tokens, args.decode_tokens,
@@ -208,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--prompt-tokens", type=int, default=128)
     b.add_argument("--decode-tokens", type=int, default=64)
     b.add_argument("--repeat", type=int, default=1, help="runs; the best is reported")
+    b.add_argument("--async", dest="async_mode", choices=("on", "off"),
+                   help="bench through the Engine with async scheduling on or off")
+    b.add_argument("--concurrency", type=int, help="requests at once, through the Engine (default 1)")
     b.add_argument("--backend", default="cpu", help="cpu (numpy forward) or a GPU backend: cuda-python, "
                    "ctypes-cuda, hip-python, ctypes-hip")
     b.set_defaults(func=cmd_bench)
