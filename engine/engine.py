@@ -75,12 +75,13 @@ class _Loaded:
 
 
 class Engine:
-    """`backend`: "cpu" (default), "auto", "cuda", "hip" or a registry name; a GPU choice falls back to
-    the CPU (with the reason in `backend_reason`) when no GPU model path is usable. `async_scheduling`:
-    the user's setting; it is on only where the probe also proves a safe readback (see `async_reason`)."""
+    """`backend`: "auto" (default: the probe's first available backend), "cpu", "cuda", "hip" or a registry
+    name; a GPU choice falls back to the CPU (reason in `backend_reason`) when the GPU forward pass is
+    missing. `async_scheduling`: the user's setting; it is on only where the probe also proves a safe
+    readback (see `async_reason`). `max_num_seqs`: requests batched together (continuous batching)."""
 
     def __init__(self, max_context: int = DEFAULT_MAX_CONTEXT, prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
-                 backend: str = "cpu", async_scheduling: bool = True, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+                 backend: str = "auto", async_scheduling: bool = True, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
                  kv_cache_tokens: int | None = None):
         self._max_context = max_context
         self._prefill_chunk = prefill_chunk

@@ -14,6 +14,8 @@ always the step executed just before it (the scheduler guarantees it; checked he
 """
 from __future__ import annotations
 
+import ctypes
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -24,6 +26,11 @@ from engine.backends.async_output import AsyncOutput, ReadbackPool, ReadbackSlot
 from engine.backends.base import Backend, DeviceBuffer, Stream
 from engine.core.sched_types import ScheduledSeq, SchedulerOutput, StepOutput
 from engine.core.step_batch import StepBatch, build_step_input
+
+# TESTS ONLY. "1" makes get_output() read the sampled ids by dereferencing the device pointer on the
+# host: the original bug (docs/ORIGIN.md), kept reachable so a test can show in a child process that
+# the fault the typed API prevents is real (SIGSEGV on discrete GPU memory). Never set it otherwise.
+UNSAFE_READBACK_ENV = "HALO_UNSAFE_HOST_READBACK"
 
 
 class StepExecutor(Protocol):
@@ -53,6 +60,7 @@ class PendingStep:
     output: AsyncOutput | None                       # None: the launch failed (see `error`)
     extras: dict[str, object] = field(default_factory=dict)
     error: BaseException | None = None
+    unsafe_device_ids: DeviceBuffer | None = None     # set only under UNSAFE_READBACK_ENV (tests)
 
     @property
     def failed(self) -> bool:
@@ -62,8 +70,17 @@ class PendingStep:
         """Blocks only on the step's ready event. Raises the launch error for a failed step."""
         if self.error is not None:
             raise self.error
+        if self.unsafe_device_ids is not None:
+            return StepOutput(self.step_id, _unsafe_host_read(self.unsafe_device_ids, self.output))
         ids = self.output.get_output()["ids"]
         return StepOutput(self.step_id, ids.tolist())
+
+
+def _unsafe_host_read(buf: DeviceBuffer, output: AsyncOutput) -> list[int]:
+    """The bug on purpose (tests only): wait for the step, then read its ids at the device address."""
+    n = len(output.get_output()["ids"])                 # waits and releases the slot, like the old code
+    raw = ctypes.string_at(buf.ptr, 4 * n)               # a host read of device memory: faults on a GPU
+    return np.frombuffer(raw, dtype=np.int32).tolist()
 
 
 class ModelRunner:
@@ -77,6 +94,7 @@ class ModelRunner:
         self._last: tuple[int, ReadbackSlot] | None = None    # (step id, slot) of the newest launch
         # Test-only fault injection: called with each step's plan before it is launched; may raise.
         self.fault_injector: Callable[[SchedulerOutput], None] | None = None
+        self.unsafe_host_readback = os.environ.get(UNSAFE_READBACK_ENV) == "1"
 
     def execute(self, plan: SchedulerOutput) -> PendingStep:
         """Launch `plan` (non-blocking). A launch error comes back inside the PendingStep, never raised."""
@@ -98,7 +116,8 @@ class ModelRunner:
             self._last = None
             return PendingStep(plan.step_id, None, error=e)
         self._last = (plan.step_id, slot)
-        return PendingStep(plan.step_id, output, extras)
+        unsafe = slot.device["ids"] if self.unsafe_host_readback else None
+        return PendingStep(plan.step_id, output, extras, unsafe_device_ids=unsafe)
 
     def _prev_ids(self, plan: SchedulerOutput) -> DeviceBuffer | None:
         if plan.prev_step_id is None:

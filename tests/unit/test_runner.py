@@ -82,3 +82,22 @@ def test_output_is_read_once_and_slots_are_bounded(tiny):
     with pytest.raises(BackendError, match="twice"):
         steps[0].output.get_output()
     assert len(out.sampled_token_ids) == 1
+
+
+def test_placeholder_runs_coalesce_steady_decode_into_one_copy():
+    from engine.core.gpu_executor import placeholder_runs
+    assert placeholder_runs(np.array([0, 1, 2, 3]), np.array([0, 1, 2, 3])) == [(0, 0, 4)]
+    assert placeholder_runs(np.array([4, 5, 9]), np.array([0, 1, 3])) == [(4, 0, 2), (9, 3, 1)]
+    assert placeholder_runs(np.array([], np.int32), np.array([], np.int32)) == []
+
+
+def test_unsafe_switch_reads_the_device_address_on_the_host(tiny, monkeypatch):
+    # On the CPU backend "device" memory is host memory, so the unsafe read works and agrees; on a GPU
+    # the same read faults (tests/gpu/test_async_engine_gpu.py shows that in a child process).
+    lm, prompt = tiny
+    safe = make_runner(lm).execute(prefill(0, "a", prompt)).get_output().sampled_token_ids
+    monkeypatch.setenv("HALO_UNSAFE_HOST_READBACK", "1")
+    runner = make_runner(lm)
+    pending = runner.execute(prefill(0, "a", prompt))
+    assert pending.unsafe_device_ids is not None
+    assert pending.get_output().sampled_token_ids == safe

@@ -1,0 +1,117 @@
+"""Steps on a GPU backend: engine.gpu's forward pass and on-device sampler behind the executor contract.
+
+Per step, all on the model's compute stream, never waiting on the host:
+  1. the packed step metadata goes up in one H2D copy (placeholder ids go up as -1);
+  2. each run of placeholders is overwritten on the device by a D2D copy from the previous step's
+     sampled-id buffer (a ReadbackPool slot the runner keeps alive): ids never round-trip the host;
+  3. the forward pass + sampler: a captured graph for pure decode steps (T == S), eager otherwise;
+  4. the sampled ids are copied D2D into this step's slot; the runner then starts its readback.
+Per request: the RNG stream position (tokens drawn so far) for seeded sampling. The GPU sampler does
+not implement repetition penalty or top-logits reports (the CPU path does).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from engine.backends.base import DeviceBuffer
+from engine.core.build import BLOCK_SIZE, BuiltModel, _kv_blocks
+from engine.core.engine_core import EngineCore
+from engine.core.runner import ModelRunner
+from engine.core.sched_types import ScheduledSeq
+from engine.core.setup import BackendChoice, make_scheduler
+from engine.core.step_batch import StepBatch
+from engine.gpu.forward import view
+from engine.gpu.stepmeta import SamplingRow
+
+
+def placeholder_runs(dst: np.ndarray, src: np.ndarray) -> list[tuple[int, int, int]]:
+    """(dst start, src start, length) runs where both indices advance by one: steady decode is one run."""
+    runs: list[tuple[int, int, int]] = []
+    for d, s in zip(dst.tolist(), src.tolist(), strict=True):
+        if runs and runs[-1][0] + runs[-1][2] == d and runs[-1][1] + runs[-1][2] == s:
+            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
+        else:
+            runs.append((d, s, 1))
+    return runs
+
+
+class GpuStepExecutor:
+    def __init__(self, model, kv):
+        self.model = model                      # engine.gpu.model.GpuModel
+        self.kv = kv                            # its GpuKVCache
+        self.backend = model.backend
+        self.stream = model.fwd.stream
+        self._drawn: dict[str, int] = {}        # request id -> tokens sampled so far (RNG position)
+
+    def run(self, batch: StepBatch, seqs: Sequence[ScheduledSeq], prev_ids: DeviceBuffer | None,
+            out_ids: DeviceBuffer) -> dict[str, object]:
+        m, kv, stream = self.model, self.kv, self.stream
+        sampling = []
+        for seq in seqs:
+            drawn = self._drawn.get(seq.request_id, 0)
+            sampling.append(SamplingRow.from_params(seq.params, drawn))
+            if seq.samples:
+                self._drawn[seq.request_id] = drawn + 1
+        T, S = batch.num_tokens, batch.num_seqs
+        graph = m._graph(kv, T, False) if m.use_graphs and T == S else None   # before the upload: capture
+        kv.upload(batch, sampling, stream, ids_on_device=False)
+        for dst, src, n in placeholder_runs(batch.prev_token_dst, batch.prev_token_src):
+            self.backend.copy_d2d_async(view(kv.ids, dst, n), view(prev_ids, src, n), stream)
+        if graph is not None:
+            m.rt.graph_launch(graph.exec, stream.handle)
+        else:
+            m.fwd.enqueue_body(kv, T, S, True, False)
+        self.backend.copy_d2d_async(view(out_ids, 0, S), view(m.fwd.sampled, 0, S), stream)
+        return {}
+
+    def forget(self, request_ids: Iterable[str]) -> None:
+        for rid in request_ids:
+            self._drawn.pop(rid, None)
+
+    def close(self) -> None:
+        self.backend.synchronize()
+        self.kv.free()
+        self.model.close()
+        self.backend.close()
+
+
+def device_label(backend) -> str:
+    try:
+        name = backend.rt.device_name(backend.device)
+    except Exception:                   # noqa: BLE001 - a label only
+        name = getattr(backend, "arch", "gpu")
+    return f"{backend.api}:{name}"
+
+
+def build_gpu_model(path: Path, choice: BackendChoice, on_progress, *, max_context: int, max_num_seqs: int,
+                    prefill_chunk: int, kv_cache_tokens: int | None) -> BuiltModel:
+    from engine.backends.registry import create
+    from engine.gguf import open_gguf
+    from engine.gpu.model import GpuModel
+    from engine.model.config import ModelConfig
+    from engine.model.loader import model_info
+    from engine.prompt import PromptFormat
+
+    with open_gguf(Path(path)) as gguf:
+        config = ModelConfig.from_metadata(gguf.metadata)
+        metadata, info = dict(gguf.metadata), model_info(Path(path), gguf, config)
+    max_context = min(config.context_length, max_context)
+    num_blocks = _kv_blocks(max_context, kv_cache_tokens)
+    budget = max(prefill_chunk, max_num_seqs)
+    backend = create(choice.name)
+    try:
+        model = GpuModel.load(path, backend, max_tokens=budget, max_seqs=max_num_seqs, kv_blocks=num_blocks,
+                              block_size=BLOCK_SIZE, progress=on_progress)
+        kv = model.new_kv_cache(num_blocks, BLOCK_SIZE)
+    except BaseException:
+        backend.close()
+        raise
+    executor = GpuStepExecutor(model, kv)
+    scheduler = make_scheduler(num_blocks, BLOCK_SIZE, max_context, choice.async_scheduling, max_num_seqs, budget)
+    core = EngineCore(scheduler, ModelRunner(executor, BLOCK_SIZE, max_num_seqs))
+    return BuiltModel(replace(info, backend=device_label(backend)), PromptFormat.from_metadata(metadata),
+                      config.vocab_size, core, max_context)
