@@ -1,0 +1,57 @@
+"""The GPU forward's host side on the CPU backend, kernels recorded instead of run (no GPU here): every tiny
+model loads through the pre-flight and upload, each step packs and copies its metadata, every kernel gets
+only DeviceBuffers and width-explicit numpy scalars, and a decode step costs 8 launches per layer + 3.
+Numerics are checked against the CPU forward on a real GPU (tests/gpu/test_gpu_forward.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.backends import registry
+from engine.backends.async_output import ReadbackPool
+from engine.backends.base import DeviceBuffer, Kernel
+from engine.gpu.model import GpuModel
+from engine.model.step import StepInput
+
+DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
+NAMES = sorted(p.name.removesuffix(".golden.npz") for p in DATA.glob("tiny-*.golden.npz"))
+
+
+def _step(ids, start):
+    pos = np.arange(start, start + len(ids), dtype=np.int32)
+    return StepInput(token_ids=np.asarray(ids, np.int32), positions=pos, slot_mapping=pos.astype(np.int64),
+                     query_start_loc=np.array([0, len(ids)], np.int32), seq_lens=np.array([start + len(ids)], np.int32),
+                     block_tables=np.arange(4, dtype=np.int32)[None, :])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_host_side_of_a_prefill_and_a_decode_step(name):
+    backend = registry.create("cpu")
+    launched = []
+
+    def record(kernel, grid, block, args, stream, shared_bytes=0):
+        bad = [a for a in args if not isinstance(a, (DeviceBuffer, np.generic))]
+        assert not bad, (kernel.name, bad)
+        assert all(not a.freed for a in args if isinstance(a, DeviceBuffer))
+        launched.append(kernel.name)
+
+    backend.kernel = lambda file, function: Kernel(function, None)
+    backend.launch = record
+    m = GpuModel.load(DATA / f"{name}.gguf", backend, max_tokens=32, max_seqs=4, kv_blocks=4)
+    kv = m.new_kv_cache(4, 16)
+    pool = ReadbackPool(backend, slots=3)
+    try:
+        logits = m.forward(_step(list(range(10)), 0), kv)
+        assert logits.shape == (1, m.config.vocab_size)
+        launched.clear()
+        out = m.step(_step([3], 10), kv, pool, ids_on_device=True, feed_next=True).get_output()
+        assert out["ids"].shape == (1,)
+        assert len(launched) == 8 * m.config.n_layers + 3
+        assert launched[0] == "halo_embed_norm" and launched[-1] == "halo_sample"
+        assert m.fwd.w.nbytes < 2 * (DATA / f"{name}.gguf").stat().st_size    # still quantized on the device
+    finally:
+        pool.close()
+        kv.free()
+        m.close()
