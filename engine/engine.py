@@ -166,7 +166,8 @@ class Engine:
                 self._handle(command)
                 continue                      # drain every queued command before the next step
             try:
-                self._model.core.step()
+                if not self._model.core.step():
+                    raise RuntimeError("the scheduler has unfinished requests but nothing it can run")
             except Exception as e:            # noqa: BLE001 - a core bug must not kill the engine thread
                 self._fail_everything(f"Generation failed: engine error: {type(e).__name__}: {e}")
 
@@ -251,10 +252,17 @@ class Engine:
             self._finish_unstarted(request_id, "abort")
 
     def _fail_everything(self, message: str) -> None:
-        core = self._model.core
-        for request_id in list(core.generations):
-            core.generations[request_id].finish("error", error=message)
-        self._drop_model()
+        """The core itself broke: fail every request, and drop the model (it may be in a bad state)."""
+        model, self._model = self._model, None
+        self.model_info = None
+        for generation in list(model.core.generations.values()):
+            generation.finish("error", error=message)
+        try:
+            model.core.runner.close()
+        except Exception:                     # noqa: BLE001 - already failing; the message above says why
+            pass
+        for request_id in list(self._handles):
+            self._finish_unstarted(request_id, "error", message)
 
     def _finish_unstarted(self, request_id: str, reason, error: str | None = None) -> None:
         handle = self._handles.pop(request_id, None)

@@ -56,7 +56,8 @@ class EngineCore:
             self.abort(request_id)
         self.drain()
 
-    def step(self) -> None:
+    def step(self) -> bool:
+        """Returns False when there was nothing to launch and nothing in flight (idle, or stalled)."""
         launched = False
         if len(self.in_flight) < self.depth and not any(p.failed for p in self.in_flight):
             plan = self.scheduler.schedule()
@@ -65,6 +66,8 @@ class EngineCore:
                 launched = True
         if self.in_flight and (not launched or len(self.in_flight) >= self.depth):
             self._process(self.in_flight.popleft())
+            return True
+        return launched
 
     def drain(self) -> None:
         """Process every step in flight (after aborts, before unloading)."""
