@@ -97,7 +97,8 @@ def test_injected_step_failure_fails_its_requests_only(engine, alone):
             raise RuntimeError("injected device fault")
     engine.set_fault_injector(fail_fourth).result(TIMEOUT)
     try:
-        fins = [engine.submit(req(i, f"f{i}")).text(TIMEOUT)[1] for i in (0, 2)]
+        handles = [engine.submit(req(i, f"f{i}")) for i in (0, 2)]       # both in the failing step
+        fins = [h.text(TIMEOUT)[1] for h in handles]
     finally:
         engine.set_fault_injector(None).result(TIMEOUT)
     assert [f.reason for f in fins] == ["error", "error"] and "injected device fault" in fins[0].error
@@ -137,7 +138,7 @@ print(json.dumps({"async": info.async_scheduling, "ids": [list(f.output_token_id
 
 
 def run_child(gpu_name: str, unsafe: bool) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     env.pop("HALO_UNSAFE_HOST_READBACK", None)
     if unsafe:
         env["HALO_UNSAFE_HOST_READBACK"] = "1"
