@@ -25,14 +25,9 @@ DRAIN_INTERVAL_MS = 33
 
 
 def _default_engine_factory(backend: str, async_scheduling: bool):
-    import inspect
-
     from engine.engine import Engine  # imported late: starting the app must not wait for numpy & co.
 
-    # The backend and async options arrive with the GPU work; pass them once the Engine takes them.
-    wanted = {"backend": backend, "async_scheduling": async_scheduling}
-    accepted = inspect.signature(Engine).parameters
-    return Engine(**{k: v for k, v in wanted.items() if k in accepted})
+    return Engine(backend=backend, async_scheduling=async_scheduling)
 
 
 class EngineClient(QObject):

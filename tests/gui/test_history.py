@@ -85,10 +85,12 @@ _CRASH_SCRIPT = textwrap.dedent("""
     def first(_info):
         w.composer.edit.setPlainText("Say hi.")
         w.composer._submit()
+    # The second prompt is one SmolLM2 answers at length under greedy decoding (300 tokens, finish "length"),
+    # so the reply always outlives the 30 coalesced deltas after which the test hook kills the process.
     def then(_cid, _mid, _fin):
         long = Sampling(temperature=0.0, top_k=0, top_p=1.0, max_tokens=300, seed=0)
         w.store.set_conversation_settings(w.current_id, "", long.to_dict())
-        w.composer.edit.setPlainText("Now tell me a long story about the moon.")
+        w.composer.edit.setPlainText("Write a long story about the moon, at least ten paragraphs.")
         w.composer._submit()
     w.client.loaded.connect(first)
     w.chat.streamFinished.connect(then)
@@ -117,7 +119,7 @@ def test_killed_mid_reply_keeps_every_message_and_marks_the_cut(qtbot, tmp_path,
     assert [(m.role, m.state) for m in messages] == [
         ("user", "complete"), ("assistant", "complete"), ("user", "complete"), ("assistant", "interrupted")]
     assert messages[0].content == "Say hi." and messages[1].content
-    assert messages[2].content == "Now tell me a long story about the moon."
+    assert messages[2].content == "Write a long story about the moon, at least ten paragraphs."
     # 30 coalesced deltas take well over the 0.5 s save interval: part of the reply was saved as it streamed
     assert messages[3].content.strip()
     store.close()
