@@ -24,6 +24,10 @@ echo "== probe" | tee -a "$OUT/summary.txt"
 "$PY" -m engine.backends 2>&1 | tee "$OUT/probe.txt" | tee -a "$OUT/summary.txt"
 "$PY" -m engine.backends --json --no-self-test > "$OUT/probe.json" 2>&1
 
+echo "== diagnose --self-test (the report a user would paste into a bug report)" | tee -a "$OUT/summary.txt"
+"$PY" -m engine diagnose --self-test --model tests/golden/data/tiny-llama-q4_1.gguf > "$OUT/diagnose.md" 2>&1
+echo "diagnose exit code $?; report in diagnose.md" | tee -a "$OUT/summary.txt"
+
 echo "== tests" | tee -a "$OUT/summary.txt"
 "$PY" -m pytest tests/gpu tests/backend -m "gpu or not gpu" -p no:cacheprovider -rA -v -s \
   --junitxml="$OUT/junit.xml" > "$OUT/pytest.log" 2>&1
