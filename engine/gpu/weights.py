@@ -16,6 +16,7 @@ from engine.backends.base import Backend, DeviceBuffer, Stream
 from engine.errors import InvalidModelError, UnsupportedModelError
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
 from engine.model.config import ModelConfig
+from engine.model.weights import checked_tensor
 
 # what halo_quant.cu decodes (dq8)
 KERNEL_TYPES = frozenset({GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q4_0, GGMLType.Q4_1,
@@ -90,13 +91,7 @@ class _Uploader:
         return buf
 
     def info(self, name: str, shape: tuple[int, ...]):
-        info = self.gguf.tensors.get(name)
-        if info is None:
-            raise InvalidModelError(f"tensor {name} is missing", field=name)
-        if tuple(info.shape) != shape:
-            raise InvalidModelError(f"tensor {name} has shape {tuple(info.shape)}, the hyperparameters say {shape}",
-                                    field=name)
-        return info
+        return checked_tensor(self.gguf, name, shape)
 
     def matrix(self, name: str, rows: int, cols: int) -> DeviceMatrix:
         info = self.info(name, (rows, cols))

@@ -54,6 +54,18 @@ class Weights:
         return sum(a.nbytes for a in arrays)
 
 
+def checked_tensor(gguf, name: str, shape: tuple[int, ...]):
+    """The TensorInfo of `name`, which must exist with exactly `shape` (numpy order) as the config implies.
+    Shared by the CPU and GPU weight loaders: a file whose tensors contradict its hyperparameters is invalid."""
+    info = gguf.tensors.get(name)
+    if info is None:
+        raise InvalidModelError(f"tensor {name} is missing", field=name)
+    if tuple(info.shape) != shape:
+        raise InvalidModelError(f"tensor {name} has shape {tuple(info.shape)}, the hyperparameters say {shape}",
+                                field=name)
+    return info
+
+
 def _readonly(a: np.ndarray) -> np.ndarray:
     a = np.ascontiguousarray(a, dtype=np.float32)
     a.flags.writeable = False
@@ -72,12 +84,7 @@ class _Loader:
         return name in self.gguf.tensors
 
     def get(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        info = self.gguf.tensors.get(name)
-        if info is None:
-            raise InvalidModelError(f"tensor {name} is missing", field=name)
-        if tuple(info.shape) != shape:
-            raise InvalidModelError(f"tensor {name} has shape {tuple(info.shape)}, the hyperparameters say {shape}",
-                                    field=name)
+        checked_tensor(self.gguf, name, shape)
         array = np.asarray(self.gguf.dequantize(name), dtype=np.float32).reshape(shape)
         if not array.flags.writeable:      # a view into the file's map (F32 tensors): own a copy
             array = array.copy()
