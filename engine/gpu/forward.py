@@ -10,6 +10,8 @@ Everything is enqueued on `self.stream`; only the sampled ids (ReadbackPool) or,
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from engine.backends.async_output import AsyncOutput, ReadbackPool
@@ -21,6 +23,9 @@ from engine.model.step import StepInput
 
 NULL = np.uint64(0)
 MATMUL_WARPS = 4
+GT_ROWS, GT_TOKENS, GT_K = 32, 64, 64      # halo_*_gt prefill tile: rows x tokens per block, k step
+GT_MIN_T = 9                               # T above r4_t8's 8 tokens: the shared-memory tile
+LEGACY_TILES = os.environ.get("HALO_GPU_TILES") == "legacy"   # the pre-run-2 kernels, for comparison
 ATTN_WARPS = 8
 STAGING_SLOTS = 4
 
@@ -127,7 +132,7 @@ class GpuForward:
 
     def warm_up(self) -> None:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
-        for suffix in ("r1_t1", "r1_t4", "r4_t8"):
+        for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", "gt"):
             self.kern("halo_quant.cu", "halo_matmul_" + suffix)
             self.kern("halo_quant.cu", "halo_glu_" + suffix)
         self.kern("halo_quant.cu", "halo_embed_norm")
@@ -140,9 +145,13 @@ class GpuForward:
         self.launches += 1
 
     @staticmethod
-    def _tile(T: int, rows_all_div4: bool) -> tuple[int, int, str]:
+    def _tile(T: int, rows_all_div4: bool, gt_ok: bool = False) -> tuple[int, int, str]:
+        """(rows per warp, tokens per tile, kernel suffix). kq_t1: warp per row, wide K-quant loads (any type);
+        gt: 32 x 64 shared-memory tile (block of 128 threads, not warp-based)."""
         if T == 1:
-            return 1, 1, "r1_t1"
+            return (1, 1, "r1_t1") if LEGACY_TILES else (1, 1, "kq_t1")
+        if T >= GT_MIN_T and gt_ok and not LEGACY_TILES:
+            return GT_ROWS, GT_TOKENS, "gt"
         if T <= 4 or not rows_all_div4:
             return 1, 4, "r1_t4"
         return 4, 8, "r4_t8"
@@ -151,22 +160,23 @@ class GpuForward:
                 bias=None, xrow=None) -> None:
         segs = list(mats) + [None] * (3 - len(mats))
         rows = sum(m.rows for m in mats)
-        R, NT, suffix = self._tile(T, all(m.rows % 4 == 0 for m in mats))
+        gt_ok = all(m.rows % GT_ROWS == 0 for m in mats) and mats[0].cols % GT_K == 0
+        R, NT, suffix = self._tile(T, all(m.rows % 4 == 0 for m in mats), gt_ok)
         args = []
         for m in segs:
             args += [m.buf, np.int32(m.ggml_type), np.int32(m.rows), np.int32(m.row_bytes)] if m else \
                 [NULL, np.int32(0), np.int32(0), np.int32(0)]
         args += [_ptr(bias), X, _ptr(xrow), np.int32(mats[0].cols), np.int32(T), Y, np.int32(ldy)]
-        grid = (-(-rows // (MATMUL_WARPS * R)), -(-T // NT))
+        grid = (-(-rows // (MATMUL_WARPS * R)), -(-T // NT)) if suffix != "gt" else (rows // R, -(-T // NT))
         self._launch("halo_quant.cu", "halo_matmul_" + suffix, grid, 32 * MATMUL_WARPS, tuple(args))
 
     def _glu(self, gate: DeviceMatrix, up: DeviceMatrix, X, T: int, A) -> None:
         c = self.config
-        R, NT, suffix = self._tile(T, c.n_ff % 4 == 0)
+        R, NT, suffix = self._tile(T, c.n_ff % 4 == 0, c.n_ff % GT_ROWS == 0 and c.n_embd % GT_K == 0)
         act = 0 if c.activation == "silu" else 1
         args = (gate.buf, np.int32(gate.ggml_type), up.buf, np.int32(up.ggml_type), np.int32(gate.row_bytes),
                 np.int32(up.row_bytes), np.int32(c.n_ff), np.int32(act), X, np.int32(c.n_embd), np.int32(T), A)
-        grid = (-(-c.n_ff // (MATMUL_WARPS * R)), -(-T // NT))
+        grid = (-(-c.n_ff // (MATMUL_WARPS * R)), -(-T // NT)) if suffix != "gt" else (c.n_ff // R, -(-T // NT))
         self._launch("halo_quant.cu", "halo_glu_" + suffix, grid, 32 * MATMUL_WARPS, args)
 
     def _add_norm(self, T: int, o, post_w, next_w) -> None:

@@ -312,3 +312,287 @@ HALO_KERNEL void halo_embed_norm(const unsigned char* W, i32 type, i32 rb, const
     float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)E + eps);
     for (int i = threadIdx.x; i < E; i += blockDim.x) h[(size_t)t * E + i] = xr[i] * inv * norm_w[i];
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Decode (T == 1) fast path for the K-quants: 8 lanes share one 256-element super-block, each lane takes
+// 16 consecutive quant bytes with wide loads (32 weights per lane per block), so a warp has 4 super-blocks
+// in flight per iteration; scales are applied once per 16/32 weights (sum q*x and sum x), never per weight.
+// Other types fall back to the generic dq8 loop. One warp per row, same grid as halo_matmul_r1_t1.
+
+__device__ __forceinline__ float byte_f(u32 w, int i) { return (float)((w >> (8 * i)) & 255u); }
+
+// 16 bytes from a 2-byte-aligned address as four u32 (five aligned 4-byte loads, funnel-shifted)
+__device__ __forceinline__ void ld16_a2(const unsigned char* p, u32* o) {
+    const u32* a = (const u32*)((size_t)p & ~(size_t)3);
+    u32 sh = (u32)((size_t)p & 3) * 8u;
+    u32 w[5];
+    #pragma unroll
+    for (int i = 0; i < 5; i++) w[i] = __ldg(a + i);
+    #pragma unroll
+    for (int i = 0; i < 4; i++) o[i] = (u32)(((((u64)w[i + 1]) << 32) | (u64)w[i]) >> sh);
+}
+
+// 6-bit scale and min of sub-block j (0..7) from the 12 scale bytes held in three words s0, s1, s2
+__device__ __forceinline__ void scale_min_k4_reg(int j, u32 s0, u32 s1, u32 s2, float* sc, float* mn) {
+    u32 jl = 8u * (u32)(j & 3);
+    u32 s, m;
+    if (j < 4) { s = (s0 >> jl) & 63u; m = (s1 >> jl) & 63u; }
+    else {
+        s = ((s2 >> jl) & 15u) | (((s0 >> jl) >> 6 & 3u) << 4);
+        m = ((s2 >> jl) >> 4 & 15u) | (((s1 >> jl) >> 6 & 3u) << 4);
+    }
+    *sc = (float)s; *mn = (float)m;
+}
+
+// partial dot of one Q4_K row with x (this lane's share; reduce over the warp)
+__device__ __forceinline__ float q4k_row_dot(const unsigned char* row, int K, const float* x) {
+    int lane = threadIdx.x & 31, grp = lane >> 3, m = lane & 7;
+    int c = m >> 1, l = 16 * (m & 1);
+    float acc = 0.0f;
+    int nsb = K >> 8;
+    #pragma unroll 2
+    for (int sb = grp; sb < nsb; sb += 4) {
+        const unsigned char* b = row + (size_t)sb * 144;
+        uint4 hdr = __ldg((const uint4*)b);
+        uint4 q = __ldg((const uint4*)(b + 16 + 16 * m));
+        const float4* xl = (const float4*)(x + sb * 256 + 64 * c + l);
+        const float4* xh = xl + 8;                             // + 32 elements
+        float d = h2f(hdr.x & 0xffffu), dmin = h2f(hdr.x >> 16), s1, m1, s2, m2;
+        scale_min_k4_reg(2 * c, hdr.y, hdr.z, hdr.w, &s1, &m1);
+        scale_min_k4_reg(2 * c + 1, hdr.y, hdr.z, hdr.w, &s2, &m2);
+        u32 qw[4] = {q.x, q.y, q.z, q.w};
+        float dl = 0.0f, sl = 0.0f, dh = 0.0f, sh = 0.0f;
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float4 a = __ldg(xl + i), h = __ldg(xh + i);
+            u32 lo = qw[i] & 0x0f0f0f0fu, hi = (qw[i] >> 4) & 0x0f0f0f0fu;
+            dl += byte_f(lo, 0) * a.x + byte_f(lo, 1) * a.y + byte_f(lo, 2) * a.z + byte_f(lo, 3) * a.w;
+            dh += byte_f(hi, 0) * h.x + byte_f(hi, 1) * h.y + byte_f(hi, 2) * h.z + byte_f(hi, 3) * h.w;
+            sl += (a.x + a.y) + (a.z + a.w);
+            sh += (h.x + h.y) + (h.z + h.w);
+        }
+        acc += d * (s1 * dl + s2 * dh) - dmin * (m1 * sl + m2 * sh);
+    }
+    return acc;
+}
+
+// partial dot of one Q6_K row with x. Lane m of a group: ql bytes [16m, 16m + 16) = h = m / 4, k in
+// {kk, kk + 2} (kk = (m / 2) & 1, low / high nibble), l = 16 (m & 1); qh bytes 128 + 32 h + l .. + 16.
+__device__ __forceinline__ float q6k_row_dot(const unsigned char* row, int K, const float* x) {
+    int lane = threadIdx.x & 31, grp = lane >> 3, m = lane & 7;
+    int h = m >> 2, kk = (m >> 1) & 1, l = 16 * (m & 1);
+    float acc = 0.0f;
+    int nsb = K >> 8;
+    #pragma unroll 2
+    for (int sb = grp; sb < nsb; sb += 4) {
+        const unsigned char* b = row + (size_t)sb * 210;
+        u32 ql[4], qh[4];
+        ld16_a2(b + 16 * m, ql);
+        ld16_a2(b + 128 + 32 * h + l, qh);
+        float d = h2f(ld_u16(b + 208));
+        int si = 8 * h + 2 * kk + (l >> 4);
+        float sc_lo = d * (float)(signed char)ld_u8(b + 192 + si);
+        float sc_hi = d * (float)(signed char)ld_u8(b + 192 + si + 4);
+        const float4* xl = (const float4*)(x + sb * 256 + 128 * h + 32 * kk + l);
+        const float4* xh = xl + 16;                            // + 64 elements (k + 2)
+        u32 s_lo = 2u * (u32)kk, s_hi = s_lo + 4u;
+        float dl = 0.0f, dh = 0.0f;
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float4 a = __ldg(xl + i), e = __ldg(xh + i);
+            u32 lo = (ql[i] & 0x0f0f0f0fu) | (((qh[i] >> s_lo) & 0x03030303u) << 4);
+            u32 hi = ((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> s_hi) & 0x03030303u) << 4);
+            dl += (byte_f(lo, 0) - 32.0f) * a.x + (byte_f(lo, 1) - 32.0f) * a.y
+                + (byte_f(lo, 2) - 32.0f) * a.z + (byte_f(lo, 3) - 32.0f) * a.w;
+            dh += (byte_f(hi, 0) - 32.0f) * e.x + (byte_f(hi, 1) - 32.0f) * e.y
+                + (byte_f(hi, 2) - 32.0f) * e.z + (byte_f(hi, 3) - 32.0f) * e.w;
+        }
+        acc += sc_lo * dl + sc_hi * dh;
+    }
+    return acc;
+}
+
+__device__ __forceinline__ float row_dot_fast(int type, const unsigned char* row, int K, const float* x) {
+    if (type == T_Q4_K && (K & 255) == 0) return q4k_row_dot(row, K, x);
+    if (type == T_Q6_K && (K & 255) == 0) return q6k_row_dot(row, K, x);
+    const unsigned char* rp[1] = {row};
+    float acc[1][1] = {{0.0f}};
+    rows_dot_any<1, 1>(type, rp, K, x, 0, 0, 1, acc);
+    return acc[0][0];
+}
+
+HALO_KERNEL void halo_matmul_kq_t1(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+                                   const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
+                                   const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
+                                   const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
+                                   float* Y, i32 ldy) {
+    int row0 = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row0 >= n0 + n1 + n2) return;
+    const unsigned char* base; int type, rb, local;
+    if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
+    else if (row0 < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row0 - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
+    const float* x = X + (size_t)(xrow ? xrow[0] : 0) * K;
+    float v = warp_sum(row_dot_fast(type, base + (size_t)local * rb, K, x));
+    if ((threadIdx.x & 31) == 0) Y[row0] = v + (bias ? bias[row0] : 0.0f);
+}
+
+HALO_KERNEL void halo_glu_kq_t1(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
+                                i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= n_ff) return;
+    float g = warp_sum(row_dot_fast(tg, wg + (size_t)r * rb_g, K, X));
+    float u = warp_sum(row_dot_fast(tu, wu + (size_t)r * rb_u, K, X));
+    if ((threadIdx.x & 31) == 0) A[r] = act_fn(g, act) * u;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Prefill tile (T > 8): a block of 128 threads computes 32 weight rows x 64 tokens. Per 64-wide k step it
+// dequantizes the weight tile once into shared memory (Ws[k][row], any type through dq8) and stages the
+// activations (Xs[k][token]); each thread then accumulates a 4 rows x 4 tokens micro-tile from shared
+// memory, so every weight is decoded once per 64 tokens instead of once per 8.
+// Contract (checked on the host): every segment's rows % 32 == 0, K % 64 == 0.
+// Grid: (rows / 32, ceil(T / 64)); block: 128.
+#define GT_BM 32
+#define GT_BN 64
+#define GT_BK 64
+#define GT_WS (GT_BM + 4)
+#define GT_XS (GT_BN + 4)
+
+__device__ __forceinline__ void dq8_any(int type, const unsigned char* row, int g, float* w) {
+    switch (type) {
+        case T_F32: dq8<T_F32>(row, g, w); break;
+        case T_F16: dq8<T_F16>(row, g, w); break;
+        case T_BF16: dq8<T_BF16>(row, g, w); break;
+        case T_Q4_0: dq8<T_Q4_0>(row, g, w); break;
+        case T_Q4_1: dq8<T_Q4_1>(row, g, w); break;
+        case T_Q5_0: dq8<T_Q5_0>(row, g, w); break;
+        case T_Q5_1: dq8<T_Q5_1>(row, g, w); break;
+        case T_Q8_0: dq8<T_Q8_0>(row, g, w); break;
+        case T_Q4_K: dq8<T_Q4_K>(row, g, w); break;
+        case T_Q5_K: dq8<T_Q5_K>(row, g, w); break;
+        case T_Q6_K: dq8<T_Q6_K>(row, g, w); break;
+        default:
+            #pragma unroll
+            for (int i = 0; i < 8; i++) w[i] = 0.0f;
+            break;
+    }
+}
+
+// Ws[k][r] = W[row0 + r][k0 + k] for the 32 x 64 tile: thread t decodes rows t % 32, groups t / 32 + 4 j
+__device__ __forceinline__ void gt_load_w(int type, const unsigned char* rows, int rb, int k0, float* Ws) {
+    int t = threadIdx.x, r = t & 31;
+    const unsigned char* rp = rows + (size_t)r * rb;
+    #pragma unroll
+    for (int j = 0; j < 2; j++) {
+        int gi = (t >> 5) + 4 * j;
+        float w[8];
+        dq8_any(type, rp, (k0 >> 3) + gi, w);
+        #pragma unroll
+        for (int i = 0; i < 8; i++) Ws[(8 * gi + i) * GT_WS + r] = w[i];
+    }
+}
+
+// Xs[k][n] = X[xrow(tok0 + n)][k0 + k] (0 past T): thread t loads token t % 64, 8 floats at 8 * (t / 64 + 2 j)
+__device__ __forceinline__ void gt_load_x(const float* X, const i32* xrow, int K, int T, int tok0, int k0,
+                                          float* Xs) {
+    int t = threadIdx.x, n = t & 63, tok = tok0 + n;
+    const float* xr = X + (size_t)(tok < T ? (xrow ? xrow[tok] : tok) : 0) * K + k0;
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int k8 = (t >> 6) + 2 * j;
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
+        if (tok < T) { a = *(const float4*)(xr + 8 * k8); b = *(const float4*)(xr + 8 * k8 + 4); }
+        float* s = Xs + (8 * k8) * GT_XS + n;
+        s[0] = a.x; s[GT_XS] = a.y; s[2 * GT_XS] = a.z; s[3 * GT_XS] = a.w;
+        s[4 * GT_XS] = b.x; s[5 * GT_XS] = b.y; s[6 * GT_XS] = b.z; s[7 * GT_XS] = b.w;
+    }
+}
+
+__device__ __forceinline__ void gt_fma(const float* Ws, const float* Xs, float (*acc)[4]) {
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    #pragma unroll 8
+    for (int k = 0; k < GT_BK; k++) {
+        float4 w = *(const float4*)(Ws + k * GT_WS + 4 * ty);
+        float4 x = *(const float4*)(Xs + k * GT_XS + 4 * tx);
+        float wr[4] = {w.x, w.y, w.z, w.w}, xn[4] = {x.x, x.y, x.z, x.w};
+        #pragma unroll
+        for (int r = 0; r < 4; r++)
+            #pragma unroll
+            for (int n = 0; n < 4; n++) acc[r][n] += wr[r] * xn[n];
+    }
+}
+
+HALO_KERNEL void halo_matmul_gt(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+                                const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
+                                const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
+                                const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
+                                float* Y, i32 ldy) {
+    __shared__ __align__(16) float Ws[GT_BK * GT_WS];
+    __shared__ __align__(16) float Xs[GT_BK * GT_XS];
+    int row0 = blockIdx.x * GT_BM, tok0 = blockIdx.y * GT_BN;
+    const unsigned char* base; int type, rb, local;
+    if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
+    else if (row0 < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row0 - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
+    const unsigned char* rows = base + (size_t)local * rb;
+    float acc[4][4];
+    #pragma unroll
+    for (int r = 0; r < 4; r++)
+        #pragma unroll
+        for (int n = 0; n < 4; n++) acc[r][n] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += GT_BK) {
+        __syncthreads();
+        gt_load_w(type, rows, rb, k0, Ws);
+        gt_load_x(X, xrow, K, T, tok0, k0, Xs);
+        __syncthreads();
+        gt_fma(Ws, Xs, acc);
+    }
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    #pragma unroll
+    for (int n = 0; n < 4; n++) {
+        int tok = tok0 + 4 * tx + n;
+        if (tok >= T) continue;
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            int row = row0 + 4 * ty + r;
+            Y[(size_t)tok * ldy + row] = acc[r][n] + (bias ? bias[row] : 0.0f);
+        }
+    }
+}
+
+// GLU on the same tile: gate and up tiles side by side; A[t, r] = act(gate . x) * (up . x). n_ff % 32 == 0.
+HALO_KERNEL void halo_glu_gt(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+                             i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {
+    __shared__ __align__(16) float Wg[GT_BK * GT_WS];
+    __shared__ __align__(16) float Wu[GT_BK * GT_WS];
+    __shared__ __align__(16) float Xs[GT_BK * GT_XS];
+    int row0 = blockIdx.x * GT_BM, tok0 = blockIdx.y * GT_BN;
+    const unsigned char* rg = wg + (size_t)row0 * rb_g;
+    const unsigned char* ru = wu + (size_t)row0 * rb_u;
+    float ag[4][4], au[4][4];
+    #pragma unroll
+    for (int r = 0; r < 4; r++)
+        #pragma unroll
+        for (int n = 0; n < 4; n++) { ag[r][n] = 0.0f; au[r][n] = 0.0f; }
+    for (int k0 = 0; k0 < K; k0 += GT_BK) {
+        __syncthreads();
+        gt_load_w(tg, rg, rb_g, k0, Wg);
+        gt_load_w(tu, ru, rb_u, k0, Wu);
+        gt_load_x(X, 0, K, T, tok0, k0, Xs);
+        __syncthreads();
+        gt_fma(Wg, Xs, ag);
+        gt_fma(Wu, Xs, au);
+    }
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    #pragma unroll
+    for (int n = 0; n < 4; n++) {
+        int tok = tok0 + 4 * tx + n;
+        if (tok >= T) continue;
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            int row = row0 + 4 * ty + r;
+            A[(size_t)tok * n_ff + row] = act_fn(ag[r][n], act) * au[r][n];
+        }
+    }
+}
