@@ -1,35 +1,9 @@
 // Per-layer glue of the forward pass: q/k norm + rotary + KV-cache write, paged attention, residual + RMS norm.
 // Float32 throughout. Step metadata (positions, slots, token -> sequence, seq_lens, block tables) is read
 // from device memory, so a captured graph replays any step of the same token count.
-#if defined(__HIPCC_RTC__) || defined(__HIP__)
-#define SHFL_XOR(v, o) __shfl_xor(v, o)
-#else
-#define SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, v, o)
-#endif
-#define NEG_INF __int_as_float((int)0xff800000u)
 
-__device__ __forceinline__ float warp_sum(float v) {
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += SHFL_XOR(v, o);
-    return v;
-}
 
-__device__ __forceinline__ float warp_max(float v) {
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, SHFL_XOR(v, o));
-    return v;
-}
 
-__device__ float block_sum(float v, float* red) {      // red: >= 32 floats of shared memory
-    v = warp_sum(v);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float s = 0.0f;
-    for (int i = 0; i < nw; i++) s += red[i];
-    return s;
-}
 
 // qkv [T, ld] holds q (H heads) | k (Hkv) | v (Hkv), each head D wide. For every token t and head:
 // optional per-head RMS norm (q_norm / k_norm), rotary on the first rope_dim dims (neox: pairs (i, i + r/2);

@@ -5,11 +5,6 @@
 // elements (`dq8`) and multiplies them into NT tokens' accumulators; a warp shuffle reduces at the end.
 
 // ggml type ids (engine.gguf.types.GGMLType)
-#if defined(__HIPCC_RTC__) || defined(__HIP__)
-#define SHFL_XOR(v, o) __shfl_xor(v, o)
-#else
-#define SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, v, o)
-#endif
 
 #define T_F32 0
 #define T_F16 1
@@ -125,11 +120,6 @@ __device__ __forceinline__ void dq8(const unsigned char* row, int g, float* w) {
     }
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += SHFL_XOR(v, o);
-    return v;
-}
 
 // acc[r][t] = sum_k W[row r][k] * X[xrow(t0 + t)][k], partial per lane (reduced by the caller).
 template <int TYPE, int R, int NT>
@@ -274,16 +264,6 @@ __device__ __forceinline__ void dq_row(const unsigned char* row, int E, float sc
     }
 }
 
-__device__ float block_sum(float v, float* red) {      // red: >= 32 floats of shared memory
-    v = warp_sum(v);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float s = 0.0f;
-    for (int i = 0; i < nw; i++) s += red[i];
-    return s;
-}
 
 // x[t] = dequant(W[ids[t]]) * scale; h[t] = rmsnorm(x[t]) * norm_w. Grid: T blocks.
 HALO_KERNEL void halo_embed_norm(const unsigned char* W, i32 type, i32 rb, const i32* ids, i32 E, float scale,

@@ -1,25 +1,8 @@
 // Token choice on the device: greedy (argmax, lowest index on ties, as numpy) or sampled with temperature,
 // top-k, top-p and min-p (the order of engine.sampling) and a counter-based RNG seeded per request.
 // One block (1024 threads) per logits row. Only the chosen ids leave the device (through the readback pool).
-#if defined(__HIPCC_RTC__) || defined(__HIP__)
-#define SHFL_XOR(v, o) __shfl_xor(v, o)
-#else
-#define SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, v, o)
-#endif
-#define NEG_INF __int_as_float((int)0xff800000u)
 #define NTHREADS 1024
 
-__device__ float block_sum(float v, float* red) {
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += SHFL_XOR(v, o);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float s = 0.0f;
-    for (int i = 0; i < nw; i++) s += red[i];
-    return s;
-}
 
 __device__ __forceinline__ u64 splitmix64(u64 x) {
     x += 0x9E3779B97F4A7C15ull;
