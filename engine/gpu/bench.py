@@ -15,6 +15,7 @@ import numpy as np
 
 from engine.backends import registry
 from engine.backends.async_output import ReadbackPool
+from engine.gpu import forward as forward_mod
 from engine.gpu.model import GpuModel
 from engine.model.step import StepInput
 
@@ -60,52 +61,79 @@ def copy_bandwidth(backend, nbytes: int = 1 << 30, repeat: int = 5) -> float:
         backend.destroy_stream(s)
 
 
-def kernel_breakdown(gm: GpuModel, kv) -> dict[str, float] | None:
-    """GPU microseconds per role for one decode step: a graph of the decode body with a timing event
-    after every kernel, replayed once; None where events cannot be captured."""
+def _roles(times: list[float], n_layers: int) -> dict[str, float]:
+    roles: dict[str, float] = {}
+    n = len(times)
+    for i, us in enumerate(times):
+        if i == 0:
+            role = "embedding+norm"
+        elif i > 8 * n_layers:
+            role = "lm head" if i == 8 * n_layers + 1 else "sampler"
+        else:
+            role = LAYER_ROLES[(i - 1) % len(LAYER_ROLES)]
+        roles[role] = roles.get(role, 0.0) + us
+    assert n >= 8 * n_layers + 2
+    return roles
+
+
+def kernel_breakdown(gm: GpuModel, kv, T: int = 1, graph: bool = True) -> tuple[dict[str, float] | None, str]:
+    """GPU microseconds per role for one step of T tokens (logits for one row), and how it was timed.
+    graph: a graph of the step body with a timing event after every kernel, replayed once. Otherwise (or
+    when the runtime rejects timing events in graphs) the body is enqueued eagerly behind ~10 ms of
+    device-to-device copies, so the GPU never waits for Python between the timed kernels (each boundary
+    still adds a few us of event overhead)."""
     fwd, backend, rt = gm.fwd, gm.backend, gm.rt
-    n = gm.launches_per_step(kv, 1)
-    if n is None or rt is None:
-        return None
-    events = [backend.create_event(timing=True) for _ in range(n + 1)]
-    names: list[str] = []
+    events = [backend.create_event(timing=True)]
     original = fwd._launch
 
     def timed(file, name, grid, block, args, shared=0):
         original(file, name, grid, block, args, shared)
-        names.append(name)
-        events[len(names)].record(fwd.stream)
+        events.append(backend.create_event(timing=True))
+        events[-1].record(fwd.stream)
 
+    how, times = "graph with timing events", None
     fwd._launch = timed
     try:
-        rt.stream_begin_capture(fwd.stream.handle)
         try:
-            events[0].record(fwd.stream)
-            fwd.enqueue_body(kv, 1, 1, True, True)
-        finally:
-            graph = rt.stream_end_capture(fwd.stream.handle)
-        graph_exec = rt.graph_instantiate(graph)
-        rt.graph_launch(graph_exec, fwd.stream.handle)
-        fwd.stream.synchronize()
-        times = [backend.elapsed_ms(events[i], events[i + 1]) * 1e3 for i in range(n)]
-        rt.graph_exec_destroy(graph_exec)
-        rt.graph_destroy(graph)
-    except Exception:   # noqa: BLE001 - a runtime without event nodes in graphs: no breakdown
-        return None
+            if not graph or rt is None:
+                raise NotImplementedError("eager timing asked for")
+            rt.stream_begin_capture(fwd.stream.handle)
+            try:
+                events[0].record(fwd.stream)
+                fwd.enqueue_body(kv, T, 1, True, True)
+            finally:
+                g = rt.stream_end_capture(fwd.stream.handle)
+            graph_exec = rt.graph_instantiate(g)
+            rt.graph_launch(graph_exec, fwd.stream.handle)
+            fwd.stream.synchronize()
+            times = [backend.elapsed_ms(events[i], events[i + 1]) * 1e3 for i in range(len(events) - 1)]
+            rt.graph_exec_destroy(graph_exec)
+            rt.graph_destroy(g)
+        except Exception as e:  # noqa: BLE001 - fall back to eager timing below
+            how = "eager behind copies" + ("" if not graph else f" (graph timing failed: {type(e).__name__}: "
+                                                                  f"{str(e)[:60]})")
+            fwd.stream.synchronize()
+            for ev in events[1:]:
+                backend.destroy_event(ev)
+            del events[1:]
+            a, b = backend.alloc(1 << 30, np.uint8), backend.alloc(1 << 30, np.uint8)
+            try:
+                for _ in range(20):                     # ~0.5 ms each: the GPU stays ahead of Python
+                    backend.copy_d2d_async(b, a, fwd.stream)
+                events[0].record(fwd.stream)
+                fwd.enqueue_body(kv, T, 1, True, True)
+                fwd.stream.synchronize()
+                times = [backend.elapsed_ms(events[i], events[i + 1]) * 1e3 for i in range(len(events) - 1)]
+            finally:
+                backend.free(a)
+                backend.free(b)
+        return _roles(times, gm.config.n_layers), how
+    except Exception as e:  # noqa: BLE001 - no breakdown at all
+        return None, f"failed: {type(e).__name__}: {str(e)[:120]}"
     finally:
         fwd._launch = original
-        for e in events:
-            backend.destroy_event(e)
-    roles: dict[str, float] = {}
-    for i, us in enumerate(times):
-        if i == 0:
-            role = "embedding+norm"
-        elif i >= n - 2:
-            role = "lm head" if i == n - 2 else "sampler"
-        else:
-            role = LAYER_ROLES[(i - 1) % len(LAYER_ROLES)]
-        roles[role] = roles.get(role, 0.0) + us
-    return roles
+        for ev in events:
+            backend.destroy_event(ev)
 
 
 def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int = 128, decode_tokens: int = 64,
@@ -150,7 +178,20 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
         result["weight_bytes_per_token_mb"] = gm.fwd.w.matrix_bytes / 2**20
         result["weight_gb_s"] = gm.fwd.w.matrix_bytes / per_token_s / 1e9
         result["d2d_copy_gb_s"] = copy_bandwidth(backend)
-        result["breakdown_us"] = kernel_breakdown(gm, kv)
+        result["breakdown_us"], result["breakdown_how"] = kernel_breakdown(gm, kv, 1, graph=False)
+        result["prefill_breakdown_us"], _ = kernel_breakdown(gm, kv, prompt_tokens, graph=False)
+        forward_mod.LEGACY_TILES = True                  # the pre-run-2 tiles, same file, for comparison
+        try:
+            gm.step(prefill, kv, pool, feed_next=True).get_output()
+            legacy = []
+            for _ in range(repeat):
+                a = time.perf_counter()
+                gm.step(prefill, kv, pool, feed_next=True).get_output()
+                legacy.append(time.perf_counter() - a)
+            result["legacy_prefill_tok_s"] = prompt_tokens / statistics.median(legacy)
+            result["legacy_prefill_breakdown_us"], _ = kernel_breakdown(gm, kv, prompt_tokens, graph=False)
+        finally:
+            forward_mod.LEGACY_TILES = False
         ref = reference_for(path)
         if ref:
             result["llama_cpp_prefill_tok_s"], result["llama_cpp_decode_tok_s"] = ref
@@ -201,9 +242,15 @@ def format_result(r: dict) -> str:
     if "llama_cpp_decode_tok_s" in r:
         lines.append(f"  vs llama.cpp H200: prefill {r['prefill_vs_llama_cpp']:.2f}x of {r['llama_cpp_prefill_tok_s']}, "
                      f"decode {r['decode_vs_llama_cpp']:.2f}x of {r['llama_cpp_decode_tok_s']}")
-    if r.get("breakdown_us"):
-        total = sum(r["breakdown_us"].values())
-        parts = ", ".join(f"{k} {v:.0f} us ({100 * v / total:.0f}%)" for k, v in
-                          sorted(r["breakdown_us"].items(), key=lambda kv: -kv[1]))
-        lines.append(f"  one decode step on the GPU: {total:.0f} us = {parts}")
+    if "legacy_prefill_tok_s" in r:
+        lines.append(f"  prefill with the legacy r4_t8 tile: {r['legacy_prefill_tok_s']:.0f} tok/s")
+    for key, what in (("breakdown_us", "one decode step"), ("prefill_breakdown_us", "128-token prefill"),
+                      ("legacy_prefill_breakdown_us", "128-token prefill, legacy tiles")):
+        if r.get(key):
+            total = sum(r[key].values())
+            parts = ", ".join(f"{k} {v:.0f} us ({100 * v / total:.0f}%)" for k, v in
+                              sorted(r[key].items(), key=lambda kv: -kv[1]))
+            lines.append(f"  {what} on the GPU: {total:.0f} us = {parts} [{r.get('breakdown_how')}]")
+    if not r.get("breakdown_us") and r.get("breakdown_how"):
+        lines.append(f"  no decode breakdown: {r['breakdown_how']}")
     return "\n".join(lines)
