@@ -25,10 +25,10 @@ ORGANIZATION = APPLICATION = "Halo Chat"
 class Sampling:
     """Per-conversation generation settings; the settings dialog holds the defaults."""
 
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 40
-    max_tokens: int = 512
+    temperature: float = SamplingParams.temperature      # defaults are the engine's, never a second copy
+    top_p: float = SamplingParams.top_p
+    top_k: int = SamplingParams.top_k
+    max_tokens: int = SamplingParams.max_tokens
     context_length: int = 4096   # the app's cap; the engine also caps at the model's trained length
     seed: int = -1               # -1: a fresh random seed per reply
 

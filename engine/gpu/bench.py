@@ -158,13 +158,7 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
         prompt = [(i * 7919 + 13) % c.vocab_size for i in range(prompt_tokens)]
         prefill = _step(prompt, 0, n_blocks, bs)
         # first run compiles nothing (warm_up did) but touches everything once
-        gm.step(prefill, kv, pool, feed_next=True).get_output()
-        ttfts = []
-        for _ in range(repeat):
-            a = time.perf_counter()
-            gm.step(prefill, kv, pool, feed_next=True).get_output()
-            ttfts.append(time.perf_counter() - a)
-        ttft = statistics.median(ttfts)
+        ttft = _median_prefill_s(gm, prefill, kv, pool, repeat)
         result["ttft_ms"] = ttft * 1e3
         result["prefill_tok_s"] = prompt_tokens / ttft
         result.update(_decode(gm, kv, pool, prompt, n_blocks, bs, decode_tokens, repeat))
@@ -182,13 +176,7 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
         result["prefill_breakdown_us"], _ = kernel_breakdown(gm, kv, prompt_tokens, graph=False)
         forward_mod.LEGACY_TILES = True                  # the pre-run-2 tiles, same file, for comparison
         try:
-            gm.step(prefill, kv, pool, feed_next=True).get_output()
-            legacy = []
-            for _ in range(repeat):
-                a = time.perf_counter()
-                gm.step(prefill, kv, pool, feed_next=True).get_output()
-                legacy.append(time.perf_counter() - a)
-            result["legacy_prefill_tok_s"] = prompt_tokens / statistics.median(legacy)
+            result["legacy_prefill_tok_s"] = prompt_tokens / _median_prefill_s(gm, prefill, kv, pool, repeat)
             result["legacy_prefill_breakdown_us"], _ = kernel_breakdown(gm, kv, prompt_tokens, graph=False)
         finally:
             forward_mod.LEGACY_TILES = False
@@ -204,6 +192,18 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
         if own:
             backend.close()
     return result
+
+
+def _median_prefill_s(gm: GpuModel, prefill: StepInput, kv, pool, repeat: int) -> float:
+    """Median seconds of one prefill step up to its ids on the host, after one untimed run (which touches
+    every kernel and buffer once; warm_up already compiled them)."""
+    gm.step(prefill, kv, pool, feed_next=True).get_output()
+    times = []
+    for _ in range(repeat):
+        a = time.perf_counter()
+        gm.step(prefill, kv, pool, feed_next=True).get_output()
+        times.append(time.perf_counter() - a)
+    return statistics.median(times)
 
 
 def _decode(gm: GpuModel, kv, pool, prompt, n_blocks: int, bs: int, n: int, repeat: int) -> dict:
