@@ -15,6 +15,9 @@ Role = Literal["system", "user", "assistant"]
 _request_ids = itertools.count(1)
 
 
+TOP_LOGITS_MAX = 64        # SamplingParams.top_logits above this reports this many pairs (every backend)
+
+
 def new_request_id() -> str:
     return f"req-{next(_request_ids)}"
 
@@ -31,7 +34,7 @@ class SamplingParams:
     max_tokens: int = 512
     seed: int | None = None     # None: a fresh random seed per request
     stop: tuple[str, ...] = ()  # stop strings; the text up to (not including) the match is emitted
-    top_logits: int = 0         # report the first step's top-K (id, logit) pairs in Finished
+    top_logits: int = 0         # report the first step's top-K (id, logit) pairs in Finished (K <= TOP_LOGITS_MAX)
 
     @staticmethod
     def greedy(max_tokens: int = 64, **kw) -> SamplingParams:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import struct
 
 import numpy as np
 
@@ -139,10 +140,9 @@ class GpuBackend(Backend):
 
     def launch(self, kernel, grid, block, args, stream, shared_bytes=0) -> None:
         grid, block = _dim3(grid), _dim3(block)
-        values = [_kernel_arg(self, a) for a in args]            # must outlive the launch call only:
-        pointers = (ctypes.c_void_p * max(len(values), 1))(      # the runtime copies arguments at launch
-            *[ctypes.addressof(v) for v in values])
+        slots, pointers = _pack_args(self, args)        # must outlive the launch call only: the runtime
         self.rt.launch(kernel.handle, grid, block, shared_bytes, stream.handle, ctypes.addressof(pointers))
+        del slots                                       # (copies the arguments at launch)
 
     def close(self) -> None:
         for module, _ in self._modules.values():
@@ -159,10 +159,30 @@ def _dim3(d) -> tuple[int, int, int]:
     return tuple(int(x) for x in (d + (1, 1, 1))[:3])
 
 
-def _kernel_arg(backend: Backend, a):
-    if isinstance(a, DeviceBuffer):
-        backend._check_owned(a)
-        return ctypes.c_void_p(a.ptr)
-    if isinstance(a, np.generic):
-        return np.ctypeslib.as_ctypes_type(a.dtype)(a.item())
-    raise TypeError(f"kernel argument {a!r}: pass a DeviceBuffer or a numpy scalar (np.int32(...)) so the width is explicit")
+# struct code (value + padding to its 8-byte slot) of each scalar kernel argument type
+_SCALAR_CODES = {np.int8: "b7x", np.uint8: "B7x", np.int16: "h6x", np.uint16: "H6x", np.int32: "i4x",
+                 np.uint32: "I4x", np.int64: "q", np.uint64: "Q", np.float32: "f4x", np.float64: "d"}
+
+
+def _pack_args(backend: Backend, args) -> tuple[ctypes.Array, ctypes.Array]:
+    """Kernel arguments as the driver wants them (kernelParams: one pointer per argument to its value):
+    every value in its own 8-byte slot of one buffer, packed by one struct call. Returns (the buffer, the
+    array of pointers into it). This runs for every kernel launch, so it stays cheap (well under 1 us/arg)."""
+    codes, values = [], []
+    for a in args:
+        code = _SCALAR_CODES.get(type(a))
+        if code is not None:
+            codes.append(code)
+            values.append(a.item())
+        elif isinstance(a, DeviceBuffer):
+            if a.backend is not backend or a.freed:
+                raise BackendError(f"{a!r} belongs to another backend or was freed")
+            codes.append("Q")
+            values.append(a.ptr)
+        else:
+            raise TypeError(f"kernel argument {a!r}: pass a DeviceBuffer or a numpy scalar (np.int32(...)) so "
+                            "the width is explicit")
+    n = max(len(args), 1)
+    slots = ctypes.create_string_buffer(struct.pack("<" + "".join(codes), *values), 8 * n)
+    base = ctypes.addressof(slots)
+    return slots, (ctypes.c_uint64 * n)(*range(base, base + 8 * n, 8))

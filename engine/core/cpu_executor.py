@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from engine.api import TOP_LOGITS_MAX
 from engine.backends.base import Backend, DeviceBuffer
 from engine.core.runner import top_logits
 from engine.core.sched_types import ScheduledSeq
@@ -42,7 +43,7 @@ class CpuStepExecutor:
         self._rows: dict[str, _RowState] = {}
 
     def run(self, batch: StepBatch, seqs: Sequence[ScheduledSeq], prev_ids: DeviceBuffer | None,
-            out_ids: DeviceBuffer) -> dict[str, object]:
+            out: dict[str, DeviceBuffer]) -> dict[str, object]:
         token_ids = batch.token_ids
         if len(batch.prev_token_dst):
             n_prev = int(batch.prev_token_src.max()) + 1
@@ -64,12 +65,12 @@ class CpuStepExecutor:
             if not seq.samples:
                 continue
             if row.sampled == 0 and seq.params.top_logits > 0:
-                extras[seq.request_id] = top_logits(logits[seq.row], seq.params.top_logits)
+                extras[seq.request_id] = top_logits(logits[seq.row], min(seq.params.top_logits, TOP_LOGITS_MAX))
             token = row.sampler.sample(logits[seq.row], row.seen)
             row.seen.add(token)
             row.sampled += 1
             sampled[seq.row] = token
-        self.backend.copy_h2d_async(out_ids, sampled, self.stream)
+        self.backend.copy_h2d_async(out["ids"], sampled, self.stream)
         return extras
 
     def forget(self, request_ids: Iterable[str]) -> None:

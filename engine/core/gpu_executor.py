@@ -6,8 +6,9 @@ Per step, all on the model's compute stream, never waiting on the host:
      sampled-id buffer (a ReadbackPool slot the runner keeps alive): ids never round-trip the host;
   3. the forward pass + sampler: a captured graph for pure decode steps (T == S), eager otherwise;
   4. the sampled ids are copied D2D into this step's slot; the runner then starts its readback.
-Per request: the RNG stream position (tokens drawn so far) for seeded sampling. The GPU sampler does
-not implement repetition penalty or top-logits reports (the CPU path does).
+Per request: the RNG stream position (tokens drawn so far) for seeded sampling. The repetition penalty
+needs no host state: the sampler reads the sequence's id history from the device (token_at_slot). A
+request's first-step top logits are computed by the sampler and copied D2D into the readback slot.
 """
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.api import TOP_LOGITS_MAX
 from engine.backends.base import DeviceBuffer
 from engine.core.build import BLOCK_SIZE, BuiltModel, _kv_blocks
 from engine.core.engine_core import EngineCore
-from engine.core.runner import ModelRunner
+from engine.core.runner import DeviceTopLogits, ModelRunner
 from engine.core.sched_types import ScheduledSeq
 from engine.core.setup import BackendChoice, make_scheduler
 from engine.core.step_batch import StepBatch
@@ -48,12 +50,16 @@ class GpuStepExecutor:
         self._drawn: dict[str, int] = {}        # request id -> tokens sampled so far (RNG position)
 
     def run(self, batch: StepBatch, seqs: Sequence[ScheduledSeq], prev_ids: DeviceBuffer | None,
-            out_ids: DeviceBuffer) -> dict[str, object]:
+            out: dict[str, DeviceBuffer]) -> dict[str, object]:
         m, kv, stream = self.model, self.kv, self.stream
-        sampling = []
+        sampling, extras = [], {}
         for seq in seqs:
             drawn = self._drawn.get(seq.request_id, 0)
-            sampling.append(SamplingRow.from_params(seq.params, drawn))
+            report = seq.params.top_logits if seq.samples and drawn == 0 else 0
+            row = SamplingRow.from_params(seq.params, drawn, report)
+            sampling.append(row)
+            if row.report_top:
+                extras[seq.request_id] = DeviceTopLogits(seq.row * TOP_LOGITS_MAX, row.report_top)
             if seq.samples:
                 self._drawn[seq.request_id] = drawn + 1
         T, S = batch.num_tokens, batch.num_seqs
@@ -65,8 +71,12 @@ class GpuStepExecutor:
             m.rt.graph_launch(graph.exec, stream.handle)
         else:
             m.fwd.enqueue_body(kv, T, S, True, False)
-        self.backend.copy_d2d_async(view(out_ids, 0, S), view(m.fwd.sampled, 0, S), stream)
-        return {}
+        self.backend.copy_d2d_async(view(out["ids"], 0, S), view(m.fwd.sampled, 0, S), stream)
+        if extras:
+            n = S * TOP_LOGITS_MAX
+            self.backend.copy_d2d_async(view(out["top_ids"], 0, n), view(m.fwd.top_ids, 0, n), stream)
+            self.backend.copy_d2d_async(view(out["top_vals"], 0, n), view(m.fwd.top_vals, 0, n), stream)
+        return extras
 
     def forget(self, request_ids: Iterable[str]) -> None:
         for rid in request_ids:

@@ -1,6 +1,6 @@
 """The model runner: one scheduled step in, one asynchronous output out. Never blocks on the device.
 
-    SchedulerOutput -> build_step_input -> executor.run(batch, prev ids, out ids)  [compute stream]
+    SchedulerOutput -> build_step_input -> executor.run(batch, prev ids, slot buffers) [compute stream]
                     -> ReadbackPool.start (fork event -> copy stream -> pinned -> ready event)
                     -> PendingStep; its get_output() (a step later) -> StepOutput of host ids
 
@@ -22,6 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
+from engine.api import TOP_LOGITS_MAX
 from engine.backends.async_output import AsyncOutput, ReadbackPool, ReadbackSlot
 from engine.backends.base import Backend, DeviceBuffer, Stream
 from engine.core.sched_types import ScheduledSeq, SchedulerOutput, StepOutput
@@ -40,16 +41,30 @@ class StepExecutor(Protocol):
     stream: Stream                 # the compute stream every step is enqueued on, in order
 
     def run(self, batch: StepBatch, seqs: Sequence[ScheduledSeq], prev_ids: DeviceBuffer | None,
-            out_ids: DeviceBuffer) -> dict[str, object]:
+            out: dict[str, DeviceBuffer]) -> dict[str, object]:
         """Enqueue one step: fill batch.prev_token_dst from prev_ids[batch.prev_token_src] on the device,
-        forward, sample one id per row into out_ids [S] (rows with samples=False: any value). Returns
-        host extras known at launch (CPU: {request_id: first top logits}); must not wait for the device
-        unless the backend executes at submission anyway."""
+        forward, sample one id per row into out["ids"] [S] (rows with samples=False: any value). Returns
+        {request_id: first top logits}: a tuple of (id, logit) pairs when known at launch (CPU), or a
+        DeviceTopLogits the executor wrote into out["top_ids"] / out["top_vals"] (GPU). Must not wait for
+        the device unless the backend executes at submission anyway."""
 
     def forget(self, request_ids: Iterable[str]) -> None:
         """Drop per-request state (sampler RNG, seen ids) of finished requests."""
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class DeviceTopLogits:
+    """A request's first-step top logits still on the device: `k` pairs at [offset, offset + k) of the
+    step's top_ids / top_vals readback fields, best first. PendingStep.get_output() turns it into pairs."""
+    offset: int
+    k: int
+
+
+def readback_fields(max_num_seqs: int) -> dict[str, tuple[str, int]]:
+    n = max_num_seqs * TOP_LOGITS_MAX
+    return {"ids": ("int32", max_num_seqs), "top_ids": ("int32", n), "top_vals": ("float32", n)}
 
 
 @dataclass
@@ -72,8 +87,13 @@ class PendingStep:
             raise self.error
         if self.unsafe_device_ids is not None:
             return StepOutput(self.step_id, _unsafe_host_read(self.unsafe_device_ids, self.output))
-        ids = self.output.get_output()["ids"]
-        return StepOutput(self.step_id, ids.tolist())
+        out = self.output.get_output()
+        for rid, extra in self.extras.items():
+            if isinstance(extra, DeviceTopLogits):
+                ids = out["top_ids"][extra.offset:extra.offset + extra.k].tolist()
+                vals = out["top_vals"][extra.offset:extra.offset + extra.k].tolist()
+                self.extras[rid] = tuple(zip(ids, vals, strict=True))
+        return StepOutput(self.step_id, out["ids"].tolist())
 
 
 def _unsafe_host_read(buf: DeviceBuffer, output: AsyncOutput) -> list[int]:
@@ -90,7 +110,7 @@ class ModelRunner:
         self.executor = executor
         self.backend = executor.backend
         self.block_size = block_size
-        self.pool = ReadbackPool(self.backend, {"ids": ("int32", max_num_seqs)}, slots=slots)
+        self.pool = ReadbackPool(self.backend, readback_fields(max_num_seqs), slots=slots)
         self._last: tuple[int, ReadbackSlot] | None = None    # (step id, slot) of the newest launch
         # Test-only fault injection: called with each step's plan before it is launched; may raise.
         self.fault_injector: Callable[[SchedulerOutput], None] | None = None
@@ -109,8 +129,12 @@ class ModelRunner:
             self._last = None
             return PendingStep(plan.step_id, None, error=e)
         try:
-            extras = self.executor.run(batch, plan.seqs, prev_ids, slot.device["ids"])
-            output = self.pool.start(slot, {"ids": batch.num_seqs}, self.executor.stream)
+            extras = self.executor.run(batch, plan.seqs, prev_ids, slot.device)
+            counts = {"ids": batch.num_seqs}
+            on_device = [e.offset + e.k for e in extras.values() if isinstance(e, DeviceTopLogits)]
+            if on_device:
+                counts["top_ids"] = counts["top_vals"] = max(on_device)
+            output = self.pool.start(slot, counts, self.executor.stream)
         except Exception as e:           # noqa: BLE001
             self.pool.release(slot)
             self._last = None

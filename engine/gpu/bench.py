@@ -61,18 +61,22 @@ def copy_bandwidth(backend, nbytes: int = 1 << 30, repeat: int = 5) -> float:
         backend.destroy_stream(s)
 
 
-def _roles(times: list[float], n_layers: int) -> dict[str, float]:
+def _roles(times: list[float], names: list[str], n_layers: int) -> dict[str, float]:
+    """Sum kernel times by role. The i-th main launch has a fixed role (8 per layer between the embedding and
+    the LM head + sampler); a split-K sum belongs to the matmul just before it."""
     roles: dict[str, float] = {}
-    n = len(times)
-    for i, us in enumerate(times):
-        if i == 0:
-            role = "embedding+norm"
-        elif i > 8 * n_layers:
-            role = "lm head" if i == 8 * n_layers + 1 else "sampler"
-        else:
-            role = LAYER_ROLES[(i - 1) % len(LAYER_ROLES)]
+    i, role = -1, ""
+    for us, name in zip(times, names, strict=True):
+        if name != "halo_splitk_sum":
+            i += 1
+            if i == 0:
+                role = "embedding+norm"
+            elif i > 8 * n_layers:
+                role = "lm head" if i == 8 * n_layers + 1 else "sampler"
+            else:
+                role = LAYER_ROLES[(i - 1) % len(LAYER_ROLES)]
         roles[role] = roles.get(role, 0.0) + us
-    assert n >= 8 * n_layers + 2
+    assert i >= 8 * n_layers + 1
     return roles
 
 
@@ -84,10 +88,12 @@ def kernel_breakdown(gm: GpuModel, kv, T: int = 1, graph: bool = True) -> tuple[
     still adds a few us of event overhead)."""
     fwd, backend, rt = gm.fwd, gm.backend, gm.rt
     events = [backend.create_event(timing=True)]
+    names: list[str] = []
     original = fwd._launch
 
     def timed(file, name, grid, block, args, shared=0):
         original(file, name, grid, block, args, shared)
+        names.append(name)
         events.append(backend.create_event(timing=True))
         events[-1].record(fwd.stream)
 
@@ -116,6 +122,7 @@ def kernel_breakdown(gm: GpuModel, kv, T: int = 1, graph: bool = True) -> tuple[
             for ev in events[1:]:
                 backend.destroy_event(ev)
             del events[1:]
+            names.clear()
             a, b = backend.alloc(1 << 30, np.uint8), backend.alloc(1 << 30, np.uint8)
             try:
                 for _ in range(20):                     # ~0.5 ms each: the GPU stays ahead of Python
@@ -127,7 +134,7 @@ def kernel_breakdown(gm: GpuModel, kv, T: int = 1, graph: bool = True) -> tuple[
             finally:
                 backend.free(a)
                 backend.free(b)
-        return _roles(times, gm.config.n_layers), how
+        return _roles(times, names, gm.config.n_layers), how
     except Exception as e:  # noqa: BLE001 - no breakdown at all
         return None, f"failed: {type(e).__name__}: {str(e)[:120]}"
     finally:
@@ -174,10 +181,17 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
         result["d2d_copy_gb_s"] = copy_bandwidth(backend)
         result["breakdown_us"], result["breakdown_how"] = kernel_breakdown(gm, kv, 1, graph=False)
         result["prefill_breakdown_us"], _ = kernel_breakdown(gm, kv, prompt_tokens, graph=False)
+        result["prefill_tile"] = "tensor cores (tc)" if gm.fwd.use_tc else "SIMT (gt)"
+        if gm.fwd.use_tc:                                # the SIMT tile HIP runs, same file, for comparison
+            forward_mod.SIMT_TILES = True
+            try:
+                result["simt_prefill_tok_s"] = prompt_tokens / _median_prefill_s(gm, prefill, kv, pool, repeat)
+                result["simt_prefill_breakdown_us"], _ = kernel_breakdown(gm, kv, prompt_tokens, graph=False)
+            finally:
+                forward_mod.SIMT_TILES = False
         forward_mod.LEGACY_TILES = True                  # the pre-run-2 tiles, same file, for comparison
         try:
             result["legacy_prefill_tok_s"] = prompt_tokens / _median_prefill_s(gm, prefill, kv, pool, repeat)
-            result["legacy_prefill_breakdown_us"], _ = kernel_breakdown(gm, kv, prompt_tokens, graph=False)
         finally:
             forward_mod.LEGACY_TILES = False
         ref = reference_for(path)
@@ -242,10 +256,14 @@ def format_result(r: dict) -> str:
     if "llama_cpp_decode_tok_s" in r:
         lines.append(f"  vs llama.cpp H200: prefill {r['prefill_vs_llama_cpp']:.2f}x of {r['llama_cpp_prefill_tok_s']}, "
                      f"decode {r['decode_vs_llama_cpp']:.2f}x of {r['llama_cpp_decode_tok_s']}")
+    if "prefill_tile" in r:
+        lines.append(f"  prefill tile: {r['prefill_tile']}")
+    if "simt_prefill_tok_s" in r:
+        lines.append(f"  prefill with the SIMT gt tile (what HIP runs): {r['simt_prefill_tok_s']:.0f} tok/s")
     if "legacy_prefill_tok_s" in r:
         lines.append(f"  prefill with the legacy r4_t8 tile: {r['legacy_prefill_tok_s']:.0f} tok/s")
     for key, what in (("breakdown_us", "one decode step"), ("prefill_breakdown_us", "128-token prefill"),
-                      ("legacy_prefill_breakdown_us", "128-token prefill, legacy tiles")):
+                      ("simt_prefill_breakdown_us", "128-token prefill, SIMT tile")):
         if r.get(key):
             total = sum(r[key].values())
             parts = ", ".join(f"{k} {v:.0f} us ({100 * v / total:.0f}%)" for k, v in

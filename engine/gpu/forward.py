@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 
+from engine.api import TOP_LOGITS_MAX
 from engine.backends.async_output import AsyncOutput, ReadbackPool
 from engine.backends.base import Backend, DeviceBuffer, PinnedHostBuffer
 from engine.gpu.stepmeta import MetaLayout, SamplingRow
@@ -25,7 +26,17 @@ NULL = np.uint64(0)
 MATMUL_WARPS = 4
 GT_ROWS, GT_TOKENS, GT_K = 32, 64, 64      # halo_*_gt prefill tile: rows x tokens per block, k step
 GT_MIN_T = 9                               # T above r4_t8's 8 tokens: the shared-memory tile
-LEGACY_TILES = os.environ.get("HALO_GPU_TILES") == "legacy"   # the pre-run-2 kernels, for comparison
+TC_ROWS, TC_TOKENS, TC_K = 32, 64, 32      # halo_*_tc (tensor cores, CUDA sm_80+): same tile, k stage 32
+SPLIT_TARGET_BLOCKS = 512                  # split K until a prefill matmul has this many blocks (~4 per SM)
+SPLIT_MIN_STAGES = 8                       # ... while each split keeps at least this many 32-k stages
+# ... and only for products of at least this many multiply-adds: a split costs one more launch (~10-35 us of
+# Python), which a small model's prefill (host-bound: SmolLM2's 128-token step is ~9 ms of launches for
+# ~5 ms of kernels on an H200) cannot afford; Qwen3-4B's smallest prefill matmul (wo) has 1.3e9.
+SPLIT_MIN_MACS = 1 << 29
+# HALO_GPU_TILES: "legacy" = the run-1 warp-per-row kernels, "gt" = the SIMT shared-memory tile even where
+# tensor cores are usable; unset = the best the device has. For comparisons in tests and the benchmark.
+LEGACY_TILES = os.environ.get("HALO_GPU_TILES") == "legacy"
+SIMT_TILES = os.environ.get("HALO_GPU_TILES") == "gt"
 ATTN_WARPS = 8
 STAGING_SLOTS = 4
 
@@ -42,6 +53,30 @@ def view(buf: DeviceBuffer, offset: int, n: int, dtype=None) -> DeviceBuffer:
 
 def _ptr(buf: DeviceBuffer | None):
     return NULL if buf is None else buf
+
+
+def tensor_cores_usable(backend: Backend) -> bool:
+    """halo_*_tc need mma.sync TF32: CUDA compute capability 8.0 or newer (HIP keeps the SIMT tile)."""
+    arch = getattr(backend, "arch", "")
+    return backend.api == "cuda" and arch.startswith("sm_") and arch[3:].isdigit() and int(arch[3:]) >= 80
+
+
+def splitk_floats(config: ModelConfig, max_tokens: int) -> int:
+    """Capacity of the split-K partial sums buffer. Splitting stops below 2 x SPLIT_TARGET_BLOCKS blocks of
+    TC_ROWS x TC_TOKENS outputs, GLU's two planes included, and never needs more than splits x T x rows."""
+    widest = max(config.q_dim + 2 * config.kv_dim, config.n_embd, 2 * config.n_ff)
+    return min(2 * SPLIT_TARGET_BLOCKS * TC_ROWS * TC_TOKENS * 2, 8 * max_tokens * widest)
+
+
+def split_k(base_blocks: int, K: int, partial_floats: int, capacity: int) -> int:
+    """How many K slices a tensor-core matmul of `base_blocks` blocks gets: doubled while the grid is smaller
+    than SPLIT_TARGET_BLOCKS, each slice stays a multiple of TC_K with >= SPLIT_MIN_STAGES stages, and the
+    partial sums (`partial_floats` per slice) fit `capacity`."""
+    splits = 1
+    while (base_blocks * splits < SPLIT_TARGET_BLOCKS and K % (2 * splits * TC_K) == 0
+           and K // (2 * splits) >= SPLIT_MIN_STAGES * TC_K and 2 * splits * partial_floats <= capacity):
+        splits *= 2
+    return splits
 
 
 class GpuKVCache:
@@ -72,7 +107,11 @@ class GpuKVCache:
         self.logits_idx = view(self.meta, L.logits_idx, max_seqs)
         self.samp_i = view(self.meta, L.samp_i, 4 * max_seqs)
         self.samp_f = view(self.meta, L.samp_f, 4 * max_seqs, np.float32)
+        self.seq_lens = view(self.meta, L.seq_lens, max_seqs)
         self.block_tables = view(self.meta, L.block_tables, max_seqs * num_blocks)
+        # the id of the token at each KV slot (-1: never written): the repetition penalty's history
+        self.token_at_slot = backend.alloc(num_blocks * block_size, np.int32)
+        backend.memset_async(self.token_at_slot, 0xFF, stream)
 
     def upload(self, step: StepInput, sampling: list[SamplingRow] | None, stream, ids_on_device: bool) -> None:
         """Pack `step` into the next pinned staging slot and queue its H2D copy on `stream`."""
@@ -93,6 +132,7 @@ class GpuKVCache:
         b.synchronize()
         b.free(self.storage)
         b.free(self.meta)
+        b.free(self.token_at_slot)
         for p in self.staging:
             b.free_pinned(p)
         for e in self.staged:
@@ -118,7 +158,14 @@ class GpuForward:
         self.act = backend.alloc((T, c.n_ff), np.float32)
         self.logits = backend.alloc((max_seqs, c.vocab_size), np.float32)
         self.sampled = backend.alloc(max_seqs, np.int32)
-        self.scratch = [self.x, self.h, self.o, self.qkv, self.attn, self.act, self.logits, self.sampled]
+        self.seen = backend.alloc((max_seqs, -(-c.vocab_size // 32)), np.uint32)   # sampler's penalty bitmaps
+        self.top_ids = backend.alloc((max_seqs, TOP_LOGITS_MAX), np.int32)          # reported top pairs
+        self.top_vals = backend.alloc((max_seqs, TOP_LOGITS_MAX), np.float32)
+        self.use_tc = tensor_cores_usable(backend)
+        self.partial_cap = splitk_floats(c, max_tokens)
+        self.partial = backend.alloc(self.partial_cap, np.float32)
+        self.scratch = [self.x, self.h, self.o, self.qkv, self.attn, self.act, self.logits, self.sampled,
+                        self.partial, self.seen, self.top_ids, self.top_vals]
         self._k: dict[str, object] = {}
         self.launches = 0                 # kernels launched by the last enqueue_body
         self._logits_host: PinnedHostBuffer | None = None
@@ -132,10 +179,11 @@ class GpuForward:
 
     def warm_up(self) -> None:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
-        for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", "gt"):
+        for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", "gt") + (("tc",) if self.use_tc else ()):
             self.kern("halo_quant.cu", "halo_matmul_" + suffix)
             self.kern("halo_quant.cu", "halo_glu_" + suffix)
-        self.kern("halo_quant.cu", "halo_embed_norm")
+        for name in ("halo_embed_norm", "halo_splitk_sum"):
+            self.kern("halo_quant.cu", name)
         for name in ("halo_rope_kv", "halo_attention", "halo_add_norm"):
             self.kern("halo_layer.cu", name)
         self.kern("halo_sample.cu", "halo_sample")
@@ -144,29 +192,42 @@ class GpuForward:
         self.backend.launch(self.kern(file, name), grid, block, args, self.stream, shared)
         self.launches += 1
 
-    @staticmethod
-    def _tile(T: int, rows_all_div4: bool, gt_ok: bool = False) -> tuple[int, int, str]:
-        """(rows per warp, tokens per tile, kernel suffix). kq_t1: warp per row, wide K-quant loads (any type);
-        gt: 32 x 64 shared-memory tile (block of 128 threads, not warp-based)."""
+    def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False) -> tuple[int, int, str]:
+        """(rows per warp or block, tokens per tile, kernel suffix). kq_t1: warp per row, wide K-quant loads
+        (any type); tc / gt: 32 x 64 shared-memory tile per 128-thread block, on tensor cores / FMAs."""
         if T == 1:
             return (1, 1, "r1_t1") if LEGACY_TILES else (1, 1, "kq_t1")
-        if T >= GT_MIN_T and gt_ok and not LEGACY_TILES:
+        if T >= GT_MIN_T and tile_ok and not LEGACY_TILES:
+            if self.use_tc and not SIMT_TILES:
+                return TC_ROWS, TC_TOKENS, "tc"
             return GT_ROWS, GT_TOKENS, "gt"
         if T <= 4 or not rows_all_div4:
             return 1, 4, "r1_t4"
         return 4, 8, "r4_t8"
 
+    def _splits(self, rows: int, T: int, K: int, planes: int) -> int:
+        if rows * K * T * planes < SPLIT_MIN_MACS:
+            return 1
+        return split_k((rows // TC_ROWS) * -(-T // TC_TOKENS), K, planes * T * rows, self.partial_cap)
+
     def _matmul(self, mats: list[DeviceMatrix], X: DeviceBuffer, T: int, Y: DeviceBuffer, ldy: int,
                 bias=None, xrow=None) -> None:
         segs = list(mats) + [None] * (3 - len(mats))
-        rows = sum(m.rows for m in mats)
-        gt_ok = all(m.rows % GT_ROWS == 0 for m in mats) and mats[0].cols % GT_K == 0
-        R, NT, suffix = self._tile(T, all(m.rows % 4 == 0 for m in mats), gt_ok)
+        rows, K = sum(m.rows for m in mats), mats[0].cols
+        tile_ok = all(m.rows % GT_ROWS == 0 for m in mats) and K % GT_K == 0
+        R, NT, suffix = self._tile(T, all(m.rows % 4 == 0 for m in mats), tile_ok)
         args = []
         for m in segs:
             args += [m.buf, np.int32(m.ggml_type), np.int32(m.rows), np.int32(m.row_bytes)] if m else \
                 [NULL, np.int32(0), np.int32(0), np.int32(0)]
-        args += [_ptr(bias), X, _ptr(xrow), np.int32(mats[0].cols), np.int32(T), Y, np.int32(ldy)]
+        args += [_ptr(bias), X, _ptr(xrow), np.int32(K), np.int32(T), Y, np.int32(ldy)]
+        if suffix == "tc":
+            splits = self._splits(rows, T, K, 1)
+            args += [np.int32(K // splits), self.partial]
+            self._launch("halo_quant.cu", "halo_matmul_tc", (rows // R, -(-T // NT), splits), 128, tuple(args))
+            if splits > 1:
+                self._splitk_sum(splits, T, rows, bias, -1, Y, ldy)
+            return
         grid = (-(-rows // (MATMUL_WARPS * R)), -(-T // NT)) if suffix != "gt" else (rows // R, -(-T // NT))
         self._launch("halo_quant.cu", "halo_matmul_" + suffix, grid, 32 * MATMUL_WARPS, tuple(args))
 
@@ -176,8 +237,20 @@ class GpuForward:
         act = 0 if c.activation == "silu" else 1
         args = (gate.buf, np.int32(gate.ggml_type), up.buf, np.int32(up.ggml_type), np.int32(gate.row_bytes),
                 np.int32(up.row_bytes), np.int32(c.n_ff), np.int32(act), X, np.int32(c.n_embd), np.int32(T), A)
+        if suffix == "tc":
+            splits = self._splits(c.n_ff, T, c.n_embd, 2)
+            self._launch("halo_quant.cu", "halo_glu_tc", (c.n_ff // R, -(-T // NT), splits), 128,
+                         args + (np.int32(c.n_embd // splits), self.partial))
+            if splits > 1:
+                self._splitk_sum(splits, T, c.n_ff, None, act, A, c.n_ff)
+            return
         grid = (-(-c.n_ff // (MATMUL_WARPS * R)), -(-T // NT)) if suffix != "gt" else (c.n_ff // R, -(-T // NT))
         self._launch("halo_quant.cu", "halo_glu_" + suffix, grid, 32 * MATMUL_WARPS, args)
+
+    def _splitk_sum(self, splits: int, T: int, rows: int, bias, act: int, Y, ldy: int) -> None:
+        self._launch("halo_quant.cu", "halo_splitk_sum", -(-T * rows // 256), 256,
+                     (self.partial, np.int32(splits), np.int32(T), np.int32(rows), _ptr(bias), np.int32(act), Y,
+                      np.int32(ldy)))
 
     def _add_norm(self, T: int, o, post_w, next_w) -> None:
         c = self.config
@@ -192,7 +265,8 @@ class GpuForward:
         emb = w.token_embd
         self._launch("halo_quant.cu", "halo_embed_norm", T, 256,
                      (emb.buf, np.int32(emb.ggml_type), np.int32(emb.row_bytes), kv.ids, np.int32(E),
-                      np.float32(c.embed_scale), w.layers[0].attn_norm, np.float32(c.norm_eps), self.x, self.h))
+                      np.float32(c.embed_scale), w.layers[0].attn_norm, np.float32(c.norm_eps), self.x, self.h,
+                      kv.slots, kv.token_at_slot))
         half = c.rope_dim // 2
         for i, L in enumerate(w.layers):
             self._matmul([L.wq, L.wk, L.wv], self.h, T, self.qkv, self.qkv_width, bias=L.bqkv)
@@ -217,7 +291,9 @@ class GpuForward:
         if sample:
             self._launch("halo_sample.cu", "halo_sample", n_out, 1024,
                          (self.logits, np.int32(c.vocab_size), kv.samp_i, kv.samp_f, self.sampled,
-                          kv.ids if feed_next else NULL))
+                          kv.ids if feed_next else NULL, kv.logits_idx, kv.token_seq, kv.seq_lens,
+                          kv.block_tables, np.int32(kv.num_blocks), np.int32(kv.block_size), kv.token_at_slot,
+                          self.seen, self.top_ids, self.top_vals, np.int32(TOP_LOGITS_MAX)))
 
     # entry points ------------------------------------------------------------------------------------
     def enqueue(self, step: StepInput, kv: GpuKVCache, sampling: list[SamplingRow] | None = None,

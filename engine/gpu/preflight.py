@@ -3,7 +3,8 @@
 weights: the GGUF tensors as they are in the file (still quantized) plus float32 copies of the small
          vectors (norms, biases), each allocation rounded up to the allocator's granularity;
 kv:      2 (K and V) x layers x blocks x block_size x kv_dim x 4 bytes (float32, as the CPU path);
-scratch: activations for `max_tokens` tokens and logits for `max_seqs` rows, plus the step metadata;
+scratch: activations for `max_tokens` tokens and logits for `max_seqs` rows, the split-K partial sums, the
+         sampler's per-row buffers, plus the step metadata;
 reserve: the runtime's own context, module code and graph memory (a fixed slice plus a share of the rest).
 
 `check_fits` compares the total with the device's free memory and raises OutOfDeviceMemoryError that
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.api import TOP_LOGITS_MAX
 from engine.errors import OutOfDeviceMemoryError
+from engine.gpu.forward import splitk_floats
 from engine.model.config import ModelConfig
 
 MIB = 1 << 20
@@ -55,7 +58,8 @@ def weight_bytes(tensors) -> int:
 
 
 def kv_bytes(config: ModelConfig, num_blocks: int, block_size: int) -> int:
-    return 2 * config.n_layers * num_blocks * block_size * config.kv_dim * 4
+    """K and V float32, plus the token id at every slot (the repetition penalty's history)."""
+    return 2 * config.n_layers * num_blocks * block_size * config.kv_dim * 4 + num_blocks * block_size * 4
 
 
 def scratch_bytes(config: ModelConfig, max_tokens: int, max_seqs: int, max_blocks_per_seq: int) -> int:
@@ -64,7 +68,9 @@ def scratch_bytes(config: ModelConfig, max_tokens: int, max_seqs: int, max_block
     per_token = 4 * (3 * c.n_embd + qkv + c.q_dim + c.n_ff)          # x, h, o | qkv | attn | glu out
     logits = 4 * max_seqs * c.vocab_size
     meta = 4 * (4 * max_tokens + 10 * max_seqs + max_seqs * max_blocks_per_seq)
-    return _round(per_token * max_tokens) + _round(logits) + 2 * _round(meta)
+    partial = 4 * splitk_floats(c, max_tokens)
+    sampler = 4 * max_seqs * (-(-c.vocab_size // 32) + 2 * TOP_LOGITS_MAX)       # penalty bitmaps, top pairs
+    return _round(per_token * max_tokens) + _round(logits) + _round(partial) + _round(sampler) + 2 * _round(meta)
 
 
 def plan_memory(config: ModelConfig, tensors, num_blocks: int, block_size: int, max_tokens: int,

@@ -4,7 +4,8 @@ Fixed offsets (capacities T_cap tokens, S_cap sequences, W block-table width), s
 graph keep valid pointers for every later step of the same shape:
 
     ids [T_cap] | positions [T_cap] | slots [T_cap] | token_seq [T_cap] | logits_idx [S_cap]
-    | samp_i [S_cap, 4] (top_k, seed, counter, 0) | samp_f [S_cap, 4] (temperature, top_p, min_p, 0; float32 bits)
+    | samp_i [S_cap, 4] (top_k, seed, counter, top pairs to report)
+    | samp_f [S_cap, 4] (temperature, top_p, min_p, repetition penalty; float32 bits)
     | seq_lens [S_cap] | block_tables [S_cap, W]
 
 Only the prefix up to the last used block-table row is copied. When the step's input ids were written
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.api import TOP_LOGITS_MAX
 from engine.model.step import StepInput
 
 
@@ -28,12 +30,15 @@ class SamplingRow:
     min_p: float = 0.0
     seed: int = 0
     counter: int = 0        # tokens this request has drawn so far: the RNG stream position
+    repetition_penalty: float = 1.0
+    report_top: int = 0     # (id, logit) pairs of the raw logits to report this step (0: none)
 
     @staticmethod
-    def from_params(params, counter: int) -> SamplingRow:
+    def from_params(params, counter: int, report_top: int = 0) -> SamplingRow:
         seed = params.seed if params.seed is not None else 0
         return SamplingRow(float(params.temperature), int(params.top_k), float(params.top_p), float(params.min_p),
-                           int(seed) & 0xFFFFFFFF, counter)
+                           int(seed) & 0xFFFFFFFF, counter, float(params.repetition_penalty),
+                           min(int(report_top), TOP_LOGITS_MAX))
 
 
 GREEDY = SamplingRow()
@@ -113,8 +118,8 @@ class MetaLayout:
         sf = out[self.samp_f:self.samp_f + 4 * n_out].view(np.float32).reshape(n_out, 4)
         for r, p in enumerate(rows):
             seed = ((p.seed & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000        # uint32 bits as int32
-            si[r] = (p.top_k, seed, p.counter & 0x7FFFFFFF, 0)
-            sf[r] = (p.temperature, p.top_p, p.min_p, 0.0)
+            si[r] = (p.top_k, seed, p.counter & 0x7FFFFFFF, p.report_top)
+            sf[r] = (p.temperature, p.top_p, p.min_p, p.repetition_penalty)
         out[self.seq_lens:self.seq_lens + S] = step.seq_lens
         bt = out[self.block_tables:self.block_tables + S * self.width].reshape(S, self.width)
         W = step.block_tables.shape[1]

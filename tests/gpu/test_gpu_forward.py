@@ -246,9 +246,10 @@ def test_shape_alike_models_first_tokens_match_cpu(file, prompts, backend):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_prefill_tile_and_kquant_decode_match_cpu_and_the_legacy_tiles(name, backend, monkeypatch):
-    """A 40-token prompt (logits of its last 32 positions; the 32 x 64 shared-memory tile where the shapes allow it) and one decode step (the
-    wide-load K-quant matvec, generic fallback for other types): logits match the CPU and the legacy tiles."""
+def test_prefill_tiles_and_kquant_decode_match_cpu_and_the_legacy_tiles(name, backend, monkeypatch):
+    """A 40-token prompt (logits of its last 32 positions) through each prefill tile the device has (tensor
+    cores where usable, the SIMT tile, the legacy warp-per-row kernels) and one decode step (the wide-load
+    K-quant matvec, generic fallback for other types): logits match the CPU and each other."""
     import engine.gpu.forward as fwd_mod
     cpu, gpu, g = models(name, backend)
     rng = np.random.default_rng(5)
@@ -257,9 +258,11 @@ def test_prefill_tile_and_kquant_decode_match_cpu_and_the_legacy_tiles(name, bac
     launched: list[str] = []
     original = gpu.fwd._launch
     monkeypatch.setattr(gpu.fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
-    results = {}
-    for legacy in (False, True):
-        monkeypatch.setattr(fwd_mod, "LEGACY_TILES", legacy)
+    results, names = {}, {}
+    for mode in (["tc"] if gpu.fwd.use_tc else []) + ["gt", "legacy"]:
+        monkeypatch.setattr(fwd_mod, "LEGACY_TILES", mode == "legacy")
+        monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
+        launched.clear()
         kv_c, kv_g = cpu.model.new_kv_cache(4, 16), gpu.new_kv_cache(4, 16)
         try:
             want = cpu.model.forward(seq_step(prompt, 0, [0, 1, 2, 3], 16, every), kv_c)
@@ -271,12 +274,14 @@ def test_prefill_tile_and_kquant_decode_match_cpu_and_the_legacy_tiles(name, bac
             kv_g.free()
         np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
         np.testing.assert_allclose(got1, want1, atol=ATOL, rtol=0)
-        results[legacy] = (got, got1)
-    new_names = {n for n in launched if n.endswith(("_gt", "_kq_t1"))}
-    print(f"\n{name}: new kernels launched {sorted(new_names)}; max |new - legacy| prompt "
-          f"{float(np.abs(results[False][0] - results[True][0]).max()):.2e}, decode "
-          f"{float(np.abs(results[False][1] - results[True][1]).max()):.2e}")
-    assert "halo_matmul_kq_t1" in new_names and "halo_glu_kq_t1" in new_names
+        results[mode], names[mode] = (got, got1), set(launched)
+    for mode in results:
+        print(f"\n{name} {mode}: max |{mode} - legacy| prompt "
+              f"{float(np.abs(results[mode][0] - results['legacy'][0]).max()):.2e}, decode "
+              f"{float(np.abs(results[mode][1] - results['legacy'][1]).max()):.2e}; "
+              f"{sorted(n for n in names[mode] if n.startswith(('halo_matmul', 'halo_glu')))}")
+    assert "halo_matmul_kq_t1" in names["gt"] and "halo_glu_kq_t1" in names["gt"]
     cfg = cpu.config
     if cfg.n_embd % 64 == 0 and cfg.n_ff % 32 == 0:
-        assert "halo_glu_gt" in new_names
+        assert "halo_glu_gt" in names["gt"]
+        assert not gpu.fwd.use_tc or "halo_glu_tc" in names["tc"]

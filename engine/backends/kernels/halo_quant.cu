@@ -266,10 +266,14 @@ __device__ __forceinline__ void dq_row(const unsigned char* row, int E, float sc
 
 
 // x[t] = dequant(W[ids[t]]) * scale; h[t] = rmsnorm(x[t]) * norm_w. Grid: T blocks.
+// Also records the token's id at its KV slot (token_at_slot[slots[t]] = ids[t]): the id history the
+// sampler's repetition penalty reads, kept on the device like the K/V it belongs to.
 HALO_KERNEL void halo_embed_norm(const unsigned char* W, i32 type, i32 rb, const i32* ids, i32 E, float scale,
-                                 const float* norm_w, float eps, float* x, float* h) {
+                                 const float* norm_w, float eps, float* x, float* h, const i32* slots,
+                                 i32* token_at_slot) {
     __shared__ float red[32];
     int t = blockIdx.x;
+    if (threadIdx.x == 0) token_at_slot[slots[t]] = ids[t];
     const unsigned char* row = W + (size_t)ids[t] * rb;
     float* xr = x + (size_t)t * E;
     switch (type) {
@@ -574,5 +578,206 @@ HALO_KERNEL void halo_glu_gt(const unsigned char* wg, i32 tg, const unsigned cha
             int row = row0 + 4 * ty + r;
             A[(size_t)tok * n_ff + row] = act_fn(ag[r][n], act) * au[r][n];
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Prefill on NVIDIA tensor cores (sm_80 and newer): the gt tile's scheme (each weight dequantized once per 64
+// tokens into shared memory) with the products done by mma.sync m16n8k8 TF32 instead of FMAs.
+// Precision ("3xTF32"): every operand is split into a TF32 head and a TF32 tail (a = ah + al, both exact in
+// 10 mantissa bits) and a*b is taken as al*bh + ah*bl + ah*bh, about 21 bits: float32 tolerances still hold.
+// Block: 128 threads = 4 warps; tile 32 rows x 64 tokens, 32 k per stage; warp w owns rows 16 (w & 1) .. +16
+// and tokens 32 (w >> 1) .. +32 (four n8 tiles).
+// Split-K: block z of gridDim.z sums k in [z kc, (z + 1) kc). With gridDim.z == 1 it writes Y (or A) itself;
+// otherwise it writes its partial sums to P ([z][t][row], GLU: [z][gate | up][t][row]) and halo_splitk_sum
+// adds them in z order (deterministic, no atomics). Fragment layouts: PTX ISA, "mma.m16n8k8 .tf32".
+// Contract (checked on the host): every segment's rows % 32 == 0, kc % 32 == 0, gridDim.z * kc == K.
+// HIP (RDNA's WMMA takes only f16/bf16 operands) and older NVIDIA GPUs keep the gt tile; there these kernels
+// compile to nothing and the host never launches them.
+#define TC_BM 32
+#define TC_BN 64
+#define TC_BK 32
+#define TC_LD (TC_BK + 4)          // row stride in words: the fragment loads of a warp hit 32 distinct banks
+
+#if !defined(__HIPCC_RTC__) && !defined(__HIP__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define HALO_TC 1
+#else
+#define HALO_TC 0
+#endif
+
+#if HALO_TC
+__device__ __forceinline__ u32 tf32_round(float x) {
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void tf32_split(float x, u32* head, u32* tail) {
+    *head = tf32_round(x);
+    *tail = tf32_round(x - __uint_as_float(*head));
+}
+
+// c[0..3] += A (16 x 8, row-major fragment a[0..3]) * B (8 x 8, column fragment b0, b1)
+__device__ __forceinline__ void mma_tf32(float* c, const u32* a, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void st_split8(const float* v, u32* head, u32* tail) {
+    u32 h[8], l[8];
+    #pragma unroll
+    for (int i = 0; i < 8; i++) tf32_split(v[i], &h[i], &l[i]);
+    uint4* dh = (uint4*)head; uint4* dl = (uint4*)tail;
+    dh[0] = make_uint4(h[0], h[1], h[2], h[3]); dh[1] = make_uint4(h[4], h[5], h[6], h[7]);
+    dl[0] = make_uint4(l[0], l[1], l[2], l[3]); dl[1] = make_uint4(l[4], l[5], l[6], l[7]);
+}
+
+// W[r][k] for the 32 x 32 weight tile at k0: thread t decodes row t % 32, elements 8 (t / 32) .. + 8
+__device__ __forceinline__ void tc_load_w(int type, const unsigned char* rows, int rb, int k0, u32* Wh, u32* Wl) {
+    int r = threadIdx.x & 31, gi = threadIdx.x >> 5;
+    float w[8];
+    dq8_any(type, rows + (size_t)r * rb, (k0 >> 3) + gi, w);
+    st_split8(w, Wh + r * TC_LD + 8 * gi, Wl + r * TC_LD + 8 * gi);
+}
+
+// X[n][k] for 64 tokens x 32 k at (tok0, k0), zero past T: four float4 per thread, 8 threads per token row
+__device__ __forceinline__ void tc_load_x(const float* X, const i32* xrow, int K, int T, int tok0, int k0,
+                                          u32* Xh, u32* Xl) {
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int idx = threadIdx.x + 128 * j, n = idx >> 3, c = idx & 7, tok = tok0 + n;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (tok < T) v = *(const float4*)(X + (size_t)(xrow ? xrow[tok] : tok) * K + k0 + 4 * c);
+        u32 h[4], l[4];
+        tf32_split(v.x, &h[0], &l[0]); tf32_split(v.y, &h[1], &l[1]);
+        tf32_split(v.z, &h[2], &l[2]); tf32_split(v.w, &h[3], &l[3]);
+        *(uint4*)(Xh + n * TC_LD + 4 * c) = make_uint4(h[0], h[1], h[2], h[3]);
+        *(uint4*)(Xl + n * TC_LD + 4 * c) = make_uint4(l[0], l[1], l[2], l[3]);
+    }
+}
+
+// acc[j][e] += this warp's 16 rows x 32 tokens over one 32-k stage (e: the m16n8 accumulator fragment)
+__device__ __forceinline__ void tc_mma(const u32* Wh, const u32* Wl, const u32* Xh, const u32* Xl,
+                                       float (*acc)[4]) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    int m0 = 16 * (warp & 1), n0 = 32 * (warp >> 1);
+    #pragma unroll
+    for (int kk = 0; kk < TC_BK; kk += 8) {
+        int i0 = (m0 + g) * TC_LD + kk + q, i1 = i0 + 8 * TC_LD;
+        u32 ah[4] = {Wh[i0], Wh[i1], Wh[i0 + 4], Wh[i1 + 4]};
+        u32 al[4] = {Wl[i0], Wl[i1], Wl[i0 + 4], Wl[i1 + 4]};
+        #pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int b = (n0 + 8 * j + g) * TC_LD + kk + q;
+            u32 bh0 = Xh[b], bh1 = Xh[b + 4];
+            mma_tf32(acc[j], al, bh0, bh1);
+            mma_tf32(acc[j], ah, Xl[b], Xl[b + 4]);
+            mma_tf32(acc[j], ah, bh0, bh1);
+        }
+    }
+}
+
+// (row in the tile, token in the tile) of accumulator e of n8 tile j for this lane
+__device__ __forceinline__ int tc_row(int e) { return 16 * ((threadIdx.x >> 5) & 1) + ((threadIdx.x & 31) >> 2) + 8 * (e >> 1); }
+__device__ __forceinline__ int tc_tok(int j, int e) { return 32 * (threadIdx.x >> 6) + 8 * j + 2 * (threadIdx.x & 3) + (e & 1); }
+#endif
+
+HALO_KERNEL void halo_matmul_tc(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+                                const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
+                                const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
+                                const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
+                                float* Y, i32 ldy, i32 kc, float* P) {
+#if HALO_TC
+    __shared__ __align__(16) u32 Wh[TC_BM * TC_LD];
+    __shared__ __align__(16) u32 Wl[TC_BM * TC_LD];
+    __shared__ __align__(16) u32 Xh[TC_BN * TC_LD];
+    __shared__ __align__(16) u32 Xl[TC_BN * TC_LD];
+    int row0 = blockIdx.x * TC_BM, tok0 = blockIdx.y * TC_BN, z = blockIdx.z, rows_all = n0 + n1 + n2;
+    const unsigned char* base; int type, rb, local;
+    if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
+    else if (row0 < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row0 - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
+    const unsigned char* rows = base + (size_t)local * rb;
+    float acc[4][4];
+    #pragma unroll
+    for (int j = 0; j < 4; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;
+    for (int k0 = z * kc; k0 < (z + 1) * kc; k0 += TC_BK) {
+        __syncthreads();
+        tc_load_w(type, rows, rb, k0, Wh, Wl);
+        tc_load_x(X, xrow, K, T, tok0, k0, Xh, Xl);
+        __syncthreads();
+        tc_mma(Wh, Wl, Xh, Xl, acc);
+    }
+    #pragma unroll
+    for (int j = 0; j < 4; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = row0 + tc_row(e), tok = tok0 + tc_tok(j, e);
+            if (tok >= T) continue;
+            if (gridDim.z == 1) Y[(size_t)tok * ldy + row] = acc[j][e] + (bias ? bias[row] : 0.0f);
+            else P[((size_t)z * T + tok) * rows_all + row] = acc[j][e];
+        }
+#endif
+}
+
+HALO_KERNEL void halo_glu_tc(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+                             i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kc, float* P) {
+#if HALO_TC
+    __shared__ __align__(16) u32 Gh[TC_BM * TC_LD];
+    __shared__ __align__(16) u32 Gl[TC_BM * TC_LD];
+    __shared__ __align__(16) u32 Uh[TC_BM * TC_LD];
+    __shared__ __align__(16) u32 Ul[TC_BM * TC_LD];
+    __shared__ __align__(16) u32 Xh[TC_BN * TC_LD];
+    __shared__ __align__(16) u32 Xl[TC_BN * TC_LD];
+    int row0 = blockIdx.x * TC_BM, tok0 = blockIdx.y * TC_BN, z = blockIdx.z;
+    const unsigned char* rg = wg + (size_t)row0 * rb_g;
+    const unsigned char* ru = wu + (size_t)row0 * rb_u;
+    float ag[4][4], au[4][4];
+    #pragma unroll
+    for (int j = 0; j < 4; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) { ag[j][e] = 0.0f; au[j][e] = 0.0f; }
+    for (int k0 = z * kc; k0 < (z + 1) * kc; k0 += TC_BK) {
+        __syncthreads();
+        tc_load_w(tg, rg, rb_g, k0, Gh, Gl);
+        tc_load_w(tu, ru, rb_u, k0, Uh, Ul);
+        tc_load_x(X, 0, K, T, tok0, k0, Xh, Xl);
+        __syncthreads();
+        tc_mma(Gh, Gl, Xh, Xl, ag);
+        tc_mma(Uh, Ul, Xh, Xl, au);
+    }
+    #pragma unroll
+    for (int j = 0; j < 4; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = row0 + tc_row(e), tok = tok0 + tc_tok(j, e);
+            if (tok >= T) continue;
+            if (gridDim.z == 1) A[(size_t)tok * n_ff + row] = act_fn(ag[j][e], act) * au[j][e];
+            else {
+                P[((size_t)(2 * z) * T + tok) * n_ff + row] = ag[j][e];
+                P[((size_t)(2 * z + 1) * T + tok) * n_ff + row] = au[j][e];
+            }
+        }
+#endif
+}
+
+// Split-K sums, in z order: Y[t][r] = bias[r] + sum_z P[z][t][r] (act < 0), or for the GLU (act >= 0)
+// A[t][r] = act(sum_z P[z][0][t][r]) * sum_z P[z][1][t][r] with ldy = R. One thread per output.
+HALO_KERNEL void halo_splitk_sum(const float* P, i32 splits, i32 T, i32 R, const float* bias, i32 act, float* Y,
+                                 i32 ldy) {
+    i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, plane = (i64)T * R;
+    if (i >= plane) return;
+    int t = (int)(i / R), r = (int)(i % R);
+    float s = 0.0f, u = 0.0f;
+    if (act < 0) {
+        for (int z = 0; z < splits; z++) s += P[z * plane + i];
+        Y[(size_t)t * ldy + r] = s + (bias ? bias[r] : 0.0f);
+    } else {
+        for (int z = 0; z < splits; z++) { s += P[2 * z * plane + i]; u += P[(2 * z + 1) * plane + i]; }
+        Y[(size_t)t * ldy + r] = act_fn(s, act) * u;
     }
 }

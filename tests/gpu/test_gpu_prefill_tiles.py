@@ -1,0 +1,139 @@
+"""The prefill matmul tiles on their own, against float64 on the host: random weights in every quant type
+(GGUF block bytes with sane scales, dequantized by engine.gguf as the reference), token counts that leave
+partial tiles, and K long enough that the tensor-core tile splits K (partial sums + halo_splitk_sum).
+
+Precision: the tensor-core tile splits each operand into two TF32 parts (3xTF32), so its error must stay at
+float32 level: max |Y - Y64| / (|X| |W|^T) below 2e-6, which a single TF32 product (~1e-5 at these K) would
+fail. The SIMT tile (gt, what HIP runs) is held to the same bound.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import engine.gpu.forward as fwd_mod
+from engine.backends import registry
+from engine.gguf.dequant import dequantize
+from engine.gguf.types import BLOCK_LAYOUT, GGMLType
+from engine.gpu.model import GpuModel
+from engine.gpu.weights import DeviceMatrix
+
+pytestmark = pytest.mark.gpu
+TINY = Path(__file__).resolve().parents[2] / "tests" / "golden" / "data" / "tiny-llama-f32.gguf"
+# byte offsets of the float16 scale fields in each block type (everything else random)
+F16_FIELDS = {GGMLType.Q4_0: (0,), GGMLType.Q4_1: (0, 2), GGMLType.Q5_0: (0,), GGMLType.Q5_1: (0, 2),
+              GGMLType.Q8_0: (0,), GGMLType.Q4_K: (0, 2), GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,)}
+TYPES = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_K, GGMLType.Q8_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.F16,
+         GGMLType.F32]
+BOUND = 2e-6
+
+
+def random_matrix(rng, ggml_type: GGMLType, rows: int, K: int) -> np.ndarray:
+    """[rows, row_bytes] uint8 of valid blocks: random quants, float16 scales in [0.002, 0.02)."""
+    if ggml_type == GGMLType.F32:
+        return rng.standard_normal((rows, K)).astype(np.float32).view(np.uint8)
+    if ggml_type == GGMLType.F16:
+        return rng.standard_normal((rows, K)).astype(np.float16).view(np.uint8)
+    elems, nbytes = BLOCK_LAYOUT[ggml_type]
+    blocks = rng.integers(0, 256, size=(rows * K // elems, nbytes), dtype=np.uint8)
+    for off in F16_FIELDS[ggml_type]:
+        scales = rng.uniform(0.002, 0.02, size=len(blocks)).astype(np.float16)
+        blocks[:, off:off + 2] = scales.view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(rows, -1)
+
+
+@pytest.fixture(scope="module")
+def fwd(gpu_name):
+    backend = registry.create(gpu_name)
+    model = GpuModel.load(TINY, backend, max_tokens=128, max_seqs=4, kv_blocks=4)
+    yield model.fwd
+    model.close()
+    backend.close()
+
+
+def modes(fwd):
+    return (["tc"] if fwd.use_tc else []) + ["gt"]
+
+
+def upload(fwd, host: np.ndarray):
+    buf = fwd.backend.alloc(host.shape, host.dtype)
+    fwd.backend.copy_h2d_async(buf, np.ascontiguousarray(host), fwd.stream)
+    return buf
+
+
+def download(fwd, buf, shape) -> np.ndarray:
+    out = fwd.backend.alloc_pinned(shape, np.float32)
+    try:
+        fwd.backend.copy_d2h_async(out, buf, fwd.stream, nbytes=int(np.prod(shape)) * 4)
+        fwd.backend.synchronize()
+        return out.array.copy()
+    finally:
+        fwd.backend.free_pinned(out)
+
+
+@pytest.mark.parametrize("ggml_type", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("K,T", [(256, 9), (2560, 100), (1536, 128)])
+def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
+    rng = np.random.default_rng(K + T + int(ggml_type))
+    rows = 64
+    raw = random_matrix(rng, ggml_type, rows, K)
+    W = dequantize(raw.reshape(-1), ggml_type, rows * K).reshape(rows, K).astype(np.float64)
+    X = rng.standard_normal((T, K)).astype(np.float32)
+    want = X.astype(np.float64) @ W.T
+    bound = np.abs(X).astype(np.float64) @ np.abs(W).T
+    w_dev, x_dev, y_dev = upload(fwd, raw), upload(fwd, X), fwd.backend.alloc((T, rows), np.float32)
+    m = DeviceMatrix(w_dev, int(ggml_type), rows, K)
+    launched = []
+    original = fwd._launch
+    monkeypatch.setattr(fwd, "_launch", lambda f, n, *a, **k: (launched.append((n, a[0])), original(f, n, *a, **k)))
+    try:
+        for mode in modes(fwd):
+            monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
+            launched.clear()
+            fwd.backend.memset_async(y_dev, 0xFF, fwd.stream)          # NaN: every output must be written
+            fwd._matmul([m], x_dev, T, y_dev, rows)
+            got = download(fwd, y_dev, (T, rows))
+            rel = float(np.max(np.abs(got - want) / bound))
+            print(f"\n{ggml_type.name} K={K} T={T} {mode}: launches {launched}, max rel err {rel:.2e}")
+            assert launched[0][0] == f"halo_matmul_{mode}"
+            assert rel < BOUND
+            if mode == "tc" and K == 2560:
+                assert launched[0][1][2] > 1 and launched[1][0] == "halo_splitk_sum"   # split K, then summed
+    finally:
+        for b in (w_dev, x_dev, y_dev):
+            fwd.backend.free(b)
+
+
+@pytest.mark.parametrize("K,T,act", [(512, 40, 0), (2560, 128, 1)])
+def test_glu_tiles_match_float64(fwd, K, T, act, monkeypatch):
+    rng = np.random.default_rng(K + T)
+    n_ff = 96
+    raw_g, raw_u = random_matrix(rng, GGMLType.Q4_K, n_ff, K), random_matrix(rng, GGMLType.Q6_K, n_ff, K)
+    G = dequantize(raw_g.reshape(-1), GGMLType.Q4_K, n_ff * K).reshape(n_ff, K).astype(np.float64)
+    U = dequantize(raw_u.reshape(-1), GGMLType.Q6_K, n_ff * K).reshape(n_ff, K).astype(np.float64)
+    X = rng.standard_normal((T, K)).astype(np.float32)
+    g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
+    gate = g / (1 + np.exp(-g)) if act == 0 else 0.5 * g * (1 + np.tanh(0.7978845608028654 * (g + 0.044715 * g ** 3)))
+    want = gate * u
+    ax = np.abs(X).astype(np.float64)
+    scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(gate) + 1) * (ax @ np.abs(U).T)
+    monkeypatch.setattr(fwd, "config", dataclasses.replace(fwd.config, n_ff=n_ff, n_embd=K,
+                                                           activation="silu" if act == 0 else "gelu_tanh"))
+    gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
+    ad = fwd.backend.alloc((T, n_ff), np.float32)
+    try:
+        for mode in modes(fwd):
+            monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
+            fwd.backend.memset_async(ad, 0xFF, fwd.stream)
+            fwd._glu(DeviceMatrix(gd, int(GGMLType.Q4_K), n_ff, K), DeviceMatrix(ud, int(GGMLType.Q6_K), n_ff, K),
+                     xd, T, ad)
+            got = download(fwd, ad, (T, n_ff))
+            rel = float(np.max(np.abs(got - want) / scale))
+            print(f"\nglu K={K} T={T} act={act} {mode}: max rel err {rel:.2e}")
+            assert rel < 4 * BOUND
+    finally:
+        for b in (gd, ud, xd, ad):
+            fwd.backend.free(b)

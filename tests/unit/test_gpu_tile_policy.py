@@ -1,0 +1,93 @@
+"""Which prefill tile the GPU forward picks and how it splits K (host arithmetic; the kernels themselves are
+checked on a GPU in tests/gpu/test_gpu_prefill_tiles.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import engine.gpu.forward as fwd_mod
+from engine.backends import registry
+from engine.backends.base import Kernel
+from engine.gpu.forward import SPLIT_TARGET_BLOCKS, TC_K, split_k, splitk_floats, tensor_cores_usable
+from engine.gpu.model import GpuModel
+from engine.model.step import StepInput
+
+DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
+BIG = 1 << 30
+
+
+@pytest.mark.parametrize("api,arch,usable", [("cuda", "sm_90", True), ("cuda", "sm_80", True),
+                                             ("cuda", "sm_75", False), ("hip", "gfx1151", False),
+                                             ("cpu", "numpy", False), ("cuda", "", False)])
+def test_tensor_cores_only_on_cuda_sm80_and_newer(api, arch, usable):
+    assert tensor_cores_usable(SimpleNamespace(api=api, arch=arch)) is usable
+
+
+def test_split_k_on_qwen3_4b_shapes_at_128_tokens():
+    # rows/32 x 2 token tiles: down (2560 rows, K 9728) 160 blocks; wo (2560, K 4096) 160; qkv (6144, K 2560)
+    # 384; gate/up (9728 rows, K 2560) 608 blocks
+    assert split_k(160, 9728, 128 * 2560, BIG) == 4
+    assert split_k(160, 4096, 128 * 2560, BIG) == 4
+    assert split_k(384, 2560, 128 * 6144, BIG) == 2
+    assert split_k(608, 2560, 2 * 128 * 9728, BIG) == 1
+
+
+@pytest.mark.parametrize("base,K", [(1, 9728), (3, 576), (18, 1536), (40, 4096), (7, 2560), (100, 64 * 38)])
+def test_split_k_contract(base, K):
+    s = split_k(base, K, 1000, BIG)
+    kc = K // s
+    assert s * kc == K and kc % TC_K == 0             # the kernel's contract: whole 32-k stages per slice
+    assert s == 1 or kc >= fwd_mod.SPLIT_MIN_STAGES * TC_K
+    assert s == 1 or base * s // 2 < SPLIT_TARGET_BLOCKS
+    # never more partial sums than the buffer holds
+    assert split_k(base, K, 1000, 1999) == 1 and split_k(base, K, 1000, 2 * 1000 * s) == s
+
+
+def test_partial_buffer_covers_what_split_k_can_ask_for():
+    cfg = SimpleNamespace(q_dim=4096, kv_dim=1024, n_embd=2560, n_ff=9728)
+    cap = splitk_floats(cfg, 512)
+    for rows, K, planes in ((2560, 9728, 1), (6144, 2560, 1), (9728, 2560, 2), (151936, 2560, 1)):
+        for T in (9, 64, 128, 300, 512):
+            base = (rows // 32) * -(-T // 64)
+            s = split_k(base, K, planes * T * rows, cap)
+            assert s == 1 or s * planes * T * rows <= cap
+            assert s == split_k(base, K, planes * T * rows, BIG)     # the capacity never limits the split
+
+
+def test_only_large_products_split(monkeypatch):
+    """A split costs a launch: SmolLM2/gemma-sized prefill matmuls stay whole, Qwen3-4B-sized ones split."""
+    fwd = SimpleNamespace(partial_cap=BIG)
+    splits = lambda rows, T, K, planes=1: fwd_mod.GpuForward._splits(fwd, rows, T, K, planes)  # noqa: E731
+    assert splits(576, 128, 1536) == 1 and splits(640, 128, 2048) == 1 and splits(1536, 128, 576, 2) == 1
+    assert splits(2560, 128, 4096) == 4 and splits(2560, 128, 9728) == 4
+
+
+def test_prefill_launches_the_tensor_core_tile_with_a_valid_split():
+    """The host side of a tc prefill on the CPU backend (kernels recorded): every tc launch has grid z
+    slices of kc = K / z (a multiple of 32), and a split launch is followed by its halo_splitk_sum."""
+    backend = registry.create("cpu")
+    launched = []
+    backend.kernel = lambda file, function: Kernel(function, None)
+    backend.launch = lambda kernel, grid, block, args, stream, shared_bytes=0: launched.append((kernel.name, grid, args))
+    m = GpuModel.load(DATA / "tiny-qwen3-q4_k_m.gguf", backend, max_tokens=32, max_seqs=4, kv_blocks=4)
+    kv = m.new_kv_cache(4, 16)
+    m.fwd.use_tc = True
+    try:
+        pos = np.arange(20, dtype=np.int32)
+        m.forward(StepInput(token_ids=pos % 7, positions=pos, slot_mapping=pos.astype(np.int64),
+                            query_start_loc=np.array([0, 20], np.int32), seq_lens=np.array([20], np.int32),
+                            block_tables=np.arange(4, dtype=np.int32)[None, :]), kv)
+        names = [n for n, _, _ in launched]
+        assert "halo_matmul_tc" in names and "halo_glu_tc" in names and "halo_matmul_gt" not in names
+        for i, (name, grid, args) in enumerate(launched):
+            if name.endswith("_tc"):
+                K = int(args[15]) if name == "halo_matmul_tc" else int(args[9])
+                kc = int(args[-2])
+                assert grid[2] * kc == K and kc % TC_K == 0
+                assert (grid[2] > 1) == (i + 1 < len(launched) and launched[i + 1][0] == "halo_splitk_sum")
+    finally:
+        kv.free()
+        m.close()
