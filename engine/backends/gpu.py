@@ -162,6 +162,7 @@ def _dim3(d) -> tuple[int, int, int]:
 # struct code (value + padding to its 8-byte slot) of each scalar kernel argument type
 _SCALAR_CODES = {np.int8: "b7x", np.uint8: "B7x", np.int16: "h6x", np.uint16: "H6x", np.int32: "i4x",
                  np.uint32: "I4x", np.int64: "q", np.uint64: "Q", np.float32: "f4x", np.float64: "d"}
+_CODES_BY_DTYPE = {np.dtype(t): c for t, c in _SCALAR_CODES.items()}   # other aliases (np.longlong, ...)
 
 
 def _pack_args(backend: Backend, args) -> tuple[ctypes.Array, ctypes.Array]:
@@ -171,6 +172,8 @@ def _pack_args(backend: Backend, args) -> tuple[ctypes.Array, ctypes.Array]:
     codes, values = [], []
     for a in args:
         code = _SCALAR_CODES.get(type(a))
+        if code is None and isinstance(a, np.generic):
+            code = _CODES_BY_DTYPE.get(a.dtype)
         if code is not None:
             codes.append(code)
             values.append(a.item())

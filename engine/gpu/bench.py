@@ -182,6 +182,21 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
         result["breakdown_us"], result["breakdown_how"] = kernel_breakdown(gm, kv, 1, graph=False)
         result["prefill_breakdown_us"], _ = kernel_breakdown(gm, kv, prompt_tokens, graph=False)
         result["prefill_tile"] = "tensor cores (tc)" if gm.fwd.use_tc else "SIMT (gt)"
+        if gm.fwd.use_tc:                                # how the split-K target moves prefill (tuning)
+            default, fwd = forward_mod.SPLIT_TARGET_BLOCKS, gm.fwd
+            sweep, own_partial = {}, (fwd.partial, fwd.partial_cap)
+            fwd.partial_cap = 4 * own_partial[1]           # room for the larger targets' partial sums
+            fwd.partial = backend.alloc(fwd.partial_cap, np.float32)
+            try:
+                for target in (256, 512, 1024, 2048):
+                    forward_mod.SPLIT_TARGET_BLOCKS = target
+                    sweep[target] = prompt_tokens / _median_prefill_s(gm, prefill, kv, pool, repeat)
+            finally:
+                forward_mod.SPLIT_TARGET_BLOCKS = default
+                backend.synchronize()
+                backend.free(fwd.partial)
+                fwd.partial, fwd.partial_cap = own_partial
+            result["prefill_tok_s_by_split_target"] = sweep
         if gm.fwd.use_tc:                                # the SIMT tile HIP runs, same file, for comparison
             forward_mod.SIMT_TILES = True
             try:
@@ -258,6 +273,9 @@ def format_result(r: dict) -> str:
                      f"decode {r['decode_vs_llama_cpp']:.2f}x of {r['llama_cpp_decode_tok_s']}")
     if "prefill_tile" in r:
         lines.append(f"  prefill tile: {r['prefill_tile']}")
+    if r.get("prefill_tok_s_by_split_target"):
+        sweep = ", ".join(f"{k}: {v:.0f}" for k, v in r["prefill_tok_s_by_split_target"].items())
+        lines.append(f"  prefill tok/s by split-K target blocks (default {forward_mod.SPLIT_TARGET_BLOCKS}): {sweep}")
     if "simt_prefill_tok_s" in r:
         lines.append(f"  prefill with the SIMT gt tile (what HIP runs): {r['simt_prefill_tok_s']:.0f} tok/s")
     if "legacy_prefill_tok_s" in r:

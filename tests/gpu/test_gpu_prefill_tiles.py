@@ -1,6 +1,7 @@
 """The prefill matmul tiles on their own, against float64 on the host: random weights in every quant type
 (GGUF block bytes with sane scales, dequantized by engine.gguf as the reference), token counts that leave
-partial tiles, and K long enough that the tensor-core tile splits K (partial sums + halo_splitk_sum).
+partial tiles, and K long enough that the tensor-core tile splits K (partial sums + halo_splitk_sum; forced
+for K = 2560, which is below the size the forward splits at) or runs one block over all of K (K = 1536).
 
 Precision: the tensor-core tile splits each operand into two TF32 parts (3xTF32), so its error must stay at
 float32 level: max |Y - Y64| / (|X| |W|^T) below 2e-6, which a single TF32 product (~1e-5 at these K) would
@@ -87,6 +88,8 @@ def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
     w_dev, x_dev, y_dev = upload(fwd, raw), upload(fwd, X), fwd.backend.alloc((T, rows), np.float32)
     m = DeviceMatrix(w_dev, int(ggml_type), rows, K)
     launched = []
+    if K == 2560:
+        monkeypatch.setattr(fwd_mod, "SPLIT_MIN_MACS", 0)      # split this small product anyway: test the path
     original = fwd._launch
     monkeypatch.setattr(fwd, "_launch", lambda f, n, *a, **k: (launched.append((n, a[0])), original(f, n, *a, **k)))
     try:
