@@ -27,7 +27,10 @@ MATMUL_WARPS = 4
 GT_ROWS, GT_TOKENS, GT_K = 32, 64, 64      # halo_*_gt prefill tile: rows x tokens per block, k step
 GT_MIN_T = 9                               # T above r4_t8's 8 tokens: the shared-memory tile
 TC_ROWS, TC_TOKENS, TC_K = 32, 64, 32      # halo_*_tc (tensor cores, CUDA sm_80+): same tile, k stage 32
-SPLIT_TARGET_BLOCKS = 512                  # split K until a prefill matmul has this many blocks (~4 per SM)
+# Split K until a prefill matmul has this many blocks (~8 per SM on an H200: the last wave stays short).
+# H200 sweep, Qwen3-4B-shaped 128-token prefill: 256 -> 1967, 512 -> 2225, 1024 -> 2320, 2048 -> 2384 tok/s;
+# 1024 keeps the partial-sums buffer at <= 32 MiB (2048 would double it for 3%).
+SPLIT_TARGET_BLOCKS = 1024
 SPLIT_MIN_STAGES = 8                       # ... while each split keeps at least this many 32-k stages
 # ... and only for products of at least this many multiply-adds: a split costs one more launch (~10-35 us of
 # Python), which a small model's prefill (host-bound: SmolLM2's 128-token step is ~9 ms of launches for

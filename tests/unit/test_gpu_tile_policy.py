@@ -29,10 +29,11 @@ def test_tensor_cores_only_on_cuda_sm80_and_newer(api, arch, usable):
 def test_split_k_on_qwen3_4b_shapes_at_128_tokens():
     # rows/32 x 2 token tiles: down (2560 rows, K 9728) 160 blocks; wo (2560, K 4096) 160; qkv (6144, K 2560)
     # 384; gate/up (9728 rows, K 2560) 608 blocks
-    assert split_k(160, 9728, 128 * 2560, BIG) == 4
-    assert split_k(160, 4096, 128 * 2560, BIG) == 4
-    assert split_k(384, 2560, 128 * 6144, BIG) == 2
-    assert split_k(608, 2560, 2 * 128 * 9728, BIG) == 1
+    assert split_k(160, 9728, 128 * 2560, BIG) == 8
+    assert split_k(160, 4096, 128 * 2560, BIG) == 8
+    assert split_k(384, 2560, 128 * 6144, BIG) == 4
+    assert split_k(608, 2560, 2 * 128 * 9728, BIG) == 2
+    assert split_k(4748 * 2, 2560, 128 * 151936, BIG) == 1        # the LM head over 128 rows: enough blocks
 
 
 @pytest.mark.parametrize("base,K", [(1, 9728), (3, 576), (18, 1536), (40, 4096), (7, 2560), (100, 64 * 38)])
@@ -62,7 +63,7 @@ def test_only_large_products_split(monkeypatch):
     fwd = SimpleNamespace(partial_cap=BIG)
     splits = lambda rows, T, K, planes=1: fwd_mod.GpuForward._splits(fwd, rows, T, K, planes)  # noqa: E731
     assert splits(576, 128, 1536) == 1 and splits(640, 128, 2048) == 1 and splits(1536, 128, 576, 2) == 1
-    assert splits(2560, 128, 4096) == 4 and splits(2560, 128, 9728) == 4
+    assert splits(2560, 128, 4096) == 8 and splits(2560, 128, 9728) == 8
 
 
 def test_prefill_launches_the_tensor_core_tile_with_a_valid_split():

@@ -67,9 +67,15 @@ class CtypesRuntime(RuntimeBinding):
             self._rtc_prefix = "hiprtc" if hip else "nvrtc"
             getattr(self._rtc, self._rtc_prefix + "GetErrorString").restype = c_char_p
             self.rtc_library_path = f"{rtc.path} ({rtc.how})"
-        except OSError as e:               # no compiler: the device is still usable, compiling is not
-            self._rtc_error = str(e)
-            self.rtc_library_path = f"not loaded: {e}"
+        except OSError as e:
+            if hip and hasattr(self._rt, "hiprtcCreateProgram"):
+                # ROCm up to 5.2 (Debian's libamdhip64-5, for one) exports hiprtc from the runtime itself
+                self._rtc, self._rtc_prefix = self._rt, "hiprtc"
+                self._rt.hiprtcGetErrorString.restype = c_char_p
+                self.rtc_library_path = f"{rt.path} (hiprtc inside the HIP runtime)"
+            else:                          # no compiler: the device is still usable, compiling is not
+                self._rtc_error = str(e)
+                self.rtc_library_path = f"not loaded: {e}"
 
     @staticmethod
     def _open(spec):
