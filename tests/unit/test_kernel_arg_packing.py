@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from engine.backends import registry
-from engine.errors import BackendError
 from engine.backends.gpu import _pack_args
+from engine.errors import BackendError
 
 
 @pytest.fixture()
