@@ -197,7 +197,7 @@ class GpuForward:
 
     def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False) -> tuple[int, int, str]:
         """(rows per warp or block, tokens per tile, kernel suffix). kq_t1: warp per row, wide K-quant loads
-        (any type); tc / gt: 32 x 64 shared-memory tile per 128-thread block, on tensor cores / FMAs."""
+        (any type); tc / gt: 32 x 64 shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs."""
         if T == 1:
             return (1, 1, "r1_t1") if LEGACY_TILES else (1, 1, "kq_t1")
         if T >= GT_MIN_T and tile_ok and not LEGACY_TILES:
@@ -242,7 +242,7 @@ class GpuForward:
                 np.int32(up.row_bytes), np.int32(c.n_ff), np.int32(act), X, np.int32(c.n_embd), np.int32(T), A)
         if suffix == "tc":
             splits = self._splits(c.n_ff, T, c.n_embd, 2)
-            self._launch("halo_quant.cu", "halo_glu_tc", (c.n_ff // R, -(-T // NT), splits), 128,
+            self._launch("halo_quant.cu", "halo_glu_tc", (c.n_ff // R, -(-T // NT), splits), 256,
                          args + (np.int32(c.n_embd // splits), self.partial))
             if splits > 1:
                 self._splitk_sum(splits, T, c.n_ff, None, act, A, c.n_ff)

@@ -29,3 +29,11 @@ def gpu_name(request, tmp_path_factory):
         os.environ.pop("HALO_CACHE_DIR", None)
     else:
         os.environ["HALO_CACHE_DIR"] = before
+
+
+@pytest.fixture(scope="module")
+def backend(gpu_name):
+    """A GPU backend of `gpu_name`, one per test module."""
+    b = registry.create(gpu_name)
+    yield b
+    b.close()

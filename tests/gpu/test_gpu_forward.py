@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from engine.api import SamplingParams
-from engine.backends import registry
 from engine.backends.async_output import ReadbackPool
 from engine.gpu.model import GpuModel
 from engine.gpu.stepmeta import SamplingRow
@@ -39,13 +38,6 @@ def seq_step(ids, start: int, blocks: list[int], bs: int, logits_at=None) -> Ste
                      query_start_loc=np.array([0, len(ids)], np.int32),
                      seq_lens=np.array([start + len(ids)], np.int32), block_tables=table[None, :],
                      logits_indices=None if logits_at is None else np.asarray(logits_at, np.int32))
-
-
-@pytest.fixture(scope="module")
-def backend(gpu_name):
-    b = registry.create(gpu_name)
-    yield b
-    b.close()
 
 
 _models: dict = {}

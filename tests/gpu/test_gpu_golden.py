@@ -10,20 +10,12 @@ from pathlib import Path
 import pytest
 
 from engine import model_store
-from engine.backends import registry
 from engine.gpu.model import GpuModel
 from tests.conftest import REFERENCE_DIR
 from tests.golden.reference_cases import check_against_transformers, reference_cases
 
 pytestmark = pytest.mark.gpu
 REFERENCES = Path(os.environ.get("HALO_REFERENCE_DIR", REFERENCE_DIR))
-
-
-@pytest.fixture(scope="module")
-def backend(gpu_name):
-    b = registry.create(gpu_name)
-    yield b
-    b.close()
 
 
 _loaded: dict = {}

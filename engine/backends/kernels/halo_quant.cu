@@ -463,13 +463,14 @@ __device__ __forceinline__ void dq8_any(int type, const unsigned char* row, int 
     }
 }
 
-// Ws[k][r] = W[row0 + r][k0 + k] for the 32 x 64 tile: thread t decodes rows t % 32, groups t / 32 + 4 j
+// Ws[k][r] = W[row0 + r][k0 + k] for the 32 x 64 tile: thread t decodes row t / 4, groups t % 4 + 4 j (four
+// neighbouring lanes read neighbouring bytes of one row)
 __device__ __forceinline__ void gt_load_w(int type, const unsigned char* rows, int rb, int k0, float* Ws) {
-    int t = threadIdx.x, r = t & 31;
+    int t = threadIdx.x, r = t >> 2;
     const unsigned char* rp = rows + (size_t)r * rb;
     #pragma unroll
     for (int j = 0; j < 2; j++) {
-        int gi = (t >> 5) + 4 * j;
+        int gi = (t & 3) + 4 * j;
         float w[8];
         dq8_any(type, rp, (k0 >> 3) + gi, w);
         #pragma unroll
@@ -586,8 +587,10 @@ HALO_KERNEL void halo_glu_gt(const unsigned char* wg, i32 tg, const unsigned cha
 // tokens into shared memory) with the products done by mma.sync m16n8k8 TF32 instead of FMAs.
 // Precision ("3xTF32"): every operand is split into a TF32 head and a TF32 tail (a = ah + al, both exact in
 // 10 mantissa bits) and a*b is taken as al*bh + ah*bl + ah*bh, about 21 bits: float32 tolerances still hold.
-// Block: 128 threads = 4 warps; tile 32 rows x 64 tokens, 32 k per stage; warp w owns rows 16 (w & 1) .. +16
-// and tokens 32 (w >> 1) .. +32 (four n8 tiles).
+// Block: 32 rows x 64 tokens, 32 k per stage. Matmul: 128 threads = 4 warps, warp w owns rows 16 (w & 1) .. +16
+// and tokens 32 (w >> 1) .. +32 (four n8 tiles). GLU: 256 threads = 8 warps (half decode the gate tile, half
+// the up tile), warp w owns rows 16 (w & 1) .. +16 and tokens 16 (w >> 1) .. +16 of both: half the
+// accumulators per thread (72 registers instead of 122), so an SM holds 24 of its warps instead of 16.
 // Split-K: block z of gridDim.z sums k in [z kc, (z + 1) kc). With gridDim.z == 1 it writes Y (or A) itself;
 // otherwise it writes its partial sums to P ([z][t][row], GLU: [z][gate | up][t][row]) and halo_splitk_sum
 // adds them in z order (deterministic, no atomics). Fragment layouts: PTX ISA, "mma.m16n8k8 .tf32".
@@ -634,20 +637,23 @@ __device__ __forceinline__ void st_split8(const float* v, u32* head, u32* tail) 
     dl[0] = make_uint4(l[0], l[1], l[2], l[3]); dl[1] = make_uint4(l[4], l[5], l[6], l[7]);
 }
 
-// W[r][k] for the 32 x 32 weight tile at k0: thread t decodes row t % 32, elements 8 (t / 32) .. + 8
-__device__ __forceinline__ void tc_load_w(int type, const unsigned char* rows, int rb, int k0, u32* Wh, u32* Wl) {
-    int r = threadIdx.x & 31, gi = threadIdx.x >> 5;
+// W[r][k] for the 32 x 32 weight tile at k0: thread t (< 128) decodes row t / 4, elements 8 (t % 4) .. + 8, so
+// four neighbouring lanes read neighbouring bytes of one row (a warp touches 8 rows, not 32 strided ones)
+__device__ __forceinline__ void tc_load_w(int type, const unsigned char* rows, int rb, int k0, u32* Wh, u32* Wl,
+                                          int t) {
+    int r = t >> 2, gi = t & 3;
     float w[8];
     dq8_any(type, rows + (size_t)r * rb, (k0 >> 3) + gi, w);
     st_split8(w, Wh + r * TC_LD + 8 * gi, Wl + r * TC_LD + 8 * gi);
 }
 
-// X[n][k] for 64 tokens x 32 k at (tok0, k0), zero past T: four float4 per thread, 8 threads per token row
+// X[n][k] for 64 tokens x 32 k at (tok0, k0), zero past T: 512 float4 over NTH threads, 8 per token row
+template <int NTH>
 __device__ __forceinline__ void tc_load_x(const float* X, const i32* xrow, int K, int T, int tok0, int k0,
                                           u32* Xh, u32* Xl) {
     #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        int idx = threadIdx.x + 128 * j, n = idx >> 3, c = idx & 7, tok = tok0 + n;
+    for (int j = 0; j < 512 / NTH; j++) {
+        int idx = threadIdx.x + NTH * j, n = idx >> 3, c = idx & 7, tok = tok0 + n;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (tok < T) v = *(const float4*)(X + (size_t)(xrow ? xrow[tok] : tok) * K + k0 + 4 * c);
         u32 h[4], l[4];
@@ -658,21 +664,22 @@ __device__ __forceinline__ void tc_load_x(const float* X, const i32* xrow, int K
     }
 }
 
-// acc[m][j][e] += this warp's 16 rows x 32 tokens of weight tile m (NM tiles: 1, or gate and up) over one
-// 32-k stage (e: the m16n8 accumulator fragment); the token fragments are loaded once for all NM tiles.
+// acc[m][j][e] += this warp's 16 rows (from 16 (warp & 1)) x 8 NJ tokens (from n0) of weight tile m (NM tiles:
+// 1, or gate and up) over one 32-k stage (e: the m16n8 accumulator fragment); the token fragments are
+// loaded once for all NM tiles.
 // The stage's 12 products per tile accumulate in a fresh fragment that is then added to acc with ordinary
 // float adds: the tensor cores' own accumulation is not IEEE float32 (on an H200, one chain over K = 2560
 // lost ~3e-6 of |X||W|; stage-wise promotion brings it to ~1e-7, below the FMA tile's ~3e-7).
-template <int NM>
+template <int NM, int NJ>
 __device__ __forceinline__ void tc_mma(const u32* const* Wh, const u32* const* Wl, const u32* Xh, const u32* Xl,
-                                       float (*acc)[4][4]) {
+                                       int n0, float (*acc)[NJ][4]) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    int m0 = 16 * (warp & 1), n0 = 32 * (warp >> 1);
-    float part[NM][4][4];
+    int m0 = 16 * (warp & 1);
+    float part[NM][NJ][4];
     #pragma unroll
     for (int m = 0; m < NM; m++)
         #pragma unroll
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < NJ; j++)
             #pragma unroll
             for (int e = 0; e < 4; e++) part[m][j][e] = 0.0f;
     #pragma unroll
@@ -685,7 +692,7 @@ __device__ __forceinline__ void tc_mma(const u32* const* Wh, const u32* const* W
             al[m][0] = Wl[m][i0]; al[m][1] = Wl[m][i1]; al[m][2] = Wl[m][i0 + 4]; al[m][3] = Wl[m][i1 + 4];
         }
         #pragma unroll
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < NJ; j++) {
             int b = (n0 + 8 * j + g) * TC_LD + kk + q;
             u32 bh0 = Xh[b], bh1 = Xh[b + 4], bl0 = Xl[b], bl1 = Xl[b + 4];
             #pragma unroll
@@ -699,14 +706,14 @@ __device__ __forceinline__ void tc_mma(const u32* const* Wh, const u32* const* W
     #pragma unroll
     for (int m = 0; m < NM; m++)
         #pragma unroll
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < NJ; j++)
             #pragma unroll
             for (int e = 0; e < 4; e++) acc[m][j][e] += part[m][j][e];
 }
 
-// (row in the tile, token in the tile) of accumulator e of n8 tile j for this lane
+// (row in the tile, token in the tile) of accumulator e of n8 tile j for this lane; n0: the warp's first token
 __device__ __forceinline__ int tc_row(int e) { return 16 * ((threadIdx.x >> 5) & 1) + ((threadIdx.x & 31) >> 2) + 8 * (e >> 1); }
-__device__ __forceinline__ int tc_tok(int j, int e) { return 32 * (threadIdx.x >> 6) + 8 * j + 2 * (threadIdx.x & 3) + (e & 1); }
+__device__ __forceinline__ int tc_tok(int n0, int j, int e) { return n0 + 8 * j + 2 * (threadIdx.x & 3) + (e & 1); }
 #endif
 
 HALO_KERNEL void halo_matmul_tc(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
@@ -726,6 +733,7 @@ HALO_KERNEL void halo_matmul_tc(const unsigned char* w0, i32 t0_, i32 n0, i32 rb
     else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
     const unsigned char* rows = base + (size_t)local * rb;
     const u32* wh[1] = {Wh}; const u32* wl[1] = {Wl};
+    int n0w = 32 * (threadIdx.x >> 6);            // 4 warps: 2 (rows) x 2 (32 tokens each)
     float acc[1][4][4];
     #pragma unroll
     for (int j = 0; j < 4; j++)
@@ -733,16 +741,16 @@ HALO_KERNEL void halo_matmul_tc(const unsigned char* w0, i32 t0_, i32 n0, i32 rb
         for (int e = 0; e < 4; e++) acc[0][j][e] = 0.0f;
     for (int k0 = z * kc; k0 < (z + 1) * kc; k0 += TC_BK) {
         __syncthreads();
-        tc_load_w(type, rows, rb, k0, Wh, Wl);
-        tc_load_x(X, xrow, K, T, tok0, k0, Xh, Xl);
+        tc_load_w(type, rows, rb, k0, Wh, Wl, threadIdx.x);
+        tc_load_x<128>(X, xrow, K, T, tok0, k0, Xh, Xl);
         __syncthreads();
-        tc_mma<1>(wh, wl, Xh, Xl, acc);
+        tc_mma<1, 4>(wh, wl, Xh, Xl, n0w, acc);
     }
     #pragma unroll
     for (int j = 0; j < 4; j++)
         #pragma unroll
         for (int e = 0; e < 4; e++) {
-            int row = row0 + tc_row(e), tok = tok0 + tc_tok(j, e);
+            int row = row0 + tc_row(e), tok = tok0 + tc_tok(n0w, j, e);
             if (tok >= T) continue;
             if (gridDim.z == 1) Y[(size_t)tok * ldy + row] = acc[0][j][e] + (bias ? bias[row] : 0.0f);
             else P[((size_t)z * T + tok) * rows_all + row] = acc[0][j][e];
@@ -750,7 +758,8 @@ HALO_KERNEL void halo_matmul_tc(const unsigned char* w0, i32 t0_, i32 n0, i32 rb
 #endif
 }
 
-HALO_KERNEL void halo_glu_tc(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+// launch bounds: three 256-thread blocks per SM (<= 85 registers; unbounded, nvcc takes 86 and fits only two)
+HALO_KERNEL __launch_bounds__(256, 3) void halo_glu_tc(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
                              i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kc, float* P) {
 #if HALO_TC
     __shared__ __align__(16) u32 Gh[TC_BM * TC_LD];
@@ -763,24 +772,25 @@ HALO_KERNEL void halo_glu_tc(const unsigned char* wg, i32 tg, const unsigned cha
     const unsigned char* rg = wg + (size_t)row0 * rb_g;
     const unsigned char* ru = wu + (size_t)row0 * rb_u;
     const u32* wh[2] = {Gh, Uh}; const u32* wl[2] = {Gl, Ul};
-    float acc[2][4][4];                            // [gate | up][n8 tile][fragment]
+    int n0w = 16 * (threadIdx.x >> 6);            // 8 warps: 2 (rows) x 4 (16 tokens each)
+    float acc[2][2][4];                            // [gate | up][n8 tile][fragment]
     #pragma unroll
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 2; j++)
         #pragma unroll
         for (int e = 0; e < 4; e++) { acc[0][j][e] = 0.0f; acc[1][j][e] = 0.0f; }
     for (int k0 = z * kc; k0 < (z + 1) * kc; k0 += TC_BK) {
         __syncthreads();
-        tc_load_w(tg, rg, rb_g, k0, Gh, Gl);
-        tc_load_w(tu, ru, rb_u, k0, Uh, Ul);
-        tc_load_x(X, 0, K, T, tok0, k0, Xh, Xl);
+        if (threadIdx.x < 128) tc_load_w(tg, rg, rb_g, k0, Gh, Gl, threadIdx.x);      // warps 0-3: gate
+        else tc_load_w(tu, ru, rb_u, k0, Uh, Ul, threadIdx.x - 128);                 // warps 4-7: up
+        tc_load_x<256>(X, 0, K, T, tok0, k0, Xh, Xl);
         __syncthreads();
-        tc_mma<2>(wh, wl, Xh, Xl, acc);
+        tc_mma<2, 2>(wh, wl, Xh, Xl, n0w, acc);
     }
     #pragma unroll
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 2; j++)
         #pragma unroll
         for (int e = 0; e < 4; e++) {
-            int row = row0 + tc_row(e), tok = tok0 + tc_tok(j, e);
+            int row = row0 + tc_row(e), tok = tok0 + tc_tok(n0w, j, e);
             if (tok >= T) continue;
             if (gridDim.z == 1) A[(size_t)tok * n_ff + row] = act_fn(acc[0][j][e], act) * acc[1][j][e];
             else {
