@@ -197,8 +197,7 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
                 backend.free(fwd.partial)
                 fwd.partial, fwd.partial_cap = own_partial
             result["prefill_tok_s_by_split_target"] = sweep
-        if gm.fwd.use_tc:                                # the SIMT tile HIP runs, same file, for comparison
-            forward_mod.SIMT_TILES = True
+            forward_mod.SIMT_TILES = True                # the SIMT tile HIP runs, same file, for comparison
             try:
                 result["simt_prefill_tok_s"] = prompt_tokens / _median_prefill_s(gm, prefill, kv, pool, repeat)
                 result["simt_prefill_breakdown_us"], _ = kernel_breakdown(gm, kv, prompt_tokens, graph=False)

@@ -165,8 +165,9 @@ class GpuForward:
         self.top_ids = backend.alloc((max_seqs, TOP_LOGITS_MAX), np.int32)          # reported top pairs
         self.top_vals = backend.alloc((max_seqs, TOP_LOGITS_MAX), np.float32)
         self.use_tc = tensor_cores_usable(backend)
-        self.partial_cap = splitk_floats(c, max_tokens)
-        self.partial = backend.alloc(self.partial_cap, np.float32)
+        # split-K partial sums: only the tensor-core tile splits (the pre-flight counts them either way)
+        self.partial_cap = splitk_floats(c, max_tokens) if self.use_tc else 0
+        self.partial = backend.alloc(max(self.partial_cap, 1), np.float32)
         self.scratch = [self.x, self.h, self.o, self.qkv, self.attn, self.act, self.logits, self.sampled,
                         self.partial, self.seen, self.top_ids, self.top_vals]
         self._k: dict[str, object] = {}
