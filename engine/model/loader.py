@@ -10,6 +10,7 @@ from engine.api import ModelInfo
 from engine.model.config import ModelConfig
 from engine.model.cpu_forward import CpuModel
 from engine.model.weights import LoadCallback, Weights, load_weights
+from engine.reasoning import template_options
 
 # general.file_type (llama_ftype) -> the name users know
 _FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
@@ -43,6 +44,7 @@ def _type_name(ggml_type) -> str:
 
 def model_info(path: Path, gguf, config: ModelConfig | None = None) -> ModelInfo:
     meta = gguf.metadata
+    template = meta.get("tokenizer.chat_template")
     hist = type_histogram(gguf)
     quant = _FILE_TYPES.get(meta.get("general.file_type"))
     if quant is None:
@@ -64,6 +66,7 @@ def model_info(path: Path, gguf, config: ModelConfig | None = None) -> ModelInfo
         context_length=config.context_length if config else int(meta.get(
             f"{meta.get('general.architecture')}.context_length", 0) or 0),
         has_chat_template=bool(meta.get("tokenizer.chat_template")),
+        template_options=template_options(template if isinstance(template, str) else None),
     )
 
 
