@@ -22,7 +22,7 @@ from pathlib import Path
 from engine.api import Event, Finished, GenerateRequest, LoadProgress, ModelInfo, Usage
 from engine.core.engine_core import EngineCore
 from engine.core.setup import DEFAULT_MAX_NUM_SEQS, BackendChoice
-from engine.errors import EngineError, ModelNotLoadedError, RequestAborted
+from engine.errors import EngineError, ModelNotLoadedError, RequestAborted, UnsupportedModelError
 from engine.generation import Generation, encode_prompt
 from engine.prompt import PromptFormat
 from engine.reasoning import reasoning_parser
@@ -230,11 +230,16 @@ class Engine:
         opts = dict(max_context=self._max_context, max_num_seqs=self._max_num_seqs,
                     prefill_chunk=self._prefill_chunk, kv_cache_tokens=self._kv_cache_tokens)
         if choice.name != "cpu":
+            unsupported = None
             if gpu_forward_available():
-                built = build_gpu(path, choice, on_progress, **opts)
-            else:
+                try:
+                    built = build_gpu(path, choice, on_progress, **opts)
+                except UnsupportedModelError as e:      # e.g. a layer kind without GPU kernels yet
+                    unsupported = e
+            if unsupported is not None or not gpu_forward_available():
                 from engine.core.setup import choose_backend
-                why = f"CPU fallback: {choice.name} was chosen ({choice.reason}) but the GPU forward pass is missing"
+                why = (f"CPU fallback: {choice.name} was chosen ({choice.reason}) but "
+                       + (f"it cannot run this model ({unsupported})" if unsupported else "the GPU forward pass is missing"))
                 cpu = choose_backend("cpu", self._async_setting)
                 choice = replace(cpu, reason=why)
                 built = build_cpu(path, choice, on_progress, **opts)
