@@ -55,6 +55,10 @@ class GenerateRequest:
     prompt: str | None = None
     params: SamplingParams = field(default_factory=SamplingParams)
     request_id: str = field(default_factory=new_request_id)
+    # Chat-template switches, passed to templates that read them (ModelInfo.template_options says which);
+    # None leaves the template's own default.
+    enable_thinking: bool | None = None
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
 
     def __post_init__(self):
         if (self.messages is None) == (self.prompt is None):
@@ -73,8 +77,9 @@ class Usage:
 @dataclass(frozen=True)
 class TextDelta:
     request_id: str
-    text: str                     # may be "" while a multi-byte character is incomplete
+    text: str                     # the answer; may be "" while a multi-byte character is incomplete
     token_ids: tuple[int, ...]
+    reasoning: str = ""           # the reply's thinking (engine.reasoning), never part of `text`
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ class ModelInfo:
     backend: str = "cpu"          # where it runs: "cpu", "cuda:<device name>", "hip:<device name>"
     async_scheduling: bool = False
     async_reason: str = ""      # why async scheduling is on or off (diagnostics, status bar)
+    template_options: tuple[str, ...] = ()   # GenerateRequest switches the chat template reads
 
 
 @dataclass(frozen=True)

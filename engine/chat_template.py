@@ -286,7 +286,7 @@ def _as_template_error(error: BaseException) -> TemplateError:
 
 def chat_template_from_metadata(metadata: Mapping[str, Any], tokenizer=None, **options: Any) -> ChatTemplate | None:
     """The model's default template (`tokenizer.chat_template`), or None: the model is completion-only."""
-    from engine.gguf.meta import Meta   # a non-string template is a malformed file, never literal text
+    from engine.gguf.meta import Meta  # a non-string template is a malformed file, never literal text
 
     source = Meta.of(metadata).get_str("tokenizer.chat_template")
     if not source:

@@ -25,6 +25,7 @@ from engine.core.setup import DEFAULT_MAX_NUM_SEQS, BackendChoice
 from engine.errors import EngineError, ModelNotLoadedError, RequestAborted
 from engine.generation import Generation, encode_prompt
 from engine.prompt import PromptFormat
+from engine.reasoning import reasoning_parser
 
 DEFAULT_MAX_CONTEXT = 8192      # KV cache size cap (tokens); the model's trained context may be larger
 DEFAULT_PREFILL_CHUNK = 256     # prompt tokens per step: bounds attention scratch and abort latency
@@ -291,7 +292,8 @@ class Engine:
             from engine.sampling import Sampler
             Sampler(request.params)                  # bad sampling parameters fail here, alone
             tokenizer = m.prompt_format.tokenizer
-            generation = Generation(request, prompt_ids, tokenizer, tokenizer.stop_ids, self._emit)
+            generation = Generation(request, prompt_ids, tokenizer, tokenizer.stop_ids, self._emit,
+                                    reasoning_parser(m.prompt_format.template_source, tokenizer, prompt_ids))
             if request.params.max_tokens <= 0:
                 generation.finish("length")
                 return

@@ -12,12 +12,16 @@ from collections.abc import Callable
 
 from engine.api import Event, Finished, FinishReason, GenerateRequest, TextDelta, Usage
 from engine.prompt import PromptFormat
+from engine.reasoning import ReasoningParser
 
 
 def encode_prompt(prompt_format: PromptFormat, request: GenerateRequest) -> list[int]:
     """Token ids of the request's prompt: messages through the model's chat template, or raw text."""
     if request.messages is not None:
-        return prompt_format.encode_chat(request.messages)
+        options = {name: value for name, value in (("enable_thinking", request.enable_thinking),
+                                                   ("reasoning_effort", request.reasoning_effort))
+                   if value is not None}
+        return prompt_format.encode_chat(request.messages, **options)
     return prompt_format.encode_raw(request.prompt)
 
 
@@ -62,7 +66,7 @@ class Generation:
     """
 
     def __init__(self, request: GenerateRequest, prompt_ids: list[int], tokenizer, stop_ids: frozenset[int],
-                 emit: Callable[[Event], None]):
+                 emit: Callable[[Event], None], reasoning: ReasoningParser | None = None):
         self.request = request
         self.params = request.params
         self.prompt_ids = list(prompt_ids)
@@ -71,6 +75,7 @@ class Generation:
         self.stop_ids = stop_ids
         self.stops = StopStringMatcher(tuple(self.params.stop))
         self.emit = emit
+        self.reasoning = reasoning      # splits thinking from the answer; None: all text is answer
         self.first_top_logits: tuple[tuple[int, float], ...] = ()
         self.finished = False
         self.t_start = time.perf_counter()
@@ -94,13 +99,20 @@ class Generation:
             return reason is None
         text, matched = self.stops.feed(self.detok.push(token))
         if text or not matched:
-            self.emit(TextDelta(self.request_id, text, (token,)))
+            self._emit_text(text, (token,), token)
         if matched:
             self.finish("stop", flush=False)
             return reason is None
         if reason is not None:
             self.finish(reason)
         return False
+
+    def _emit_text(self, text: str, token_ids: tuple[int, ...], token: int) -> None:
+        if self.reasoning is None:
+            self.emit(TextDelta(self.request_id, text, token_ids))
+            return
+        thought, answer = self.reasoning.feed(token, text)
+        self.emit(TextDelta(self.request_id, answer, token_ids, thought))
 
     def finish(self, reason: FinishReason, error: str | None = None, flush: bool = True) -> None:
         if self.finished:
@@ -110,7 +122,11 @@ class Generation:
             tail, _ = self.stops.feed(self.detok.flush())
             tail += self.stops.flush()
             if tail:
-                self.emit(TextDelta(self.request_id, tail, ()))
+                self._emit_text(tail, (), -1)
+        if self.reasoning is not None:
+            thought, answer = self.reasoning.flush()
+            if thought or answer:
+                self.emit(TextDelta(self.request_id, answer, (), thought))
         self.emit(Finished(self.request_id, reason, self.usage(), tuple(self.prompt_ids), tuple(self.output_ids),
                            self.first_top_logits, error))
 

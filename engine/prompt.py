@@ -89,13 +89,13 @@ def _defuse(content: str, tokenizer: Tokenizer, markers: _Markers) -> str:
 
 
 def encode_chat(tokenizer: Tokenizer, template: ChatTemplate | None, messages: Iterable[Any],
-                add_generation_prompt: bool = True) -> list[int]:
+                add_generation_prompt: bool = True, **template_options: Any) -> list[int]:
     """Prompt ids for a conversation; BOS is added as the metadata says unless the template wrote it."""
     if template is None:
         raise TemplateError("this model has no chat template: use a raw completion prompt instead")
     markers = _Markers()
     safe = [{**m, "content": _defuse(m["content"], tokenizer, markers)} for m in normalize_messages(messages)]
-    rendered = template.render(safe, add_generation_prompt=add_generation_prompt)
+    rendered = template.render(safe, add_generation_prompt=add_generation_prompt, **template_options)
     fragments = tokenizer.partition(rendered, parse_special=True)
     if markers.originals:
         fragments = [markers.restore(f) if isinstance(f, str) else f for f in fragments]
@@ -124,8 +124,14 @@ class PromptFormat:
     def has_chat_template(self) -> bool:
         return self.template is not None
 
-    def encode_chat(self, messages: Iterable[Any], add_generation_prompt: bool = True) -> list[int]:
-        return encode_chat(self.tokenizer, self.template, messages, add_generation_prompt)
+    def encode_chat(self, messages: Iterable[Any], add_generation_prompt: bool = True,
+                    **template_options: Any) -> list[int]:
+        """`template_options`: engine.reasoning.TEMPLATE_OPTIONS values (enable_thinking, ...)."""
+        return encode_chat(self.tokenizer, self.template, messages, add_generation_prompt, **template_options)
+
+    @property
+    def template_source(self) -> str | None:
+        return self.template.source if self.template is not None else None
 
     def encode_raw(self, text: str) -> list[int]:
         return encode_raw(self.tokenizer, text)

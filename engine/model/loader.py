@@ -11,6 +11,7 @@ from engine.gguf.meta import Meta
 from engine.model.config import ModelConfig
 from engine.model.cpu_forward import CpuModel
 from engine.model.weights import LoadCallback, Weights, load_weights
+from engine.reasoning import template_options
 
 # general.file_type (llama_ftype) -> the name users know
 _FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
@@ -44,6 +45,7 @@ def _type_name(ggml_type) -> str:
 
 def model_info(path: Path, gguf, config: ModelConfig | None = None) -> ModelInfo:
     meta = Meta(gguf.metadata)
+    template = meta.get_str("tokenizer.chat_template")
     hist = type_histogram(gguf)
     quant = _FILE_TYPES.get(meta.get_int("general.file_type"))
     if quant is None:
@@ -64,7 +66,8 @@ def model_info(path: Path, gguf, config: ModelConfig | None = None) -> ModelInfo
         quantization=quant,
         parameters=params,
         context_length=config.context_length if config else meta.get_int(f"{arch}.context_length", 0, lo=0),
-        has_chat_template=bool(meta.get_str("tokenizer.chat_template")),
+        has_chat_template=bool(template),
+        template_options=template_options(template),
     )
 
 
