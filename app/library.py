@@ -15,6 +15,8 @@ import numpy as np
 
 from engine.errors import EngineError, short_repr
 from engine.gguf import Meta, open_gguf
+from engine.model.arch import kv_bytes_per_token, memory_estimate
+from engine.model.config import ModelConfig
 from engine.paths import models_dir
 
 # general.file_type (llama.cpp's LLAMA_FTYPE) -> the name users know; others fall back to the dominant type.
@@ -22,7 +24,6 @@ _FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9
                11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
                17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
 log = logging.getLogger(__name__)
-KV_BYTES_PER_VALUE = 2   # the estimate assumes an f16 KV cache
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class ModelEntry:
     n_kv_heads: int = 0
     head_dim: int = 0
     has_chat_template: bool = False
+    weight_bytes: int = 0        # the engine's formula (engine.model.arch.memory_estimate, GPU residency)
+    kv_bytes_per_token: int = 0  # 0 when the engine cannot run the architecture
+    state_bytes: int = 0         # one sequence's recurrent state (hybrid models)
     error: str = ""          # set when the file could not be read: the parser's message for the user
 
     @property
@@ -48,13 +52,13 @@ class ModelEntry:
         return self.name or self.path.stem
 
     def kv_cache_bytes(self, context: int) -> int:
-        """K and V for every layer over `context` positions."""
-        return 2 * self.n_layers * context * self.n_kv_heads * self.head_dim * KV_BYTES_PER_VALUE
+        """The KV cache over `context` positions plus one sequence's recurrent state, by the engine's formula."""
+        return self.kv_bytes_per_token * context + self.state_bytes
 
     def memory_estimate(self, context: int) -> int:
-        """Weights (the file) + KV cache at min(context, trained length); scratch is small beside them."""
+        """Weights + KV cache at min(context, trained length); scratch is small beside them."""
         ctx = min(context, self.context_length) if self.context_length else context
-        return self.file_size + self.kv_cache_bytes(ctx)
+        return (self.weight_bytes or self.file_size) + self.kv_cache_bytes(ctx)
 
 
 def inspect_model(path: Path | str) -> ModelEntry:
@@ -89,11 +93,20 @@ def _entry_from_metadata(path: Path, size: int, metadata, tensors) -> ModelEntry
     n_head = arch_int("attention.head_count")
     n_kv = arch_int("attention.head_count_kv") or n_head
     head_dim = arch_int("attention.key_length") or (arch_int("embedding_length") // n_head if n_head else 0)
+    weights, per_token, state = size, 0, 0
+    try:
+        config = ModelConfig.from_metadata(meta)
+    except EngineError:
+        config = None          # not runnable here: the entry still lists it, without a memory figure
+    if config is not None:
+        est = memory_estimate(config, 0, "gpu", tensors.values())
+        weights, per_token, state = est.weights, kv_bytes_per_token(config, "gpu"), est.recurrent_state
     return ModelEntry(
         path=path, file_size=size, name=meta.get_str("general.name", "") or path.stem, architecture=arch,
         quantization=_quantization(meta, tensors), context_length=arch_int("context_length"),
         n_layers=arch_int("block_count"), n_kv_heads=n_kv, head_dim=head_dim,
-        has_chat_template=bool(meta.get_str("tokenizer.chat_template")))
+        has_chat_template=bool(meta.get_str("tokenizer.chat_template")), weight_bytes=weights,
+        kv_bytes_per_token=per_token, state_bytes=state)
 
 
 def _quantization(meta, tensors) -> str:

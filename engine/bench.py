@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.model.arch import BLOCK_SIZE
 from engine.model.blas import blas_threads
 from engine.model.loader import load_model
 from engine.model.step import KVCache, SequenceBlocks
@@ -62,8 +63,8 @@ def run_bench(path: Path, prompt_tokens: int = 128, decode_tokens: int = 64, rep
     load_s = time.perf_counter() - t0
     fmt = PromptFormat.from_metadata(lm.metadata)
     ids = prompt_ids(fmt, prompt_tokens)
-    n_blocks = -(-(len(ids) + decode_tokens + 1) // 16)
-    kv = KVCache.allocate(lm.config, n_blocks, 16)
+    n_blocks = -(-(len(ids) + decode_tokens + 1) // BLOCK_SIZE)
+    kv = KVCache.allocate(lm.config, n_blocks, BLOCK_SIZE)
     best_prefill = best_decode = best_ttft = float("inf")
     for _ in range(max(1, repeat)):
         seq = SequenceBlocks(kv)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.model.arch import BLOCK_SIZE
+
 from .diagnostics_report import LogitsCheck
 
 TOLERANCE = 1.0
@@ -47,7 +49,7 @@ def cpu_first_step_logits(model_path: str | Path, token_ids: list[int]) -> np.nd
     from .model.step import SequenceBlocks
 
     loaded = load_model(Path(model_path))
-    block_size = 16
+    block_size = BLOCK_SIZE
     kv = loaded.model.new_kv_cache(-(-len(token_ids) // block_size), block_size)
     return loaded.model.forward(SequenceBlocks(kv).step(token_ids), kv)[0]
 

@@ -119,7 +119,7 @@ class LibraryDialog(QDialog):
             ctx = min(self._context, e.context_length) if e.context_length else self._context
             self.estimate.setText(
                 f"Loading needs about <b>{human_size(e.memory_estimate(self._context))}</b>: "
-                f"weights {human_size(e.file_size)} + KV cache {human_size(e.kv_cache_bytes(ctx))} "
+                f"weights {human_size(e.weight_bytes or e.file_size)} + KV cache {human_size(e.kv_cache_bytes(ctx))} "
                 f"for {ctx:,} tokens of context."
                 + ("" if e.has_chat_template else " No chat template: plain completion mode."))
 

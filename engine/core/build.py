@@ -14,9 +14,8 @@ from engine.api import ModelInfo
 from engine.core.engine_core import EngineCore
 from engine.core.runner import ModelRunner
 from engine.core.setup import BackendChoice, make_scheduler
+from engine.model.arch import BLOCK_SIZE
 from engine.prompt import PromptFormat
-
-BLOCK_SIZE = 16
 
 
 @dataclass

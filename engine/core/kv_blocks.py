@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from engine.model.arch import BLOCK_SIZE
+
 
 class OutOfBlocks(Exception):
     """Internal signal: an allocation asked for more blocks than are free. The scheduler handles it."""
@@ -22,7 +24,7 @@ class KVBlockManager:
     """Free list of block ids 0..num_blocks-1. Allocation order is deterministic (FIFO: freed blocks go to
     the back), which keeps schedules reproducible."""
 
-    def __init__(self, num_blocks: int, block_size: int = 16):
+    def __init__(self, num_blocks: int, block_size: int = BLOCK_SIZE):
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
         self.num_blocks = num_blocks

@@ -17,7 +17,9 @@ def first_step_logits(model_path, token_ids, backend: str = "cuda-python", devic
 
     if device != 0:
         raise ValueError("only device 0 is supported")
-    block_size = 16
+    from engine.model.arch import BLOCK_SIZE
+
+    block_size = BLOCK_SIZE
     n_blocks = -(-len(token_ids) // block_size)
     be = create(backend)
     try:

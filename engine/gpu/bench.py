@@ -17,6 +17,7 @@ from engine.backends import registry
 from engine.backends.async_output import ReadbackPool
 from engine.gpu import forward as forward_mod
 from engine.gpu.model import GpuModel
+from engine.model.arch import BLOCK_SIZE
 from engine.model.step import StepInput
 
 # llama.cpp on an H200, same shapes (../shared/reference/README.md): (prefill pp128, decode tg64) tok/s
@@ -153,8 +154,8 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
         free0 = backend.memory_info().free
         t0 = time.perf_counter()
         gm = GpuModel.load(path, backend, max_tokens=max(prompt_tokens, 16), max_seqs=4,
-                           kv_blocks=-(-(prompt_tokens + decode_tokens + 32) // 16))
-        bs = 16
+                           kv_blocks=-(-(prompt_tokens + decode_tokens + 32) // BLOCK_SIZE))
+        bs = BLOCK_SIZE
         n_blocks = -(-(prompt_tokens + decode_tokens + 32) // bs)
         kv = gm.new_kv_cache(n_blocks, bs)
         pool = ReadbackPool(backend, slots=3)

@@ -16,6 +16,7 @@ from engine.gpu.forward import GpuForward, GpuKVCache
 from engine.gpu.preflight import MemoryPlan, check_fits, kv_bytes, plan_memory
 from engine.gpu.stepmeta import SamplingRow
 from engine.gpu.weights import upload_weights
+from engine.model.arch import BLOCK_SIZE
 from engine.model.config import ModelConfig
 from engine.model.step import StepInput
 
@@ -42,7 +43,7 @@ class GpuModel:
 
     @staticmethod
     def load(path: Path, backend: Backend, *, max_tokens: int = 512, max_seqs: int = 16, kv_blocks: int = 0,
-             block_size: int = 16, use_graphs: bool = True, progress=None) -> GpuModel:
+             block_size: int = BLOCK_SIZE, use_graphs: bool = True, progress=None) -> GpuModel:
         """Pre-flight (weights + `kv_blocks` KV blocks + scratch vs free memory), then upload. Raises
         OutOfDeviceMemoryError with the numbers before allocating anything when it cannot fit."""
         from engine.gguf import open_gguf
@@ -59,7 +60,7 @@ class GpuModel:
         fwd.warm_up()
         return GpuModel(backend, config, fwd, plan, use_graphs)
 
-    def new_kv_cache(self, num_blocks: int, block_size: int = 16) -> GpuKVCache:
+    def new_kv_cache(self, num_blocks: int, block_size: int = BLOCK_SIZE) -> GpuKVCache:
         need = kv_bytes(self.config, num_blocks, block_size)
         mem = self.backend.memory_info()
         if need > mem.free:

@@ -2,7 +2,8 @@
 
 weights: the GGUF tensors as they are in the file (still quantized) plus float32 copies of the small
          vectors (norms, biases), each allocation rounded up to the allocator's granularity;
-kv:      2 (K and V) x layers x blocks x block_size x kv_dim x 4 bytes (float32, as the CPU path);
+kv:      engine.model.arch.kv_cache_bytes (K and V float32 of every attention layer + the token id per slot)
+         plus the recurrent state of every linear-attention layer for `max_seqs` sequences;
 scratch: activations for `max_tokens` tokens and logits for `max_seqs` rows, the split-K partial sums, the
          sampler's per-row buffers, plus the step metadata;
 reserve: the runtime's own context, module code and graph memory (a fixed slice plus a share of the rest).
@@ -17,13 +18,13 @@ from dataclasses import dataclass
 from engine.api import TOP_LOGITS_MAX
 from engine.errors import OutOfDeviceMemoryError
 from engine.gpu.forward import splitk_floats
+from engine.model import arch
+from engine.model.arch import ALLOC_GRANULARITY
 from engine.model.config import ModelConfig
 
 MIB = 1 << 20
-ALLOC_GRANULARITY = 512          # cudaMalloc/hipMalloc round small allocations up to at least this
 FIXED_RESERVE = 256 * MIB        # modules, graphs, runtime heaps, the readback pool
 RESERVE_FRACTION = 0.02          # and a share of the rest, for fragmentation
-VECTOR_TYPES = ("norm", "bias")  # tensor names holding vectors uploaded as float32
 
 
 def _round(n: int) -> int:
@@ -48,18 +49,12 @@ class MemoryPlan:
 
 def weight_bytes(tensors) -> int:
     """`tensors`: the GGUF's TensorInfos. Quantized matrices upload as-is; 1-D vectors become float32."""
-    total = 0
-    for t in tensors:
-        if len(t.shape) == 1 or any(k in t.name for k in VECTOR_TYPES):
-            total += _round(t.n_elements * 4)
-        else:
-            total += _round(t.nbytes)
-    return total
+    return arch.weight_bytes(tensors, "gpu")
 
 
 def kv_bytes(config: ModelConfig, num_blocks: int, block_size: int) -> int:
     """K and V float32, plus the token id at every slot (the repetition penalty's history)."""
-    return 2 * config.n_layers * num_blocks * block_size * config.kv_dim * 4 + num_blocks * block_size * 4
+    return arch.kv_cache_bytes(config, num_blocks, block_size, "gpu")
 
 
 def scratch_bytes(config: ModelConfig, max_tokens: int, max_seqs: int, max_blocks_per_seq: int) -> int:
@@ -76,7 +71,7 @@ def scratch_bytes(config: ModelConfig, max_tokens: int, max_seqs: int, max_block
 def plan_memory(config: ModelConfig, tensors, num_blocks: int, block_size: int, max_tokens: int,
                 max_seqs: int) -> MemoryPlan:
     w = weight_bytes(tensors)
-    kv = kv_bytes(config, num_blocks, block_size)
+    kv = kv_bytes(config, num_blocks, block_size) + max_seqs * arch.recurrent_state_bytes(config)
     scratch = scratch_bytes(config, max_tokens, max_seqs, num_blocks)
     reserve = FIXED_RESERVE + int(RESERVE_FRACTION * (w + kv + scratch))
     return MemoryPlan(w, kv, scratch, reserve)

@@ -15,6 +15,7 @@ import numpy as np
 from engine.backends.base import Backend, DeviceBuffer, Stream
 from engine.errors import InvalidModelError, UnsupportedModelError
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
+from engine.model.arch import TensorSpec, global_tensor_specs, layer_tensor_specs, rope_inv_freq
 from engine.model.config import ModelConfig
 from engine.model.weights import checked_tensor
 
@@ -114,13 +115,42 @@ class _Uploader:
     def optional_vector(self, name: str, n: int) -> DeviceBuffer | None:
         return self.vector(name, n) if name in self.gguf.tensors else None
 
+    def spec(self, spec: TensorSpec):
+        """The DeviceMatrix / float32 DeviceBuffer `spec` names; None when optional and absent. The rope
+        factors are folded into the rope table instead (rope_tables); q/k/v biases stay on the host here
+        (float32 arrays) because the kernels take them as one concatenated buffer."""
+        if spec.role == "rope_freqs" or (not spec.required and spec.name not in self.gguf.tensors):
+            return None
+        if spec.role in _BIAS_ROLES:
+            self.info(spec.name, spec.shape)
+            return np.asarray(self.gguf.dequantize(spec.name), np.float32)
+        if spec.matrix:
+            return self.matrix(spec.name, *spec.shape)
+        return self.vector(spec.name, spec.shape[0])
 
-def rope_tables(config: ModelConfig) -> np.ndarray:
-    """[n_layers, rope_dim / 2] float64 inverse frequencies, as engine.model.cpu_forward.Rope computes them."""
-    half = config.rope_dim // 2
-    exps = -np.arange(half, dtype=np.float64) * 2.0 / config.rope_dim
-    return np.stack([scale * theta ** exps for theta, scale in zip(config.rope_theta, config.rope_freq_scale,
-                                                                    strict=True)])
+
+_BIAS_ROLES = ("bq", "bk", "bv")
+
+
+def _layer(up: _Uploader, t: dict) -> DeviceLayer:
+    """An attention layer from its tensors by role (engine.model.arch's specs)."""
+    bias = None
+    if any(t[r] is not None for r in _BIAS_ROLES):
+        if any(t[r] is None for r in _BIAS_ROLES):
+            raise InvalidModelError("a layer carries some but not all of the q/k/v biases", field="attn_q.bias")
+        host = np.concatenate([t[r] for r in _BIAS_ROLES])            # [q_dim + 2 kv_dim]
+        if not np.isfinite(host).all():
+            raise InvalidModelError("a q/k/v bias holds NaN or infinite values", field="attn_q.bias")
+        bias = up._alloc_copy(host, host.shape, np.float32)
+    return DeviceLayer(attn_norm=t["attn_norm"], wq=t["wq"], wk=t["wk"], wv=t["wv"], bqkv=bias,
+                       q_norm=t.get("q_norm"), k_norm=t.get("k_norm"), wo=t["wo"],
+                       post_attn_norm=t.get("post_attn_norm"), ffn_norm=t["ffn_norm"], w_gate=t["w_gate"],
+                       w_up=t["w_up"], w_down=t["w_down"], post_ffn_norm=t.get("post_ffn_norm"))
+
+
+def rope_tables(config: ModelConfig, freq_factors: np.ndarray | None = None) -> np.ndarray:
+    """[n_layers, rope_dim / 2] float64 inverse frequencies: engine.model.arch.rope_inv_freq, the CPU's too."""
+    return rope_inv_freq(config, freq_factors)
 
 
 def upload_weights(backend: Backend, gguf, config: ModelConfig, stream: Stream, progress=None) -> DeviceWeights:
@@ -129,37 +159,20 @@ def upload_weights(backend: Backend, gguf, config: ModelConfig, stream: Stream, 
     c = config
     up = _Uploader(backend, gguf, c, stream, progress)
     try:
-        embd = up.matrix("token_embd.weight", c.vocab_size, c.n_embd)
-        layers = []
-        for i in range(c.n_layers):
-            p = f"blk.{i}."
-            bias = None
-            if p + "attn_q.bias" in gguf.tensors:
-                host = np.concatenate([np.asarray(gguf.dequantize(p + n), np.float32)
-                                       for n in ("attn_q.bias", "attn_k.bias", "attn_v.bias")])
-                bias = up._alloc_copy(host, host.shape, np.float32)
-            elif c.has_qkv_bias:
-                raise InvalidModelError(f"{c.arch} needs q/k/v biases; tensor {p}attn_q.bias is missing",
-                                        field=p + "attn_q.bias")
-            layers.append(DeviceLayer(
-                attn_norm=up.vector(p + "attn_norm.weight", c.n_embd),
-                wq=up.matrix(p + "attn_q.weight", c.q_dim, c.n_embd),
-                wk=up.matrix(p + "attn_k.weight", c.kv_dim, c.n_embd),
-                wv=up.matrix(p + "attn_v.weight", c.kv_dim, c.n_embd),
-                bqkv=bias,
-                q_norm=up.vector(p + "attn_q_norm.weight", c.head_dim) if c.has_qk_norm else None,
-                k_norm=up.vector(p + "attn_k_norm.weight", c.head_dim) if c.has_qk_norm else None,
-                wo=up.matrix(p + "attn_output.weight", c.n_embd, c.q_dim),
-                post_attn_norm=up.vector(p + "post_attention_norm.weight", c.n_embd) if c.has_post_norms else None,
-                ffn_norm=up.vector(p + "ffn_norm.weight", c.n_embd),
-                w_gate=up.matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd),
-                w_up=up.matrix(p + "ffn_up.weight", c.n_ff, c.n_embd),
-                w_down=up.matrix(p + "ffn_down.weight", c.n_embd, c.n_ff),
-                post_ffn_norm=up.vector(p + "post_ffw_norm.weight", c.n_embd) if c.has_post_norms else None,
-            ))
-        output_norm = up.vector("output_norm.weight", c.n_embd)
-        output = up.matrix("output.weight", c.vocab_size, c.n_embd) if "output.weight" in gguf.tensors else embd
-        inv = rope_tables(c)
+        g = {spec.role: up.spec(spec) for spec in global_tensor_specs(c)}
+        embd = g["token_embd"]
+        layers = [_layer(up, {spec.role: up.spec(spec) for spec in layer_tensor_specs(c, i)})
+                  for i in range(c.n_layers)]
+        output_norm = g["output_norm"]
+        output = embd if g["output"] is None else g["output"]
+        factors = None
+        if "rope_freqs.weight" in gguf.tensors:       # the same factors the CPU loader checks and divides by
+            up.info("rope_freqs.weight", (c.rope_dim // 2,))
+            factors = np.asarray(gguf.dequantize("rope_freqs.weight"), np.float64)
+            if not (np.isfinite(factors).all() and (factors > 0).all()):
+                raise InvalidModelError("rope_freqs.weight holds non-positive frequency factors",
+                                        field="rope_freqs.weight")
+        inv = rope_tables(c, factors)
         rope = up._alloc_copy(inv, inv.shape, np.float64)
     except BaseException:
         backend.synchronize()

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from engine.errors import InvalidModelError, UnsupportedModelError, short_repr
 from engine.gguf.meta import REQUIRED, Meta
+from engine.model.arch import ARCHITECTURES, Activation, LayerKind, RopeStyle
 
-SUPPORTED_ARCHITECTURES = ("llama", "gemma3", "qwen2", "qwen3")
-
-RopeStyle = Literal["normal", "neox"]   # normal: rotate adjacent pairs (2i, 2i+1); neox: halves (i, i+d/2)
-Activation = Literal["silu", "gelu_tanh"]
+SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 
 # Sanity caps: far above any real model, low enough that a hostile file cannot ask for absurd buffers.
 _MAX_LAYERS = 1024
@@ -59,6 +57,11 @@ class ModelConfig:
     has_qkv_bias: bool                  # qwen2
     has_qk_norm: bool                   # per-head RMSNorm of q and k before rope (gemma3, qwen3)
     has_post_norms: bool                # RMSNorm on the attention and FFN outputs before the residual (gemma3)
+    layer_kinds: tuple[LayerKind, ...] = ()   # per layer; () means every layer is "attention"
+
+    def __post_init__(self):
+        if not self.layer_kinds:
+            object.__setattr__(self, "layer_kinds", ("attention",) * self.n_layers)
 
     @property
     def n_group(self) -> int:
@@ -134,7 +137,7 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
     if rope_dim % 2:
         raise InvalidModelError(f"rope.dimension_count {rope_dim} must be even", field=f"{arch}.rope.dimension_count")
 
-    is_gemma = arch == "gemma3"
+    traits = ARCHITECTURES[arch]
     theta = r.float("rope.freq_base", 10000.0, lo=_MIN_FREQ_BASE, hi=_MAX_FREQ_BASE)
     scale = 1.0
     scaling_type = r.meta.get_str(f"{arch}.rope.scaling.type", "none", max_len=64)
@@ -143,14 +146,15 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
     elif scaling_type != "none":
         raise UnsupportedModelError(f"rope scaling {scaling_type!r} is not supported (only linear)")
 
-    sliding_window = r.int("attention.sliding_window", 0, _MAX_CONTEXT, 0) if is_gemma else 0
+    every = traits.global_every
+    sliding_window = r.int("attention.sliding_window", 0, _MAX_CONTEXT, 0) if every else 0
     # gemma3: every 6th layer (i % 6 == 5) is global, the rest attend to a sliding window (llama.cpp
     # set_swa_pattern(6); transformers layer_types). Sliding layers use the local rope base, unscaled.
-    sliding = tuple(is_gemma and sliding_window > 0 and (i + 1) % 6 != 0 for i in range(n_layers))
+    sliding = tuple(every > 0 and sliding_window > 0 and (i + 1) % every != 0 for i in range(n_layers))
     rope_theta = tuple(10000.0 if s else theta for s in sliding)
     rope_freq_scale = tuple(1.0 if s else scale for s in sliding)
 
-    if is_gemma:
+    if arch == "gemma3":
         # llama.cpp: 1/sqrt(head_dim), except gemma3-27B (62 layers) which uses query_pre_attn_scalar =
         # n_embd / n_head. transformers' query_pre_attn_scalar agrees (256 = head_dim for 270m).
         q_scalar = n_embd / n_head if n_layers == 62 else head_dim
@@ -171,15 +175,16 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
         context_length=r.int("context_length", MIN_CONTEXT, _MAX_CONTEXT, per_layer=False),
         norm_eps=r.float("attention.layer_norm_rms_epsilon", 1e-6, lo=_MIN_NORM_EPS, hi=_MAX_NORM_EPS),
         rope_dim=rope_dim,
-        rope_style="normal" if arch == "llama" else "neox",
+        rope_style=traits.rope_style,
         rope_theta=rope_theta,
         rope_freq_scale=rope_freq_scale,
         sliding_window=sliding_window,
         sliding_layers=sliding,
         attn_scale=attn_scale,
-        embed_scale=math.sqrt(n_embd) if is_gemma else 1.0,
-        activation="gelu_tanh" if is_gemma else "silu",
-        has_qkv_bias=arch == "qwen2",
-        has_qk_norm=arch in ("gemma3", "qwen3"),
-        has_post_norms=is_gemma,
+        embed_scale=math.sqrt(n_embd) if traits.embed_scale_sqrt else 1.0,
+        activation=traits.activation,
+        has_qkv_bias=traits.qkv_bias,
+        has_qk_norm=traits.qk_norm,
+        has_post_norms=traits.post_norms,
+        layer_kinds=("attention",) * n_layers,
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.model.arch import rope_inv_freq
 from engine.model.blas import default_threads, set_blas_threads
 from engine.model.config import ModelConfig
 from engine.model.step import KVCache, StepInput
@@ -41,15 +42,11 @@ def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
 
 
 class Rope:
-    """Rotary embedding for one (theta, freq_scale) pair; cos/sin computed per step from positions.
-    `freq_factors` [rope_dim/2] (GGUF `rope_freqs.weight`, Llama 3.1+ long-context rope) divide the
-    frequencies, as llama.cpp does."""
+    """Rotary embedding by `inv_freq` [rope_dim/2] float64 (one row of engine.model.arch.rope_inv_freq, the
+    GPU's table too); cos/sin computed per step from positions."""
 
-    def __init__(self, config: ModelConfig, theta: float, freq_scale: float, freq_factors: np.ndarray | None = None):
-        half = config.rope_dim // 2
-        self.inv_freq = freq_scale * theta ** (-np.arange(half, dtype=np.float64) * 2.0 / config.rope_dim)
-        if freq_factors is not None:
-            self.inv_freq = self.inv_freq / freq_factors.astype(np.float64)
+    def __init__(self, config: ModelConfig, inv_freq: np.ndarray):
+        self.inv_freq = inv_freq
         self.rope_dim = config.rope_dim
         self.neox = config.rope_style == "neox"
 
@@ -88,10 +85,11 @@ class CpuModel:
         self.act = _ACTIVATIONS[config.activation]
         self._ropes = {}
         self.layer_rope = []
-        for theta, scale in zip(config.rope_theta, config.rope_freq_scale, strict=True):
-            if (theta, scale) not in self._ropes:
-                self._ropes[(theta, scale)] = Rope(config, theta, scale, weights.rope_freqs)
-            self.layer_rope.append(self._ropes[(theta, scale)])
+        inv_freq = rope_inv_freq(config, weights.rope_freqs)            # [n_layers, rope_dim/2]
+        for i, key in enumerate(zip(config.rope_theta, config.rope_freq_scale, strict=True)):
+            if key not in self._ropes:
+                self._ropes[key] = Rope(config, inv_freq[i])
+            self.layer_rope.append(self._ropes[key])
 
     def new_kv_cache(self, num_blocks: int, block_size: int) -> KVCache:
         return KVCache.allocate(self.config, num_blocks, block_size)

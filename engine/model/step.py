@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.model.arch import BLOCK_SIZE, kv_bytes_per_token
 from engine.model.config import ModelConfig
 
-DEFAULT_BLOCK_SIZE = 16
+DEFAULT_BLOCK_SIZE = BLOCK_SIZE
 
 
 @dataclass
@@ -55,7 +56,7 @@ class KVCache:
     @staticmethod
     def blocks_for(config: ModelConfig, max_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
         """How many float32 blocks fit in `max_bytes` (for sizing the cache against memory)."""
-        per_block = 2 * config.n_layers * block_size * config.kv_dim * 4
+        per_block = block_size * kv_bytes_per_token(config, "cpu")
         return max(1, max_bytes // per_block)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.errors import InvalidModelError
+from engine.model.arch import TensorSpec, global_tensor_specs, layer_tensor_specs
 from engine.model.config import ModelConfig
 
 LoadCallback = Callable[[float, str], None]   # (fraction 0..1, message); may raise to cancel
@@ -98,48 +99,51 @@ class _Loader:
     def optional(self, name: str, shape: tuple[int, ...]) -> np.ndarray | None:
         return self.get(name, shape) if self.has(name) else None
 
+    def spec(self, spec: TensorSpec) -> np.ndarray | None:
+        """The tensor `spec` names (float32), or None when it is optional and absent."""
+        if spec.required:
+            return self.get(spec.name, spec.shape)
+        return self.optional(spec.name, spec.shape)
+
 
 def load_weights(gguf, config: ModelConfig, progress: LoadCallback | None = None) -> Weights:
     """Dequantize every tensor of `gguf` (an engine.gguf.GGUFFile) to float32 and check each shape against
-    `config`. Raises InvalidModelError naming the tensor on a missing tensor or a shape mismatch."""
-    c = config
-    ld = _Loader(gguf, c, progress)
-    token_embd = _readonly(ld.get("token_embd.weight", (c.vocab_size, c.n_embd)))
-    layers = []
-    for i in range(c.n_layers):
-        p = f"blk.{i}."
-        q = ld.get(p + "attn_q.weight", (c.q_dim, c.n_embd))
-        k = ld.get(p + "attn_k.weight", (c.kv_dim, c.n_embd))
-        v = ld.get(p + "attn_v.weight", (c.kv_dim, c.n_embd))
-        bias = None
-        if ld.has(p + "attn_q.bias"):
-            bias = np.concatenate([ld.get(p + "attn_q.bias", (c.q_dim,)), ld.get(p + "attn_k.bias", (c.kv_dim,)),
-                                   ld.get(p + "attn_v.bias", (c.kv_dim,))])
-        elif c.has_qkv_bias:
-            raise InvalidModelError(f"{c.arch} needs q/k/v biases; tensor {p}attn_q.bias is missing",
-                                    field=p + "attn_q.bias")
-        gate = ld.get(p + "ffn_gate.weight", (c.n_ff, c.n_embd))
-        up = ld.get(p + "ffn_up.weight", (c.n_ff, c.n_embd))
-        qk_norm = c.has_qk_norm
-        layers.append(LayerWeights(
-            attn_norm=_readonly(ld.get(p + "attn_norm.weight", (c.n_embd,))),
-            wqkv=_readonly(np.concatenate([q, k, v], axis=0)),
-            bqkv=None if bias is None else _readonly(bias),
-            q_norm=_readonly(ld.get(p + "attn_q_norm.weight", (c.head_dim,))) if qk_norm else None,
-            k_norm=_readonly(ld.get(p + "attn_k_norm.weight", (c.head_dim,))) if qk_norm else None,
-            wo=_readonly(ld.get(p + "attn_output.weight", (c.n_embd, c.q_dim))),
-            post_attn_norm=_readonly(ld.get(p + "post_attention_norm.weight", (c.n_embd,)))
-            if c.has_post_norms else None,
-            ffn_norm=_readonly(ld.get(p + "ffn_norm.weight", (c.n_embd,))),
-            w_gate_up=_readonly(np.concatenate([gate, up], axis=0)),
-            w_down=_readonly(ld.get(p + "ffn_down.weight", (c.n_embd, c.n_ff))),
-            post_ffn_norm=_readonly(ld.get(p + "post_ffw_norm.weight", (c.n_embd,))) if c.has_post_norms else None,
-        ))
-    output_norm = _readonly(ld.get("output_norm.weight", (c.n_embd,)))
-    output = (_readonly(ld.get("output.weight", (c.vocab_size, c.n_embd))) if ld.has("output.weight")
-              else token_embd)
-    rope_freqs = ld.optional("rope_freqs.weight", (c.rope_dim // 2,))
+    `config`. Tensors come from engine.model.arch's specs. Raises InvalidModelError naming the tensor on a
+    missing tensor or a shape mismatch."""
+    ld = _Loader(gguf, config, progress)
+    g = {s.role: ld.spec(s) for s in global_tensor_specs(config)}
+    layers = tuple(_layer(config, {s.role: ld.spec(s) for s in layer_tensor_specs(config, i)})
+                   for i in range(config.n_layers))
+    token_embd = _readonly(g["token_embd"])
+    rope_freqs = g["rope_freqs"]
     if rope_freqs is not None and (rope_freqs <= 0).any():
         raise InvalidModelError("rope_freqs.weight holds non-positive frequency factors", field="rope_freqs.weight")
-    return Weights(token_embd=token_embd, layers=tuple(layers), output_norm=output_norm, output=output,
+    return Weights(token_embd=token_embd, layers=layers, output_norm=_readonly(g["output_norm"]),
+                   output=token_embd if g["output"] is None else _readonly(g["output"]),
                    rope_freqs=None if rope_freqs is None else _readonly(rope_freqs))
+
+
+def _maybe(a: np.ndarray | None) -> np.ndarray | None:
+    return None if a is None else _readonly(a)
+
+
+def _layer(c: ModelConfig, t: dict[str, np.ndarray | None]) -> LayerWeights:
+    """An attention layer from its tensors by role (engine.model.arch._attention_specs/_ffn_specs)."""
+    bias = None
+    if t["bq"] is not None or t["bk"] is not None or t["bv"] is not None:
+        if t["bq"] is None or t["bk"] is None or t["bv"] is None:
+            raise InvalidModelError("a layer carries some but not all of the q/k/v biases", field="attn_q.bias")
+        bias = np.concatenate([t["bq"], t["bk"], t["bv"]])
+    return LayerWeights(
+        attn_norm=_readonly(t["attn_norm"]),
+        wqkv=_readonly(np.concatenate([t["wq"], t["wk"], t["wv"]], axis=0)),
+        bqkv=_maybe(bias),
+        q_norm=_maybe(t.get("q_norm")),
+        k_norm=_maybe(t.get("k_norm")),
+        wo=_readonly(t["wo"]),
+        post_attn_norm=_maybe(t.get("post_attn_norm")),
+        ffn_norm=_readonly(t["ffn_norm"]),
+        w_gate_up=_readonly(np.concatenate([t["w_gate"], t["w_up"]], axis=0)),
+        w_down=_readonly(t["w_down"]),
+        post_ffn_norm=_maybe(t.get("post_ffn_norm")),
+    )

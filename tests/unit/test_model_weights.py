@@ -66,7 +66,7 @@ def test_separate_output_head_is_used(config):
 @pytest.mark.parametrize("damage, match", [
     (lambda t: t.pop("blk.1.ffn_up.weight"), "blk.1.ffn_up.weight is missing"),
     (lambda t: t.update({"blk.0.attn_k.weight": np.zeros((8, 8), np.float32)}), "blk.0.attn_k.weight has shape"),
-    (lambda t: t.pop("blk.0.attn_q.bias"), "needs q/k/v biases"),
+    (lambda t: t.pop("blk.0.attn_q.bias"), "blk.0.attn_q.bias is missing"),
     (lambda t: t["blk.0.ffn_down.weight"].__setitem__((0, 0), np.nan), "NaN"),
 ])
 def test_bad_tensors_are_named(config, damage, match):
@@ -94,3 +94,19 @@ def test_rope_freq_factors_divide_the_rotation_frequencies(config):
     assert not np.allclose(logits(plain), logits(slow))
     with pytest.raises(InvalidModelError, match="rope_freqs"):
         load_weights(ArrayFile(t | {"rope_freqs.weight": np.zeros(2, np.float32)}), config)
+
+
+def test_cpu_and_gpu_rotate_by_the_one_rope_function(config):
+    """Both forward passes take their rotary frequencies from engine.model.arch.rope_inv_freq."""
+    from engine.gpu.weights import rope_tables
+    from engine.model.arch import rope_inv_freq
+    from engine.model.cpu_forward import CpuModel
+
+    factors = np.array([1.0, 3.0], np.float32)
+    model = CpuModel(config, load_weights(ArrayFile(tensors(config) | {"rope_freqs.weight": factors}), config))
+    table = rope_inv_freq(config, factors)
+    assert table.shape == (config.n_layers, config.rope_dim // 2)
+    np.testing.assert_array_equal(rope_tables(config, factors), table)
+    for i, rope in enumerate(model.layer_rope):
+        np.testing.assert_array_equal(rope.inv_freq, table[i])
+    np.testing.assert_allclose(table[0], 10000.0 ** (-np.arange(2) / 2) / factors)

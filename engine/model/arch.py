@@ -1,0 +1,189 @@
+"""The one model schema: per-architecture traits, per-layer-kind tensor specs, rope frequencies, memory.
+
+Everything that the CPU loader/forward, the GPU uploader/forward, the memory pre-flight, the KV manager and
+the app's library estimate must agree on is written here once and asked for:
+- `ARCHITECTURES`: what differs between architectures, as data (the forward passes never test `arch`);
+- `layer_tensor_specs(config, layer)`: the GGUF tensors of a layer, by its kind, with the shapes the
+  hyperparameters imply (both loaders iterate these);
+- `rope_inv_freq(config, freq_factors)`: the rotary inverse frequencies of every layer (both paths);
+- `kv_bytes_per_token`, `recurrent_state_bytes`, `weight_bytes`, `memory_estimate`: the memory formulas;
+- `BLOCK_SIZE`: the paged KV cache's block size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from engine.model.config import ModelConfig
+
+BLOCK_SIZE = 16          # tokens per paged-KV block, everywhere (scheduler, caches, benches, diagnostics)
+
+RopeStyle = Literal["normal", "neox"]   # normal: rotate adjacent pairs (2i, 2i+1); neox: halves (i, i+d/2)
+Activation = Literal["silu", "gelu_tanh"]
+LayerKind = Literal["attention", "linear_attention"]   # softmax attention over the paged KV cache | recurrent
+Backend = Literal["cpu", "gpu"]
+
+
+@dataclass(frozen=True)
+class ArchTraits:
+    rope_style: RopeStyle
+    activation: Activation              # applied to the gate projection; out = act(gate) * up
+    qkv_bias: bool = False              # q/k/v projections carry biases (qwen2)
+    qk_norm: bool = False               # per-head RMSNorm of q and k before rope
+    post_norms: bool = False            # RMSNorm on the attention and FFN outputs before the residual (gemma3)
+    embed_scale_sqrt: bool = False      # token embedding times sqrt(n_embd) (gemma)
+    global_every: int = 0               # with a sliding window: every n-th layer is global (gemma3: 6)
+
+
+ARCHITECTURES: dict[str, ArchTraits] = {
+    "llama": ArchTraits(rope_style="normal", activation="silu"),
+    "gemma3": ArchTraits(rope_style="neox", activation="gelu_tanh", qk_norm=True, post_norms=True,
+                         embed_scale_sqrt=True, global_every=6),
+    "qwen2": ArchTraits(rope_style="neox", activation="silu", qkv_bias=True),
+    "qwen3": ArchTraits(rope_style="neox", activation="silu", qk_norm=True),
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    role: str                     # the weight's name in the engine (a field of the layer's weights)
+    name: str                     # full GGUF tensor name
+    shape: tuple[int, ...]        # numpy order: [rows, cols] for matrices (GGUF ne reversed)
+    matrix: bool                  # a projection (kept quantized on the GPU) rather than a vector
+    required: bool = True         # False: loaded when present, None when absent
+
+    @property
+    def vector(self) -> bool:
+        return not self.matrix
+
+
+def _attention_specs(c: ModelConfig, p: str) -> list[TensorSpec]:
+    t = ARCHITECTURES[c.arch]
+    specs = [TensorSpec("attn_norm", p + "attn_norm.weight", (c.n_embd,), False),
+             TensorSpec("wq", p + "attn_q.weight", (c.q_dim, c.n_embd), True),
+             TensorSpec("wk", p + "attn_k.weight", (c.kv_dim, c.n_embd), True),
+             TensorSpec("wv", p + "attn_v.weight", (c.kv_dim, c.n_embd), True),
+             # biases: required where the architecture has them, used where a file carries them anyway
+             TensorSpec("bq", p + "attn_q.bias", (c.q_dim,), False, required=t.qkv_bias),
+             TensorSpec("bk", p + "attn_k.bias", (c.kv_dim,), False, required=t.qkv_bias),
+             TensorSpec("bv", p + "attn_v.bias", (c.kv_dim,), False, required=t.qkv_bias)]
+    if t.qk_norm:
+        specs += [TensorSpec("q_norm", p + "attn_q_norm.weight", (c.head_dim,), False),
+                  TensorSpec("k_norm", p + "attn_k_norm.weight", (c.head_dim,), False)]
+    specs.append(TensorSpec("wo", p + "attn_output.weight", (c.n_embd, c.q_dim), True))
+    if t.post_norms:
+        specs.append(TensorSpec("post_attn_norm", p + "post_attention_norm.weight", (c.n_embd,), False))
+    return specs
+
+
+def _ffn_specs(c: ModelConfig, p: str) -> list[TensorSpec]:
+    t = ARCHITECTURES[c.arch]
+    specs = [TensorSpec("ffn_norm", p + "ffn_norm.weight", (c.n_embd,), False),
+             TensorSpec("w_gate", p + "ffn_gate.weight", (c.n_ff, c.n_embd), True),
+             TensorSpec("w_up", p + "ffn_up.weight", (c.n_ff, c.n_embd), True),
+             TensorSpec("w_down", p + "ffn_down.weight", (c.n_embd, c.n_ff), True)]
+    if t.post_norms:
+        specs.append(TensorSpec("post_ffn_norm", p + "post_ffw_norm.weight", (c.n_embd,), False))
+    return specs
+
+
+_MIXER_SPECS = {"attention": _attention_specs}
+
+
+def layer_tensor_specs(config: ModelConfig, layer: int) -> tuple[TensorSpec, ...]:
+    """The tensors of layer `layer`: its mixer (by `config.layer_kinds[layer]`), then its FFN."""
+    p = f"blk.{layer}."
+    return tuple(_MIXER_SPECS[config.layer_kinds[layer]](config, p) + _ffn_specs(config, p))
+
+
+def global_tensor_specs(config: ModelConfig) -> tuple[TensorSpec, ...]:
+    c = config
+    return (TensorSpec("token_embd", "token_embd.weight", (c.vocab_size, c.n_embd), True),
+            TensorSpec("output_norm", "output_norm.weight", (c.n_embd,), False),
+            TensorSpec("output", "output.weight", (c.vocab_size, c.n_embd), True, required=False),  # absent: tied
+            TensorSpec("rope_freqs", "rope_freqs.weight", (c.rope_dim // 2,), False, required=False))
+
+
+# rope --------------------------------------------------------------------------------------------------
+def rope_inv_freq(config: ModelConfig, freq_factors: np.ndarray | None = None) -> np.ndarray:
+    """[n_layers, rope_dim / 2] float64 inverse frequencies: freq_scale * theta^(-2i / rope_dim), divided by
+    `freq_factors` (GGUF `rope_freqs.weight`, Llama 3.1+ long-context rope) as llama.cpp does. The CPU and
+    GPU forward passes both rotate by exactly these numbers."""
+    half = config.rope_dim // 2
+    exps = -np.arange(half, dtype=np.float64) * 2.0 / config.rope_dim
+    table = np.stack([scale * theta ** exps
+                      for theta, scale in zip(config.rope_theta, config.rope_freq_scale, strict=True)])
+    if freq_factors is not None:
+        table = table / np.asarray(freq_factors, dtype=np.float64)[None, :]
+    return table
+
+
+# memory ------------------------------------------------------------------------------------------------
+KV_BYTES_PER_VALUE = 4       # both paths keep K and V in float32
+TOKEN_ID_BYTES = 4           # the GPU cache keeps the token id of every slot (the repetition penalty's history)
+ALLOC_GRANULARITY = 512      # cudaMalloc/hipMalloc round small allocations up to at least this
+VECTOR_NAMES = ("norm", "bias")   # tensor names holding vectors uploaded as float32
+
+
+def _round(n: int) -> int:
+    return -(-n // ALLOC_GRANULARITY) * ALLOC_GRANULARITY
+
+
+def n_attention_layers(config: ModelConfig) -> int:
+    return sum(kind == "attention" for kind in config.layer_kinds)
+
+
+def kv_bytes_per_token(config: ModelConfig, backend: Backend = "cpu") -> int:
+    """Bytes of paged KV cache one token occupies (K and V of every attention layer)."""
+    per = 2 * n_attention_layers(config) * config.kv_dim * KV_BYTES_PER_VALUE
+    return per + (TOKEN_ID_BYTES if backend == "gpu" else 0)
+
+
+def kv_cache_bytes(config: ModelConfig, num_blocks: int, block_size: int = BLOCK_SIZE,
+                   backend: Backend = "cpu") -> int:
+    return num_blocks * block_size * kv_bytes_per_token(config, backend)
+
+
+def recurrent_state_bytes(config: ModelConfig) -> int:
+    """Per sequence: the recurrent state of every linear-attention layer (0 for pure-attention models)."""
+    return 0
+
+
+def weight_bytes(tensors, backend: Backend) -> int:
+    """`tensors`: the GGUF's TensorInfos. GPU: quantized matrices upload as they are in the file, vectors as
+    float32, each allocation rounded up. CPU: everything is dequantized to float32."""
+    if backend == "cpu":
+        return sum(t.n_elements * 4 for t in tensors)
+    total = 0
+    for t in tensors:
+        if len(t.shape) == 1 or any(k in t.name for k in VECTOR_NAMES):
+            total += _round(t.n_elements * 4)
+        else:
+            total += _round(t.nbytes)
+    return total
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    weights: int
+    kv_cache: int
+    recurrent_state: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.recurrent_state
+
+
+def memory_estimate(config: ModelConfig, ctx: int, backend: Backend, tensors=(), num_seqs: int = 1
+                    ) -> MemoryEstimate:
+    """What loading the model with a context of `ctx` tokens (capped at the trained length) costs on
+    `backend`: weights (from the GGUF `tensors`), the KV cache and `num_seqs` sequences' recurrent state.
+    Scratch activations and the runtime's reserve are not included (engine.gpu.preflight adds them)."""
+    ctx = min(ctx, config.context_length)
+    blocks = -(-ctx // BLOCK_SIZE)
+    return MemoryEstimate(weights=weight_bytes(tensors, backend),
+                          kv_cache=kv_cache_bytes(config, blocks, BLOCK_SIZE, backend),
+                          recurrent_state=num_seqs * recurrent_state_bytes(config))
