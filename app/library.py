@@ -5,13 +5,16 @@ hostile file gives an entry with `error` set instead of an exception in the GUI.
 """
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import EngineError
-from engine.gguf import open_gguf
+import numpy as np
+
+from engine.errors import EngineError, short_repr
+from engine.gguf import Meta, open_gguf
 from engine.model.arch import kv_bytes_per_token, memory_estimate
 from engine.model.config import ModelConfig
 from engine.paths import models_dir
@@ -20,6 +23,7 @@ from engine.paths import models_dir
 _FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
                11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
                17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -71,14 +75,20 @@ def inspect_model(path: Path | str) -> ModelEntry:
         return ModelEntry(path=path, file_size=size, error=str(e))
     except OSError as e:
         return ModelEntry(path=path, file_size=size, error=f"cannot read the file: {e.strerror or e}")
+    except Exception as e:   # a reader bug must list one bad file, never stop the scan or the app's start
+        log.exception("unexpected error inspecting %s", path)
+        return ModelEntry(path=path, file_size=size,
+                          error=f"the file could not be read ({type(e).__name__}: {short_repr(str(e))})")
 
 
-def _entry_from_metadata(path: Path, size: int, meta, tensors) -> ModelEntry:
-    arch = str(meta.get("general.architecture", ""))
+def _entry_from_metadata(path: Path, size: int, metadata, tensors) -> ModelEntry:
+    """Typed reads only (engine.gguf.Meta): a wrong-typed key is an InvalidModelError, caught above."""
+    meta = Meta(metadata)
+    arch = meta.get_str("general.architecture", "")
 
     def arch_int(key: str) -> int:
-        value = meta.get(f"{arch}.{key}", 0)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+        value = meta.get_int_or_per_layer(f"{arch}.{key}", 0, lo=0)
+        return int(value.max()) if isinstance(value, np.ndarray) and len(value) else int(value or 0)
 
     n_head = arch_int("attention.head_count")
     n_kv = arch_int("attention.head_count_kv") or n_head
@@ -92,16 +102,16 @@ def _entry_from_metadata(path: Path, size: int, meta, tensors) -> ModelEntry:
         est = memory_estimate(config, 0, "gpu", tensors.values())
         weights, per_token, state = est.weights, kv_bytes_per_token(config, "gpu"), est.recurrent_state
     return ModelEntry(
-        path=path, file_size=size, name=str(meta.get("general.name", "") or path.stem), architecture=arch,
+        path=path, file_size=size, name=meta.get_str("general.name", "") or path.stem, architecture=arch,
         quantization=_quantization(meta, tensors), context_length=arch_int("context_length"),
         n_layers=arch_int("block_count"), n_kv_heads=n_kv, head_dim=head_dim,
-        has_chat_template=bool(meta.get("tokenizer.chat_template")), weight_bytes=weights,
+        has_chat_template=bool(meta.get_str("tokenizer.chat_template")), weight_bytes=weights,
         kv_bytes_per_token=per_token, state_bytes=state)
 
 
 def _quantization(meta, tensors) -> str:
-    file_type = meta.get("general.file_type")
-    if isinstance(file_type, int) and file_type in _FILE_TYPES:
+    file_type = meta.get_int("general.file_type")
+    if file_type in _FILE_TYPES:
         return _FILE_TYPES[file_type]
     by_type: dict[str, int] = {}
     for info in tensors.values():

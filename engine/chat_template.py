@@ -286,11 +286,13 @@ def _as_template_error(error: BaseException) -> TemplateError:
 
 def chat_template_from_metadata(metadata: Mapping[str, Any], tokenizer=None, **options: Any) -> ChatTemplate | None:
     """The model's default template (`tokenizer.chat_template`), or None: the model is completion-only."""
-    source = metadata.get("tokenizer.chat_template")
+    from engine.gguf.meta import Meta  # a non-string template is a malformed file, never literal text
+
+    source = Meta.of(metadata).get_str("tokenizer.chat_template")
     if not source:
         return None
     bos = eos = ""
     if tokenizer is not None:
         bos = tokenizer.token_text(tokenizer.bos_id) if tokenizer.bos_id is not None else ""
         eos = tokenizer.token_text(tokenizer.eos_id) if tokenizer.eos_id is not None else ""
-    return ChatTemplate(str(source), bos_token=bos, eos_token=eos, **options)
+    return ChatTemplate(source, bos_token=bos, eos_token=eos, **options)

@@ -47,7 +47,7 @@ def resolve_model(args) -> Path:
 
 
 def cmd_inspect(args) -> int:
-    from .gguf import open_gguf
+    from .gguf import Meta, open_gguf
     from .model.config import ModelConfig
     from .model.loader import model_info, type_histogram
 
@@ -63,7 +63,12 @@ def cmd_inspect(args) -> int:
         print(f"quantization:  {info.quantization}")
         print(f"context:       {info.context_length}")
         print(f"chat template: {'yes' if info.has_chat_template else 'no (completion only)'}")
-        print(f"tokenizer:     {meta.get('tokenizer.ggml.model')} ({len(meta.get('tokenizer.ggml.tokens', []))} tokens)")
+        typed = Meta(meta)
+        try:
+            print(f"tokenizer:     {typed.get_str('tokenizer.ggml.model')} "
+                  f"({len(typed.get_str_list('tokenizer.ggml.tokens', []))} tokens)")
+        except EngineError as e:
+            print(f"tokenizer:     unreadable - {e}")
         print("tensor types:  " + ", ".join(f"{k} x{v}" for k, v in sorted(hist.items(), key=lambda kv: -kv[1])))
         try:
             c = ModelConfig.from_metadata(meta)

@@ -1,6 +1,15 @@
 """Every error the engine raises on purpose. Callers catch these by type, never by message text."""
 
 
+MAX_QUOTE_CHARS = 200   # how much of an untrusted name or value an error message quotes
+
+
+def short_repr(value, limit: int = MAX_QUOTE_CHARS) -> str:
+    """`repr(value)` cut to `limit` characters: hostile keys and values can be megabytes long."""
+    text = repr(value[:limit] if isinstance(value, (str, bytes)) else value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 class EngineError(Exception):
     """Base of all engine errors. `str(e)` is written for the user: what happened and what to do."""
 
@@ -11,11 +20,11 @@ class InvalidModelError(EngineError):
     def __init__(self, message: str, *, field: str | None = None, offset: int | None = None):
         where = []
         if field is not None:
-            where.append(f"field {field!r}")
+            where.append(f"field {short_repr(field)}")
         if offset is not None:
             where.append(f"offset {offset}")
         super().__init__(f"{message} ({', '.join(where)})" if where else message)
-        self.field = field
+        self.field = field if field is None or len(field) <= MAX_QUOTE_CHARS else field[:MAX_QUOTE_CHARS]
         self.offset = offset
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import InvalidModelError, UnsupportedModelError
+from engine.errors import InvalidModelError, UnsupportedModelError, short_repr
+from engine.gguf.meta import REQUIRED, Meta
 from engine.model.arch import ARCHITECTURES, Activation, LayerKind, RopeStyle
 
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
@@ -25,6 +26,11 @@ _MAX_HEAD_DIM = 1024
 _MAX_CONTEXT = 1 << 24
 _MAX_VOCAB = 1 << 22
 _MAX_FFN = 1 << 20
+MIN_CONTEXT = 16                         # a chat needs room for a prompt and a reply
+_MIN_NORM_EPS, _MAX_NORM_EPS = 1e-12, 1e-2
+_MIN_FREQ_BASE, _MAX_FREQ_BASE = 1.0, 1e10
+_MIN_ROPE_FACTOR, _MAX_ROPE_FACTOR = 1e-3, 1e4
+_MIN_ATTN_SCALE, _MAX_ATTN_SCALE = 1e-6, 1e3
 
 
 @dataclass(frozen=True)
@@ -88,62 +94,49 @@ class ModelConfig:
 
     @staticmethod
     def from_metadata(meta: dict[str, Any]) -> ModelConfig:
-        arch = meta.get("general.architecture")
-        if not isinstance(arch, str):
-            raise InvalidModelError("general.architecture is missing or not a string", field="general.architecture")
+        arch = Meta.of(meta).get_str("general.architecture", REQUIRED)
         if arch not in SUPPORTED_ARCHITECTURES:
             raise UnsupportedModelError(
-                f"Architecture {arch!r} is not supported; this engine runs: {', '.join(SUPPORTED_ARCHITECTURES)}")
+                f"Architecture {short_repr(arch)} is not supported; this engine runs: {', '.join(SUPPORTED_ARCHITECTURES)}")
         return _build(arch, _Reader(meta, arch))
 
 
 class _Reader:
-    """Typed, range-checked access to `<arch>.<key>` metadata values."""
+    """`<arch>.<key>` hyperparameters through the typed metadata accessor (engine.gguf.meta)."""
 
     def __init__(self, meta: dict[str, Any], arch: str):
-        self.meta = meta
+        self.meta = Meta.of(meta)
         self.arch = arch
 
-    def int(self, key: str, lo: int, hi: int, default: int | None = None) -> int:
+    def int(self, key: str, lo: int, hi: int, default: int | None = None, per_layer: bool = True) -> int:
+        """`per_layer`: a per-layer array is allowed (and must be uniform); else only a scalar."""
         name = f"{self.arch}.{key}"
-        value = self.meta.get(name, default)
-        if value is None:
-            raise InvalidModelError(f"required hyperparameter {name} is missing", field=name)
-        if isinstance(value, (list, tuple, np.ndarray)):   # per-layer arrays: we need them uniform
-            value = list(np.asarray(value).ravel().tolist())
-            if not value or any(v != value[0] for v in value):
-                raise UnsupportedModelError(f"{name} varies per layer ({value}); not supported")
-            value = value[0]
-        numeric = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-        if not numeric or not math.isfinite(value) or not float(value).is_integer():
-            raise InvalidModelError(f"{name} must be an integer, got {value!r}", field=name)
-        value = int(value)
-        if not lo <= value <= hi:
-            raise InvalidModelError(f"{name} = {value} is outside the sane range {lo}..{hi}", field=name)
+        get = self.meta.get_int_or_per_layer if per_layer else self.meta.get_int
+        value = get(name, REQUIRED if default is None else default, lo=lo, hi=hi)
+        if isinstance(value, np.ndarray):   # per-layer arrays: we need them uniform
+            if not len(value) or (value != value[0]).any():
+                raise UnsupportedModelError(f"{name} varies per layer ({short_repr(value.tolist())}); not supported")
+            value = int(value[0])
         return value
 
-    def float(self, key: str, default: float | None = None) -> float:
+    def float(self, key: str, default: float | None = None, lo: float = 0.0, hi: float | None = None) -> float:
+        """A finite number in [lo, hi] that is above zero."""
         name = f"{self.arch}.{key}"
-        value = self.meta.get(name, default)
-        if value is None:
-            raise InvalidModelError(f"required hyperparameter {name} is missing", field=name)
-        if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
-            raise InvalidModelError(f"{name} must be a number, got {value!r}", field=name)
-        value = float(value)
-        if not math.isfinite(value) or value <= 0:
+        value = self.meta.get_float(name, REQUIRED if default is None else default, lo=lo, hi=hi)
+        if value <= 0:
             raise InvalidModelError(f"{name} = {value} must be a positive finite number", field=name)
         return value
 
 
 def _vocab_size(meta: dict[str, Any], r: _Reader) -> int:
-    tokens = meta.get("tokenizer.ggml.tokens")
+    tokens = r.meta.get_str_list("tokenizer.ggml.tokens")
     default = len(tokens) if tokens is not None else None
     return r.int("vocab_size", 1, _MAX_VOCAB, default)
 
 
 def _build(arch: str, r: _Reader) -> ModelConfig:
-    n_layers = r.int("block_count", 1, _MAX_LAYERS)
-    n_embd = r.int("embedding_length", 1, _MAX_EMBD)
+    n_layers = r.int("block_count", 1, _MAX_LAYERS, per_layer=False)
+    n_embd = r.int("embedding_length", 1, _MAX_EMBD, per_layer=False)
     n_head = r.int("attention.head_count", 1, _MAX_HEADS)
     n_head_kv = r.int("attention.head_count_kv", 1, _MAX_HEADS, n_head)
     if n_head % n_head_kv:
@@ -161,12 +154,12 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
         raise InvalidModelError(f"rope.dimension_count {rope_dim} must be even", field=f"{arch}.rope.dimension_count")
 
     traits = ARCHITECTURES[arch]
-    theta = r.float("rope.freq_base", 10000.0)
+    theta = r.float("rope.freq_base", 10000.0, lo=_MIN_FREQ_BASE, hi=_MAX_FREQ_BASE)
     scale = 1.0
-    scaling_type = r.meta.get(f"{arch}.rope.scaling.type", "none")
+    scaling_type = r.meta.get_str(f"{arch}.rope.scaling.type", "none", max_len=64)
     if scaling_type == "linear":
-        scale = 1.0 / r.float("rope.scaling.factor", 1.0)
-    elif scaling_type not in ("none", None):
+        scale = 1.0 / r.float("rope.scaling.factor", 1.0, lo=_MIN_ROPE_FACTOR, hi=_MAX_ROPE_FACTOR)
+    elif scaling_type != "none":
         raise UnsupportedModelError(f"rope scaling {scaling_type!r} is not supported (only linear)")
 
     every = traits.global_every
@@ -184,7 +177,7 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
         attn_scale = 1.0 / math.sqrt(q_scalar)
     else:
         attn_scale = 1.0 / math.sqrt(head_dim)
-    attn_scale = float(r.meta.get(f"{arch}.attention.scale", attn_scale))
+    attn_scale = r.float("attention.scale", attn_scale, lo=_MIN_ATTN_SCALE, hi=_MAX_ATTN_SCALE)
 
     hybrid = _hybrid_fields(r, n_layers) if traits.hybrid else {}
     layer_kinds = hybrid.pop("layer_kinds", ("attention",) * n_layers)
@@ -197,8 +190,8 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
         head_dim=head_dim,
         n_ff=r.int("feed_forward_length", 1, _MAX_FFN),
         vocab_size=_vocab_size(r.meta, r),
-        context_length=r.int("context_length", 1, _MAX_CONTEXT),
-        norm_eps=r.float("attention.layer_norm_rms_epsilon", 1e-6),
+        context_length=r.int("context_length", MIN_CONTEXT, _MAX_CONTEXT, per_layer=False),
+        norm_eps=r.float("attention.layer_norm_rms_epsilon", 1e-6, lo=_MIN_NORM_EPS, hi=_MAX_NORM_EPS),
         rope_dim=rope_dim,
         rope_style=traits.rope_style,
         rope_theta=rope_theta,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.api import ModelInfo
+from engine.gguf.meta import Meta
 from engine.model.config import ModelConfig
 from engine.model.cpu_forward import CpuModel
 from engine.model.weights import LoadCallback, Weights, load_weights
@@ -43,10 +44,10 @@ def _type_name(ggml_type) -> str:
 
 
 def model_info(path: Path, gguf, config: ModelConfig | None = None) -> ModelInfo:
-    meta = gguf.metadata
-    template = meta.get("tokenizer.chat_template")
+    meta = Meta(gguf.metadata)
+    template = meta.get_str("tokenizer.chat_template")
     hist = type_histogram(gguf)
-    quant = _FILE_TYPES.get(meta.get("general.file_type"))
+    quant = _FILE_TYPES.get(meta.get_int("general.file_type"))
     if quant is None:
         non_f32 = {k: v for k, v in hist.items() if k != "F32"} or hist
         quant = max(non_f32, key=non_f32.get) if non_f32 else "unknown"
@@ -56,17 +57,17 @@ def model_info(path: Path, gguf, config: ModelConfig | None = None) -> ModelInfo
         for d in t.shape:
             n *= d
         params += n
+    arch = meta.get_str("general.architecture", "unknown")
     return ModelInfo(
         path=str(path),
-        name=str(meta.get("general.name") or Path(path).stem),
-        architecture=str(meta.get("general.architecture", "unknown")),
+        name=meta.get_str("general.name", "") or Path(path).stem,
+        architecture=arch,
         file_size=Path(path).stat().st_size,
         quantization=quant,
         parameters=params,
-        context_length=config.context_length if config else int(meta.get(
-            f"{meta.get('general.architecture')}.context_length", 0) or 0),
-        has_chat_template=bool(meta.get("tokenizer.chat_template")),
-        template_options=template_options(template if isinstance(template, str) else None),
+        context_length=config.context_length if config else meta.get_int(f"{arch}.context_length", 0, lo=0),
+        has_chat_template=bool(template),
+        template_options=template_options(template),
     )
 
 

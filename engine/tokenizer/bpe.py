@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
-from engine.errors import UnsupportedModelError
+from engine.errors import InvalidModelError, UnsupportedModelError, short_repr
 
 from .vocab import Vocab
 
@@ -85,7 +85,11 @@ def build_bpe(vocab: Vocab, token_to_id: Mapping[str, int]) -> Tokenizer:
         left, sep, right = line.partition(" ")
         if sep:
             merges.append((left, right))
-    model = models.BPE(vocab=dict(token_to_id), merges=merges, ignore_merges=ignore_merges, fuse_unk=False)
+    try:
+        model = models.BPE(vocab=dict(token_to_id), merges=merges, ignore_merges=ignore_merges, fuse_unk=False)
+    except Exception as e:   # the Rust library raises plain Exception for merges naming unknown tokens etc.
+        raise InvalidModelError(f"the BPE vocabulary is rejected by the tokenizer: {short_repr(str(e))}",
+                                field="tokenizer.ggml.merges") from None
     tok = Tokenizer(model)
     splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
     tok.pre_tokenizer = pre_tokenizers.Sequence(

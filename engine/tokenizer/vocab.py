@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import InvalidModelError, UnsupportedModelError
+from engine.errors import InvalidModelError, UnsupportedModelError, short_repr
+from engine.gguf.meta import Meta
 
 
 class TokenType(enum.IntEnum):
@@ -70,11 +71,10 @@ class Vocab:
         return len(self.tokens)
 
 
-def _optional_id(md: Mapping[str, Any], key: str, n_vocab: int, default: int | None = None) -> int | None:
-    value = md.get(key, default)
+def _optional_id(md: Meta, key: str, n_vocab: int, default: int | None = None) -> int | None:
+    value = md.get_int(key, default)
     if value is None:
         return None
-    value = int(value)
     if value == -1 or value == 0xFFFFFFFF:   # some converters write -1 / UINT32_MAX for "none"
         return None
     if not 0 <= value < n_vocab:
@@ -83,34 +83,36 @@ def _optional_id(md: Mapping[str, Any], key: str, n_vocab: int, default: int | N
 
 
 def vocab_from_metadata(md: Mapping[str, Any]) -> Vocab:
-    model = md.get("tokenizer.ggml.model")
+    md = Meta.of(md)
+    model = md.get_str("tokenizer.ggml.model")
     if model is None:
         raise UnsupportedModelError("the model file has no tokenizer (tokenizer.ggml.model is missing)")
     if model not in SUPPORTED_MODELS:
         raise UnsupportedModelError(
-            f"tokenizer type {model!r} is not supported (supported: {', '.join(SUPPORTED_MODELS)})")
+            f"tokenizer type {short_repr(model)} is not supported (supported: {', '.join(SUPPORTED_MODELS)})")
 
-    tokens = md.get("tokenizer.ggml.tokens")
+    tokens = md.get_str_list("tokenizer.ggml.tokens")
     if tokens is None or len(tokens) == 0:
         raise InvalidModelError("the vocabulary is empty", field="tokenizer.ggml.tokens")
-    tokens = _as_typed_list(tokens, str, "tokenizer.ggml.tokens")
     n = len(tokens)
 
-    raw_types = md.get("tokenizer.ggml.token_type")
+    raw_types = md.get_array("tokenizer.ggml.token_type", kind="int")
     types = (_as_typed_list(raw_types, int, "tokenizer.ggml.token_type") if raw_types is not None
              else [int(TokenType.NORMAL)] * n)
     if len(types) != n:
         raise InvalidModelError(f"{len(types)} token types for {n} tokens", field="tokenizer.ggml.token_type")
+    if types and not (min(types) >= 0 and max(types) <= max(TokenType)):
+        raise InvalidModelError(f"token types must be 0..{int(max(TokenType))}, found {min(types)}..{max(types)}",
+                                field="tokenizer.ggml.token_type")
 
-    raw_scores = md.get("tokenizer.ggml.scores")
+    raw_scores = md.get_array("tokenizer.ggml.scores", kind="number")
     scores = _as_typed_list(raw_scores, float, "tokenizer.ggml.scores") if raw_scores is not None else None
     if scores is not None and len(scores) != n:
         raise InvalidModelError(f"{len(scores)} scores for {n} tokens", field="tokenizer.ggml.scores")
     if model == "llama" and scores is None:
         raise InvalidModelError("a SentencePiece vocabulary needs scores", field="tokenizer.ggml.scores")
 
-    raw_merges = md.get("tokenizer.ggml.merges")
-    merges = _as_typed_list(raw_merges, str, "tokenizer.ggml.merges") if raw_merges is not None else None
+    merges = md.get_str_list("tokenizer.ggml.merges")
     if model == "gpt2" and not merges:
         raise InvalidModelError("a BPE vocabulary needs merges", field="tokenizer.ggml.merges")
 
@@ -118,7 +120,7 @@ def vocab_from_metadata(md: Mapping[str, Any]) -> Vocab:
     # Defaults follow llama.cpp: SPM adds BOS and a space prefix unless the file says otherwise.
     return Vocab(
         model=model,
-        pre=str(md.get("tokenizer.ggml.pre", "") or ""),
+        pre=md.get_str("tokenizer.ggml.pre", "", max_len=256),
         tokens=tokens,
         types=types,
         scores=scores,
@@ -128,9 +130,9 @@ def vocab_from_metadata(md: Mapping[str, Any]) -> Vocab:
         eot_id=_optional_id(md, "tokenizer.ggml.eot_token_id", n),
         eom_id=_optional_id(md, "tokenizer.ggml.eom_token_id", n),
         unk_id=_optional_id(md, "tokenizer.ggml.unknown_token_id", n, 0 if is_spm else None),
-        add_bos=bool(md.get("tokenizer.ggml.add_bos_token", is_spm)),
-        add_eos=bool(md.get("tokenizer.ggml.add_eos_token", False)),
-        add_space_prefix=bool(md.get("tokenizer.ggml.add_space_prefix", is_spm)),
+        add_bos=md.get_bool("tokenizer.ggml.add_bos_token", is_spm),
+        add_eos=md.get_bool("tokenizer.ggml.add_eos_token", False),
+        add_space_prefix=md.get_bool("tokenizer.ggml.add_space_prefix", is_spm),
     )
 
 
