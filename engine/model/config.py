@@ -213,12 +213,12 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
 def _hybrid_fields(r: _Reader, n_layers: int) -> dict[str, Any]:
     """qwen35: which layers are linear attention (`attention.recurrent_layers`, else every
     `full_attention_interval`-th layer is full attention, as llama.cpp reads it) and the DeltaNet sizes."""
-    recurrent = r.meta.get(f"{r.arch}.attention.recurrent_layers")
+    key = f"{r.arch}.attention.recurrent_layers"
+    recurrent = r.meta.get_array(key, None, kind="bool")
     if recurrent is not None:
-        flags = list(np.asarray(recurrent).ravel().tolist())
-        if len(flags) < n_layers or any(not isinstance(f, (bool, int)) for f in flags):
-            raise InvalidModelError(f"{r.arch}.attention.recurrent_layers must hold a flag per layer",
-                                    field=f"{r.arch}.attention.recurrent_layers")
+        flags = recurrent.tolist()
+        if len(flags) < n_layers:            # llama.cpp allows extra entries (an MTP block past the stack)
+            raise InvalidModelError(f"{key} has {len(flags)} flags for {n_layers} layers", field=key)
         kinds = tuple("linear_attention" if flags[i] else "attention" for i in range(n_layers))
     else:
         every = r.int("full_attention_interval", 1, _MAX_LAYERS, 4)
