@@ -43,7 +43,7 @@ def test_good_sampling_values_pass():
 
 @pytest.fixture(scope="module")
 def tiny():
-    from tests.unit.test_engine_core import tiny as make   # the same module fixture body
+    from tests.unit.test_engine_core import tiny as make  # the same module fixture body
     return make.__wrapped__()
 
 
