@@ -13,12 +13,16 @@ from typing import Literal
 from PySide6.QtCore import QSettings
 
 from engine.api import SamplingParams
+from engine.errors import EngineError
 
 Backend = Literal["auto", "hip", "cuda", "cpu"]
 Theme = Literal["system", "light", "dark"]
 BACKENDS: tuple[Backend, ...] = ("auto", "hip", "cuda", "cpu")
 THEMES: tuple[Theme, ...] = ("system", "light", "dark")
 ORGANIZATION = APPLICATION = "Halo Chat"
+
+
+MIN_CONTEXT_SETTING = 256   # the smallest context the settings dialog offers
 
 
 @dataclass(frozen=True)
@@ -41,16 +45,29 @@ class Sampling:
 
     @classmethod
     def from_dict(cls, data: dict, base: Sampling | None = None) -> Sampling:
-        """Known keys of `data` over `base` (the defaults); wrong types fall back to `base`."""
+        """Known keys of `data` over `base` (the defaults); a value of the wrong type, or one the engine
+        would refuse (SamplingParams.validate: NaN temperature, min_p 2, max_tokens 0...), falls back to
+        `base`'s: a stored chat never carries a bad setting into a request."""
         base = base or cls()
-        values = {}
+        result = base
+        if not isinstance(data, dict):
+            return result
         for f in fields(cls):
-            if f.name in data:
-                try:
-                    values[f.name] = type(getattr(base, f.name))(data[f.name])
-                except (TypeError, ValueError):
-                    pass
-        return replace(base, **values)
+            if f.name not in data:
+                continue
+            kind = type(getattr(base, f.name))
+            value = data[f.name]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) and kind is not str:
+                continue
+            try:
+                candidate = replace(result, **{f.name: kind(value)})
+                candidate.to_params().validate()
+            except (TypeError, ValueError, OverflowError, EngineError):
+                continue
+            if candidate.context_length < MIN_CONTEXT_SETTING:
+                continue
+            result = candidate
+        return result
 
 
 def use_settings_dir(folder: Path | str) -> None:

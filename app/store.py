@@ -189,10 +189,19 @@ class Store:
         return int(row[0]) // 4
 
 
+def _json_object(text: str | None) -> dict:
+    """A stored JSON object, or {} when the column is empty, corrupt or not an object (defaults then apply)."""
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def _conversation(row: sqlite3.Row) -> Conversation:
     return Conversation(id=row["id"], title=row["title"], created_at=row["created_at"],
                         updated_at=row["updated_at"], system_prompt=row["system_prompt"],
-                        sampling=json.loads(row["sampling_json"] or "{}"))
+                        sampling=_json_object(row["sampling_json"]))
 
 
 def _message(row: sqlite3.Row) -> Message:

@@ -36,9 +36,17 @@ class SamplingParams:
     stop: tuple[str, ...] = ()  # stop strings; the text up to (not including) the match is emitted
     top_logits: int = 0         # report the first step's top-K (id, logit) pairs in Finished (K <= TOP_LOGITS_MAX)
 
+    def validate(self) -> SamplingParams:
+        """Raises InvalidRequestError naming the bad field (rules: engine.sampling.check_params); returns self."""
+        from engine.sampling import check_params
+
+        check_params(self)
+        return self
+
     @staticmethod
     def greedy(max_tokens: int = 64, **kw) -> SamplingParams:
-        return SamplingParams(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=max_tokens, **kw)
+        return SamplingParams(**{"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, **kw},
+                              max_tokens=max_tokens)
 
 
 @dataclass(frozen=True)

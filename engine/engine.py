@@ -15,14 +15,20 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.api import Event, Finished, GenerateRequest, LoadProgress, ModelInfo, Usage
 from engine.core.engine_core import EngineCore
 from engine.core.setup import DEFAULT_MAX_NUM_SEQS, BackendChoice
-from engine.errors import EngineError, ModelNotLoadedError, RequestAborted, UnsupportedModelError
+from engine.errors import (
+    ContextOverflowError,
+    EngineError,
+    ModelNotLoadedError,
+    RequestAborted,
+    UnsupportedModelError,
+)
 from engine.generation import Generation, encode_prompt
 from engine.prompt import PromptFormat
 from engine.reasoning import reasoning_parser
@@ -66,6 +72,19 @@ class RequestHandle:
         self._engine.abort(self.request_id)
 
 
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot for diagnostics and tests (Engine.stats)."""
+
+    model_loaded: bool
+    live_requests: int            # submitted and not yet finished (encoding, waiting or running)
+    running: int
+    waiting: int
+    kv_blocks_total: int
+    kv_blocks_free: int
+    steps_in_flight: int
+
+
 @dataclass
 class _Loaded:
     info: ModelInfo
@@ -98,6 +117,9 @@ class Engine:
         self.model_info: ModelInfo | None = None          # written by the engine thread only
         self.backend_reason = ""                          # why the loaded model runs where it runs
         self.async_reason = ""                            # why async scheduling is on/off for it
+        # Prompts are rendered and tokenized here, off the engine thread (a long prompt must not stall
+        # every other request's steps). One worker keeps requests in arrival order.
+        self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="halo-prompt")
         self._thread = threading.Thread(target=self._loop, name="halo-engine", daemon=True)
         self._stopped = False
         self._thread.start()
@@ -125,9 +147,17 @@ class Engine:
         return future
 
     def submit(self, request: GenerateRequest) -> RequestHandle:
+        """Never raises for a bad request: its handle gets Finished(reason="error") with the reason (a
+        duplicate request_id fails the new handle only; the first one runs on)."""
         handle = RequestHandle(request.request_id, self)
         self._send(("submit", request, handle))
         return handle
+
+    def stats(self, timeout: float = 10.0) -> EngineStats:
+        """Counts read on the engine thread between steps (so consistent); waits up to `timeout`."""
+        future: Future = Future()
+        self._send(("stats", future))
+        return future.result(timeout)
 
     def abort(self, request_id: str) -> None:
         self._send(("abort", request_id))
@@ -146,6 +176,7 @@ class Engine:
             self.cancel_load()
             self._commands.put(("shutdown",))
         self._thread.join(timeout)
+        self._encoder.shutdown(wait=False, cancel_futures=True)
 
     def _send(self, command: tuple) -> None:
         if self._stopped:
@@ -180,9 +211,11 @@ class Engine:
             self._drop_model()
             command[1].set_result(None)
         elif kind == "submit":
-            request, handle = command[1:]
-            self._handles[request.request_id] = handle
-            self._admit(request)
+            self._accept(*command[1:])
+        elif kind == "encoded":
+            self._admit(*command[1:])
+        elif kind == "stats":
+            command[1].set_result(self._stats())
         elif kind == "abort":
             if self._model is None or not self._model.core.abort(command[1]):
                 self._finish_unstarted(command[1], "abort")
@@ -283,26 +316,83 @@ class Engine:
             del self._handles[event.request_id]
         handle._put(event)
 
-    def _admit(self, request: GenerateRequest) -> None:
-        """Encodes and checks a request and hands it to the core; any problem finishes it with "error"."""
+    def _stats(self) -> EngineStats:
+        m = self._model
+        if m is None:
+            return EngineStats(False, len(self._handles), 0, 0, 0, 0, 0)
+        sched = m.core.scheduler
+        return EngineStats(True, len(self._handles), len(sched.running), len(sched.waiting), sched.kv.num_blocks,
+                           sched.kv.num_free, len(m.core.in_flight))
+
+    def _accept(self, request: GenerateRequest, handle: RequestHandle) -> None:
+        """Check what is cheap on the engine thread, then hand the prompt to the encoder thread."""
+        if request.request_id in self._handles:
+            handle._put(Finished(request.request_id, "error", Usage(), error=(
+                f"Request id {request.request_id[:80]!r} is already in use by a request that has not finished.")))
+            return
+        self._handles[request.request_id] = handle
         m = self._model
         try:
             if m is None:
                 raise ModelNotLoadedError("No model is loaded; load one before sending a request.")
-            prompt_ids = encode_prompt(m.prompt_format, request)
+            request.params.validate()
+            _check_prompt_size(m, request)
+        except Exception as e:   # noqa: BLE001 - a bad request fails alone
+            self._fail_request(request, e)
+            return
+        self._encoder.submit(self._encode, m, request)
+
+    def _encode(self, m: _Loaded, request: GenerateRequest) -> None:
+        """Encoder thread: template + tokenizer, then back to the engine thread as an "encoded" command."""
+        try:
+            result: list[int] | Exception = encode_prompt(m.prompt_format, request)
+        except Exception as e:   # noqa: BLE001 - handed to the engine thread, which fails this request alone
+            result = e
+        if not self._stopped:
+            self._commands.put(("encoded", m, request, result))
+
+    def _fail_request(self, request: GenerateRequest, error: Exception) -> None:
+        message = str(error) if isinstance(error, EngineError) else f"Invalid request: {type(error).__name__}: {error}"
+        self._finish_unstarted(request.request_id, "error", message)
+
+    def _admit(self, encoded_for: _Loaded, request: GenerateRequest, result: list[int] | Exception) -> None:
+        """Checks the encoded request and hands it to the core; any problem finishes it with "error"."""
+        if self._handles.get(request.request_id) is None:
+            return                                   # aborted (or the model dropped) while it was encoded
+        m = self._model
+        try:
+            if m is not encoded_for:
+                raise ModelNotLoadedError("The model changed while the request was prepared; send it again.")
+            if isinstance(result, Exception):
+                raise result
+            prompt_ids = result
             if not prompt_ids:
                 raise EngineError("The prompt is empty.")
             if max(prompt_ids) >= m.vocab_size or min(prompt_ids) < 0:
                 raise EngineError("The prompt has token ids outside the model's vocabulary.")
-            from engine.sampling import Sampler
-            Sampler(request.params)                  # bad sampling parameters fail here, alone
             tokenizer = m.prompt_format.tokenizer
             generation = Generation(request, prompt_ids, tokenizer, tokenizer.stop_ids, self._emit,
                                     reasoning_parser(m.prompt_format.template_source, tokenizer, prompt_ids))
-            if request.params.max_tokens <= 0:
-                generation.finish("length")
-                return
             m.core.add_request(generation, prompt_ids, tokenizer.stop_ids)
         except Exception as e:   # noqa: BLE001 - a bad request fails alone
-            message = str(e) if isinstance(e, EngineError) else f"Invalid request: {type(e).__name__}: {e}"
-            self._finish_unstarted(request.request_id, "error", message)
+            self._fail_request(request, e)
+
+
+def _check_prompt_size(m: _Loaded, request: GenerateRequest) -> None:
+    """Refuse, without tokenizing, a prompt that cannot fit: no token covers more than the vocabulary's
+    longest entry, so ceil(bytes / longest) tokens is a lower bound on its length."""
+    texts = [request.prompt] if request.prompt is not None else [getattr(msg, "content", None) or ""
+                                                                  for msg in request.messages]
+    chars = sum(len(t) for t in texts if isinstance(t, str))
+    longest = m.prompt_format.tokenizer.max_token_bytes
+    if chars // longest < m.max_context:        # cheap first: a character is at least one byte
+        return
+    n_bytes = sum(len(t.encode("utf-8", "replace")) for t in texts if isinstance(t, str))
+    at_least = -(-n_bytes // longest)
+    if at_least >= m.max_context:
+        raise ContextOverflowError(
+            f"The prompt is {n_bytes:,} bytes: at least {at_least:,} tokens, but the context holds "
+            f"{m.max_context:,}; shorten it or load the model with a longer context.")
+
+
+__all__ = ["Engine", "EngineStats", "RequestHandle"]

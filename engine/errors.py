@@ -36,6 +36,11 @@ class ModelNotLoadedError(EngineError):
     """A request arrived while no model is loaded."""
 
 
+class InvalidRequestError(EngineError):
+    """A request's own values are wrong (sampling parameters, a role, a duplicate id): the caller's error,
+    not the model's. Servers answer it with 400."""
+
+
 class ContextOverflowError(EngineError):
     """The prompt alone does not fit in the context window."""
 

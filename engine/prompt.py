@@ -10,6 +10,7 @@ the references; content with control text gets the ids of that text as plain cha
 """
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import secrets
@@ -18,12 +19,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.chat_template import ChatTemplate, chat_template_from_metadata
-from engine.errors import TemplateError
+from engine.errors import InvalidRequestError, TemplateError
 from engine.tokenizer import Tokenizer, build_tokenizer
 
 log = logging.getLogger(__name__)
 
 _MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"
+
+# A message's role is one of these or a role the template itself compares against (e.g. "ipython",
+# "developer"); never free text, which could carry control tokens into the rendered prompt.
+STANDARD_ROLES = frozenset({"system", "user", "assistant", "tool"})
+_ROLE_LITERAL = re.compile(r"""role['"]?\]?\s*(?:==|!=)\s*['"]([A-Za-z_][A-Za-z0-9_]{0,31})['"]""")
+
+
+@functools.lru_cache(maxsize=16)
+def template_roles(source: str) -> frozenset[str]:
+    """The roles a template knows: the standard ones plus every identifier it compares a role with."""
+    return STANDARD_ROLES | frozenset(_ROLE_LITERAL.findall(source))
+
+
+def check_roles(messages: list[dict[str, Any]], template: ChatTemplate) -> None:
+    allowed = template_roles(template.source)
+    for m in messages:
+        if m["role"] not in allowed:
+            raise InvalidRequestError(f"message role {m['role'][:40]!r} is not one this model's chat template "
+                                      f"knows ({', '.join(sorted(allowed))})")
 
 
 def encode_raw(tokenizer: Tokenizer, text: str) -> list[int]:
@@ -94,7 +114,9 @@ def encode_chat(tokenizer: Tokenizer, template: ChatTemplate | None, messages: I
     if template is None:
         raise TemplateError("this model has no chat template: use a raw completion prompt instead")
     markers = _Markers()
-    safe = [{**m, "content": _defuse(m["content"], tokenizer, markers)} for m in normalize_messages(messages)]
+    plain = normalize_messages(messages)
+    check_roles(plain, template)
+    safe = [{**m, "content": _defuse(m["content"], tokenizer, markers)} for m in plain]
     rendered = template.render(safe, add_generation_prompt=add_generation_prompt, **template_options)
     fragments = tokenizer.partition(rendered, parse_special=True)
     if markers.originals:

@@ -6,11 +6,55 @@ numpy Generator, so a seeded request gives the same tokens regardless of what el
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
 
 from engine.api import SamplingParams
+from engine.errors import InvalidRequestError
+
+# Bounds of the request values (one place: the engine, the server and the app's stored settings use them).
+MAX_TEMPERATURE = 100.0
+MAX_REPETITION_PENALTY = 100.0
+MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 512
+MAX_SEED = (1 << 64) - 1
+
+
+def _number(name: str, value, lo: float, hi: float, *, lo_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidRequestError(f"{name} must be a number, not {type(value).__name__}")
+    if not math.isfinite(value):
+        raise InvalidRequestError(f"{name} must be a finite number, not {value}")
+    if value < lo or value > hi or (lo_open and value == lo):
+        low = f"above {lo}" if lo_open else f"at least {lo}"
+        raise InvalidRequestError(f"{name} is {value}; it must be {low} and at most {hi}")
+
+
+def _integer(name: str, value, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidRequestError(f"{name} must be an integer, not {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise InvalidRequestError(f"{name} is {value}; it must be from {lo} to {hi}")
+
+
+def check_params(p: SamplingParams) -> None:
+    """Every SamplingParams field in its valid range, else InvalidRequestError naming the field."""
+    _number("temperature", p.temperature, 0.0, MAX_TEMPERATURE)
+    _integer("top_k", p.top_k, 0, 1 << 31)
+    _number("top_p", p.top_p, 0.0, 1.0, lo_open=True)
+    _number("min_p", p.min_p, 0.0, 1.0)
+    _number("repetition_penalty", p.repetition_penalty, 0.0, MAX_REPETITION_PENALTY, lo_open=True)
+    _integer("max_tokens", p.max_tokens, 1, 1 << 31)
+    if p.seed is not None:
+        _integer("seed", p.seed, 0, MAX_SEED)
+    _integer("top_logits", p.top_logits, 0, 1 << 31)     # above TOP_LOGITS_MAX reports that many
+    if not isinstance(p.stop, (tuple, list)) or len(p.stop) > MAX_STOP_STRINGS:
+        raise InvalidRequestError(f"stop must be a list of at most {MAX_STOP_STRINGS} strings")
+    for s in p.stop:
+        if not isinstance(s, str) or not 0 < len(s) <= MAX_STOP_CHARS:
+            raise InvalidRequestError(f"each stop string must be text of 1 to {MAX_STOP_CHARS} characters")
 
 
 def apply_repetition_penalty(logits: np.ndarray, seen_ids: Iterable[int], penalty: float) -> np.ndarray:
@@ -45,6 +89,7 @@ def filtered_probs(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarr
         ids, probs = ids[:keep], probs[:keep]
     if params.min_p > 0.0:
         mask = probs >= params.min_p * probs[0]
+        mask[0] = True                  # the best token always survives (min_p == 1 with rounding)
         ids, probs = ids[mask], probs[mask]
     return ids, probs / probs.sum()
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from engine.api import TOP_LOGITS_MAX
 from engine.backends.base import Backend, DeviceBuffer
-from engine.core.runner import top_logits
+from engine.core.runner import RowError, top_logits
 from engine.core.sched_types import ScheduledSeq
 from engine.core.step_batch import StepBatch
 from engine.model.step import KVCache
@@ -64,9 +64,13 @@ class CpuStepExecutor:
             row.seen.update(token_ids[qsl[seq.row]:qsl[seq.row + 1]].tolist())
             if not seq.samples:
                 continue
-            if row.sampled == 0 and seq.params.top_logits > 0:
-                extras[seq.request_id] = top_logits(logits[seq.row], min(seq.params.top_logits, TOP_LOGITS_MAX))
-            token = row.sampler.sample(logits[seq.row], row.seen)
+            try:
+                if row.sampled == 0 and seq.params.top_logits > 0:
+                    extras[seq.request_id] = top_logits(logits[seq.row], min(seq.params.top_logits, TOP_LOGITS_MAX))
+                token = row.sampler.sample(logits[seq.row], row.seen)
+            except Exception as e:    # noqa: BLE001 - this row fails alone; the step and its other rows go on
+                extras[seq.request_id] = RowError(f"Sampling failed: {type(e).__name__}: {e}")
+                token = 0                  # a placeholder id the core discards with the failed request
             row.seen.add(token)
             row.sampled += 1
             sampled[seq.row] = token

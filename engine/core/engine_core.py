@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from engine.core.runner import ModelRunner, PendingStep
+from engine.core.runner import ModelRunner, PendingStep, RowError
 from engine.core.scheduler import Scheduler
 from engine.generation import Generation
 
@@ -88,6 +88,10 @@ class EngineCore:
         for update in self.scheduler.update_from_output(output):
             generation = self.generations.get(update.request_id)
             if generation is None:
+                continue
+            extra = pending.extras.get(update.request_id)
+            if isinstance(extra, RowError):
+                self._finish(update.request_id, "error", extra.message)
                 continue
             if update.request_id in pending.extras:
                 generation.first_top_logits = pending.extras[update.request_id]

@@ -55,6 +55,12 @@ class StepExecutor(Protocol):
 
 
 @dataclass(frozen=True)
+class RowError:
+    """An executor's extras value for a row whose sampling failed: only that request fails (EngineCore)."""
+    message: str
+
+
+@dataclass(frozen=True)
 class DeviceTopLogits:
     """A request's first-step top logits still on the device: `k` pairs at [offset, offset + k) of the
     step's top_ids / top_vals readback fields, best first. PendingStep.get_output() turns it into pairs."""

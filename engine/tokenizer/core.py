@@ -5,6 +5,7 @@ is filled idempotently; it may be shared between threads.
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -58,6 +59,11 @@ class Tokenizer:
     @property
     def add_bos(self) -> bool:
         return self.vocab.add_bos and self.vocab.bos_id is not None
+
+    @functools.cached_property
+    def max_token_bytes(self) -> int:
+        """An upper bound on the bytes one token stands for (its stored UTF-8 text is never shorter)."""
+        return max(1, max(len(t.encode("utf-8")) for t in self.vocab.tokens))
 
     def token_text(self, token_id: int) -> str:
         """The vocabulary entry as stored (byte-level or U+2581-escaped), for display and debugging."""

@@ -44,7 +44,8 @@ def one_at_a_time(smollm2_path):
 
 
 def kv_blocks_in_use(eng: Engine) -> int:
-    return eng._model.core.scheduler.kv.num_used       # read while the engine is idle
+    stats = eng.stats()
+    return stats.kv_blocks_total - stats.kv_blocks_free
 
 
 def test_one_request_matches_the_reference(engine, one_at_a_time, smollm2_reference):

@@ -102,12 +102,12 @@ def test_seeded_sampling_reproduces(engine):
 
 
 def test_a_failing_request_leaves_the_engine_usable(engine):
-    # a stop "string" that is not a string makes the stop check raise inside a step
+    # wrong-typed values are refused on submit (SamplingParams.validate), naming the field
     bad = GenerateRequest(prompt="Hello", params=SamplingParams(max_tokens=5, stop=(1,)))
     _, fin = engine.submit(bad).text(TIMEOUT)
-    assert fin.reason == "error" and "Generation failed" in fin.error
+    assert fin.reason == "error" and "stop string" in fin.error
     _, fin = engine.submit(GenerateRequest(prompt="Hi", params=SamplingParams(seed="x"))).text(TIMEOUT)
-    assert fin.reason == "error" and "Invalid request" in fin.error
+    assert fin.reason == "error" and "seed" in fin.error
     text, fin = engine.submit(chat("What is the capital of France?", max_tokens=8)).text(TIMEOUT)
     assert fin.reason == "stop" and "Paris" in text
 
