@@ -381,6 +381,11 @@ class Engine:
 def _check_prompt_size(m: _Loaded, request: GenerateRequest) -> None:
     """Refuse, without tokenizing, a prompt that cannot fit: no token covers more than the vocabulary's
     longest entry, so ceil(bytes / longest) tokens is a lower bound on its length."""
+    if request.prompt_token_ids is not None:             # ids: their count is the length
+        if len(request.prompt_token_ids) >= m.max_context:
+            raise ContextOverflowError(f"The prompt is {len(request.prompt_token_ids):,} tokens, but the context "
+                                       f"holds {m.max_context:,}.")
+        return
     texts = [request.prompt] if request.prompt is not None else [getattr(msg, "content", None) or ""
                                                                   for msg in request.messages]
     chars = sum(len(t) for t in texts if isinstance(t, str))
