@@ -57,7 +57,8 @@ class ChatMessage:
 
 @dataclass(frozen=True)
 class GenerateRequest:
-    """Exactly one of `messages` (rendered through the model's chat template) or `prompt` (raw text)."""
+    """Exactly one of `messages` (rendered through the model's chat template), `prompt` (raw text) or
+    `prompt_token_ids` (ids as they are, for checks against references made from ids)."""
 
     messages: tuple[ChatMessage, ...] | None = None
     prompt: str | None = None
@@ -67,10 +68,12 @@ class GenerateRequest:
     # None leaves the template's own default.
     enable_thinking: bool | None = None
     reasoning_effort: Literal["low", "medium", "high"] | None = None
+    prompt_token_ids: tuple[int, ...] | None = None
 
     def __post_init__(self):
-        if (self.messages is None) == (self.prompt is None):
-            raise ValueError("GenerateRequest needs exactly one of messages or prompt")
+        given = [x is not None for x in (self.messages, self.prompt, self.prompt_token_ids)]
+        if sum(given) != 1:
+            raise ValueError("GenerateRequest needs exactly one of messages, prompt or prompt_token_ids")
 
 
 @dataclass(frozen=True)

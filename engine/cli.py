@@ -105,7 +105,17 @@ def cmd_generate(args) -> int:
     from .engine import Engine
 
     path = resolve_model(args)
-    if args.raw:
+    if (args.prompt is None) == (args.prompt_ids is None):
+        print("error: give exactly one of --prompt or --prompt-ids", file=sys.stderr)
+        return 2
+    if args.prompt_ids is not None:
+        try:
+            ids = tuple(int(t) for t in args.prompt_ids.split(",") if t.strip())
+        except ValueError:
+            print(f"error: --prompt-ids takes comma-separated integers, got {args.prompt_ids!r}", file=sys.stderr)
+            return 2
+        request = GenerateRequest(prompt_token_ids=ids, params=_sampling(args))
+    elif args.raw:
         request = GenerateRequest(prompt=args.prompt, params=_sampling(args))
     else:
         messages = ((ChatMessage("system", args.system),) if args.system else ()) + (ChatMessage("user", args.prompt),)
@@ -201,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="generate one reply (or a raw completion)")
     _model_args(g, positional=False)
-    g.add_argument("--prompt", "-p", required=True)
+    g.add_argument("--prompt", "-p")
+    g.add_argument("--prompt-ids", help="comma-separated token ids, used as they are (no template, no BOS)")
     g.add_argument("--raw", action="store_true", help="the prompt is raw text, not a user message")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     _sampling_args(g, temperature=0.0)

@@ -27,6 +27,7 @@ from engine.errors import (
     EngineError,
     ModelNotLoadedError,
     RequestAborted,
+    UnsupportedModelError,
 )
 from engine.generation import Generation, encode_prompt
 from engine.prompt import PromptFormat
@@ -262,11 +263,16 @@ class Engine:
         opts = dict(max_context=self._max_context, max_num_seqs=self._max_num_seqs,
                     prefill_chunk=self._prefill_chunk, kv_cache_tokens=self._kv_cache_tokens)
         if choice.name != "cpu":
+            unsupported = None
             if gpu_forward_available():
-                built = build_gpu(path, choice, on_progress, **opts)
-            else:
+                try:
+                    built = build_gpu(path, choice, on_progress, **opts)
+                except UnsupportedModelError as e:      # e.g. a layer kind without GPU kernels yet
+                    unsupported = e
+            if unsupported is not None or not gpu_forward_available():
                 from engine.core.setup import choose_backend
-                why = f"CPU fallback: {choice.name} was chosen ({choice.reason}) but the GPU forward pass is missing"
+                why = (f"CPU fallback: {choice.name} was chosen ({choice.reason}) but "
+                       + (f"it cannot run this model ({unsupported})" if unsupported else "the GPU forward pass is missing"))
                 cpu = choose_backend("cpu", self._async_setting)
                 choice = replace(cpu, reason=why)
                 built = build_cpu(path, choice, on_progress, **opts)
@@ -376,6 +382,11 @@ class Engine:
 def _check_prompt_size(m: _Loaded, request: GenerateRequest) -> None:
     """Refuse, without tokenizing, a prompt that cannot fit: no token covers more than the vocabulary's
     longest entry, so ceil(bytes / longest) tokens is a lower bound on its length."""
+    if request.prompt_token_ids is not None:             # ids: their count is the length
+        if len(request.prompt_token_ids) >= m.max_context:
+            raise ContextOverflowError(f"The prompt is {len(request.prompt_token_ids):,} tokens, but the context "
+                                       f"holds {m.max_context:,}.")
+        return
     texts = [request.prompt] if request.prompt is not None else [getattr(msg, "content", None) or ""
                                                                   for msg in request.messages]
     chars = sum(len(t) for t in texts if isinstance(t, str))

@@ -16,7 +16,9 @@ from engine.reasoning import ReasoningParser
 
 
 def encode_prompt(prompt_format: PromptFormat, request: GenerateRequest) -> list[int]:
-    """Token ids of the request's prompt: messages through the model's chat template, or raw text."""
+    """Token ids of the request's prompt: messages through the model's chat template, raw text, or ids."""
+    if request.prompt_token_ids is not None:
+        return [int(t) for t in request.prompt_token_ids]
     if request.messages is not None:
         options = {name: value for name, value in (("enable_thinking", request.enable_thinking),
                                                    ("reasoning_effort", request.reasoning_effort))

@@ -44,7 +44,7 @@ def build_cpu(path: Path, choice: BackendChoice, on_progress, *, max_context: in
     loaded = load_model(path, on_progress)
     max_context = min(loaded.config.context_length, max_context)
     num_blocks = _kv_blocks(max_context, kv_cache_tokens)
-    kv = KVCache.allocate(loaded.config, num_blocks=num_blocks, block_size=BLOCK_SIZE)
+    kv = KVCache.allocate(loaded.config, num_blocks=num_blocks, block_size=BLOCK_SIZE, state_slots=max_num_seqs)
     backend = create("cpu")
     executor = CpuStepExecutor(backend, loaded.model, kv, max_num_seqs)
     scheduler = make_scheduler(num_blocks, BLOCK_SIZE, max_context, choice.async_scheduling, max_num_seqs,

@@ -75,3 +75,27 @@ class KVBlockManager:
     def slot(self, table: list[int], position: int) -> int:
         """The flat cache slot of the token at `position` in the sequence owning `table`."""
         return table[position // self.block_size] * self.block_size + position % self.block_size
+
+
+class StateSlots:
+    """Recurrent-state slots 0..n-1 beside the paged KV cache (hybrid models keep one conv + delta-rule state
+    per running sequence in a slot; engine.model.step.KVCache). A running request holds exactly one: taken on
+    admission, given back on finish, abort or preemption. The state needs no saving: a sequence's step at
+    position 0 resets its slot, so a preempted request rebuilds it when its tokens are recomputed, and the
+    same in-order argument as for blocks makes handing a slot to the next request at once safe.
+    FIFO like the block free list, so schedules stay reproducible."""
+
+    def __init__(self, n: int):
+        self._free: deque[int] = deque(range(n))
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def take(self) -> int:
+        if not self._free:
+            raise OutOfBlocks("no free recurrent-state slot")
+        return self._free.popleft()
+
+    def give_back(self, slot: int) -> None:
+        self._free.append(slot)

@@ -43,6 +43,7 @@ class RequestState:
     num_computed_tokens: int = 0
     num_output_placeholders: int = 0
     block_table: list[int] = field(default_factory=list)
+    state_slot: int | None = None            # recurrent-state slot while running (engine.core.kv_blocks.StateSlots)
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: FinishReason | None = None
     num_preemptions: int = 0

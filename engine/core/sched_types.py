@@ -48,6 +48,7 @@ class ScheduledSeq:
                                      # that does not reach the end of the known tokens; ignore its sample
     prev_row: int | None = None      # set iff token_ids[-1] is a placeholder: its row in the previous step
     params: Any = None               # the request's sampling parameters, as given to add_request
+    state_slot: int = 0              # the request's recurrent-state slot (hybrid models)
 
     @property
     def num_tokens(self) -> int:

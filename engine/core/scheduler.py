@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.api import FinishReason
-from engine.core.kv_blocks import KVBlockManager
+from engine.core.kv_blocks import KVBlockManager, StateSlots
 from engine.core.request_state import InFlightSample, RequestState, RequestStatus
 from engine.core.sched_types import (
     PLACEHOLDER_TOKEN_ID,
@@ -61,6 +61,7 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig, kv: KVBlockManager):
         self.config = config
         self.kv = kv
+        self.state_slots = StateSlots(config.max_num_seqs)   # one per running request (hybrid models)
         self.requests: dict[str, RequestState] = {}   # unfinished requests by id
         self.waiting: list[RequestState] = []         # arrival order (preempted ones keep theirs)
         self.running: list[RequestState] = []         # arrival order
@@ -167,6 +168,7 @@ class Scheduler:
             n = min(req.num_tokens, budget)
             self.kv.grow(req.block_table, n)
             self.waiting.pop(0)
+            req.state_slot = self.state_slots.take()      # running <= max_num_seqs = slots: never empty
             req.status = RequestStatus.RUNNING
             bisect.insort(self.running, req, key=lambda r: r.arrival)
             seqs.append(self._slice(req, n, step_id, row=len(seqs)))
@@ -271,7 +273,8 @@ class Scheduler:
             req.last_in_flight = InFlightSample(step_id, row)
         return ScheduledSeq(request_id=req.request_id, row=row, start_position=start,
                             token_ids=tuple(ids), block_table=tuple(req.block_table),
-                            samples=samples, prev_row=prev_row, params=req.params)
+                            samples=samples, prev_row=prev_row, params=req.params,
+                            state_slot=req.state_slot)
 
     def _stop_reason(self, req: RequestState, token: int) -> FinishReason | None:
         if token in req.stop_token_ids:
@@ -280,9 +283,15 @@ class Scheduler:
             return "length"
         return None
 
+    def _release_state(self, req: RequestState) -> None:
+        if req.state_slot is not None:
+            self.state_slots.give_back(req.state_slot)
+            req.state_slot = None
+
     def _preempt(self, req: RequestState) -> None:
         self.running.remove(req)
         self.kv.free(req.block_table)
+        self._release_state(req)          # dropped, rebuilt from position 0 on resume (like the KV)
         req.num_computed_tokens = 0
         req.num_preemptions += 1
         req.status = RequestStatus.WAITING
@@ -294,6 +303,7 @@ class Scheduler:
         elif req.status is RequestStatus.WAITING:
             self.waiting.remove(req)
         self.kv.free(req.block_table)
+        self._release_state(req)
         req.status = RequestStatus.FINISHED
         req.finish_reason = reason
         del self.requests[req.request_id]

@@ -11,6 +11,7 @@ Shapes (S sequences, T tokens in all, K placeholder tokens):
   prev_token_dst   int32 [K]   indices into token_ids to fill on the device ...
   prev_token_src   int32 [K]   ... from these rows of the previous step's sampled ids [S_prev]
   sample_rows      bool  [S]   rows whose sampled id is a real output (False: mid-prompt chunk)
+  state_slots      int32 [S]   each sequence's recurrent-state slot (hybrid models; engine.model.step)
 The forward returns logits for the last token of each sequence: index query_start_loc[1:] - 1.
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ class StepBatch:
     prev_token_dst: np.ndarray
     prev_token_src: np.ndarray
     sample_rows: np.ndarray
+    state_slots: np.ndarray = None
 
     @property
     def num_seqs(self) -> int:
@@ -85,4 +87,5 @@ def build_step_input(out: SchedulerOutput, block_size: int, max_blocks: int | No
         block_tables=block_tables,
         prev_token_dst=np.array(dst, dtype=np.int32), prev_token_src=np.array(src, dtype=np.int32),
         sample_rows=np.array([s.samples for s in seqs], dtype=bool),
+        state_slots=np.array([s.state_slot for s in seqs], dtype=np.int32),
     )

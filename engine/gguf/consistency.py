@@ -95,7 +95,10 @@ def _check_shapes(n_embd, n_head, n_head_kv, key_len, value_len, metadata, tenso
         elif name.endswith(".attn_norm.weight") or name.endswith(".ffn_norm.weight"):
             _expect(info, (n_embd,))
         elif name.endswith(".attn_q.weight"):
-            _expect(info, (n_embd, n_head * key_len if n_head and key_len else None))
+            q_dim = n_head * key_len if n_head and key_len else None
+            if q_dim and len(info.ne) == 2 and info.ne[1] == 2 * q_dim:
+                q_dim *= 2                      # q and an output gate per head (qwen35's gated attention)
+            _expect(info, (n_embd, q_dim))
         elif name.endswith(".attn_k.weight"):
             _expect(info, (n_embd, n_head_kv * key_len if n_head_kv and key_len else None))
         elif name.endswith(".attn_v.weight"):

@@ -157,6 +157,9 @@ def upload_weights(backend: Backend, gguf, config: ModelConfig, stream: Stream, 
     """Upload every tensor `config` needs; raises InvalidModelError / UnsupportedModelError naming the tensor.
     Returns once the copies are queued on `stream` (the caller synchronizes before the first step)."""
     c = config
+    if c.has_recurrent_state or c.attn_output_gate:
+        raise UnsupportedModelError(f"{c.arch}: the GPU path has no kernels for Gated DeltaNet layers or the "
+                                    f"attention output gate yet; this model runs on the CPU")
     up = _Uploader(backend, gguf, c, stream, progress)
     try:
         g = {spec.role: up.spec(spec) for spec in global_tensor_specs(c)}

@@ -36,6 +36,9 @@ class ArchTraits:
     post_norms: bool = False            # RMSNorm on the attention and FFN outputs before the residual (gemma3)
     embed_scale_sqrt: bool = False      # token embedding times sqrt(n_embd) (gemma)
     global_every: int = 0               # with a sliding window: every n-th layer is global (gemma3: 6)
+    output_gate: bool = False           # attn_q holds [q_h, gate_h] per head; out = attn * sigmoid(gate) (qwen35)
+    hybrid: bool = False                # Gated-DeltaNet linear-attention layers, full attention every n-th (qwen35)
+    ffn_norm_name: str = "ffn_norm"     # the pre-FFN norm's GGUF name (qwen35: post_attention_norm)
 
 
 ARCHITECTURES: dict[str, ArchTraits] = {
@@ -44,6 +47,10 @@ ARCHITECTURES: dict[str, ArchTraits] = {
                          embed_scale_sqrt=True, global_every=6),
     "qwen2": ArchTraits(rope_style="neox", activation="silu", qkv_bias=True),
     "qwen3": ArchTraits(rope_style="neox", activation="silu", qk_norm=True),
+    # Qwen3.5 (llama.cpp's converter: every RMSNorm weight but ssm_norm stored as 1 + w, A_log as -exp(A_log),
+    # V heads reordered from grouped-by-K to tiled order; partial neox rope on rope.dimension_count dims)
+    "qwen35": ArchTraits(rope_style="neox", activation="silu", qk_norm=True, output_gate=True, hybrid=True,
+                         ffn_norm_name="post_attention_norm"),
 }
 
 
@@ -62,8 +69,9 @@ class TensorSpec:
 
 def _attention_specs(c: ModelConfig, p: str) -> list[TensorSpec]:
     t = ARCHITECTURES[c.arch]
+    q_rows = 2 * c.q_dim if t.output_gate else c.q_dim       # output gate: [q_h, gate_h] interleaved per head
     specs = [TensorSpec("attn_norm", p + "attn_norm.weight", (c.n_embd,), False),
-             TensorSpec("wq", p + "attn_q.weight", (c.q_dim, c.n_embd), True),
+             TensorSpec("wq", p + "attn_q.weight", (q_rows, c.n_embd), True),
              TensorSpec("wk", p + "attn_k.weight", (c.kv_dim, c.n_embd), True),
              TensorSpec("wv", p + "attn_v.weight", (c.kv_dim, c.n_embd), True),
              # biases: required where the architecture has them, used where a file carries them anyway
@@ -81,7 +89,7 @@ def _attention_specs(c: ModelConfig, p: str) -> list[TensorSpec]:
 
 def _ffn_specs(c: ModelConfig, p: str) -> list[TensorSpec]:
     t = ARCHITECTURES[c.arch]
-    specs = [TensorSpec("ffn_norm", p + "ffn_norm.weight", (c.n_embd,), False),
+    specs = [TensorSpec("ffn_norm", p + t.ffn_norm_name + ".weight", (c.n_embd,), False),
              TensorSpec("w_gate", p + "ffn_gate.weight", (c.n_ff, c.n_embd), True),
              TensorSpec("w_up", p + "ffn_up.weight", (c.n_ff, c.n_embd), True),
              TensorSpec("w_down", p + "ffn_down.weight", (c.n_embd, c.n_ff), True)]
@@ -90,7 +98,22 @@ def _ffn_specs(c: ModelConfig, p: str) -> list[TensorSpec]:
     return specs
 
 
-_MIXER_SPECS = {"attention": _attention_specs}
+def _linear_attention_specs(c: ModelConfig, p: str) -> list[TensorSpec]:
+    """Gated DeltaNet (llama.cpp's qwen35 names). Hk/Hv key/value heads of Dk/Dv; conv over q|k|v channels."""
+    hv, value_dim = c.ssm_v_heads, c.ssm_v_heads * c.ssm_v_dim
+    return [TensorSpec("attn_norm", p + "attn_norm.weight", (c.n_embd,), False),
+            TensorSpec("wqkv", p + "attn_qkv.weight", (c.conv_dim, c.n_embd), True),      # q | k | v
+            TensorSpec("wz", p + "attn_gate.weight", (value_dim, c.n_embd), True),        # gate of the norm
+            TensorSpec("w_beta", p + "ssm_beta.weight", (hv, c.n_embd), True),
+            TensorSpec("w_alpha", p + "ssm_alpha.weight", (hv, c.n_embd), True),
+            TensorSpec("conv", p + "ssm_conv1d.weight", (c.conv_dim, c.ssm_conv_kernel), False),
+            TensorSpec("dt_bias", p + "ssm_dt.bias", (hv,), False),
+            TensorSpec("ssm_a", p + "ssm_a", (hv,), False),                               # -exp(A_log)
+            TensorSpec("ssm_norm", p + "ssm_norm.weight", (c.ssm_v_dim,), False),
+            TensorSpec("wo", p + "ssm_out.weight", (c.n_embd, value_dim), True)]
+
+
+_MIXER_SPECS = {"attention": _attention_specs, "linear_attention": _linear_attention_specs}
 
 
 def layer_tensor_specs(config: ModelConfig, layer: int) -> tuple[TensorSpec, ...]:
@@ -147,9 +170,20 @@ def kv_cache_bytes(config: ModelConfig, num_blocks: int, block_size: int = BLOCK
     return num_blocks * block_size * kv_bytes_per_token(config, backend)
 
 
+def recurrent_state_shapes(config: ModelConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Per sequence and linear-attention layer: the conv state [kernel - 1, conv_dim] (the last inputs of the
+    causal conv) and the delta-rule state [Hv, Dk, Dv]."""
+    c = config
+    return (max(0, c.ssm_conv_kernel - 1), c.conv_dim), (c.ssm_v_heads, c.ssm_k_dim, c.ssm_v_dim)
+
+
 def recurrent_state_bytes(config: ModelConfig) -> int:
-    """Per sequence: the recurrent state of every linear-attention layer (0 for pure-attention models)."""
-    return 0
+    """Per sequence: the float32 recurrent state of every linear-attention layer (0 for pure-attention models)."""
+    n_linear = sum(kind == "linear_attention" for kind in config.layer_kinds)
+    if not n_linear:
+        return 0
+    conv, ssm = recurrent_state_shapes(config)
+    return n_linear * 4 * (int(np.prod(conv)) + int(np.prod(ssm)))
 
 
 def weight_bytes(tensors, backend: Backend) -> int:

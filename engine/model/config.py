@@ -58,6 +58,13 @@ class ModelConfig:
     has_qk_norm: bool                   # per-head RMSNorm of q and k before rope (gemma3, qwen3)
     has_post_norms: bool                # RMSNorm on the attention and FFN outputs before the residual (gemma3)
     layer_kinds: tuple[LayerKind, ...] = ()   # per layer; () means every layer is "attention"
+    attn_output_gate: bool = False      # attention output times sigmoid(gate), gate from attn_q (qwen35)
+    # Gated DeltaNet (linear-attention layers, qwen35): conv kernel, key/value heads and their sizes
+    ssm_conv_kernel: int = 0
+    ssm_k_heads: int = 0
+    ssm_v_heads: int = 0
+    ssm_k_dim: int = 0
+    ssm_v_dim: int = 0
 
     def __post_init__(self):
         if not self.layer_kinds:
@@ -75,6 +82,15 @@ class ModelConfig:
     @property
     def kv_dim(self) -> int:
         return self.n_head_kv * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of a linear-attention layer's causal conv: q | k | v."""
+        return 2 * self.ssm_k_heads * self.ssm_k_dim + self.ssm_v_heads * self.ssm_v_dim
+
+    @property
+    def has_recurrent_state(self) -> bool:
+        return "linear_attention" in self.layer_kinds
 
     @staticmethod
     def from_metadata(meta: dict[str, Any]) -> ModelConfig:
@@ -163,6 +179,8 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
         attn_scale = 1.0 / math.sqrt(head_dim)
     attn_scale = r.float("attention.scale", attn_scale, lo=_MIN_ATTN_SCALE, hi=_MAX_ATTN_SCALE)
 
+    hybrid = _hybrid_fields(r, n_layers) if traits.hybrid else {}
+    layer_kinds = hybrid.pop("layer_kinds", ("attention",) * n_layers)
     return ModelConfig(
         arch=arch,
         n_layers=n_layers,
@@ -186,5 +204,34 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
         has_qkv_bias=traits.qkv_bias,
         has_qk_norm=traits.qk_norm,
         has_post_norms=traits.post_norms,
-        layer_kinds=("attention",) * n_layers,
+        layer_kinds=layer_kinds,
+        attn_output_gate=traits.output_gate,
+        **hybrid,
     )
+
+
+def _hybrid_fields(r: _Reader, n_layers: int) -> dict[str, Any]:
+    """qwen35: which layers are linear attention (`attention.recurrent_layers`, else every
+    `full_attention_interval`-th layer is full attention, as llama.cpp reads it) and the DeltaNet sizes."""
+    key = f"{r.arch}.attention.recurrent_layers"
+    recurrent = r.meta.get_array(key, None, kind="bool")
+    if recurrent is not None:
+        flags = recurrent.tolist()
+        if len(flags) < n_layers:            # llama.cpp allows extra entries (an MTP block past the stack)
+            raise InvalidModelError(f"{key} has {len(flags)} flags for {n_layers} layers", field=key)
+        kinds = tuple("linear_attention" if flags[i] else "attention" for i in range(n_layers))
+    else:
+        every = r.int("full_attention_interval", 1, _MAX_LAYERS, 4)
+        kinds = tuple("attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n_layers))
+    k_heads = r.int("ssm.group_count", 1, _MAX_HEADS)
+    v_heads = r.int("ssm.time_step_rank", 1, _MAX_HEADS)
+    if v_heads % k_heads:
+        raise InvalidModelError(f"ssm.time_step_rank {v_heads} is not a multiple of ssm.group_count {k_heads}",
+                                field=f"{r.arch}.ssm.time_step_rank")
+    inner = r.int("ssm.inner_size", 1, _MAX_FFN)
+    if inner % v_heads:
+        raise InvalidModelError(f"ssm.inner_size {inner} is not a multiple of ssm.time_step_rank {v_heads}",
+                                field=f"{r.arch}.ssm.inner_size")
+    return dict(layer_kinds=kinds, ssm_conv_kernel=r.int("ssm.conv_kernel", 1, 64),
+                ssm_k_heads=k_heads, ssm_v_heads=v_heads, ssm_k_dim=r.int("ssm.state_size", 1, _MAX_HEAD_DIM),
+                ssm_v_dim=inner // v_heads)

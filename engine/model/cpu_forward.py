@@ -10,8 +10,9 @@ import numpy as np
 from engine.model.arch import rope_inv_freq
 from engine.model.blas import default_threads, set_blas_threads
 from engine.model.config import ModelConfig
+from engine.model.delta_net import gated_delta_net
 from engine.model.step import KVCache, StepInput
-from engine.model.weights import LayerWeights, Weights
+from engine.model.weights import LayerWeights, LinearLayerWeights, Weights
 
 _SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
 
@@ -91,8 +92,9 @@ class CpuModel:
                 self._ropes[key] = Rope(config, inv_freq[i])
             self.layer_rope.append(self._ropes[key])
 
-    def new_kv_cache(self, num_blocks: int, block_size: int) -> KVCache:
-        return KVCache.allocate(self.config, num_blocks, block_size)
+    def new_kv_cache(self, num_blocks: int, block_size: int, state_slots: int = 1) -> KVCache:
+        """`state_slots`: sequences that can hold recurrent state at once (hybrid models; else unused)."""
+        return KVCache.allocate(self.config, num_blocks, block_size, state_slots=state_slots)
 
     def forward(self, step: StepInput, kv: KVCache) -> np.ndarray:
         """Runs one step (see engine.model.step for the contract). Returns logits [len(logits_indices), vocab]."""
@@ -112,17 +114,61 @@ class CpuModel:
         h = rms_norm(x[step.logits_indices], w.output_norm, c.norm_eps)   # [S', E]
         return linear(h, w.output)                                            # [S', vocab]
 
-    def _layer(self, i: int, lw: LayerWeights, x: np.ndarray, step: StepInput, kv: KVCache, rope: Rope,
-               cos_sin, masks: list[np.ndarray]) -> np.ndarray:
+    def _layer(self, i: int, lw: LayerWeights | LinearLayerWeights, x: np.ndarray, step: StepInput, kv: KVCache,
+               rope: Rope, cos_sin, masks: list[np.ndarray]) -> np.ndarray:
         c = self.config
-        T, H, Hkv, D = len(x), c.n_head, c.n_head_kv, c.head_dim
         h = rms_norm(x, lw.attn_norm, c.norm_eps)
-        qkv = linear(h, lw.wqkv)                                     # [T, (H + 2 Hkv) D]
+        if c.layer_kinds[i] == "linear_attention":
+            o = self._linear_attention(i, lw, h, step, kv)
+        else:
+            o = self._attention_block(i, lw, h, step, kv, rope, cos_sin, masks)
+        if getattr(lw, "post_attn_norm", None) is not None:
+            o = rms_norm(o, lw.post_attn_norm, c.norm_eps)
+        x = x + o
+        h = rms_norm(x, lw.ffn_norm, c.norm_eps)
+        gate_up = linear(h, lw.w_gate_up)                            # [T, 2 n_ff]
+        a = self.act(gate_up[:, : c.n_ff]) * gate_up[:, c.n_ff:]
+        d = linear(a, lw.w_down)                                     # [T, E]
+        if getattr(lw, "post_ffn_norm", None) is not None:
+            d = rms_norm(d, lw.post_ffn_norm, c.norm_eps)
+        return x + d
+
+    def _linear_attention(self, i: int, lw: LinearLayerWeights, h: np.ndarray, step: StepInput,
+                          kv: KVCache) -> np.ndarray:
+        """Gated DeltaNet over each sequence's tokens, its recurrent state in slot state_slots[s]."""
+        c = self.config
+        conv_dim, value_dim, hv = c.conv_dim, c.ssm_v_heads * c.ssm_v_dim, c.ssm_v_heads
+        proj = linear(h, lw.w_in)                                    # [T, C | Hv Dv | Hv | Hv]
+        out = np.empty((len(h), value_dim), np.float32)
+        qsl = step.query_start_loc
+        for s in range(step.num_seqs):
+            t0, t1, slot = int(qsl[s]), int(qsl[s + 1]), int(step.state_slots[s])
+            conv_state, delta_state = kv.conv[i][slot], kv.delta[i][slot]
+            if step.positions[t0] == 0:                              # a new (or recomputed) sequence
+                conv_state[...] = 0.0
+                delta_state[...] = 0.0
+            p = proj[t0:t1]
+            out[t0:t1] = gated_delta_net(p[:, :conv_dim], p[:, conv_dim: conv_dim + value_dim],
+                                         p[:, conv_dim + value_dim: conv_dim + value_dim + hv],
+                                         p[:, conv_dim + value_dim + hv:], lw, c, conv_state, delta_state)
+        return linear(out, lw.wo)
+
+    def _attention_block(self, i: int, lw: LayerWeights, h: np.ndarray, step: StepInput, kv: KVCache, rope: Rope,
+                         cos_sin, masks: list[np.ndarray]) -> np.ndarray:
+        c = self.config
+        T, H, Hkv, D = len(h), c.n_head, c.n_head_kv, c.head_dim
+        q_width = 2 * H * D if c.attn_output_gate else H * D
+        qkv = linear(h, lw.wqkv)                                     # [T, q_width + 2 Hkv D]
         if lw.bqkv is not None:
             qkv += lw.bqkv
-        q = qkv[:, : H * D].reshape(T, H, D)
-        k = qkv[:, H * D: (H + Hkv) * D].reshape(T, Hkv, D)
-        v = qkv[:, (H + Hkv) * D:].reshape(T, Hkv, D)
+        gate = None
+        if c.attn_output_gate:                                       # per head [q_h | gate_h]
+            qg = qkv[:, :q_width].reshape(T, H, 2 * D)
+            q, gate = qg[..., :D], qg[..., D:].reshape(T, H * D)
+        else:
+            q = qkv[:, : H * D].reshape(T, H, D)
+        k = qkv[:, q_width: q_width + Hkv * D].reshape(T, Hkv, D)
+        v = qkv[:, q_width + Hkv * D:].reshape(T, Hkv, D)
         if lw.q_norm is not None:
             q = rms_norm(q, lw.q_norm, c.norm_eps)
             k = rms_norm(k, lw.k_norm, c.norm_eps)
@@ -133,17 +179,9 @@ class CpuModel:
         k_cache[step.slot_mapping] = k
         v_cache[step.slot_mapping] = v
         attn = self._attention(q, kv.k[i], kv.v[i], step, masks)   # [T, H D]
-        o = linear(attn, lw.wo)                                      # [T, E]
-        if lw.post_attn_norm is not None:
-            o = rms_norm(o, lw.post_attn_norm, c.norm_eps)
-        x = x + o
-        h = rms_norm(x, lw.ffn_norm, c.norm_eps)
-        gate_up = linear(h, lw.w_gate_up)                            # [T, 2 n_ff]
-        a = self.act(gate_up[:, : c.n_ff]) * gate_up[:, c.n_ff:]
-        d = linear(a, lw.w_down)                                     # [T, E]
-        if lw.post_ffn_norm is not None:
-            d = rms_norm(d, lw.post_ffn_norm, c.norm_eps)
-        return x + d
+        if gate is not None:
+            attn *= 1.0 / (1.0 + np.exp(-gate))
+        return linear(attn, lw.wo)                                   # [T, E]
 
     def _attention(self, q: np.ndarray, k_blocks: np.ndarray, v_blocks: np.ndarray, step: StepInput,
                    masks: list[np.ndarray]) -> np.ndarray:

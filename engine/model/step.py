@@ -12,6 +12,8 @@ Contract of `forward(step, kv) -> logits [S', vocab] float32` (S' = len(step.log
 1. writes K/V of every token t into slot `slot_mapping[t]` of every layer (before attending), and
 2. token t of sequence s attends to positions 0..positions[t] of s (causal), read through
    `block_tables[s]`; on sliding-window layers only to positions > positions[t] - sliding_window.
+3. on linear-attention layers (hybrid models), sequence s reads and updates the recurrent state in slot
+   `state_slots[s]`, which it resets to zero when its first token this step is at position 0.
 `forward` reads only the StepInput fields below (plus `num_tokens`, `num_seqs`), so engine.core's
 StepBatch (same names and shapes) can be passed as is once its placeholder ids are filled in.
 The caller guarantees: tokens of a sequence are contiguous in query_start_loc order with consecutive
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.model.arch import BLOCK_SIZE, kv_bytes_per_token
+from engine.model.arch import BLOCK_SIZE, kv_bytes_per_token, recurrent_state_shapes
 from engine.model.config import ModelConfig
 
 DEFAULT_BLOCK_SIZE = BLOCK_SIZE
@@ -31,27 +33,36 @@ DEFAULT_BLOCK_SIZE = BLOCK_SIZE
 
 @dataclass
 class KVCache:
-    """Run state: K and V for every layer, one list entry per layer, [num_blocks, block_size, n_kv, head_dim]."""
+    """Run state. Per attention layer K and V [num_blocks, block_size, n_kv, head_dim]; per linear-attention
+    layer (hybrid models) the recurrent state of `state_slots` sequences: conv [slots, K-1, C] and delta
+    [slots, Hv, Dk, Dv] (engine.model.arch.recurrent_state_shapes). Entries of the other kind are None."""
 
-    k: list[np.ndarray]
-    v: list[np.ndarray]
+    k: list[np.ndarray | None]
+    v: list[np.ndarray | None]
     block_size: int
+    num_blocks: int = 0
+    conv: list[np.ndarray | None] = field(default_factory=list)
+    delta: list[np.ndarray | None] = field(default_factory=list)
 
     @property
-    def num_blocks(self) -> int:
-        return self.k[0].shape[0]
+    def state_slots(self) -> int:
+        return next((a.shape[0] for a in self.conv if a is not None), 0)
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
+        return sum(a.nbytes for a in (*self.k, *self.v, *self.conv, *self.delta) if a is not None)
 
     @staticmethod
     def allocate(config: ModelConfig, num_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE,
-                 dtype=np.float32) -> KVCache:
+                 dtype=np.float32, state_slots: int = 1) -> KVCache:
         shape = (num_blocks, block_size, config.n_head_kv, config.head_dim)
-        return KVCache(k=[np.zeros(shape, dtype) for _ in range(config.n_layers)],
-                       v=[np.zeros(shape, dtype) for _ in range(config.n_layers)],
-                       block_size=block_size)
+        conv_shape, delta_shape = recurrent_state_shapes(config)
+        attn = [kind == "attention" for kind in config.layer_kinds]
+        return KVCache(k=[np.zeros(shape, dtype) if a else None for a in attn],
+                       v=[np.zeros(shape, dtype) if a else None for a in attn],
+                       block_size=block_size, num_blocks=num_blocks,
+                       conv=[None if a else np.zeros((state_slots, *conv_shape), dtype) for a in attn],
+                       delta=[None if a else np.zeros((state_slots, *delta_shape), dtype) for a in attn])
 
     @staticmethod
     def blocks_for(config: ModelConfig, max_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
@@ -69,10 +80,13 @@ class StepInput:
     seq_lens: np.ndarray          # [S] int32: context length of each sequence after this step
     block_tables: np.ndarray      # [S, max_blocks] int32: physical block of each logical block (pad: 0)
     logits_indices: np.ndarray = field(default=None)  # [S'] int32 into T; default: last token of each seq
+    state_slots: np.ndarray = field(default=None)     # [S] int32 recurrent-state slot per seq; default 0..S-1
 
     def __post_init__(self):
         if self.logits_indices is None:
             self.logits_indices = (self.query_start_loc[1:] - 1).astype(np.int32)
+        if self.state_slots is None:
+            self.state_slots = np.arange(len(self.seq_lens), dtype=np.int32)
 
     @property
     def num_tokens(self) -> int:

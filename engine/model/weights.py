@@ -38,9 +38,24 @@ class LayerWeights:
 
 
 @dataclass(frozen=True)
+class LinearLayerWeights:
+    """A Gated DeltaNet layer (qwen35). C = 2 Hk Dk + Hv Dv conv channels (q | k | v)."""
+    attn_norm: np.ndarray            # [n_embd]
+    w_in: np.ndarray                 # [C + Hv Dv + 2 Hv, n_embd]: qkv | z | beta | alpha rows, one matmul
+    conv: np.ndarray                 # [C, kernel]
+    dt_bias: np.ndarray              # [Hv]
+    ssm_a: np.ndarray                # [Hv] = -exp(A_log)
+    ssm_norm: np.ndarray             # [Dv]
+    wo: np.ndarray                   # [n_embd, Hv Dv]
+    ffn_norm: np.ndarray             # [n_embd]
+    w_gate_up: np.ndarray            # [2*n_ff, n_embd]
+    w_down: np.ndarray               # [n_embd, n_ff]
+
+
+@dataclass(frozen=True)
 class Weights:
     token_embd: np.ndarray           # [vocab, n_embd]
-    layers: tuple[LayerWeights, ...]
+    layers: tuple[LayerWeights | LinearLayerWeights, ...]
     output_norm: np.ndarray          # [n_embd]
     output: np.ndarray               # [vocab, n_embd]; `is token_embd` when tied
     rope_freqs: np.ndarray | None = None   # [rope_dim/2] frequency divisors (Llama 3.1+), else None
@@ -112,7 +127,8 @@ def load_weights(gguf, config: ModelConfig, progress: LoadCallback | None = None
     missing tensor or a shape mismatch."""
     ld = _Loader(gguf, config, progress)
     g = {s.role: ld.spec(s) for s in global_tensor_specs(config)}
-    layers = tuple(_layer(config, {s.role: ld.spec(s) for s in layer_tensor_specs(config, i)})
+    layers = tuple(_LAYER_BUILDERS[config.layer_kinds[i]](config, {s.role: ld.spec(s)
+                                                                   for s in layer_tensor_specs(config, i)})
                    for i in range(config.n_layers))
     token_embd = _readonly(g["token_embd"])
     rope_freqs = g["rope_freqs"]
@@ -147,3 +163,16 @@ def _layer(c: ModelConfig, t: dict[str, np.ndarray | None]) -> LayerWeights:
         w_down=_readonly(t["w_down"]),
         post_ffn_norm=_maybe(t.get("post_ffn_norm")),
     )
+
+
+def _linear_layer(c: ModelConfig, t: dict[str, np.ndarray]) -> LinearLayerWeights:
+    """A Gated DeltaNet layer from its tensors by role (engine.model.arch._linear_attention_specs)."""
+    return LinearLayerWeights(
+        attn_norm=_readonly(t["attn_norm"]),
+        w_in=_readonly(np.concatenate([t["wqkv"], t["wz"], t["w_beta"], t["w_alpha"]], axis=0)),
+        conv=_readonly(t["conv"]), dt_bias=_readonly(t["dt_bias"]), ssm_a=_readonly(t["ssm_a"]),
+        ssm_norm=_readonly(t["ssm_norm"]), wo=_readonly(t["wo"]), ffn_norm=_readonly(t["ffn_norm"]),
+        w_gate_up=_readonly(np.concatenate([t["w_gate"], t["w_up"]], axis=0)), w_down=_readonly(t["w_down"]))
+
+
+_LAYER_BUILDERS = {"attention": _layer, "linear_attention": _linear_layer}

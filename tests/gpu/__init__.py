@@ -1,0 +1,10 @@
+"""GPU tests. `gpu_tiny_names` lists the tiny golden models the GPU path runs (qwen35's Gated DeltaNet
+layers have no GPU kernels yet: the engine runs that model on the CPU)."""
+from pathlib import Path
+
+GPU_MISSING_ARCHS = ("qwen35",)
+
+
+def gpu_tiny_names(data: Path) -> list[str]:
+    names = sorted(p.name.removesuffix(".golden.npz") for p in data.glob("tiny-*.golden.npz"))
+    return [n for n in names if n.split("-")[1] not in GPU_MISSING_ARCHS]

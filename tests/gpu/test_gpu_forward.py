@@ -22,11 +22,12 @@ from engine.gpu.stepmeta import SamplingRow
 from engine.model.loader import load_model
 from engine.model.step import StepInput
 from engine.sampling import filtered_probs
+from tests.gpu import gpu_tiny_names
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "golden" / "data"
-NAMES = sorted(p.name.removesuffix(".golden.npz") for p in DATA.glob("tiny-*.golden.npz"))
+NAMES = gpu_tiny_names(DATA)
 ATOL = 1e-3          # float32 vs float32 in another summation order; observed ~1e-5
 
 

@@ -40,7 +40,7 @@ class Harness:
 
     def __init__(self, tiny, async_on: bool, max_num_seqs: int = 8, num_blocks: int = 64, budget: int = 64):
         lm, self.tokenizer, _ = tiny
-        kv = KVCache.allocate(lm.config, num_blocks, BLOCK)
+        kv = KVCache.allocate(lm.config, num_blocks, BLOCK, state_slots=max_num_seqs)
         executor = CpuStepExecutor(create("cpu"), lm.model, kv, max_num_seqs)
         scheduler = make_scheduler(num_blocks, BLOCK, 256, async_on, max_num_seqs, budget)
         self.core = EngineCore(scheduler, ModelRunner(executor, BLOCK, max_num_seqs))

@@ -14,9 +14,10 @@ from engine.backends.async_output import ReadbackPool
 from engine.backends.base import DeviceBuffer, Kernel
 from engine.gpu.model import GpuModel
 from engine.model.step import StepInput
+from tests.gpu import gpu_tiny_names
 
 DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
-NAMES = sorted(p.name.removesuffix(".golden.npz") for p in DATA.glob("tiny-*.golden.npz"))
+NAMES = gpu_tiny_names(DATA)
 
 
 def _step(ids, start):
