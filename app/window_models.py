@@ -110,6 +110,8 @@ class ModelActions(QObject):
             self.w.banner.hide()
             self.w._sync_banner_holder()
         self.w.status.flash(f"Loaded {info.name}")
+        if getattr(info, "template_notice", ""):
+            self.w.show_banner("Chat format replaced", info.template_notice)
         self._after_model_change()
 
     def _on_load_failed(self, path: str, error: Exception) -> None:

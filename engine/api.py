@@ -125,6 +125,7 @@ class ModelInfo:
     async_scheduling: bool = False
     async_reason: str = ""      # why async scheduling is on or off (diagnostics, status bar)
     template_options: tuple[str, ...] = ()   # GenerateRequest switches the chat template reads
+    template_notice: str = ""     # non-empty: the model's chat template was refused; a plain format is used
 
 
 @dataclass(frozen=True)

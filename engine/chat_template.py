@@ -4,14 +4,15 @@
   Access to an unsafe attribute fails at once (jinja would otherwise print "" for it).
 - Extras: only `raise_exception` and `strftime_now` (plus a `tojson` that does not HTML-escape, as in
   transformers). `lipsum` is removed.
-- Time: rendering runs in a worker thread with a trace function that aborts once the deadline passes
-  (stops endless or nested loops); the caller stops waiting shortly after the limit in any case.
+- Time and memory: compile and render run in a separate worker process (engine.template_worker), killed
+  when the time limit passes and capped in address space, so no C-level call can freeze this process.
+  Inside it, a trace function also aborts at the deadline (ordinary loops end without a kill).
+- Compile: jinja's constant folding is off (optimized=False), and compiling happens in the worker too.
 - Size: every value built by `+`, `*`, `%`, `**`, `~`, a filter or a method call is checked against
   `max_chars`; operations that multiply sizes (`'a' * n`, `replace`, `join`, `center`, `indent`,
   format widths...) are checked before they run, so one step cannot allocate gigabytes. The output is
   capped too.
-This is defence in depth inside one process, not an OS sandbox: a hostile template costs at most the
-time limit and a few times `max_chars` of memory.
+The sandbox rules are the first wall; the worker process is the bound that holds when they miss a case.
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ import functools
 import json
 import re
 import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -135,7 +135,9 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
     code_generator_class = _BoundedCodeGenerator
 
     def __init__(self, max_chars: int):
-        super().__init__(trim_blocks=True, lstrip_blocks=True, autoescape=False,
+        # optimized=False: jinja's optimizer folds constant filters at compile time ("x"*big|wordwrap(1)),
+        # work that the render-time checks would never see.
+        super().__init__(trim_blocks=True, lstrip_blocks=True, autoescape=False, optimized=False,
                          extensions=["jinja2.ext.loopcontrols"])
         self.max_chars = max_chars
         self.globals.pop("lipsum", None)
@@ -220,9 +222,25 @@ def _render_with_deadline(template: jinja2.Template, context: dict, deadline: fl
         sys.settrace(None)
 
 
+def compile_template(source: str, max_chars: int = MAX_CHARS) -> jinja2.Template:
+    """Worker side (engine.template_worker): the sandboxed, size-checked template. Raises TemplateError."""
+    try:
+        return _BoundedSandbox(max_chars).from_string(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise TemplateError(f"the chat template does not compile: {e.message} (line {e.lineno})") from None
+    except Exception as e:   # noqa: BLE001 - any compile failure is the template's
+        raise TemplateError(f"the chat template does not compile: {e}") from None
+
+
+def render_compiled(template: jinja2.Template, context: dict, deadline: float, max_chars: int) -> str:
+    """Worker side: render with the soft deadline (trace function) and the size checks."""
+    return _render_with_deadline(template, context, deadline, max_chars)
+
+
 class ChatTemplate:
-    """A compiled chat template. `render()` may be called from any thread; each call runs in its own
-    short-lived worker thread and blocks for at most about `time_limit_s`."""
+    """A chat template, checked at construction. `render()` may be called from any thread; compile and
+    render run in the warm template worker process (engine.template_worker), so each call returns or
+    raises TemplateError within about `time_limit_s` + a quarter second, whatever the template does."""
 
     def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "",
                  time_limit_s: float = RENDER_TIME_LIMIT_S, max_chars: int = MAX_CHARS):
@@ -235,35 +253,29 @@ class ChatTemplate:
         self.eos_token = eos_token
         self.time_limit_s = time_limit_s
         self.max_chars = max_chars
-        self._env = _BoundedSandbox(max_chars)
-        try:
-            self._template = self._env.from_string(source)
-        except jinja2.TemplateSyntaxError as e:
-            raise TemplateError(f"the chat template does not compile: {e.message} (line {e.lineno})") from None
-        except Exception as e:   # a compile-time constant fold may hit our limits too
-            raise TemplateError(f"the chat template does not compile: {e}") from None
+        self._call({"op": "compile"})
 
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
                **extra: Any) -> str:
         context = {"bos_token": self.bos_token, "eos_token": self.eos_token, **extra,
                    "messages": [dict(m) for m in messages], "add_generation_prompt": add_generation_prompt}
-        outcome: dict[str, Any] = {}
-        deadline = time.monotonic() + self.time_limit_s
+        return self._call({"op": "render", "context": context})["text"]
 
-        def work() -> None:
-            try:
-                outcome["text"] = _render_with_deadline(self._template, context, deadline, self.max_chars)
-            except BaseException as e:   # handed to the caller's thread below
-                outcome["error"] = e
+    def _call(self, message: dict[str, Any]) -> dict[str, Any]:
+        from engine.template_worker import shared_worker
 
-        worker = threading.Thread(target=work, name="chat-template-render", daemon=True)
-        worker.start()
-        worker.join(self.time_limit_s + 0.5)
-        if worker.is_alive():   # stuck inside one C-level call; it is abandoned (daemon thread)
-            raise TemplateError(f"rendering the chat template took longer than {self.time_limit_s:.1f} s")
-        if "error" in outcome:
-            raise _as_template_error(outcome["error"]) from None
-        return outcome["text"]
+        message.update(source=self.source, max_chars=self.max_chars, time_limit=self.time_limit_s)
+        try:
+            answer = shared_worker().request(message, self.time_limit_s)
+        except (TypeError, ValueError) as e:     # a context value JSON cannot carry
+            raise TemplateError(f"the conversation cannot be passed to the chat template: {e}") from None
+        if not answer.get("ok"):
+            raise TemplateError(str(answer.get("message", "the chat template failed")))
+        return answer
+
+
+def as_template_error(error: BaseException) -> TemplateError:
+    return _as_template_error(error)
 
 
 def _as_template_error(error: BaseException) -> TemplateError:

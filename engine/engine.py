@@ -301,7 +301,8 @@ class Engine:
                 built = build_cpu(path, choice, on_progress, **opts)
         else:
             built = build_cpu(path, choice, on_progress, **opts)
-        info = replace(built.info, async_scheduling=choice.async_scheduling, async_reason=choice.async_reason)
+        info = replace(built.info, async_scheduling=choice.async_scheduling, async_reason=choice.async_reason,
+                       template_notice=built.prompt_format.template_notice)
         return _Loaded(info, built.prompt_format, built.vocab_size, built.core, built.max_context), choice
 
     def _drop_model(self) -> None:

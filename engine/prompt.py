@@ -38,8 +38,8 @@ def template_roles(source: str) -> frozenset[str]:
     return STANDARD_ROLES | frozenset(_ROLE_LITERAL.findall(source))
 
 
-def check_roles(messages: list[dict[str, Any]], template: ChatTemplate) -> None:
-    allowed = template_roles(template.source)
+def check_roles(messages: list[dict[str, Any]], template: ChatTemplate | PlainChatFormat) -> None:
+    allowed = template_roles(template.source) if template.source else STANDARD_ROLES
     for m in messages:
         if m["role"] not in allowed:
             raise InvalidRequestError(f"message role {m['role'][:40]!r} is not one this model's chat template "
@@ -128,7 +128,7 @@ def refuse_control_text(value: Any, tokenizer: Tokenizer, where: str, depth: int
             refuse_control_text(item, tokenizer, where, depth + 1)
 
 
-def encode_chat(tokenizer: Tokenizer, template: ChatTemplate | None, messages: Iterable[Any],
+def encode_chat(tokenizer: Tokenizer, template: ChatTemplate | PlainChatFormat | None, messages: Iterable[Any],
                 add_generation_prompt: bool = True, **template_options: Any) -> list[int]:
     """Prompt ids for a conversation; BOS is added as the metadata says unless the template wrote it."""
     if template is None:
@@ -153,18 +153,39 @@ def encode_chat(tokenizer: Tokenizer, template: ChatTemplate | None, messages: I
     return ids
 
 
+class PlainChatFormat:
+    """The fallback when the model's own template is refused (too slow, too big, does not compile): a
+    plain "Role: text" transcript, built in Python (no template code runs). The model stays usable,
+    though it answers less well than with its own format; ModelInfo.template_notice says so."""
+
+    source = None
+
+    def render(self, messages, add_generation_prompt: bool = True, **_options: Any) -> str:
+        turns = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+        if add_generation_prompt:
+            turns.append("Assistant:")
+        return "\n\n".join(turns)
+
+
 @dataclass(frozen=True)
 class PromptFormat:
     """What a loaded model needs to turn requests into prompt ids. `has_chat_template` false means the
     model is completion-only: send raw prompts (`encode_raw`), not messages."""
 
     tokenizer: Tokenizer
-    template: ChatTemplate | None
+    template: ChatTemplate | PlainChatFormat | None
+    template_notice: str = ""      # set when the model's template was refused and the plain format is used
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any]) -> PromptFormat:
         tokenizer = build_tokenizer(metadata)
-        return cls(tokenizer, chat_template_from_metadata(metadata, tokenizer))
+        try:
+            return cls(tokenizer, chat_template_from_metadata(metadata, tokenizer))
+        except TemplateError as e:
+            log.warning("chat template refused, using the plain format: %s", e)
+            return cls(tokenizer, PlainChatFormat(),
+                       f"This model's chat template was refused ({e}); a plain chat format is used instead, "
+                       "so its replies may be worse than usual.")
 
     @property
     def has_chat_template(self) -> bool:

@@ -2,6 +2,8 @@
 
     HaloChat [app options]                 the chat window (app.__main__.main)
     HaloChat --self-test [self-test opts]  no window: app.self_test.main (see its docstring)
+    HaloChat -m MODULE [args]              a child-process module the engine starts with
+                                           `sys.executable -m` (CHILD_MODULES only), as python would
 
 Logging (log folder + faulthandler on all threads) is set up before anything else is imported, so even
 an import-time fault in Qt or a runtime binding leaves a trace in the user's log folder.
@@ -18,10 +20,32 @@ import time
 
 ENTRY_TIME = time.time()
 
+# Modules the engine runs as `sys.executable -m MODULE ...` children; in the bundle sys.executable is this
+# program, so it must run them the way `python -m` does. Nothing else is accepted.
+CHILD_MODULES = ("engine.template_worker", "engine.backends.managed_check")
+
+
+def run_child_module(argv: list[str]) -> int:
+    """`-m MODULE args...`: run MODULE as __main__ with sys.argv = [MODULE, *args], like `python -m`."""
+    import runpy
+
+    module = argv[1] if len(argv) > 1 else ""
+    if module not in CHILD_MODULES:
+        print(f"HaloChat: -m {module[:80]!r} is not a module this program runs", file=sys.stderr)
+        return 2
+    sys.argv = [module, *argv[2:]]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _give_streams()
+    if argv[:1] == ["-m"]:
+        return run_child_module(argv)      # before logging setup: a child must not touch the app's logs
     import multiprocessing
     multiprocessing.freeze_support()
     from app.logging_setup import setup_logging

@@ -55,3 +55,22 @@ def test_self_test_fails_without_a_model(frozen_bundle, user_dirs, tmp_path):
                             env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1
     assert "FAIL  model" in result.stdout and "FAILED: model" in result.stdout
+
+
+def test_the_frozen_entry_runs_the_engines_child_modules(frozen_bundle):
+    """The engine starts children as `sys.executable -m MODULE`; in the bundle that is this program."""
+    import json
+
+    request = json.dumps({"op": "render", "source": "{{ messages[0].content }}!", "max_chars": 1000,
+                          "time_limit": 5, "context": {"messages": [{"role": "user", "content": "yo"}]}})
+    result = subprocess.run([str(frozen_bundle.executable), "-m", "engine.template_worker", str(512 << 20)],
+                            input=request + "\n", capture_output=True, text=True, timeout=120)
+    answers = [json.loads(line) for line in result.stdout.splitlines()]
+    assert answers == [{"ready": True}, {"ok": True, "text": "yo!"}], result.stderr
+    result = subprocess.run([str(frozen_bundle.executable), "-m", "engine.backends.managed_check", "cpu"],
+                            capture_output=True, text=True, timeout=120)
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    assert answer == {"ok": False, "detail": "ValueError: cpu has no runtime binding"}
+    refused = subprocess.run([str(frozen_bundle.executable), "-m", "os"], capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode == 2

@@ -37,3 +37,18 @@ def test_app_starts_and_lists_wrong_typed_files_as_bad(qtbot, make_window, tmp_p
     assert "general.architecture" in by_name["array-arch.gguf"].error
     assert "tokenizer.chat_template" in by_name["array-template.gguf"].error
     assert window.isVisible()
+
+
+def test_a_refused_chat_template_shows_a_notice_and_the_model_still_chats(qtbot, make_window, tmp_path):
+    from pathlib import Path
+
+    from engine.gguf.mutate import with_metadata
+
+    tiny = Path(__file__).parents[1] / "golden" / "data" / "tiny-qwen2-f32.gguf"
+    path = tmp_path / "refused-template.gguf"
+    path.write_bytes(with_metadata(tiny.read_bytes(), {"tokenizer.chat_template": (V.STRING, "{% for %}")}))
+    w = make_window(engine="own")
+    with qtbot.waitSignal(w.client.loaded, timeout=60_000):
+        w.models.load_path_now(str(path))
+    assert w.banner.isVisible()
+    assert "refused" in w.client.model.template_notice
