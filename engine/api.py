@@ -69,6 +69,8 @@ class GenerateRequest:
     enable_thinking: bool | None = None
     reasoning_effort: Literal["low", "medium", "high"] | None = None
     prompt_token_ids: tuple[int, ...] | None = None
+    # OpenAI-style tool schemas (JSON values) handed to the chat template as `tools`; None: no tools.
+    tools: tuple | None = None
 
     def __post_init__(self):
         given = [x is not None for x in (self.messages, self.prompt, self.prompt_token_ids)]

@@ -179,6 +179,22 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from .engine import Engine
+    from .server.guard import ServerConfig
+    from .server.run import serve_forever
+
+    path = resolve_model(args)
+    engine = Engine(max_context=args.ctx, backend=args.backend, max_num_seqs=args.max_num_seqs)
+    try:
+        _load(engine, path, quiet=False)
+        serve_forever(engine, ServerConfig(host=args.host, port=args.port, api_key=args.api_key or None,
+                                           allowed_origins=tuple(args.allow_origin), max_pending=args.max_pending))
+    finally:
+        engine.shutdown()
+    return 0
+
+
 def _model_args(p: argparse.ArgumentParser, positional: bool) -> None:
     if positional:
         p.add_argument("model", nargs="?", help="a .gguf path or a known model key")
@@ -235,6 +251,21 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--backend", default="cpu", help="cpu (numpy forward) or a GPU backend: cuda-python, "
                    "ctypes-cuda, hip-python, ctypes-hip")
     b.set_defaults(func=cmd_bench)
+
+    from .core.setup import DEFAULT_MAX_NUM_SEQS
+    from .engine import DEFAULT_MAX_CONTEXT
+    s = sub.add_parser("serve", help="OpenAI-compatible HTTP server for one model (loopback by default)")
+    _model_args(s, positional=False)
+    s.add_argument("--host", default="127.0.0.1", help="address to bind; anything but loopback exposes the "
+                   "model to the network (use --api-key then)")
+    s.add_argument("--port", type=int, default=8080)
+    s.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (default: no key)")
+    s.add_argument("--allow-origin", action="append", default=[], help="a browser origin allowed to call (CORS)")
+    s.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS, help="requests batched together")
+    s.add_argument("--max-pending", type=int, default=64, help="requests in progress before 503")
+    s.add_argument("--ctx", type=int, default=DEFAULT_MAX_CONTEXT, help="context (KV cache) tokens")
+    s.add_argument("--backend", default="auto", help="auto, cpu, cuda or hip")
+    s.set_defaults(func=cmd_serve)
 
     from . import diagnostics  # loads no driver until run
     d = sub.add_parser("diagnose", help="system, backends, capabilities with reasons; --self-test runs them")

@@ -40,14 +40,23 @@ DEFAULT_PREFILL_CHUNK = 256     # prompt tokens per step: bounds attention scrat
 class RequestHandle:
     """The caller's end of one request: iterate it (or `events()`) to receive its events in order."""
 
-    def __init__(self, request_id: str, engine: Engine):
+    def __init__(self, request_id: str, engine: Engine, sink: Callable[[Event], None] | None = None):
         self.request_id = request_id
         self._engine = engine
         self._queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self._sink = sink
         self.finished: Finished | None = None
 
     def _put(self, event: Event) -> None:
-        self._queue.put(event)
+        if self._sink is None:
+            self._queue.put(event)
+            return
+        if isinstance(event, Finished):
+            self.finished = event
+        try:
+            self._sink(event)
+        except Exception:   # noqa: BLE001 - a caller's broken sink must not stop the engine thread
+            pass
 
     def events(self, timeout: float | None = None) -> Iterator[Event]:
         """Yields events until (and including) Finished. `timeout`: max seconds to wait for each event;
@@ -146,12 +155,26 @@ class Engine:
         self._send(("unload", future))
         return future
 
-    def submit(self, request: GenerateRequest) -> RequestHandle:
+    def submit(self, request: GenerateRequest, sink: Callable[[Event], None] | None = None) -> RequestHandle:
         """Never raises for a bad request: its handle gets Finished(reason="error") with the reason (a
-        duplicate request_id fails the new handle only; the first one runs on)."""
-        handle = RequestHandle(request.request_id, self)
+        duplicate request_id fails the new handle only; the first one runs on). `sink`: when given, each
+        event is handed to `sink(event)` on the engine thread instead of the handle's queue (it must not
+        block: e.g. `loop.call_soon_threadsafe(queue.put_nowait, event)` for asyncio)."""
+        handle = RequestHandle(request.request_id, self, sink)
         self._send(("submit", request, handle))
         return handle
+
+    @property
+    def max_context(self) -> int:
+        """Tokens one request may hold (prompt + reply) with the loaded model, else the configured cap."""
+        m = self._model
+        return m.max_context if m is not None else self._max_context
+
+    @property
+    def chat_template_source(self) -> str | None:
+        """The loaded model's chat template text (None: no model, or a completion-only model)."""
+        m = self._model
+        return m.prompt_format.template_source if m is not None else None
 
     def stats(self, timeout: float = 10.0) -> EngineStats:
         """Counts read on the engine thread between steps (so consistent); waits up to `timeout`."""

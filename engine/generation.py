@@ -23,6 +23,8 @@ def encode_prompt(prompt_format: PromptFormat, request: GenerateRequest) -> list
         options = {name: value for name, value in (("enable_thinking", request.enable_thinking),
                                                    ("reasoning_effort", request.reasoning_effort))
                    if value is not None}
+        if request.tools is not None:
+            options["tools"] = [dict(t) for t in request.tools]
         return prompt_format.encode_chat(request.messages, **options)
     return prompt_format.encode_raw(request.prompt)
 

@@ -108,6 +108,26 @@ def _defuse(content: str, tokenizer: Tokenizer, markers: _Markers) -> str:
     return "".join(pieces)
 
 
+MAX_JSON_DEPTH = 32    # tool schemas and tool calls nest; deeper than this is refused, not recursed into
+
+
+def refuse_control_text(value: Any, tokenizer: Tokenizer, where: str, depth: int = 0) -> None:
+    """Structured values the template renders as they are (tool schemas, tool calls) may not carry control-
+    token text at all: unlike message content they are not defused, so such text is refused outright."""
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidRequestError(f"{where} is nested more than {MAX_JSON_DEPTH} levels deep")
+    if isinstance(value, str):
+        if any(isinstance(f, int) and tokenizer.is_control(f) for f in tokenizer.partition(value, parse_special=True)):
+            raise InvalidRequestError(f"{where} contains the model's control-token text, which is refused")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            refuse_control_text(key, tokenizer, where, depth + 1)
+            refuse_control_text(item, tokenizer, where, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            refuse_control_text(item, tokenizer, where, depth + 1)
+
+
 def encode_chat(tokenizer: Tokenizer, template: ChatTemplate | PlainChatFormat | None, messages: Iterable[Any],
                 add_generation_prompt: bool = True, **template_options: Any) -> list[int]:
     """Prompt ids for a conversation; BOS is added as the metadata says unless the template wrote it."""
@@ -116,6 +136,10 @@ def encode_chat(tokenizer: Tokenizer, template: ChatTemplate | PlainChatFormat |
     markers = _Markers()
     plain = normalize_messages(messages)
     check_roles(plain, template)
+    for m in plain:       # fields beyond role/content (tool_calls, name, tool_call_id) are rendered as they are
+        refuse_control_text({k: v for k, v in m.items() if k not in ("role", "content")}, tokenizer, "a message")
+    if "tools" in template_options:
+        refuse_control_text(template_options["tools"], tokenizer, "tools")
     safe = [{**m, "content": _defuse(m["content"], tokenizer, markers)} for m in plain]
     rendered = template.render(safe, add_generation_prompt=add_generation_prompt, **template_options)
     fragments = tokenizer.partition(rendered, parse_special=True)

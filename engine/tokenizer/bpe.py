@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from functools import lru_cache
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from engine.errors import InvalidModelError, UnsupportedModelError, short_repr
 
@@ -25,6 +25,9 @@ _LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{
            r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen3.5/3.6: letters may carry combining marks (\p{M}) inside a word, and marks are not punctuation
+_QWEN35 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+           r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _DEFAULT = (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]")
 
 # pre name -> (regex list, ignore_merges). ignore_merges: a whole word found in the vocabulary is
@@ -40,9 +43,15 @@ for _names, _regexes, _ignore in (
      (_LLAMA3,), True),
     (("dbrx", "smaug-bpe"), (_LLAMA3,), False),
     (("qwen2", "deepseek-r1-qwen", "stablelm2", "hunyuan", "megrez", "kormo", "f2llmv2"), (_QWEN2,), False),
+    (("qwen35",), (_QWEN35,), False),
 ):
     for _name in _names:
         PRE_TOKENIZERS[_name] = (_regexes, _ignore)
+
+
+# pre types whose reference tokenizer NFC-normalizes text first (Qwen3.5's tokenizer.json and its tiktoken
+# tokenizer do): without it a decomposed "e + U+0301" gives other ids than the model was trained on
+NFC_PRE = frozenset({"qwen35"})
 
 
 def pre_tokenizer_spec(pre: str) -> tuple[tuple[str, ...], bool]:
@@ -91,6 +100,8 @@ def build_bpe(vocab: Vocab, token_to_id: Mapping[str, int]) -> Tokenizer:
         raise InvalidModelError(f"the BPE vocabulary is rejected by the tokenizer: {short_repr(str(e))}",
                                 field="tokenizer.ggml.merges") from None
     tok = Tokenizer(model)
+    if vocab.pre in NFC_PRE:
+        tok.normalizer = normalizers.NFC()
     splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])

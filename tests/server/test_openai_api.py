@@ -1,0 +1,116 @@
+"""The official `openai` client against a real `python -m engine serve` (SmolLM2, CPU) on loopback."""
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tests.server.serving import ServerProcess
+
+openai = pytest.importorskip("openai")
+
+pytestmark = pytest.mark.golden
+HELLO = [{"role": "user", "content": "Name three colors."}]
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_path):
+    srv = ServerProcess(smollm2_path)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.base + "/v1", api_key="anything", timeout=120, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def model(client):
+    return client.models.list().data[0].id
+
+
+def test_models_lists_the_loaded_model(client, smollm2_path):
+    models = client.models.list().data
+    assert [m.id for m in models] == [smollm2_path.stem]
+
+
+def test_chat_whole_and_streamed_agree_with_usage(client, model):
+    whole = client.chat.completions.create(model=model, messages=HELLO, max_tokens=12, temperature=0)
+    text = whole.choices[0].message.content
+    assert text and whole.choices[0].message.role == "assistant"
+    assert whole.choices[0].finish_reason in ("stop", "length")
+    assert whole.usage.prompt_tokens > 5 and 0 < whole.usage.completion_tokens <= 12
+    assert whole.usage.total_tokens == whole.usage.prompt_tokens + whole.usage.completion_tokens
+
+    chunks = list(client.chat.completions.create(model=model, messages=HELLO, max_tokens=12, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == \
+        [whole.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_max_tokens_ends_with_length(client, model):
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Count to 50."}],
+                                       max_tokens=5, temperature=0)
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 5
+
+
+def test_completions_whole_and_streamed(client, model):
+    whole = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
+    assert whole.choices[0].text and whole.usage.completion_tokens <= 8
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=model, prompt="The capital of France is", max_tokens=8, temperature=0, stream=True) if c.choices)
+    assert streamed == whole.choices[0].text
+
+
+def test_stop_string_cuts_the_reply(client, model):
+    full = client.completions.create(model=model, prompt="1, 2, 3, 4,", max_tokens=16, temperature=0).choices[0].text
+    words = full.split()
+    assert len(words) >= 3, full
+    stop = words[2]
+    cut = client.completions.create(model=model, prompt="1, 2, 3, 4,", max_tokens=16, temperature=0, stop=[stop])
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].text == full[: full.index(stop)]
+
+
+def test_seed_reproduces_sampled_text(client, model):
+    def sample(seed):
+        return client.chat.completions.create(model=model, messages=HELLO, max_tokens=16, temperature=1.0,
+                                              top_p=0.95, seed=seed, extra_body={"top_k": 50, "min_p": 0.01}).choices[0].message.content
+    first = sample(1234)
+    assert sample(1234) == first
+    assert any(sample(s) != first for s in (1, 2, 3))
+
+
+def test_unsupported_options_are_refused_clearly(client, model):
+    with pytest.raises(openai.BadRequestError, match="response_format"):
+        client.chat.completions.create(model=model, messages=HELLO, response_format={"type": "json_object"})
+    with pytest.raises(openai.BadRequestError, match="presence_penalty.*repetition_penalty"):
+        client.chat.completions.create(model=model, messages=HELLO, presence_penalty=0.5)
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.chat.completions.create(model="gpt-4o", messages=HELLO)
+
+
+def test_client_disconnect_aborts_and_frees_kv_blocks(server, model):
+    before = httpx.get(server.base + "/health").json()
+    body = {"model": model, "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 4000, "temperature": 0, "stream": True}
+    with httpx.stream("POST", server.base + "/v1/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(6)]
+        assert any(line.startswith("data: {") for line in got)
+        during = httpx.get(server.base + "/health").json()
+        assert during["live_requests"] == 1 and during["kv_blocks_free"] < before["kv_blocks_free"]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        after = httpx.get(server.base + "/health").json()
+        if after["live_requests"] == 0 and after["pending"] == 0:
+            break
+        time.sleep(0.1)
+    assert after["live_requests"] == 0 and after["pending"] == 0
+    assert after["kv_blocks_free"] == before["kv_blocks_free"]
+    assert "client gone" in server.log()
