@@ -28,12 +28,20 @@ def main(argv: list[str] | None = None) -> int:
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)
     app.setWindowIcon(app_icon())
+    from app.single_instance import SingleInstance, bring_to_front
+    from engine.paths import data_dir
+
+    instance = SingleInstance(data_dir(), app)
+    if not instance.acquire():                # another Halo Chat owns this data folder: show it instead
+        instance.notify_owner()
+        return 0
     settings = AppSettings()
     apply_theme(app, settings.theme)
 
     from app.main_window import MainWindow  # after the QApplication exists
 
     window = MainWindow(Store(), settings)
+    instance.activated.connect(lambda: bring_to_front(window))
     window.show()
     start_model(window, args)
     return app.exec()

@@ -4,7 +4,8 @@ Contract (see ../shared/docs/SAFETY.md, "Conversations are the user's data"):
 - the user's message is committed before generation starts (`add_message`);
 - a reply is a row created in state "streaming" (`begin_reply`), its text saved as it grows
   (`save_partial`, the caller throttles to ~0.5 s), and closed with `finish_reply`;
-- opening the store turns rows left "streaming" by a dead process into "interrupted".
+- opening the store turns rows left "streaming" by a writer that is gone into "interrupted"
+  (app.stream_writers: another live Store's reply is left alone).
 
 Threading: one Store per thread (sqlite3 connections are not shared); the app uses it on the GUI thread.
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from app.stream_writers import StreamWriters
 from engine.paths import data_dir
 
 MessageState = Literal["complete", "streaming", "interrupted", "stopped", "error"]
@@ -87,10 +89,12 @@ class Store:
         self._db.execute("PRAGMA synchronous=FULL")   # a commit survives power loss too, not only a crash
         self._db.execute("PRAGMA foreign_keys=ON")
         self._migrate()
+        self._writers = StreamWriters(self._db, self.path)
         self.recovered_interrupted = self._mark_interrupted()
 
     # -- lifetime ---------------------------------------------------------------------------------
     def close(self) -> None:
+        self._writers.close()
         self._db.close()
 
     def _migrate(self) -> None:
@@ -103,8 +107,7 @@ class Store:
             self._db.executescript("BEGIN;" + _SCHEMA_V1 + f"PRAGMA user_version={SCHEMA_VERSION};COMMIT;")
 
     def _mark_interrupted(self) -> int:
-        cur = self._db.execute("UPDATE messages SET state='interrupted' WHERE state='streaming'")
-        return cur.rowcount
+        return self._writers.recover()       # only rows whose writer is gone (app.stream_writers)
 
     # -- conversations ----------------------------------------------------------------------------
     def create_conversation(self, title: str = "New chat", system_prompt: str = "",
@@ -168,6 +171,7 @@ class Store:
         cur = self._db.execute(
             "INSERT INTO messages(conversation_id, role, content, state, created_at, model) "
             "VALUES (?, 'assistant', '', 'streaming', ?, ?)", (conversation_id, time.time(), model))
+        self._writers.claim(cur.lastrowid)
         self._touch(conversation_id)
         return self.message(cur.lastrowid)
 
@@ -178,6 +182,7 @@ class Store:
                      usage: dict | None = None, error: str = "") -> None:
         self._db.execute("UPDATE messages SET content=?, state=?, usage_json=?, error=? WHERE id=?",
                          (content, state, json.dumps(usage or {}), error, message_id))
+        self._writers.release(message_id)
 
     def delete_message(self, message_id: int) -> None:
         self._db.execute("DELETE FROM messages WHERE id=?", (message_id,))

@@ -41,7 +41,8 @@ def test_reopening_marks_streaming_rows_interrupted(db_path):
     store.add_message(conv.id, "user", "q2")
     cut = store.begin_reply(conv.id)
     store.save_partial(cut.id, "partial answ")
-    # no close(): the process "dies" here
+    # no close(): the process "dies" here, and the OS drops its file lock (a real kill -9: the test below)
+    store._writers._lock.release()
     again = Store(db_path)
     assert again.recovered_interrupted == 1
     msgs = again.messages(conv.id)
@@ -103,3 +104,48 @@ def test_role_and_state_are_constrained(db_path):
         store.add_message(conv.id, "system", "x")
     with pytest.raises(sqlite3.IntegrityError):
         store.add_message(conv.id + 99, "user", "orphan")
+
+
+_CHILD_WRITER = """
+import sys, time
+from app.store import Store
+store = Store(sys.argv[1])
+conv = store.create_conversation()
+reply = store.begin_reply(conv.id)
+store.save_partial(reply.id, "first part")
+print(reply.id, flush=True)
+sys.stdin.readline()                          # wait until the parent opened its own store
+store.save_partial(reply.id, "first part and the rest")
+print("saved", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_second_store_leaves_a_live_writers_reply_alone_and_recovers_it_once_killed(db_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", _CHILD_WRITER, str(db_path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        reply_id = int(child.stdout.readline())
+        second = Store(db_path)                   # a second app on the same data folder
+        assert second.recovered_interrupted == 0
+        assert second.message(reply_id).state == "streaming"
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "saved"
+        assert second.message(reply_id).content == "first part and the rest"   # its later saves land
+        child.send_signal(signal.SIGKILL if hasattr(signal, "SIGKILL") else signal.SIGTERM)
+        child.wait(10)
+        second.close()
+        third = Store(db_path)
+        assert third.recovered_interrupted == 1
+        recovered = third.message(reply_id)
+        assert (recovered.state, recovered.content) == ("interrupted", "first part and the rest")
+        third.close()
+    finally:
+        if child.poll() is None:
+            child.kill()
