@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine import errors
+from engine.model.arch import ARCHITECTURES
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ def describe(e: BaseException, what: str = "") -> UserMessage:
                            f"{e}\n\nDownload the model again, or pick another file. Nothing else was changed.")
     if isinstance(e, errors.UnsupportedModelError):
         return UserMessage(f"{what or 'This model'} is not supported yet",
-                           f"{e}\n\nTry a model with a supported architecture (llama, gemma3, qwen2, qwen3).")
+                           f"{e}\n\nTry a model with a supported architecture ({', '.join(ARCHITECTURES)}).")
     if isinstance(e, errors.OutOfDeviceMemoryError):
         return UserMessage("Not enough GPU memory", f"{e}\n\nPick a smaller model or a shorter context, "
                            "or continue on the CPU.", offer_cpu=True, offer_diagnostics=True)

@@ -48,6 +48,7 @@ def resolve_model(args) -> Path:
 
 def cmd_inspect(args) -> int:
     from .gguf import Meta, open_gguf
+    from .model.arch import kv_bytes_per_token, memory_estimate
     from .model.config import ModelConfig
     from .model.loader import model_info, type_histogram
 
@@ -75,6 +76,17 @@ def cmd_inspect(args) -> int:
             print(f"layers {c.n_layers}, embd {c.n_embd}, heads {c.n_head}/{c.n_head_kv} kv of {c.head_dim}, "
                   f"ffn {c.n_ff}, vocab {c.vocab_size}, rope {c.rope_style} theta {c.rope_theta[-1]:g}"
                   + (f", sliding window {c.sliding_window}" if c.sliding_window else ""))
+            if c.has_recurrent_state:
+                n_lin = c.layer_kinds.count("linear_attention")
+                print(f"hybrid:        {n_lin} Gated DeltaNet + {c.n_layers - n_lin} attention layers; DeltaNet "
+                      f"{c.ssm_k_heads} key / {c.ssm_v_heads} value heads of {c.ssm_k_dim}/{c.ssm_v_dim}, "
+                      f"conv {c.ssm_conv_kernel}")
+            est = memory_estimate(c, c.context_length, "gpu", gguf.tensors.values())
+            print(f"memory (GPU):  weights {est.weights / 2**20:.1f} MiB + KV {kv_bytes_per_token(c, 'gpu')} "
+                  f"B/token + recurrent state {est.recurrent_state / 2**20:.1f} MiB per sequence")
+            gpu_note = ("no GPU kernels for its layer kinds yet: the engine falls back to the CPU"
+                        if c.has_recurrent_state or c.attn_output_gate else "CPU and GPU")
+            print(f"runs here:     yes - {gpu_note}")
         except EngineError as e:
             print(f"runs here:     no - {e}")
     return 0
