@@ -3,8 +3,8 @@
 Everything that the CPU loader/forward, the GPU uploader/forward, the memory pre-flight, the KV manager and
 the app's library estimate must agree on is written here once and asked for:
 - `ARCHITECTURES`: what differs between architectures, as data (the forward passes never test `arch`);
-- `layer_tensor_specs(config, layer)`: the GGUF tensors of a layer, by its kind, with the shapes the
-  hyperparameters imply (both loaders iterate these);
+- `layer_tensor_specs(config, layer)`: the GGUF tensors of a layer, by its mixer kind and its FFN kind
+  (dense or mixture-of-experts), with the shapes the hyperparameters imply (both loaders iterate these);
 - `rope_inv_freq(config, freq_factors)`: the rotary inverse frequencies of every layer (both paths);
 - `kv_bytes_per_token`, `recurrent_state_bytes`, `weight_bytes`, `memory_estimate`: the memory formulas;
 - `BLOCK_SIZE`: the paged KV cache's block size.
@@ -24,6 +24,8 @@ BLOCK_SIZE = 16          # tokens per paged-KV block, everywhere (scheduler, cac
 RopeStyle = Literal["normal", "neox"]   # normal: rotate adjacent pairs (2i, 2i+1); neox: halves (i, i+d/2)
 Activation = Literal["silu", "gelu_tanh"]
 LayerKind = Literal["attention", "linear_attention"]   # softmax attention over the paged KV cache | recurrent
+FfnKind = Literal["dense", "moe"]      # one SwiGLU MLP | a router choosing k of n expert MLPs per token
+ExpertActivation = Literal["swiglu", "swiglu_oai"]   # silu(gate) * up | gpt-oss's clamped variant (see moe.py)
 Backend = Literal["cpu", "gpu"]
 
 
@@ -39,6 +41,9 @@ class ArchTraits:
     output_gate: bool = False           # attn_q holds [q_h, gate_h] per head; out = attn * sigmoid(gate) (qwen35)
     hybrid: bool = False                # Gated-DeltaNet linear-attention layers, full attention every n-th (qwen35)
     ffn_norm_name: str = "ffn_norm"     # the pre-FFN norm's GGUF name (qwen35: post_attention_norm)
+    moe: bool = False                   # every layer's FFN is a mixture of experts (`expert_count` experts)
+    expert_activation: ExpertActivation = "swiglu"
+    moe_biases: bool = False            # router and expert projections carry biases (gpt-oss)
 
 
 ARCHITECTURES: dict[str, ArchTraits] = {
@@ -51,6 +56,8 @@ ARCHITECTURES: dict[str, ArchTraits] = {
     # V heads reordered from grouped-by-K to tiled order; partial neox rope on rope.dimension_count dims)
     "qwen35": ArchTraits(rope_style="neox", activation="silu", qk_norm=True, output_gate=True, hybrid=True,
                          ffn_norm_name="post_attention_norm"),
+    # Qwen3-30B-A3B: qwen3 attention, every FFN sparse: softmax router, top-k, weights renormalised
+    "qwen3moe": ArchTraits(rope_style="neox", activation="silu", qk_norm=True, moe=True),
 }
 
 
@@ -61,6 +68,8 @@ class TensorSpec:
     shape: tuple[int, ...]        # numpy order: [rows, cols] for matrices (GGUF ne reversed)
     matrix: bool                  # a projection (kept quantized on the GPU) rather than a vector
     required: bool = True         # False: loaded when present, None when absent
+    experts: bool = False         # [n_expert, rows, cols] stacked experts: the CPU keeps these in the file's
+                                  # type and dequantizes only the experts a step routes to
 
     @property
     def vector(self) -> bool:
@@ -113,13 +122,38 @@ def _linear_attention_specs(c: ModelConfig, p: str) -> list[TensorSpec]:
             TensorSpec("wo", p + "ssm_out.weight", (c.n_embd, value_dim), True)]
 
 
+def _moe_ffn_specs(c: ModelConfig, p: str) -> list[TensorSpec]:
+    """Router [n_expert, n_embd] and the experts stacked as llama.cpp's converter writes them (per expert the
+    gate/up rows [n_ff_exp, n_embd] and down [n_embd, n_ff_exp]); gpt-oss adds biases to all four."""
+    t = ARCHITECTURES[c.arch]
+    n, e, f = c.n_expert, c.n_embd, c.n_ff_exp
+    specs = [TensorSpec("ffn_norm", p + t.ffn_norm_name + ".weight", (e,), False),
+             TensorSpec("router", p + "ffn_gate_inp.weight", (n, e), True),
+             TensorSpec("exp_gate", p + "ffn_gate_exps.weight", (n, f, e), True, experts=True),
+             TensorSpec("exp_up", p + "ffn_up_exps.weight", (n, f, e), True, experts=True),
+             TensorSpec("exp_down", p + "ffn_down_exps.weight", (n, e, f), True, experts=True)]
+    if t.moe_biases:
+        specs += [TensorSpec("router_bias", p + "ffn_gate_inp.bias", (n,), False),
+                  TensorSpec("exp_gate_bias", p + "ffn_gate_exps.bias", (n, f), False),
+                  TensorSpec("exp_up_bias", p + "ffn_up_exps.bias", (n, f), False),
+                  TensorSpec("exp_down_bias", p + "ffn_down_exps.bias", (n, e), False)]
+    return specs
+
+
 _MIXER_SPECS = {"attention": _attention_specs, "linear_attention": _linear_attention_specs}
+_FFN_SPECS = {"dense": _ffn_specs, "moe": _moe_ffn_specs}
 
 
 def layer_tensor_specs(config: ModelConfig, layer: int) -> tuple[TensorSpec, ...]:
-    """The tensors of layer `layer`: its mixer (by `config.layer_kinds[layer]`), then its FFN."""
+    """The tensors of layer `layer`: its mixer (by `config.layer_kinds[layer]`), then its FFN (by
+    `config.ffn_kind`)."""
     p = f"blk.{layer}."
-    return tuple(_MIXER_SPECS[config.layer_kinds[layer]](config, p) + _ffn_specs(config, p))
+    return tuple(_MIXER_SPECS[config.layer_kinds[layer]](config, p) + _FFN_SPECS[config.ffn_kind](config, p))
+
+
+def is_expert_tensor(name: str) -> bool:
+    """A stacked-experts matrix (`blk.N.ffn_{gate,up,down}_exps.weight`, TensorSpec.experts)."""
+    return name.endswith("_exps.weight")
 
 
 def global_tensor_specs(config: ModelConfig) -> tuple[TensorSpec, ...]:
@@ -188,9 +222,10 @@ def recurrent_state_bytes(config: ModelConfig) -> int:
 
 def weight_bytes(tensors, backend: Backend) -> int:
     """`tensors`: the GGUF's TensorInfos. GPU: quantized matrices upload as they are in the file, vectors as
-    float32, each allocation rounded up. CPU: everything is dequantized to float32."""
+    float32, each allocation rounded up. CPU: everything is dequantized to float32, except stacked experts,
+    which stay in the file's type (read from the memory map) and are dequantized an expert at a time."""
     if backend == "cpu":
-        return sum(t.n_elements * 4 for t in tensors)
+        return sum(t.nbytes if is_expert_tensor(t.name) else t.n_elements * 4 for t in tensors)
     total = 0
     for t in tensors:
         if len(t.shape) == 1 or any(k in t.name for k in VECTOR_NAMES):

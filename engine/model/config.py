@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.errors import InvalidModelError, UnsupportedModelError, short_repr
 from engine.gguf.meta import REQUIRED, Meta
-from engine.model.arch import ARCHITECTURES, Activation, LayerKind, RopeStyle
+from engine.model.arch import ARCHITECTURES, Activation, ExpertActivation, FfnKind, LayerKind, RopeStyle
 
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 
@@ -26,6 +26,7 @@ _MAX_HEAD_DIM = 1024
 _MAX_CONTEXT = 1 << 24
 _MAX_VOCAB = 1 << 22
 _MAX_FFN = 1 << 20
+_MAX_EXPERTS = 1 << 12
 MIN_CONTEXT = 16                         # a chat needs room for a prompt and a reply
 _MIN_NORM_EPS, _MAX_NORM_EPS = 1e-12, 1e-2
 _MIN_FREQ_BASE, _MAX_FREQ_BASE = 1.0, 1e10
@@ -65,6 +66,11 @@ class ModelConfig:
     ssm_v_heads: int = 0
     ssm_k_dim: int = 0
     ssm_v_dim: int = 0
+    # mixture of experts (qwen3moe, gpt-oss): n_expert experts of hidden size n_ff_exp, n_expert_used per token
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
+    expert_activation: ExpertActivation = "swiglu"
 
     def __post_init__(self):
         if not self.layer_kinds:
@@ -87,6 +93,10 @@ class ModelConfig:
     def conv_dim(self) -> int:
         """Channels of a linear-attention layer's causal conv: q | k | v."""
         return 2 * self.ssm_k_heads * self.ssm_k_dim + self.ssm_v_heads * self.ssm_v_dim
+
+    @property
+    def ffn_kind(self) -> FfnKind:
+        return "moe" if self.n_expert else "dense"
 
     @property
     def has_recurrent_state(self) -> bool:
@@ -181,6 +191,7 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
 
     hybrid = _hybrid_fields(r, n_layers) if traits.hybrid else {}
     layer_kinds = hybrid.pop("layer_kinds", ("attention",) * n_layers)
+    moe = _moe_fields(r) if traits.moe else {}
     return ModelConfig(
         arch=arch,
         n_layers=n_layers,
@@ -188,7 +199,7 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
         n_head=n_head,
         n_head_kv=n_head_kv,
         head_dim=head_dim,
-        n_ff=r.int("feed_forward_length", 1, _MAX_FFN),
+        n_ff=r.int("feed_forward_length", 1, _MAX_FFN, moe.get("n_ff_exp")),
         vocab_size=_vocab_size(r.meta, r),
         context_length=r.int("context_length", MIN_CONTEXT, _MAX_CONTEXT, per_layer=False),
         norm_eps=r.float("attention.layer_norm_rms_epsilon", 1e-6, lo=_MIN_NORM_EPS, hi=_MAX_NORM_EPS),
@@ -207,7 +218,16 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
         layer_kinds=layer_kinds,
         attn_output_gate=traits.output_gate,
         **hybrid,
+        **moe,
     )
+
+
+def _moe_fields(r: _Reader) -> dict[str, Any]:
+    """Mixture of experts: `expert_count` experts of `expert_feed_forward_length`, `expert_used_count` per token."""
+    n_expert = r.int("expert_count", 1, _MAX_EXPERTS, per_layer=False)
+    used = r.int("expert_used_count", 1, n_expert, per_layer=False)
+    return dict(n_expert=n_expert, n_expert_used=used, n_ff_exp=r.int("expert_feed_forward_length", 1, _MAX_FFN),
+                expert_activation=ARCHITECTURES[r.arch].expert_activation)
 
 
 def _hybrid_fields(r: _Reader, n_layers: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from engine.model.arch import rope_inv_freq
 from engine.model.blas import default_threads, set_blas_threads
 from engine.model.config import ModelConfig
 from engine.model.delta_net import gated_delta_net
+from engine.model.moe import moe_ffn
 from engine.model.step import KVCache, StepInput
 from engine.model.weights import LayerWeights, LinearLayerWeights, Weights
 
@@ -126,9 +127,13 @@ class CpuModel:
             o = rms_norm(o, lw.post_attn_norm, c.norm_eps)
         x = x + o
         h = rms_norm(x, lw.ffn_norm, c.norm_eps)
-        gate_up = linear(h, lw.w_gate_up)                            # [T, 2 n_ff]
-        a = self.act(gate_up[:, : c.n_ff]) * gate_up[:, c.n_ff:]
-        d = linear(a, lw.w_down)                                     # [T, E]
+        moe = getattr(lw, "moe", None)
+        if moe is not None:
+            d = moe_ffn(h, moe, c.n_expert_used, c.expert_activation)   # [T, E]
+        else:
+            gate_up = linear(h, lw.w_gate_up)                        # [T, 2 n_ff]
+            a = self.act(gate_up[:, : c.n_ff]) * gate_up[:, c.n_ff:]
+            d = linear(a, lw.w_down)                                 # [T, E]
         if getattr(lw, "post_ffn_norm", None) is not None:
             d = rms_norm(d, lw.post_ffn_norm, c.norm_eps)
         return x + d
