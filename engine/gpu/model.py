@@ -18,6 +18,7 @@ from engine.gpu.stepmeta import SamplingRow
 from engine.gpu.weights import upload_weights
 from engine.model.arch import BLOCK_SIZE
 from engine.model.config import ModelConfig
+from engine.model.host_memory import plan_host_memory
 from engine.model.step import StepInput
 
 log = logging.getLogger(__name__)
@@ -50,9 +51,12 @@ class GpuModel:
 
         with open_gguf(Path(path)) as gguf:
             config = ModelConfig.from_metadata(gguf.metadata)
-            plan = plan_memory(config, list(gguf.tensors.values()), kv_blocks, block_size, max_tokens, max_seqs)
+            tensors = list(gguf.tensors.values())
+            plan = plan_memory(config, tensors, kv_blocks, block_size, max_tokens, max_seqs)
             mem = backend.memory_info()
-            check_fits(plan, mem.free, mem.total, what=Path(path).name)
+            if plan.total > mem.free:     # say whether the CPU could hold it instead
+                host = plan_host_memory(config, tensors, kv_blocks, block_size, max_tokens, max_seqs)
+                check_fits(plan, mem.free, mem.total, what=Path(path).name, host_plan=host)
             stream = backend.create_stream()
             weights = upload_weights(backend, gguf, config, stream, progress)
             stream.synchronize()

@@ -21,6 +21,7 @@ from engine.gpu.forward import splitk_floats
 from engine.model import arch
 from engine.model.arch import ALLOC_GRANULARITY
 from engine.model.config import ModelConfig
+from engine.model.host_memory import HostMemoryPlan, host_shortfall
 
 MIB = 1 << 20
 FIXED_RESERVE = 256 * MIB        # modules, graphs, runtime heaps, the readback pool
@@ -77,15 +78,24 @@ def plan_memory(config: ModelConfig, tensors, num_blocks: int, block_size: int, 
     return MemoryPlan(w, kv, scratch, reserve)
 
 
-def check_fits(plan: MemoryPlan, free: int, total: int, what: str = "the model") -> None:
-    """Raise OutOfDeviceMemoryError with the numbers when `plan` needs more than `free` bytes."""
+def check_fits(plan: MemoryPlan, free: int, total: int, what: str = "the model",
+               host_plan: HostMemoryPlan | None = None) -> None:
+    """Raise OutOfDeviceMemoryError with the numbers when `plan` needs more than `free` bytes. With the
+    CPU path's `host_plan` the advice says whether the CPU can hold the model instead (`err.cpu_fits`);
+    without it the CPU is not suggested."""
     if plan.total <= free:
         return
+    advice, cpu_fits = "use a smaller context or quantization", None
+    if host_plan is not None:
+        short = host_shortfall(host_plan)
+        cpu_fits = short is None
+        advice += ", or the CPU" if cpu_fits else f" (the CPU cannot hold it either: it {short})"
     err = OutOfDeviceMemoryError(
         f"{what} needs {plan.total / MIB:.1f} MiB of device memory but only {free / MIB:.1f} MiB of "
-        f"{total / MIB:.1f} MiB are free ({plan.describe()}); use a smaller context or quantization, or the CPU")
+        f"{total / MIB:.1f} MiB are free ({plan.describe()}); {advice}")
     err.plan = plan
     err.free = free
+    err.cpu_fits = cpu_fits
     raise err
 
 
