@@ -66,6 +66,12 @@ class EngineClient(QObject):
         return self._backend
 
     @property
+    def engine(self):
+        """The Engine of the moment, or None before the first load (a reconfigure replaces it). For the
+        local server, which serves whatever this engine has loaded, batched with the window's chats."""
+        return self._engine
+
+    @property
     def is_loading(self) -> bool:
         return self._load_future is not None
 

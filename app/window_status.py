@@ -29,7 +29,7 @@ class StatusBar(QStatusBar):
         self._note_timer.start()
 
     def update_engine(self, window) -> None:
-        info = window.client.model
+        info = window.chat.model
         if info is None:
             self.model_label.setText("No model")
             self.backend_label.setText(f"Backend: {window.settings.backend} (next load)")
@@ -38,7 +38,8 @@ class StatusBar(QStatusBar):
         self.model_label.setText(f"Model: {info.name}")
         self.model_label.setToolTip(info.path)
         self.backend_label.setText(f"Backend: {_backend_text(info.backend)}")
-        self.async_label.setText(f"Async scheduling: {'on' if info.async_scheduling else 'off'}")
+        remote = info.backend.startswith("server:")
+        self.async_label.setText("" if remote else f"Async scheduling: {'on' if info.async_scheduling else 'off'}")
 
     def update_usage(self, usage) -> None:
         if usage is not None and usage.generated_tokens:
@@ -47,7 +48,7 @@ class StatusBar(QStatusBar):
                                         f"{usage.time_to_first_token_s * 1000:.0f} ms")
 
     def update_context(self, window) -> None:
-        info = window.client.model
+        info = window.chat.model
         if window.current_id is None:
             self.context_label.setText("")
             return
@@ -70,5 +71,5 @@ def _last_context_tokens(messages) -> int | None:
 
 def _backend_text(backend: str) -> str:
     kind, _, device = backend.partition(":")
-    names = {"cpu": "CPU", "hip": "HIP", "cuda": "CUDA"}
+    names = {"cpu": "CPU", "hip": "HIP", "cuda": "CUDA", "server": "Server"}
     return f"{names.get(kind, kind)} ({device})" if device else names.get(kind, kind)

@@ -266,11 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .core.setup import DEFAULT_MAX_NUM_SEQS
     from .engine import DEFAULT_MAX_CONTEXT
+    from .server.guard import DEFAULT_PORT
     s = sub.add_parser("serve", help="OpenAI-compatible HTTP server for one model (loopback by default)")
     _model_args(s, positional=False)
     s.add_argument("--host", default="127.0.0.1", help="address to bind; anything but loopback exposes the "
                    "model to the network (use --api-key then)")
-    s.add_argument("--port", type=int, default=8080)
+    s.add_argument("--port", type=int, default=DEFAULT_PORT)
     s.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (default: no key)")
     s.add_argument("--allow-origin", action="append", default=[], help="a browser origin allowed to call (CORS)")
     s.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS, help="requests batched together")
