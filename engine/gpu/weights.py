@@ -160,9 +160,9 @@ def upload_weights(backend: Backend, gguf, config: ModelConfig, stream: Stream, 
     if c.has_recurrent_state or c.attn_output_gate:
         raise UnsupportedModelError(f"{c.arch}: the GPU path has no kernels for Gated DeltaNet layers or the "
                                     f"attention output gate yet; this model runs on the CPU")
-    if c.ffn_kind == "moe":
-        raise UnsupportedModelError(f"{c.arch}: the GPU path has no mixture-of-experts kernels yet; this model "
-                                    f"runs on the CPU")
+    if c.ffn_kind == "moe" or c.rope_yarn_factor:
+        raise UnsupportedModelError(f"{c.arch}: the GPU path has no mixture-of-experts kernels and no YaRN rope "
+                                    f"scaling yet; this model runs on the CPU")
     up = _Uploader(backend, gguf, c, stream, progress)
     try:
         g = {spec.role: up.spec(spec) for spec in global_tensor_specs(c)}

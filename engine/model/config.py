@@ -71,6 +71,11 @@ class ModelConfig:
     n_expert_used: int = 0
     n_ff_exp: int = 0
     expert_activation: ExpertActivation = "swiglu"
+    # YaRN rope scaling (gpt-oss): factor (0: none), the trained context it extends, the ramp's rotation bounds
+    rope_yarn_factor: float = 0.0
+    rope_yarn_orig_ctx: int = 0
+    rope_yarn_beta_fast: float = 32.0
+    rope_yarn_beta_slow: float = 1.0
 
     def __post_init__(self):
         if not self.layer_kinds:
@@ -166,19 +171,27 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
     traits = ARCHITECTURES[arch]
     theta = r.float("rope.freq_base", 10000.0, lo=_MIN_FREQ_BASE, hi=_MAX_FREQ_BASE)
     scale = 1.0
+    yarn: dict[str, Any] = {}
     scaling_type = r.meta.get_str(f"{arch}.rope.scaling.type", "none", max_len=64)
     if scaling_type == "linear":
         scale = 1.0 / r.float("rope.scaling.factor", 1.0, lo=_MIN_ROPE_FACTOR, hi=_MAX_ROPE_FACTOR)
+    elif scaling_type == "yarn":
+        yarn = dict(rope_yarn_factor=r.float("rope.scaling.factor", lo=_MIN_ROPE_FACTOR, hi=_MAX_ROPE_FACTOR),
+                    rope_yarn_orig_ctx=r.int("rope.scaling.original_context_length", 1, _MAX_CONTEXT, per_layer=False),
+                    rope_yarn_beta_fast=r.float("rope.scaling.yarn_beta_fast", 32.0, hi=1e4),
+                    rope_yarn_beta_slow=r.float("rope.scaling.yarn_beta_slow", 1.0, hi=1e4))
     elif scaling_type != "none":
-        raise UnsupportedModelError(f"rope scaling {scaling_type!r} is not supported (only linear)")
+        raise UnsupportedModelError(f"rope scaling {scaling_type!r} is not supported (only linear and yarn)")
 
     every = traits.global_every
     sliding_window = r.int("attention.sliding_window", 0, _MAX_CONTEXT, 0) if every else 0
     # gemma3: every 6th layer (i % 6 == 5) is global, the rest attend to a sliding window (llama.cpp
-    # set_swa_pattern(6); transformers layer_types). Sliding layers use the local rope base, unscaled.
+    # set_swa_pattern(6); transformers layer_types); gpt-oss: every 2nd, so even layers slide. gemma3's
+    # sliding layers use their own rope base, unscaled; gpt-oss's rotate as the global ones.
     sliding = tuple(every > 0 and sliding_window > 0 and (i + 1) % every != 0 for i in range(n_layers))
-    rope_theta = tuple(10000.0 if s else theta for s in sliding)
-    rope_freq_scale = tuple(1.0 if s else scale for s in sliding)
+    local = traits.sliding_rope_base
+    rope_theta = tuple(local if s and local else theta for s in sliding)
+    rope_freq_scale = tuple(1.0 if s and local else scale for s in sliding)
 
     if arch == "gemma3":
         # llama.cpp: 1/sqrt(head_dim), except gemma3-27B (62 layers) which uses query_pre_attn_scalar =
@@ -219,6 +232,7 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
         attn_output_gate=traits.output_gate,
         **hybrid,
         **moe,
+        **yarn,
     )
 
 

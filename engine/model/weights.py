@@ -40,6 +40,8 @@ class LayerWeights:
     w_down: np.ndarray | None        # [n_embd, n_ff]
     post_ffn_norm: np.ndarray | None    # [n_embd] (gemma3)
     moe: MoeWeights | None = None    # the mixture-of-experts FFN instead of w_gate_up / w_down
+    bo: np.ndarray | None = None     # [n_embd] attn_output bias (gpt-oss)
+    sinks: np.ndarray | None = None  # [n_head] attention-sink logits (gpt-oss)
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,8 @@ def _layer(c: ModelConfig, t: dict[str, np.ndarray | None]) -> LayerWeights:
         w_down=_readonly(t["w_down"]) if dense else None,
         post_ffn_norm=_maybe(t.get("post_ffn_norm")),
         moe=None if dense else _moe(t),
+        bo=_maybe(t.get("bo")),
+        sinks=_maybe(t.get("sinks")),
     )
 
 

@@ -48,14 +48,26 @@ class Spec:
     tied: bool = False
 
 
+MXFP4_EXPERTS = {"ffn_gate_exps": Q.MXFP4, "ffn_up_exps": Q.MXFP4, "ffn_down_exps": Q.MXFP4}
 SPECS = [
     Spec("qwen3moe-f32", "qwen3moe"),
     Spec("qwen3moe-q8_0", "qwen3moe", {"*": Q.Q8_0, "ffn_gate_exps": Q.Q4_0, "ffn_up_exps": Q.Q4_0}, file_type=7),
+    # like ggml-org's gpt-oss-20b-mxfp4.gguf: MXFP4 experts (llama_ftype 38), the rest kept wide
+    Spec("gptoss-mxfp4", "gpt-oss", MXFP4_EXPERTS, file_type=38),
+    Spec("gptoss-q8_0", "gpt-oss", {"*": Q.Q8_0} | MXFP4_EXPERTS, file_type=38),
 ]
 QWEN3MOE = dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
                 num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_experts=8, num_experts_per_tok=2,
                 norm_topk_prob=True, decoder_sparse_step=1, rms_norm_eps=1e-6, max_position_embeddings=CONTEXT)
 QWEN3MOE_ROPE = {"rope_type": "default", "rope_theta": 1000000.0}
+# gpt-oss: 4 layers (even ones slide over 8 positions, shorter than the prompt), top 4 of 8 experts; YaRN as
+# the real model's config has it (factor 32 over 4096, beta 32/1, not truncated), which with head_dim 16
+# puts the ramp across dims 2..4 of 8
+GPTOSS = dict(hidden_size=64, intermediate_size=32, num_hidden_layers=4, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, num_local_experts=8, num_experts_per_tok=4, sliding_window=8,
+              rms_norm_eps=1e-5, max_position_embeddings=CONTEXT)
+GPTOSS_ROPE = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+               "truncate": False, "original_max_position_embeddings": 4096}
 
 
 def _seed(name: str) -> int:
@@ -66,15 +78,29 @@ def hf_model(spec: Spec, n_vocab: int):
     import torch
     import transformers as tr
 
-    cfg = tr.Qwen3MoeConfig(vocab_size=n_vocab, tie_word_embeddings=spec.tied, rope_parameters=dict(QWEN3MOE_ROPE),
-                            **QWEN3MOE)
+    if spec.arch == "gpt-oss":
+        cfg = tr.GptOssConfig(vocab_size=n_vocab, tie_word_embeddings=spec.tied, rope_parameters=dict(GPTOSS_ROPE),
+                              **GPTOSS)
+    else:
+        cfg = tr.Qwen3MoeConfig(vocab_size=n_vocab, tie_word_embeddings=spec.tied,
+                                rope_parameters=dict(QWEN3MOE_ROPE), **QWEN3MOE)
     cfg._attn_implementation = "eager"
-    model = tr.Qwen3MoeForCausalLM(cfg).eval().float()
+    model = tr.AutoModelForCausalLM.from_config(cfg).eval().float()
     gen = torch.Generator().manual_seed(_seed(spec.name))
     with torch.no_grad():
         for name, p in model.named_parameters():
             fan_in = p.shape[-1]
-            if name.endswith("norm.weight"):
+            if name.endswith("experts.gate_up_proj") and spec.arch == "gpt-oss":   # [n, E, 2F]: x @ W
+                std, mean = 3.0 / np.sqrt(p.shape[1]), 0.0      # large enough that the clamp at 7 acts
+            elif name.endswith("experts.down_proj") and spec.arch == "gpt-oss":    # [n, F, E]
+                std, mean = 3.0 / np.sqrt(p.shape[1]), 0.0
+            elif name.endswith("sinks"):
+                std, mean = 1.0, 0.0
+            elif name.endswith("bias"):
+                std, mean = 0.3, 0.0
+            elif name.endswith("router.weight"):
+                std, mean = 2.0 / np.sqrt(fan_in), 0.0
+            elif name.endswith("norm.weight"):
                 std, mean = 0.3, 1.0
             elif "embed_tokens" in name or "lm_head" in name:
                 std, mean = 0.5, 0.0
@@ -91,6 +117,8 @@ def hf_model(spec: Spec, n_vocab: int):
 def gguf_tensors(spec: Spec, model) -> dict[str, np.ndarray]:
     """GGUF name -> float32 array in numpy order, as llama.cpp's converter lays them out."""
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+    if spec.arch == "gpt-oss":
+        return _gptoss_tensors(spec, sd)
     f = QWEN3MOE["moe_intermediate_size"]
     out = {"token_embd.weight": sd["model.embed_tokens.weight"], "output_norm.weight": sd["model.norm.weight"]}
     if not spec.tied:
@@ -113,10 +141,60 @@ def gguf_tensors(spec: Spec, model) -> dict[str, np.ndarray]:
     return out
 
 
+def _gptoss_names(i: int) -> dict[str, str]:
+    """transformers name -> GGUF name for the one-to-one tensors of gpt-oss layer i."""
+    h, b = f"model.layers.{i}.", f"blk.{i}."
+    names = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight":
+             "post_attention_norm.weight", "self_attn.sinks": "attn_sinks.weight",
+             "mlp.router.weight": "ffn_gate_inp.weight", "mlp.router.bias": "ffn_gate_inp.bias",
+             "mlp.experts.down_proj_bias": "ffn_down_exps.bias"}
+    for x, g in (("q", "attn_q"), ("k", "attn_k"), ("v", "attn_v"), ("o", "attn_output")):
+        names |= {f"self_attn.{x}_proj.weight": f"{g}.weight", f"self_attn.{x}_proj.bias": f"{g}.bias"}
+    return {h + k: b + v for k, v in names.items()}
+
+
+def _gptoss_tensors(spec: Spec, sd: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    out = {"token_embd.weight": sd["model.embed_tokens.weight"], "output_norm.weight": sd["model.norm.weight"],
+           "output.weight": sd["lm_head.weight"]}
+    for i in range(GPTOSS["num_hidden_layers"]):
+        h, b = f"model.layers.{i}.", f"blk.{i}."
+        out |= {g: sd[t] for t, g in _gptoss_names(i).items()}
+        gate_up, gate_up_bias = sd[h + "mlp.experts.gate_up_proj"], sd[h + "mlp.experts.gate_up_proj_bias"]
+        out |= {b + "ffn_gate_exps.weight": np.ascontiguousarray(gate_up[..., ::2].transpose(0, 2, 1)),
+                b + "ffn_up_exps.weight": np.ascontiguousarray(gate_up[..., 1::2].transpose(0, 2, 1)),
+                b + "ffn_gate_exps.bias": np.ascontiguousarray(gate_up_bias[:, ::2]),
+                b + "ffn_up_exps.bias": np.ascontiguousarray(gate_up_bias[:, 1::2]),
+                b + "ffn_down_exps.weight": np.ascontiguousarray(sd[h + "mlp.experts.down_proj"].transpose(0, 2, 1))}
+    return out
+
+
+def _gptoss_state(deq: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    sd = {"model.embed_tokens.weight": deq["token_embd.weight"], "model.norm.weight": deq["output_norm.weight"],
+          "lm_head.weight": deq["output.weight"]}
+    for i in range(GPTOSS["num_hidden_layers"]):
+        h, b = f"model.layers.{i}.", f"blk.{i}."
+        sd |= {t: deq[g] for t, g in _gptoss_names(i).items()}
+        n, f, e = deq[b + "ffn_gate_exps.weight"].shape
+        gate_up = np.empty((n, e, 2 * f), np.float32)
+        gate_up[..., ::2] = deq[b + "ffn_gate_exps.weight"].transpose(0, 2, 1)
+        gate_up[..., 1::2] = deq[b + "ffn_up_exps.weight"].transpose(0, 2, 1)
+        gate_up_bias = np.empty((n, 2 * f), np.float32)
+        gate_up_bias[:, ::2], gate_up_bias[:, 1::2] = deq[b + "ffn_gate_exps.bias"], deq[b + "ffn_up_exps.bias"]
+        sd |= {h + "mlp.experts.gate_up_proj": gate_up, h + "mlp.experts.gate_up_proj_bias": gate_up_bias,
+               h + "mlp.experts.down_proj": deq[b + "ffn_down_exps.weight"].transpose(0, 2, 1)}
+    return sd
+
+
 def load_back(spec: Spec, model, deq: dict[str, np.ndarray]) -> None:
     """Put the file's (dequantized) numbers back into the model: the inverse of gguf_tensors."""
     import torch
 
+    if spec.arch == "gpt-oss":
+        sd = _gptoss_state(deq)
+        expected = set(model.state_dict())
+        assert set(sd) == expected, set(sd) ^ expected
+        model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()})
+        return
     sd = {"model.embed_tokens.weight": deq["token_embd.weight"], "model.norm.weight": deq["output_norm.weight"]}
     if not spec.tied:
         sd["lm_head.weight"] = deq["output.weight"]
@@ -140,7 +218,7 @@ def load_back(spec: Spec, model, deq: dict[str, np.ndarray]) -> None:
 
 
 def quant_type(spec: Spec, name: str, array: np.ndarray) -> Q:
-    if array.ndim == 1 or name.endswith(".bias") or "ffn_gate_inp" in name:
+    if array.ndim == 1 or name.endswith(".bias") or "ffn_gate_inp" in name or "attn_sinks" in name:
         return Q.F32                       # vectors, biases and the router stay F32 (as llama.cpp keeps them)
     kind = name.split(".")[-2]
     return spec.quant.get(kind, spec.quant.get("*", Q.F32))
@@ -148,7 +226,8 @@ def quant_type(spec: Spec, name: str, array: np.ndarray) -> Q:
 
 def write_gguf(spec: Spec, path: Path, tensors: dict[str, np.ndarray], vocab: dict) -> dict[str, np.ndarray]:
     """Write the file; return every tensor as the file holds it, dequantized to float32."""
-    c = QWEN3MOE
+    oss = spec.arch == "gpt-oss"
+    c, rope = (GPTOSS, GPTOSS_ROPE) if oss else (QWEN3MOE, QWEN3MOE_ROPE)
     w = gguf.GGUFWriter(str(path), spec.arch)
     w.add_name(f"tiny-random-{spec.name}")
     w.add_context_length(CONTEXT)
@@ -159,11 +238,16 @@ def write_gguf(spec: Spec, path: Path, tensors: dict[str, np.ndarray], vocab: di
     w.add_head_count_kv(c["num_key_value_heads"])
     w.add_key_length(c["head_dim"])
     w.add_value_length(c["head_dim"])
-    w.add_rope_freq_base(QWEN3MOE_ROPE["rope_theta"])
+    w.add_rope_freq_base(rope["rope_theta"])
     w.add_layer_norm_rms_eps(c["rms_norm_eps"])
-    w.add_expert_count(c["num_experts"])
+    w.add_expert_count(c["num_local_experts" if oss else "num_experts"])
     w.add_expert_used_count(c["num_experts_per_tok"])
-    w.add_expert_feed_forward_length(c["moe_intermediate_size"])
+    w.add_expert_feed_forward_length(c["intermediate_size" if oss else "moe_intermediate_size"])
+    if oss:      # as llama.cpp's converter writes gpt-oss
+        w.add_sliding_window(c["sliding_window"])
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(rope["factor"])
+        w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
     w.add_file_type(spec.file_type)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     w.add_tokenizer_model("gpt2")
