@@ -21,7 +21,8 @@ from engine.model.arch import BLOCK_SIZE
 from engine.model.step import StepInput
 
 # llama.cpp on an H200, same shapes (../shared/reference/README.md): (prefill pp128, decode tg64) tok/s
-LLAMA_CPP_H200 = {"smollm2": (16754, 921), "gemma": (24339, 975), "qwen3-4b": (7439, 338)}
+LLAMA_CPP_H200 = {"smollm2": (16754, 921), "gemma": (24339, 975), "qwen3-4b": (7439, 338),
+                  "qwen3moe-30b": (4334, 299)}
 LAYER_ROLES = ("qkv matmul", "rope+kv write", "attention", "wo matmul", "add+norm", "gate/up glu",
                "down matmul", "add+norm")
 

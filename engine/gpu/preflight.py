@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from engine.api import TOP_LOGITS_MAX
 from engine.errors import OutOfDeviceMemoryError
 from engine.gpu.forward import splitk_floats
+from engine.gpu.moe import MoeScratch
 from engine.model import arch
 from engine.model.arch import ALLOC_GRANULARITY
 from engine.model.config import ModelConfig
@@ -66,7 +67,9 @@ def scratch_bytes(config: ModelConfig, max_tokens: int, max_seqs: int, max_block
     meta = 4 * (4 * max_tokens + 10 * max_seqs + max_seqs * max_blocks_per_seq)
     partial = 4 * splitk_floats(c, max_tokens)
     sampler = 4 * max_seqs * (-(-c.vocab_size // 32) + 2 * TOP_LOGITS_MAX)       # penalty bitmaps, top pairs
-    return _round(per_token * max_tokens) + _round(logits) + _round(partial) + _round(sampler) + 2 * _round(meta)
+    moe = _round(MoeScratch.nbytes(c, max_tokens))
+    return (_round(per_token * max_tokens) + _round(logits) + _round(partial) + _round(sampler) + 2 * _round(meta)
+            + moe)
 
 
 def plan_memory(config: ModelConfig, tensors, num_blocks: int, block_size: int, max_tokens: int,

@@ -817,3 +817,82 @@ HALO_KERNEL void halo_splitk_sum(const float* P, i32 splits, i32 T, i32 R, const
         Y[(size_t)t * ldy + r] = act_fn(s, act) * u;
     }
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Mixture of experts (engine.gpu.moe): the router's choice stays on the device and drives the expert
+// products (no host round trip, so a step stays one graph). Experts are stacked as GGUF stores them: expert
+// e's [rows, K] matrix is rows e * rows .. (e + 1) * rows of the stacked buffer, each row `rb` bytes.
+
+// Per token t: ids[t, 0..k) = the k largest logits[t] (best first; ties to the lower id), w[t, j] = softmax
+// of those k logits (== softmax over all, top k, renormalised). Grid: T; block: 32 (one warp per token).
+// Contract (host): n_expert <= 32 * MOE_PER_LANE, k <= 32, k <= n_expert.
+#define MOE_PER_LANE 8
+HALO_KERNEL void halo_moe_route(const float* logits, i32 n_expert, i32 k, i32* ids, float* w) {
+    int t = blockIdx.x, lane = threadIdx.x & 31;
+    const float* l = logits + (size_t)t * n_expert;
+    float v[MOE_PER_LANE];
+    #pragma unroll
+    for (int i = 0; i < MOE_PER_LANE; i++) {
+        int e = lane + 32 * i;
+        v[i] = e < n_expert ? l[e] : NEG_INF;
+    }
+    float top = 0.0f, sum = 0.0f, mine = 0.0f;
+    int my_id = 0;
+    for (int j = 0; j < k; j++) {
+        float bv = NEG_INF;
+        int bi = 0x7fffffff;
+        #pragma unroll
+        for (int i = 0; i < MOE_PER_LANE; i++) {
+            int e = lane + 32 * i;
+            if (e < n_expert && (v[i] > bv || (v[i] == bv && e < bi))) { bv = v[i]; bi = e; }
+        }
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = SHFL_XOR(bv, o);
+            int oi = SHFL_XOR(bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+        }
+        #pragma unroll
+        for (int i = 0; i < MOE_PER_LANE; i++)
+            if (lane + 32 * i == bi) v[i] = NEG_INF;          // taken
+        if (j == 0) top = bv;
+        float ex = expf(bv - top);
+        sum += ex;
+        if (lane == j) { mine = ex; my_id = bi; }
+    }
+    if (lane < k) {
+        ids[(size_t)t * k + lane] = my_id;
+        w[(size_t)t * k + lane] = mine / sum;
+    }
+}
+
+// A[p, r] = act(gate_e[r] . X[t]) * (up_e[r] . X[t]) for every (token, slot) pair p = t * k + j with
+// e = ids[p], r < n_ff. Grid: (ceil(n_ff / warps), T * k); block: warps * 32.
+HALO_KERNEL void halo_moe_glu(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
+                              i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, const i32* ids, i32 k,
+                              float* A) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= n_ff) return;
+    int p = blockIdx.y;
+    size_t row = (size_t)ids[p] * n_ff + r;
+    const float* x = X + (size_t)(p / k) * K;
+    float g = warp_sum(row_dot_fast(tg, wg + row * rb_g, K, x));
+    float u = warp_sum(row_dot_fast(tu, wu + row * rb_u, K, x));
+    if ((threadIdx.x & 31) == 0) A[(size_t)p * n_ff + r] = act_fn(g, act) * u;
+}
+
+// Y[t, r] = sum_j w[t, j] * (down_e[r] . A[t * k + j]), e = ids[t * k + j], r < n_embd: the experts'
+// outputs weighted and summed in one pass. Grid: (ceil(n_embd / warps), T); block: warps * 32.
+HALO_KERNEL void halo_moe_down(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A, i32 F,
+                               const i32* ids, const float* w, i32 k, float* Y) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= n_embd) return;
+    int t = blockIdx.y;
+    float acc = 0.0f;
+    for (int j = 0; j < k; j++) {
+        size_t p = (size_t)t * k + j;
+        size_t row = (size_t)ids[p] * n_embd + r;
+        acc += w[p] * warp_sum(row_dot_fast(td, wd + row * rb_d, F, A + p * F));
+    }
+    if ((threadIdx.x & 31) == 0) Y[(size_t)t * n_embd + r] = acc;
+}
