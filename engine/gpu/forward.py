@@ -195,7 +195,8 @@ class GpuForward:
             self.kern("halo_layer.cu", name)
         self.kern("halo_sample.cu", "halo_sample")
         if self.moe:
-            for name in ("halo_moe_route", "halo_moe_glu", "halo_moe_down"):
+            for name in ("halo_moe_route", "halo_moe_glu", "halo_moe_down", "halo_moe_sort", "halo_moe_glu_grouped",
+                         "halo_moe_down_grouped", "halo_moe_combine"):
                 self.kern("halo_quant.cu", name)
 
     def _launch(self, file, name, grid, block, args, shared=0):

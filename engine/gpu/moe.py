@@ -5,9 +5,11 @@ Per step of T tokens (kernels in halo_quant.cu):
     halo_moe_route: ids [T, k], weights [T, k]             (top k, softmax over them: engine.model.moe.route)
     halo_moe_glu:   A [T*k, F] = act(gate_e h) * (up_e h)   one warp per (expert row, token-slot pair)
     halo_moe_down:  o [T, E] = sum_j w_j down_e(A_j)        the weighted sum in the same pass
-The expert ids never leave the device, so decode stays graph-capturable. Each (token, slot) pair reads its
-expert's rows: decode reads exactly the k routed experts; prefill reads an expert once per token that chose
-it (no grouping of tokens by expert yet).
+The expert ids never leave the device, so decode stays graph-capturable: it reads exactly the k routed
+experts. Prefill (T > 1) groups the (token, slot) pairs by expert first (halo_moe_sort, a counting sort on
+the device), so each expert row is decoded once per 8 of its tokens: halo_moe_glu_grouped, then
+halo_moe_down_grouped into per-pair rows D [T*k, E], then halo_moe_combine sums each token's k rows in slot
+order (deterministic). Grids are fixed by T and n_expert, never by the routing, so prefill is capturable too.
 """
 from __future__ import annotations
 
@@ -69,13 +71,19 @@ class MoeScratch:
         self.ids = backend.alloc((T, k), np.int32)
         self.weights = backend.alloc((T, k), np.float32)
         self.act = backend.alloc((T * k, c.n_ff_exp), np.float32)
-        self.buffers = [self.logits, self.ids, self.weights, self.act]
+        self.down = backend.alloc((T * k, c.n_embd), np.float32)        # per-pair expert outputs (prefill)
+        self.offsets = backend.alloc(c.n_expert + 1, np.int32)
+        self.order = backend.alloc(T * k, np.int32)
+        self.order_tok = backend.alloc(T * k, np.int32)
+        self.buffers = [self.logits, self.ids, self.weights, self.act, self.down, self.offsets, self.order,
+                        self.order_tok]
 
     @staticmethod
     def nbytes(c: ModelConfig, max_tokens: int) -> int:
         """For the pre-flight: logits, ids, weights and the experts' hidden activations."""
         k = c.n_expert_used
-        return 4 * max_tokens * (c.n_expert + 2 * k + k * c.n_ff_exp) if c.ffn_kind == "moe" else 0
+        per_token = c.n_expert + 2 * k + k * c.n_ff_exp + k * c.n_embd + 2 * k
+        return 4 * (max_tokens * per_token + c.n_expert + 1) if c.ffn_kind == "moe" else 0
 
 
 def enqueue_moe_ffn(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: DeviceBuffer) -> None:
@@ -87,12 +95,32 @@ def enqueue_moe_ffn(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer,
                 (s.logits, np.int32(c.n_expert), np.int32(k), s.ids, s.weights))
     act = 0 if c.activation == "silu" else 1
     g, u, d = moe.gate, moe.up, moe.down
+    if T > 1:
+        _grouped(fwd, moe, s, T, X, Y, act)
+        return
     fwd._launch("halo_quant.cu", "halo_moe_glu", (-(-F // MOE_WARPS), T * k), 32 * MOE_WARPS,
                 (g.buf, np.int32(g.ggml_type), u.buf, np.int32(u.ggml_type), np.int32(g.row_bytes),
                  np.int32(u.row_bytes), np.int32(F), np.int32(act), X, np.int32(E), s.ids, np.int32(k), s.act))
     fwd._launch("halo_quant.cu", "halo_moe_down", (-(-E // MOE_WARPS), T), 32 * MOE_WARPS,
                 (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.ids,
                  s.weights, np.int32(k), Y))
+
+
+def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: DeviceBuffer, act: int) -> None:
+    c = fwd.config
+    k, F, E, n = c.n_expert_used, c.n_ff_exp, c.n_embd, c.n_expert
+    g, u, d = moe.gate, moe.up, moe.down
+    fwd._launch("halo_quant.cu", "halo_moe_sort", 1, 256,
+                (s.ids, np.int32(T * k), np.int32(k), np.int32(n), s.offsets, s.order, s.order_tok))
+    fwd._launch("halo_quant.cu", "halo_moe_glu_grouped", (-(-F // MOE_WARPS), n), 32 * MOE_WARPS,
+                (g.buf, np.int32(g.ggml_type), u.buf, np.int32(u.ggml_type), np.int32(g.row_bytes),
+                 np.int32(u.row_bytes), np.int32(F), np.int32(act), X, np.int32(E), s.offsets, s.order,
+                 s.order_tok, s.act))
+    fwd._launch("halo_quant.cu", "halo_moe_down_grouped", (-(-E // MOE_WARPS), n), 32 * MOE_WARPS,
+                (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.offsets,
+                 s.order, s.down))
+    fwd._launch("halo_quant.cu", "halo_moe_combine", -(-T * E // 256), 256,
+                (s.down, s.weights, np.int32(k), np.int32(T), np.int32(E), Y))
 
 
 def decode_bytes(moe: DeviceMoe, k: int) -> int:

@@ -896,3 +896,84 @@ HALO_KERNEL void halo_moe_down(const unsigned char* wd, i32 td, i32 rb_d, i32 n_
     }
     if ((threadIdx.x & 31) == 0) Y[(size_t)t * n_embd + r] = acc;
 }
+
+// Prefill (T > 1): the (token, slot) pairs grouped by expert, so each expert row is decoded once per 8 of its
+// tokens instead of once per pair. halo_moe_sort: a counting sort of the P = T * k pairs by expert id:
+// offsets[e] .. offsets[e + 1] index `order` (pair ids of expert e) and `order_tok` (their tokens).
+// Grid: 1; block: 256 (n_expert <= 256). Order inside an expert is arbitrary; every result is per pair.
+HALO_KERNEL void halo_moe_sort(const i32* ids, i32 P, i32 k, i32 n_expert, i32* offsets, i32* order,
+                               i32* order_tok) {
+    __shared__ int count[256];
+    __shared__ int cursor[256];
+    for (int e = threadIdx.x; e < 256; e += blockDim.x) count[e] = 0;
+    __syncthreads();
+    for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&count[ids[p]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int run = 0;
+        for (int e = 0; e < n_expert; e++) { offsets[e] = run; cursor[e] = run; run += count[e]; }
+        offsets[n_expert] = run;
+    }
+    __syncthreads();
+    for (int p = threadIdx.x; p < P; p += blockDim.x) {
+        int at = atomicAdd(&cursor[ids[p]], 1);
+        order[at] = p;
+        order_tok[at] = p / k;
+    }
+}
+
+#define MOE_NT 8
+// A[p, r] for the pairs of expert e = blockIdx.y, MOE_NT at a time. Grid: (ceil(n_ff / warps), n_expert).
+HALO_KERNEL void halo_moe_glu_grouped(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
+                                      i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K,
+                                      const i32* offsets, const i32* order, const i32* order_tok, float* A) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int e = blockIdx.y;
+    if (r >= n_ff) return;
+    const unsigned char* rg[1] = {wg + ((size_t)e * n_ff + r) * rb_g};
+    const unsigned char* ru[1] = {wu + ((size_t)e * n_ff + r) * rb_u};
+    for (int c0 = offsets[e]; c0 < offsets[e + 1]; c0 += MOE_NT) {
+        int n = min(MOE_NT, offsets[e + 1] - c0);
+        float g[1][MOE_NT], u[1][MOE_NT];
+        #pragma unroll
+        for (int t = 0; t < MOE_NT; t++) { g[0][t] = 0.0f; u[0][t] = 0.0f; }
+        rows_dot_any<1, MOE_NT>(tg, rg, K, X, order_tok + c0, 0, n, g);
+        rows_dot_any<1, MOE_NT>(tu, ru, K, X, order_tok + c0, 0, n, u);
+        #pragma unroll
+        for (int t = 0; t < MOE_NT; t++) {
+            float gs = warp_sum(g[0][t]), us = warp_sum(u[0][t]);
+            if ((threadIdx.x & 31) == 0 && t < n) A[(size_t)order[c0 + t] * n_ff + r] = act_fn(gs, act) * us;
+        }
+    }
+}
+
+// D[p, r] = down_e[r] . A[p] for the pairs of expert e = blockIdx.y. Grid: (ceil(n_embd / warps), n_expert).
+HALO_KERNEL void halo_moe_down_grouped(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A,
+                                       i32 F, const i32* offsets, const i32* order, float* D) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int e = blockIdx.y;
+    if (r >= n_embd) return;
+    const unsigned char* rd[1] = {wd + ((size_t)e * n_embd + r) * rb_d};
+    for (int c0 = offsets[e]; c0 < offsets[e + 1]; c0 += MOE_NT) {
+        int n = min(MOE_NT, offsets[e + 1] - c0);
+        float d[1][MOE_NT];
+        #pragma unroll
+        for (int t = 0; t < MOE_NT; t++) d[0][t] = 0.0f;
+        rows_dot_any<1, MOE_NT>(td, rd, F, A, order + c0, 0, n, d);
+        #pragma unroll
+        for (int t = 0; t < MOE_NT; t++) {
+            float s = warp_sum(d[0][t]);
+            if ((threadIdx.x & 31) == 0 && t < n) D[(size_t)order[c0 + t] * n_embd + r] = s;
+        }
+    }
+}
+
+// Y[t, r] = sum_j w[t, j] * D[t * k + j, r], slots in order (deterministic). Grid: ceil(T * n_embd / 256).
+HALO_KERNEL void halo_moe_combine(const float* D, const float* w, i32 k, i32 T, i32 n_embd, float* Y) {
+    int i = HALO_GLOBAL_ID;
+    if (i >= T * n_embd) return;
+    int t = i / n_embd, r = i - t * n_embd;
+    float acc = 0.0f;
+    for (int j = 0; j < k; j++) acc += w[t * k + j] * D[((size_t)t * k + j) * n_embd + r];
+    Y[i] = acc;
+}
