@@ -26,7 +26,9 @@ LLAMA_CPP_H200 = {"smollm2": (16754, 921), "gemma": (24339, 975), "qwen3-4b": (7
 LAYER_ROLES = ("qkv matmul", "rope+kv write", "attention", "wo matmul", "add+norm", "gate/up glu",
                "down matmul", "add+norm")
 MOE_LAYER_ROLES = ("qkv matmul", "rope+kv write", "attention", "wo matmul", "add+norm", "router matmul",
-                   "moe top-k", "moe gate/up", "moe down", "add+norm")        # engine.gpu.moe
+                   "moe top-k", "moe gate/up", "moe down", "add+norm")        # engine.gpu.moe, decode
+MOE_PREFILL_ROLES = ("qkv matmul", "rope+kv write", "attention", "wo matmul", "add+norm", "router matmul",
+                     "moe top-k", "moe sort", "moe gate/up", "moe down", "moe combine", "add+norm")
 
 
 def reference_for(path: Path) -> tuple[int, int] | None:
@@ -139,7 +141,7 @@ def kernel_breakdown(gm: GpuModel, kv, T: int = 1, graph: bool = True) -> tuple[
             finally:
                 backend.free(a)
                 backend.free(b)
-        layer_roles = MOE_LAYER_ROLES if gm.config.ffn_kind == "moe" else LAYER_ROLES
+        layer_roles = LAYER_ROLES if gm.config.ffn_kind != "moe" else MOE_LAYER_ROLES if T == 1 else MOE_PREFILL_ROLES
         return _roles(times, names, gm.config.n_layers, layer_roles), how
     except Exception as e:  # noqa: BLE001 - no breakdown at all
         return None, f"failed: {type(e).__name__}: {str(e)[:120]}"
