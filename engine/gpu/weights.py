@@ -81,16 +81,20 @@ class _Uploader:
         self.backend, self.gguf, self.config, self.stream, self.progress = backend, gguf, config, stream, progress
         self.buffers: list[DeviceBuffer] = []
         self.nbytes = 0
-        self.done = 0
+        # progress in bytes of the file: a 17 GB MoE model's experts are a few huge tensors
+        self.file_bytes = max(1, sum(t.nbytes for t in gguf.tensors.values()))
 
     def _alloc_copy(self, host: np.ndarray, shape, dtype) -> DeviceBuffer:
+        """Copies straight from the file's read-only map (pageable host memory: the runtime stages it through
+        its own bounded pinned buffers), so no host copy of the model is ever made."""
         buf = self.backend.alloc(shape, dtype)
         self.buffers.append(buf)
         self.backend.copy_h2d_async(buf, host, self.stream)
         self.nbytes += host.nbytes
-        self.done += 1
         if self.progress is not None:
-            self.progress(self.done / len(self.gguf.tensors), "uploading weights")
+            done = min(self.nbytes, self.file_bytes)
+            self.progress(done / self.file_bytes, f"uploading weights: {done / 2**30:.2f} of "
+                                                  f"{self.file_bytes / 2**30:.2f} GiB")
         return buf
 
     def info(self, name: str, shape: tuple[int, ...]):
