@@ -23,6 +23,7 @@ from engine.model import arch
 from engine.model.arch import ALLOC_GRANULARITY
 from engine.model.config import ModelConfig
 from engine.model.host_memory import HostMemoryPlan, host_shortfall
+from engine.model.memory_fit import integrated_gpu_words
 
 MIB = 1 << 20
 FIXED_RESERVE = 256 * MIB        # modules, graphs, runtime heaps, the readback pool
@@ -82,13 +83,17 @@ def plan_memory(config: ModelConfig, tensors, num_blocks: int, block_size: int, 
 
 
 def check_fits(plan: MemoryPlan, free: int, total: int, what: str = "the model",
-               host_plan: HostMemoryPlan | None = None) -> None:
+               host_plan: HostMemoryPlan | None = None, integrated: bool = False,
+               dedicated: int | None = None) -> None:
     """Raise OutOfDeviceMemoryError with the numbers when `plan` needs more than `free` bytes. With the
     CPU path's `host_plan` the advice says whether the CPU can hold the model instead (`err.cpu_fits`);
-    without it the CPU is not suggested."""
+    without it the CPU is not suggested. An `integrated` GPU's refusal also says how its memory is split
+    between the firmware's `dedicated` part and borrowed system memory (engine.model.memory_fit)."""
     if plan.total <= free:
         return
     advice, cpu_fits = "use a smaller context or quantization", None
+    if integrated:
+        advice = integrated_gpu_words(total, dedicated) + " Or " + advice
     if host_plan is not None:
         short = host_shortfall(host_plan)
         cpu_fits = short is None

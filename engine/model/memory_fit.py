@@ -12,6 +12,9 @@ Pure: facts in, verdict out; tested on a table of machines.
 """
 from __future__ import annotations
 
+import glob
+import os
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -40,6 +43,29 @@ class FitVerdict:
     gpu_fits: bool
     cpu_fits: bool
     words: str
+
+
+def integrated_gpu_words(gpu_total: int, dedicated: int | None = None, platform: str = sys.platform) -> str:
+    """The sentence on how an integrated GPU's memory is split and what limits it (for a refusal message)."""
+    words = _shared_words(MemoryFacts(0, 0, "", gpu_total, 0, True, dedicated, platform))
+    return (words[0].upper() + words[1:] + ". Raise the dedicated memory in the firmware setup (UMA frame buffer / "
+            "iGPU memory)" + ("" if platform == "win32" else " or the GTT limit") + " to give it more.")
+
+
+def amd_dedicated_bytes(sysfs: str = "/sys/class/drm") -> int | None:
+    """Linux amdgpu: the firmware carve-out of an integrated GPU (mem_info_vram_total of the first card whose
+    VRAM is smaller than its GTT, as on an APU), or None where it cannot be read."""
+    for path in sorted(glob.glob(os.path.join(sysfs, "card*", "device", "mem_info_vram_total"))):
+        try:
+            with open(path, encoding="ascii") as f:
+                vram = int(f.read().strip())
+            with open(os.path.join(os.path.dirname(path), "mem_info_gtt_total"), encoding="ascii") as f:
+                gtt = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if 0 < vram <= gtt:
+            return vram
+    return None
 
 
 def _shared_words(f: MemoryFacts) -> str:

@@ -92,3 +92,31 @@ def test_where_each_model_fits_and_what_the_owner_reads(machine, model, where, p
     assert verdict.where == where
     for phrase in phrases:
         assert phrase in verdict.words, (phrase, verdict.words)
+
+
+def test_an_integrated_gpu_refusal_explains_dedicated_and_shared_memory():
+    from engine.errors import OutOfDeviceMemoryError
+    from engine.gpu.preflight import MemoryPlan, check_fits
+
+    plan = MemoryPlan(20 * G, G, G, G)
+    with pytest.raises(OutOfDeviceMemoryError) as e:
+        check_fits(plan, 8 * G, 16 * G, what="qwen3-30b.gguf", integrated=True, dedicated=_gib(0.5))
+    text = str(e.value)
+    assert "needs 23552.0 MiB of device memory but only 8192.0 MiB" in text
+    assert "0.5 GiB of RAM is dedicated to it in the firmware" in text and "15.5 GiB more of shared" in text
+    assert "or the GTT limit" in text or "Windows" in text
+    with pytest.raises(OutOfDeviceMemoryError) as e:                  # a discrete GPU: no such words
+        check_fits(plan, 8 * G, 16 * G, what="qwen3-30b.gguf")
+    assert "firmware" not in str(e.value)
+
+
+def test_the_dedicated_part_is_read_from_amdgpu_sysfs(tmp_path):
+    from engine.model.memory_fit import amd_dedicated_bytes
+
+    assert amd_dedicated_bytes(str(tmp_path)) is None
+    dgpu, apu = tmp_path / "card0" / "device", tmp_path / "card1" / "device"
+    for d, vram, gtt in ((dgpu, 24 * G, 16 * G), (apu, 512 << 20, 64 * G)):   # a discrete card, then the APU
+        d.mkdir(parents=True)
+        (d / "mem_info_vram_total").write_text(f"{vram}\n")
+        (d / "mem_info_gtt_total").write_text(f"{gtt}\n")
+    assert amd_dedicated_bytes(str(tmp_path)) == 512 << 20
