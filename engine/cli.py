@@ -48,7 +48,8 @@ def resolve_model(args) -> Path:
 
 def cmd_inspect(args) -> int:
     from .gguf import Meta, open_gguf
-    from .model.arch import kv_bytes_per_token, memory_estimate
+    from .gpu.weights import gpu_refusal
+    from .model.arch import is_expert_tensor, kv_bytes_per_token, memory_estimate
     from .model.config import ModelConfig
     from .model.loader import model_info, type_histogram
 
@@ -84,9 +85,12 @@ def cmd_inspect(args) -> int:
             est = memory_estimate(c, c.context_length, "gpu", gguf.tensors.values())
             print(f"memory (GPU):  weights {est.weights / 2**20:.1f} MiB + KV {kv_bytes_per_token(c, 'gpu')} "
                   f"B/token + recurrent state {est.recurrent_state / 2**20:.1f} MiB per sequence")
-            gpu_note = ("no GPU kernels for its layer kinds yet: the engine falls back to the CPU"
-                        if c.has_recurrent_state or c.attn_output_gate else "CPU and GPU")
-            print(f"runs here:     yes - {gpu_note}")
+            if c.ffn_kind == "moe":
+                kept = sum(t.nbytes for t in gguf.tensors.values() if is_expert_tensor(t.name))
+                print(f"experts:       {c.n_expert} per layer, {c.n_expert_used} used per token, FFN "
+                      f"{c.n_ff_exp}; {kept / 2**20:.1f} MiB of them stay quantized on the CPU too")
+            refusal = gpu_refusal(c)
+            print(f"runs here:     yes - {'CPU only (' + refusal + ')' if refusal else 'CPU and GPU'}")
         except EngineError as e:
             print(f"runs here:     no - {e}")
     return 0

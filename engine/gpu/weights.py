@@ -171,15 +171,21 @@ def rope_tables(config: ModelConfig, freq_factors: np.ndarray | None = None) -> 
     return rope_inv_freq(config, freq_factors)
 
 
+def gpu_refusal(c: ModelConfig) -> str | None:
+    """Why the GPU path cannot run this model (None: it can). Asked by the uploader and by `inspect`."""
+    if c.has_recurrent_state or c.attn_output_gate:
+        return (f"{c.arch}: the GPU path has no kernels for Gated DeltaNet layers or the attention output gate "
+                f"yet; this model runs on the CPU")
+    if c.rope_yarn_factor and c.ffn_kind != "moe":
+        return f"{c.arch}: the GPU path has no YaRN rope scaling yet; this model runs on the CPU"
+    return gpu_moe_refusal(c)
+
+
 def upload_weights(backend: Backend, gguf, config: ModelConfig, stream: Stream, progress=None) -> DeviceWeights:
     """Upload every tensor `config` needs; raises InvalidModelError / UnsupportedModelError naming the tensor.
     Returns once the copies are queued on `stream` (the caller synchronizes before the first step)."""
     c = config
-    if c.has_recurrent_state or c.attn_output_gate:
-        raise UnsupportedModelError(f"{c.arch}: the GPU path has no kernels for Gated DeltaNet layers or the "
-                                    f"attention output gate yet; this model runs on the CPU")
-    refusal = gpu_moe_refusal(c) or (f"{c.arch}: the GPU path has no YaRN rope scaling yet; this model runs on "
-                                     f"the CPU" if c.rope_yarn_factor else None)
+    refusal = gpu_refusal(c)
     if refusal:
         raise UnsupportedModelError(refusal)
     up = _Uploader(backend, gguf, c, stream, progress)
