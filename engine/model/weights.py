@@ -100,8 +100,8 @@ class _Loader:
         self.gguf = gguf
         self.config = config
         self.progress = progress
-        self.done = 0
-        self.total = len(gguf.tensors)
+        self.done = 0                          # bytes of the file read so far: progress is in bytes, since a
+        self.total = max(1, sum(t.nbytes for t in gguf.tensors.values()))   # MoE's experts are a few huge tensors
 
     def has(self, name: str) -> bool:
         return name in self.gguf.tensors
@@ -113,10 +113,14 @@ class _Loader:
             array = array.copy()
         if not np.isfinite(array).all():
             raise InvalidModelError(f"tensor {name} holds NaN or infinite values", field=name)
-        self.done += 1
-        if self.progress is not None:
-            self.progress(self.done / self.total, f"loading {name}")
+        self._advance(name, "loading")
         return array
+
+    def _advance(self, name: str, verb: str) -> None:
+        self.done += self.gguf.tensors[name].nbytes
+        if self.progress is not None:
+            self.progress(min(1.0, self.done / self.total), f"{verb} {name} ({self.done / 2**30:.2f} of "
+                                                            f"{self.total / 2**30:.2f} GiB)")
 
     def optional(self, name: str, shape: tuple[int, ...]) -> np.ndarray | None:
         return self.get(name, shape) if self.has(name) else None
@@ -128,9 +132,7 @@ class _Loader:
         if info.ggml_type not in DECODERS:           # refused at load, not at the first token that uses it
             raise UnsupportedModelError(f"tensor {spec.name} is {info.ggml_type.name}, which this engine cannot "
                                         f"decode")
-        self.done += 1
-        if self.progress is not None:
-            self.progress(self.done / self.total, f"mapping {spec.name}")
+        self._advance(spec.name, "mapping")
         return ExpertStack(self.gguf.raw(spec.name).reshape(n, -1), info.ggml_type, rows, cols)
 
     def spec(self, spec: TensorSpec) -> np.ndarray | ExpertStack | None:
