@@ -276,6 +276,7 @@ class MainWindow(QMainWindow):
         if conversation_id == self.current_id:
             self.chat_view.add_message(message.id, "user", message.content)
             self.chat_view.scroll_to_bottom()
+            self.status.update_context(self)
 
     def _on_stream_started(self, conversation_id: int, message_id: int) -> None:
         if conversation_id == self.current_id:

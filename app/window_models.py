@@ -89,7 +89,7 @@ class ModelActions(QObject):
         context = self.w.settings.sampling.context_length
         self._loading_entry = entry
         self.w.load_bar.start(entry.display_name, human_size(entry.memory_estimate(context)))
-        self.w.client.load(entry.path)
+        self.w.client.load(entry.path, context)
 
     def load_path_now(self, path: str) -> None:
         """For --model and tests: inspect on the calling thread (header only), then load."""
