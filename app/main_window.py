@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat_controller import ChatController
+from app.discover import DiscoverActions
 from app.engine_client import EngineClient
 from app.model_manager import ModelLibrary
 from app.remote_models import RemoteActions
@@ -55,6 +56,8 @@ class MainWindow(QMainWindow):
         self.models = ModelActions(self)
         self.remote = RemoteActions(self)               # servers as a model source (model library)
         self.local_server = LocalServerActions(self)    # File > Local server…
+        self.discover = DiscoverActions(self, on_downloaded=lambda _path: self.library.scan(self.settings.model_folders))
+        self.status.addPermanentWidget(self.discover.status_label)     # hub downloads (model library > Discover)
         self._build_menus()
         self._connect()
         self.refresh_conversations(select_first=True)
@@ -365,6 +368,7 @@ class MainWindow(QMainWindow):
             stream = self.chat.stream_for(conversation_id)
             self.store.finish_reply(stream.message_id, stream.text, state="stopped")
         self.remote.shutdown()
+        self.discover.shutdown()
         self.local_server.stop()
         self.client.shutdown()
         super().closeEvent(event)
