@@ -40,6 +40,7 @@ class EngineClient(QObject):
     loadCancelled = Signal(str)               # path
     unloaded = Signal()
     delta = Signal(str, str)                  # request_id, text since the last delta signal
+    reasoning = Signal(str, str)              # request_id, reasoning (TextDelta.reasoning) since the last one
     finished = Signal(object)                 # engine.api.Finished, exactly one per submitted request
 
     def __init__(self, backend: str = "auto", async_scheduling: bool = True,
@@ -177,6 +178,7 @@ class EngineClient(QObject):
     # -- GUI-thread side --------------------------------------------------------------------------
     def _drain(self) -> None:
         pending_text: dict[str, list[str]] = {}
+        pending_reasoning: dict[str, list[str]] = {}
         finishes: list[Finished] = []
         progress: tuple | None = None
         load_done: tuple | None = None
@@ -190,12 +192,17 @@ class EngineClient(QObject):
                 event = item[1]
                 if isinstance(event, TextDelta):
                     pending_text.setdefault(event.request_id, []).append(event.text)
+                    if event.reasoning:
+                        pending_reasoning.setdefault(event.request_id, []).append(event.reasoning)
                 else:
                     finishes.append(event)
             elif kind == "progress":
                 progress = item
             elif kind == "load_done":
                 load_done = item
+        for rid, parts in pending_reasoning.items():      # before the answer: thinking comes first
+            if rid in self._streams:
+                self.reasoning.emit(rid, "".join(parts))
         for rid, parts in pending_text.items():
             text = "".join(parts)
             if text and rid in self._streams:
