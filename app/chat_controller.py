@@ -44,6 +44,7 @@ class ChatController(QObject):
     streamFinished = Signal(int, int, object)   # conversation id, reply message id, Finished
     userMessageAdded = Signal(int, object)      # conversation id, Message
     conversationTitled = Signal(int, str)
+    promptProgress = Signal(int, int, int, int)  # conversation id, reply message id, prompt tokens processed, total
 
     def __init__(self, store: Store, client: EngineClient, parent: QObject | None = None):
         super().__init__(parent)
@@ -72,6 +73,8 @@ class ChatController(QObject):
         if hasattr(source, "reasoning"):         # sources that stream a reply's thinking apart
             source.reasoning.connect(self._on_reasoning)
         source.finished.connect(self._on_finished)
+        if hasattr(source, "promptProgress"):      # the local engine reports prefill; servers do not
+            source.promptProgress.connect(self._on_prompt_progress)
         self._listening.append(source)
 
     @property
@@ -152,6 +155,11 @@ class ChatController(QObject):
         stream.reasoning += text
         self.streamReasoning.emit(stream.conversation_id, stream.message_id, stream.reasoning)
 
+    def _on_prompt_progress(self, request_id: str, processed: int, total: int) -> None:
+        stream = self._by_request.get(request_id)
+        if stream is not None and not stream.text:
+            self.promptProgress.emit(stream.conversation_id, stream.message_id, processed, total)
+
     def save_partials(self) -> None:
         for stream in self._by_request.values():
             if (stream.text, stream.reasoning) != (stream.saved_text, stream.saved_reasoning):
@@ -185,7 +193,7 @@ def build_request(history: list[Message], sampling: Sampling, system_prompt: str
     options = {k: v for k, v in (template_options or {}).items() if k in supported}
     if not chat:
         last_user = next((m.content for m in reversed(history) if m.role == "user"), "")
-        return GenerateRequest(prompt=last_user, params=params)
+        return GenerateRequest(prompt=last_user, params=params, report_progress=True)
     messages: list[ChatMessage] = []
     if system_prompt.strip():
         messages.append(ChatMessage("system", system_prompt.strip()))
@@ -193,7 +201,8 @@ def build_request(history: list[Message], sampling: Sampling, system_prompt: str
         if m.role == "assistant" and (m.state == "error" or not m.content):
             continue   # a failed or empty reply is not something the model said
         messages.append(ChatMessage(m.role, m.content))
-    return GenerateRequest(messages=tuple(messages), params=params, **options)
+    return GenerateRequest(messages=tuple(messages), params=params, report_progress=True,
+                           context_overflow=sampling.context_overflow, **options)
 
 
 def _title_from(text: str) -> str:

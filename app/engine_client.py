@@ -18,7 +18,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from engine.api import Finished, GenerateRequest, LoadProgress, ModelInfo, TextDelta, Usage
+from engine.api import Finished, GenerateRequest, LoadProgress, ModelInfo, PromptProgress, TextDelta, Usage
 from engine.errors import EngineError, RequestAborted
 
 DRAIN_INTERVAL_MS = 33
@@ -42,6 +42,7 @@ class EngineClient(QObject):
     delta = Signal(str, str)                  # request_id, text since the last delta signal
     reasoning = Signal(str, str)              # request_id, reasoning (TextDelta.reasoning) since the last one
     finished = Signal(object)                 # engine.api.Finished, exactly one per submitted request
+    promptProgress = Signal(str, int, int)    # request_id, prompt tokens processed, total (newest per tick)
 
     def __init__(self, backend: str = "auto", async_scheduling: bool = True,
                  engine_factory: Callable | None = None, engine=None, parent: QObject | None = None):
@@ -179,6 +180,7 @@ class EngineClient(QObject):
     def _drain(self) -> None:
         pending_text: dict[str, list[str]] = {}
         pending_reasoning: dict[str, list[str]] = {}
+        prompt_progress: dict[str, PromptProgress] = {}
         finishes: list[Finished] = []
         progress: tuple | None = None
         load_done: tuple | None = None
@@ -194,7 +196,9 @@ class EngineClient(QObject):
                     pending_text.setdefault(event.request_id, []).append(event.text)
                     if event.reasoning:
                         pending_reasoning.setdefault(event.request_id, []).append(event.reasoning)
-                else:
+                elif isinstance(event, PromptProgress):
+                    prompt_progress[event.request_id] = event
+                elif isinstance(event, Finished):
                     finishes.append(event)
             elif kind == "progress":
                 progress = item
@@ -203,6 +207,9 @@ class EngineClient(QObject):
         for rid, parts in pending_reasoning.items():      # before the answer: thinking comes first
             if rid in self._streams:
                 self.reasoning.emit(rid, "".join(parts))
+        for rid, p in prompt_progress.items():
+            if rid in self._streams:
+                self.promptProgress.emit(rid, p.processed, p.total)
         for rid, parts in pending_text.items():
             text = "".join(parts)
             if text and rid in self._streams:

@@ -161,6 +161,7 @@ class MainWindow(QMainWindow):
         c.streamUpdated.connect(self._on_stream_updated)
         c.streamReasoning.connect(self._on_stream_reasoning)
         c.streamFinished.connect(self._on_stream_finished)
+        c.promptProgress.connect(self._on_prompt_progress)
         c.conversationTitled.connect(lambda _cid, _t: self.refresh_conversations())
 
     # -- conversations ----------------------------------------------------------------------------
@@ -297,6 +298,10 @@ class MainWindow(QMainWindow):
         if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
             view.set_reasoning(text)
 
+    def _on_prompt_progress(self, conversation_id: int, message_id: int, processed: int, total: int) -> None:
+        if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
+            view.set_detail(f"Reading the conversation: {processed:,} / {total:,} tokens")
+
     def _on_stream_finished(self, conversation_id: int, message_id: int, fin) -> None:
         if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
             msg = self.store.message(message_id)
@@ -305,8 +310,10 @@ class MainWindow(QMainWindow):
             view.set_reasoning(msg.reasoning)
             if fin.usage.generated_tokens:
                 view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s))
+            view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s)
+                            if fin.usage.generated_tokens else "")
         if fin.reason == "error":
-            self.models.show_generation_error(fin.error or "unknown error")
+            self.models.show_generation_error(fin.error or "unknown error", getattr(fin, "error_type", ""))
         self._update_busy()
         self.refresh_conversations()
         self.status.update_usage(fin.usage)
