@@ -24,7 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.settings_dir:
         use_settings_dir(args.settings_dir)
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    from app.platform_hint import build_application
+
+    app = QApplication.instance() or build_application(lambda: QApplication(sys.argv[:1]))
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)
     app.setWindowIcon(app_icon())

@@ -46,12 +46,33 @@ class ChatController(QObject):
         super().__init__(parent)
         self.store = store
         self.client = client
+        self.source = client          # where new replies go: the local engine or a remote server's model
+        self._sources: dict[str, object] = {}    # request id -> the source streaming it (stop goes there)
         self._by_request: dict[str, Stream] = {}
-        client.delta.connect(self._on_delta)
-        client.finished.connect(self._on_finished)
+        self._listening: list = []
+        self._listen(client)
+        client.loaded.connect(lambda _info: self.use_source(client))   # loading a local model picks it
         self._saver = QTimer(self, interval=int(SAVE_INTERVAL_S * 1000))
         self._saver.timeout.connect(self.save_partials)
         self.last_usage = None
+
+    # -- where replies come from ------------------------------------------------------------------
+    def use_source(self, source) -> None:
+        """`source`: the EngineClient or a RemoteChatClient (both: `model`, `submit`, `abort`, signals
+        `delta` and `finished`). Streams already running finish where they started."""
+        if not any(s is source for s in self._listening):
+            self._listen(source)
+        self.source = source
+
+    def _listen(self, source) -> None:
+        source.delta.connect(self._on_delta)
+        source.finished.connect(self._on_finished)
+        self._listening.append(source)
+
+    @property
+    def model(self):
+        """The ModelInfo new replies use (None: nothing to chat with)."""
+        return self.source.model
 
     # -- queries ----------------------------------------------------------------------------------
     def stream_for(self, conversation_id: int) -> Stream | None:
@@ -86,15 +107,16 @@ class ChatController(QObject):
     def stop(self, conversation_id: int) -> None:
         stream = self.stream_for(conversation_id)
         if stream is not None:
-            self.client.abort(stream.request_id)
+            self._sources.get(stream.request_id, self.client).abort(stream.request_id)
 
     def stop_all(self) -> None:
         for stream in list(self._by_request.values()):
-            self.client.abort(stream.request_id)
+            self._sources.get(stream.request_id, self.client).abort(stream.request_id)
 
     # -- streaming --------------------------------------------------------------------------------
     def _start_reply(self, conversation_id: int, sampling: Sampling, system_prompt: str) -> None:
-        model = self.client.model
+        source = self.source
+        model = source.model
         history = self.store.messages(conversation_id)
         reply = self.store.begin_reply(conversation_id, model=model.name if model else "")
         request = build_request(history, sampling, system_prompt,
@@ -102,8 +124,9 @@ class ChatController(QObject):
         stream = Stream(conversation_id, reply.id, request.request_id)
         self._by_request[request.request_id] = stream
         self._saver.start()
+        self._sources[request.request_id] = source
         self.streamStarted.emit(conversation_id, reply.id)
-        self.client.submit(request)
+        source.submit(request)
 
     def _on_delta(self, request_id: str, text: str) -> None:
         stream = self._by_request.get(request_id)
@@ -123,6 +146,7 @@ class ChatController(QObject):
 
     def _on_finished(self, fin: Finished) -> None:
         stream = self._by_request.pop(fin.request_id, None)
+        self._sources.pop(fin.request_id, None)
         if stream is None:
             return
         state = _STATE_FOR_REASON.get(fin.reason, "complete")

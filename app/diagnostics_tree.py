@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem,
 from engine.diagnostics_report import (
     ATTRIBUTE_ROWS,
     CAPABILITY_ROWS,
+    HOST_READ_ROWS,
     DiagnosticsReport,
     SelfTestRun,
     device_kind,
@@ -209,10 +210,11 @@ def _backend(parent, p, description: str, selected: bool) -> None:
                 value = getattr(f, attr)
                 row(attrs, attr, f"{fmt_flag(value)}  (DeviceAttribute{runtime_name})", fmt_flag(value),
                     {True: "ok", False: "off", None: "warn"}[value])
-            read_ok = f.managed_host_read == "passed"
-            row(attrs, "managed host read (child process)", f.managed_host_read,
-                "PASSED" if read_ok else ("NOT RUN" if f.managed_host_read.startswith("not run") else "FAILED"),
-                "ok" if read_ok else ("off" if f.managed_host_read.startswith("not run") else "bad"))
+            for field, label in HOST_READ_ROWS:
+                outcome = getattr(f, field)
+                passed, not_run = outcome == "passed", outcome.startswith("not run")
+                row(attrs, label, outcome, "PASSED" if passed else ("NOT RUN" if not_run else "FAILED"),
+                    "ok" if passed else ("off" if not_run else "bad"))
         code = group(b, "Implemented here")
         row(code, "pinned-staging readback", "", *yes_no(f.implements_pinned_staging))
         row(code, "zero-copy view", "", *yes_no(f.implements_zero_copy))

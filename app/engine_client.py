@@ -66,6 +66,12 @@ class EngineClient(QObject):
         return self._backend
 
     @property
+    def engine(self):
+        """The Engine of the moment, or None before the first load (a reconfigure replaces it). For the
+        local server, which serves whatever this engine has loaded, batched with the window's chats."""
+        return self._engine
+
+    @property
     def is_loading(self) -> bool:
         return self._load_future is not None
 
@@ -93,7 +99,9 @@ class EngineClient(QObject):
             threading.Thread(target=engine.shutdown, name="engine-shutdown", daemon=True).start()
 
     # -- loading ----------------------------------------------------------------------------------
-    def load(self, path: str | Path) -> None:
+    def load(self, path: str | Path, context: int | None = None) -> None:
+        """`context`: tokens to allocate (the "Context length" setting); the engine caps it at the model's
+        trained length and reports what it allocated as ModelInfo.max_context."""
         path = str(path)
         if self._load_future is not None:
             self.cancel_load()
@@ -101,7 +109,8 @@ class EngineClient(QObject):
             self.abort(request_id)
         try:
             engine = self._ensure_engine()
-            future = engine.load(path, progress=lambda p: self._events.put(("progress", path, p)))
+            future = engine.load(path, progress=lambda p: self._events.put(("progress", path, p)),
+                                 max_context=context)
         except Exception as e:   # noqa: BLE001 - a construction failure is shown, not raised into Qt
             self.loadFailed.emit(path, e)
             return

@@ -25,8 +25,12 @@ def describe(e: BaseException, what: str = "") -> UserMessage:
         return UserMessage(f"{what or 'This model'} is not supported yet",
                            f"{e}\n\nTry a model with a supported architecture ({', '.join(ARCHITECTURES)}).")
     if isinstance(e, errors.OutOfDeviceMemoryError):
-        return UserMessage("Not enough GPU memory", f"{e}\n\nPick a smaller model or a shorter context, "
-                           "or continue on the CPU.", offer_cpu=True, offer_diagnostics=True)
+        cpu_fits = getattr(e, "cpu_fits", None) is not False     # offered unless the CPU is known too small
+        return UserMessage("Not enough GPU memory", f"{e}\n\nPick a smaller model or a shorter context"
+                           + (", or continue on the CPU." if cpu_fits else "."),
+                           offer_cpu=cpu_fits, offer_diagnostics=True)
+    if isinstance(e, errors.OutOfHostMemoryError):
+        return UserMessage("Not enough memory for this model", f"{e}\n\nNothing was changed.")
     if isinstance(e, errors.DeviceLostError):
         return UserMessage("The GPU stopped responding", f"{e}\n\nThe conversation is safe. Reload the model, "
                            "or continue on the CPU.", offer_cpu=True, offer_diagnostics=True)

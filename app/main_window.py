@@ -23,6 +23,8 @@ from PySide6.QtWidgets import (
 from app.chat_controller import ChatController
 from app.engine_client import EngineClient
 from app.model_manager import ModelLibrary
+from app.remote_models import RemoteActions
+from app.server_panel import LocalServerActions
 from app.settings import AppSettings, Sampling
 from app.store import Store
 from app.theme import app_icon, apply_theme
@@ -51,6 +53,8 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self._build()
         self.models = ModelActions(self)
+        self.remote = RemoteActions(self)               # servers as a model source (model library)
+        self.local_server = LocalServerActions(self)    # File > Local server…
         self._build_menus()
         self._connect()
         self.refresh_conversations(select_first=True)
@@ -112,6 +116,7 @@ class MainWindow(QMainWindow):
         self._action(file, "Open GGUF…", QKeySequence.StandardKey.Open, self.models.open_file_dialog)
         self._action(file, "Model library…", "Ctrl+L", self.models.show_library)
         self._action(file, "Unload model", None, self.models.unload)
+        self._action(file, "Local server…", None, self.local_server.show_panel)
         file.addSeparator()
         self._action(file, "Settings…", QKeySequence.StandardKey.Preferences, self.open_settings, "Ctrl+,")
         file.addSeparator()
@@ -243,7 +248,7 @@ class MainWindow(QMainWindow):
     def send(self, text: str) -> None:
         if self.current_id is None:
             self.new_conversation()
-        if self.client.model is None:
+        if self.chat.model is None:
             self.composer.edit.setPlainText(text)
             self.models.explain_no_model()
             return
@@ -251,7 +256,7 @@ class MainWindow(QMainWindow):
         self.chat.send(self.current_id, text, sampling, prompt)
 
     def regenerate(self, message_id: int) -> None:
-        if self.current_id is None or self.client.model is None:
+        if self.current_id is None or self.chat.model is None:
             self.models.explain_no_model()
             return
         prompt, sampling = self.conversation_settings(self.current_id)
@@ -271,6 +276,7 @@ class MainWindow(QMainWindow):
         if conversation_id == self.current_id:
             self.chat_view.add_message(message.id, "user", message.content)
             self.chat_view.scroll_to_bottom()
+            self.status.update_context(self)
 
     def _on_stream_started(self, conversation_id: int, message_id: int) -> None:
         if conversation_id == self.current_id:
@@ -358,6 +364,8 @@ class MainWindow(QMainWindow):
         for conversation_id in list(self.chat.streaming_conversations()):
             stream = self.chat.stream_for(conversation_id)
             self.store.finish_reply(stream.message_id, stream.text, state="stopped")
+        self.remote.shutdown()
+        self.local_server.stop()
         self.client.shutdown()
         super().closeEvent(event)
 

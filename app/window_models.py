@@ -39,6 +39,7 @@ class ModelActions(QObject):
             dlg.openRequested.connect(self.open_path)
             dlg.addFolderRequested.connect(self._add_folder)
             dlg.refreshRequested.connect(lambda: self.w.library.scan(self.w.settings.model_folders))
+            dlg.add_section(self.w.remote.library_section())     # servers' models beside the files
             self.library_dialog = dlg
         self.library_dialog.set_entries(self.w.library.entries, self._loaded_path())
         self.w.library.scan(self.w.settings.model_folders)
@@ -88,7 +89,7 @@ class ModelActions(QObject):
         context = self.w.settings.sampling.context_length
         self._loading_entry = entry
         self.w.load_bar.start(entry.display_name, human_size(entry.memory_estimate(context)))
-        self.w.client.load(entry.path)
+        self.w.client.load(entry.path, context)
 
     def load_path_now(self, path: str) -> None:
         """For --model and tests: inspect on the calling thread (header only), then load."""
@@ -130,8 +131,12 @@ class ModelActions(QObject):
         self.w.status.flash(f"Loading {Path(path).name} was cancelled")
         self._after_model_change()
 
+    def show_current_model(self) -> None:
+        """The model button and the status bar name what new replies use (a local or a server's model)."""
+        self._after_model_change()
+
     def _after_model_change(self) -> None:
-        info = self.w.client.model
+        info = self.w.chat.model
         self.w.model_button.setText(f"{info.name}  ▾" if info else "Load a model  ▾")
         self.w.status.update_engine(self.w)
         self.w.status.update_context(self.w)
@@ -150,6 +155,12 @@ class ModelActions(QObject):
             self.open_path(path)
 
     def show_generation_error(self, error: str) -> None:
+        info = self.w.chat.model
+        if info is not None and info.backend.startswith("server:"):
+            self.w.show_banner("The server's reply failed", f"{error}\n\nYour conversation is saved; try again, "
+                               "or pick another model in the model library.",
+                               (("Model library…", self.show_library),))
+            return
         actions = [("Diagnostics…", self.w.open_diagnostics)]
         if self.w.client.backend != "cpu":
             actions.insert(0, ("Continue on CPU", self.continue_on_cpu))

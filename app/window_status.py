@@ -29,7 +29,7 @@ class StatusBar(QStatusBar):
         self._note_timer.start()
 
     def update_engine(self, window) -> None:
-        info = window.client.model
+        info = window.chat.model
         if info is None:
             self.model_label.setText("No model")
             self.backend_label.setText(f"Backend: {window.settings.backend} (next load)")
@@ -38,7 +38,8 @@ class StatusBar(QStatusBar):
         self.model_label.setText(f"Model: {info.name}")
         self.model_label.setToolTip(info.path)
         self.backend_label.setText(f"Backend: {_backend_text(info.backend)}")
-        self.async_label.setText(f"Async scheduling: {'on' if info.async_scheduling else 'off'}")
+        remote = info.backend.startswith("server:")
+        self.async_label.setText("" if remote else f"Async scheduling: {'on' if info.async_scheduling else 'off'}")
 
     def update_usage(self, usage) -> None:
         if usage is not None and usage.generated_tokens:
@@ -47,28 +48,42 @@ class StatusBar(QStatusBar):
                                         f"{usage.time_to_first_token_s * 1000:.0f} ms")
 
     def update_context(self, window) -> None:
-        info = window.client.model
+        info = window.chat.model
         if window.current_id is None:
             self.context_label.setText("")
             return
-        _prompt, sampling = window.conversation_settings(window.current_id)
-        limit = min(sampling.context_length, info.context_length) if info else sampling.context_length
-        used = _last_context_tokens(window.store.messages(window.current_id))
-        if used is None:
-            used = window.store.token_estimate(window.current_id)
-            self.context_label.setText(f"Context: ~{used:,} / {limit:,}")
-        else:
-            self.context_label.setText(f"Context: {used:,} / {limit:,}")
+        limit = context_limit(window)
+        used, exact = context_used(window.store.messages(window.current_id))
+        self.context_label.setText(f"Context: {'' if exact else '~'}{used:,} / {limit:,}")
+        self.context_label.setToolTip("Tokens this conversation holds / the most the loaded model was given"
+                                      + ("" if exact else " (~: estimated until the engine counts them)"))
 
 
-def _last_context_tokens(messages) -> int | None:
-    for m in reversed(messages):
+def context_limit(window) -> int:
+    """The engine's limit for the loaded model (what it allocated); before a load, the setting."""
+    info = window.chat.model
+    if info is not None and getattr(info, "max_context", 0):
+        return info.max_context
+    if info is not None and info.context_length:
+        return min(window.settings.sampling.context_length, info.context_length)
+    return window.settings.sampling.context_length
+
+
+def context_used(messages) -> tuple[int, bool]:
+    """(tokens, exact): the engine's count at the newest finished reply, plus ~4 characters a token for
+    the messages after it (a message just sent counts at once, before its reply starts)."""
+    base, rest = 0, messages
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
         if m.role == "assistant" and m.usage.get("prompt_tokens"):
-            return int(m.usage["prompt_tokens"]) + int(m.usage.get("generated_tokens", 0))
-    return None
+            base = int(m.usage["prompt_tokens"]) + int(m.usage.get("generated_tokens", 0))
+            rest = messages[i + 1:]
+            break
+    extra = sum(len(m.content) for m in rest) // 4
+    return base + extra, not any(m.content for m in rest) and base > 0
 
 
 def _backend_text(backend: str) -> str:
     kind, _, device = backend.partition(":")
-    names = {"cpu": "CPU", "hip": "HIP", "cuda": "CUDA"}
+    names = {"cpu": "CPU", "hip": "HIP", "cuda": "CUDA", "server": "Server"}
     return f"{names.get(kind, kind)} ({device})" if device else names.get(kind, kind)

@@ -48,7 +48,8 @@ def resolve_model(args) -> Path:
 
 def cmd_inspect(args) -> int:
     from .gguf import Meta, open_gguf
-    from .model.arch import kv_bytes_per_token, memory_estimate
+    from .gpu.weights import gpu_refusal
+    from .model.arch import is_expert_tensor, kv_bytes_per_token, memory_estimate
     from .model.config import ModelConfig
     from .model.loader import model_info, type_histogram
 
@@ -84,9 +85,12 @@ def cmd_inspect(args) -> int:
             est = memory_estimate(c, c.context_length, "gpu", gguf.tensors.values())
             print(f"memory (GPU):  weights {est.weights / 2**20:.1f} MiB + KV {kv_bytes_per_token(c, 'gpu')} "
                   f"B/token + recurrent state {est.recurrent_state / 2**20:.1f} MiB per sequence")
-            gpu_note = ("no GPU kernels for its layer kinds yet: the engine falls back to the CPU"
-                        if c.has_recurrent_state or c.attn_output_gate else "CPU and GPU")
-            print(f"runs here:     yes - {gpu_note}")
+            if c.ffn_kind == "moe":
+                kept = sum(t.nbytes for t in gguf.tensors.values() if is_expert_tensor(t.name))
+                print(f"experts:       {c.n_expert} per layer, {c.n_expert_used} used per token, FFN "
+                      f"{c.n_ff_exp}; {kept / 2**20:.1f} MiB of them stay quantized on the CPU too")
+            refusal = gpu_refusal(c)
+            print(f"runs here:     yes - {'CPU only (' + refusal + ')' if refusal else 'CPU and GPU'}")
         except EngineError as e:
             print(f"runs here:     no - {e}")
     return 0
@@ -266,11 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .core.setup import DEFAULT_MAX_NUM_SEQS
     from .engine import DEFAULT_MAX_CONTEXT
+    from .server.guard import DEFAULT_PORT
     s = sub.add_parser("serve", help="OpenAI-compatible HTTP server for one model (loopback by default)")
     _model_args(s, positional=False)
     s.add_argument("--host", default="127.0.0.1", help="address to bind; anything but loopback exposes the "
                    "model to the network (use --api-key then)")
-    s.add_argument("--port", type=int, default=8080)
+    s.add_argument("--port", type=int, default=DEFAULT_PORT)
     s.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (default: no key)")
     s.add_argument("--allow-origin", action="append", default=[], help="a browser origin allowed to call (CORS)")
     s.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS, help="requests batched together")

@@ -26,6 +26,11 @@ ATTRIBUTE_ROWS: tuple[tuple[str, str], ...] = (
     ("can_map_host_memory", "CanMapHostMemory"),
     ("unified_addressing", "UnifiedAddressing"),
 )
+# The measured host reads (engine.backends.host_read_check), one row each: DeviceFacts field, label.
+HOST_READ_ROWS: tuple[tuple[str, str], ...] = (
+    ("device_host_read", "device memory host read (child process)"),
+    ("managed_host_read", "managed memory host read (child process)"),
+)
 CAPABILITY_ROWS: tuple[tuple[str, str], ...] = (
     ("unified_memory", "unified memory"),
     ("device_memory_host_addressable", "device memory host-addressable"),
@@ -167,7 +172,7 @@ def host_addressable_headline(p: ProbeResult) -> str:
     if f.api == "cpu":
         return "device memory is host memory (CPU backend)"
     if c.device_memory_host_addressable.value:
-        return f"device memory host-addressable: proven by the attributes and a live host read ({f.managed_host_read})"
+        return f"device memory host-addressable: proven by the attributes and a live host read ({f.device_host_read})"
     blocking = []
     if f.pageable_memory_access is not True and f.concurrent_managed_access is not True:
         blocking += ["pageable_memory_access", "concurrent_managed_access"]
@@ -175,7 +180,7 @@ def host_addressable_headline(p: ProbeResult) -> str:
     if blocking:
         why = ", ".join(f"{_human(a)} = {fmt_flag(getattr(f, a))}" for a in blocking)
     else:
-        why = f"the live host read of managed memory did not pass ({f.managed_host_read})"
+        why = f"the live host read of a plain device allocation did not pass ({f.device_host_read})"
     if f.integrated:
         why += " (integrated GPU: sharing physical memory does not make device memory host-visible)"
     return f"device memory not host-addressable: {why}"
@@ -260,9 +265,9 @@ def _probe_md(p: ProbeResult, description: str = "") -> list[str]:
                   f"| driver version | {f.driver_version or '-'} |",
                   f"| runtime library | {f.library_path or '-'} |",
                   f"| compiler library | {f.rtc_library_path or '-'} |",
-                  f"| managed host read (child process) | {f.managed_host_read} |",
                   f"| implements pinned staging | {int(f.implements_pinned_staging)} |",
                   f"| implements zero-copy | {int(f.implements_zero_copy)} |"]
+        lines += [f"| {label} | {getattr(f, field)} |" for field, label in HOST_READ_ROWS]
         lines += [f"| query error | {_cell(e)} |" for e in f.errors]
         lines.append("")
     c = p.capabilities

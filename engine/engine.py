@@ -92,6 +92,8 @@ class EngineStats:
     kv_blocks_total: int
     kv_blocks_free: int
     steps_in_flight: int
+    max_context: int = 0          # tokens one request may hold with the loaded model (0: none loaded)
+    kv_cache_bytes: int = 0       # bytes the loaded model's KV cache (and recurrent state) occupies
 
 
 @dataclass
@@ -134,13 +136,18 @@ class Engine:
         self._thread.start()
 
     # ---- public, any thread -----------------------------------------------------------------------
-    def load(self, path: str | Path, progress: Callable[[LoadProgress], None] | None = None) -> Future:
-        """Future[ModelInfo]. `progress` is called on the engine thread. Replaces a loaded model."""
+    def load(self, path: str | Path, progress: Callable[[LoadProgress], None] | None = None,
+             max_context: int | None = None) -> Future:
+        """Future[ModelInfo]. `progress` is called on the engine thread. Replaces a loaded model.
+        `max_context`: the context (tokens) to allocate for this model, capped at its trained length;
+        None keeps the engine's setting. The loaded ModelInfo.max_context says what was allocated."""
+        if max_context is not None and (not isinstance(max_context, int) or max_context < 1):
+            raise ValueError(f"max_context must be a positive number of tokens, not {max_context!r}")
         future: Future = Future()
         cancel = threading.Event()
         with self._load_lock:
             self._load_cancels.add(cancel)
-        self._send(("load", Path(path), progress, future, cancel))
+        self._send(("load", Path(path), progress, future, cancel, max_context))
         return future
 
     def cancel_load(self) -> None:
@@ -250,15 +257,16 @@ class Engine:
                 self._model.core.runner.fault_injector = injector
                 future.set_result(None)
 
-    def _do_load(self, path: Path, progress, future: Future, cancel: threading.Event) -> None:
+    def _do_load(self, path: Path, progress, future: Future, cancel: threading.Event,
+                 max_context: int | None) -> None:
         try:
             if future.set_running_or_notify_cancel():
-                self._load_into(path, progress, future, cancel)
+                self._load_into(path, progress, future, cancel, max_context or self._max_context)
         finally:
             with self._load_lock:
                 self._load_cancels.discard(cancel)
 
-    def _load_into(self, path: Path, progress, future: Future, cancel: threading.Event) -> None:
+    def _load_into(self, path: Path, progress, future: Future, cancel: threading.Event, max_context: int) -> None:
         from engine.core.setup import choose_backend
 
         def on_progress(fraction: float, message: str) -> None:
@@ -272,18 +280,19 @@ class Engine:
                 raise RequestAborted(f"Loading {path.name} was cancelled")
             self._drop_model()                       # free the old model before loading the new one
             choice = choose_backend(self._backend_setting, self._async_setting)
-            self._model, choice = self._build(path, choice, on_progress)
+            self._model, choice = self._build(path, choice, on_progress, max_context)
             self.backend_reason, self.async_reason = choice.reason, choice.async_reason
             self.model_info = self._model.info
             future.set_result(self.model_info)
         except BaseException as e:   # noqa: BLE001 - every failure goes to the caller's future
             future.set_exception(e if isinstance(e, Exception) else EngineError(str(e)))
 
-    def _build(self, path: Path, choice: BackendChoice, on_progress) -> tuple[_Loaded, BackendChoice]:
+    def _build(self, path: Path, choice: BackendChoice, on_progress, max_context: int
+               ) -> tuple[_Loaded, BackendChoice]:
         """The model on the chosen backend, with its core. A GPU that cannot run it falls back to the CPU."""
         from engine.core.build import build_cpu, build_gpu, gpu_forward_available
 
-        opts = dict(max_context=self._max_context, max_num_seqs=self._max_num_seqs,
+        opts = dict(max_context=max_context, max_num_seqs=self._max_num_seqs,
                     prefill_chunk=self._prefill_chunk, kv_cache_tokens=self._kv_cache_tokens)
         if choice.name != "cpu":
             unsupported = None
@@ -302,7 +311,7 @@ class Engine:
         else:
             built = build_cpu(path, choice, on_progress, **opts)
         info = replace(built.info, async_scheduling=choice.async_scheduling, async_reason=choice.async_reason,
-                       template_notice=built.prompt_format.template_notice)
+                       template_notice=built.prompt_format.template_notice, max_context=built.max_context)
         return _Loaded(info, built.prompt_format, built.vocab_size, built.core, built.max_context), choice
 
     def _drop_model(self) -> None:
@@ -346,7 +355,7 @@ class Engine:
             return EngineStats(False, len(self._handles), 0, 0, 0, 0, 0)
         sched = m.core.scheduler
         return EngineStats(True, len(self._handles), len(sched.running), len(sched.waiting), sched.kv.num_blocks,
-                           sched.kv.num_free, len(m.core.in_flight))
+                           sched.kv.num_free, len(m.core.in_flight), m.max_context, m.core.runner.kv_cache_bytes)
 
     def _accept(self, request: GenerateRequest, handle: RequestHandle) -> None:
         """Check what is cheap on the engine thread, then hand the prompt to the encoder thread."""

@@ -45,6 +45,10 @@ class ContextOverflowError(EngineError):
     """The prompt alone does not fit in the context window."""
 
 
+class OutOfHostMemoryError(EngineError):
+    """The CPU path's pre-flight: the model does not fit in the RAM available; the message gives the numbers."""
+
+
 class TemplateError(EngineError):
     """The model's chat template failed to render, was rejected by the sandbox, or ran too long."""
 

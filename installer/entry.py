@@ -22,7 +22,7 @@ ENTRY_TIME = time.time()
 
 # Modules the engine runs as `sys.executable -m MODULE ...` children; in the bundle sys.executable is this
 # program, so it must run them the way `python -m` does. Nothing else is accepted.
-CHILD_MODULES = ("engine.template_worker", "engine.backends.managed_check")
+CHILD_MODULES = ("engine.template_worker", "engine.backends.host_read_check")
 
 
 def run_child_module(argv: list[str]) -> int:

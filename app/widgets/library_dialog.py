@@ -56,6 +56,7 @@ class LibraryDialog(QDialog):
         self.estimate = QLabel(" ")
         self.estimate.setWordWrap(True)
         col.addWidget(self.estimate)
+        self._sections = col          # add_section puts more model sources (servers) here
         row = QHBoxLayout()
         open_button = QPushButton("Open GGUF…")
         open_button.clicked.connect(self._open_file)
@@ -76,6 +77,10 @@ class LibraryDialog(QDialog):
         row.addWidget(self.load_button)
         row.addWidget(close)
         col.addLayout(row)
+
+    def add_section(self, widget) -> None:
+        """Another source of models shown beside the local files (app/remote_models.py's servers)."""
+        self._sections.insertWidget(self._sections.count() - 1, widget)
 
     def set_entries(self, entries: list[ModelEntry], loaded_path: str = "") -> None:
         self._entries = {str(e.path): e for e in entries}

@@ -48,8 +48,11 @@ class DeviceFacts(Record):
     driver_version: str = ""
     library_path: str = ""
     rtc_library_path: str = ""
-    # Measured, not read: a child process wrote managed memory on the device and read it on the host.
-    # "passed", "failed: <why>", or "not run: <why>".
+    # Measured, not read (engine.backends.host_read_check): a child process had the device write memory of
+    # one allocation kind and read it on the host. "passed", "failed: <why>", or "not run: <why>".
+    # device_host_read is the kind the engine's buffers are (plain device allocations) and decides host
+    # addressability; managed_host_read is reported as its own fact and decides nothing by itself.
+    device_host_read: str = "not run"
     managed_host_read: str = "not run"
     # What this backend's code implements (derived from the code in probe.py, not asserted).
     implements_pinned_staging: bool = False

@@ -3,8 +3,10 @@ reason) out; no device, no I/O. Unit-tested on a table of machines in tests/back
 
 The rules, from docs/ORIGIN.md:
 - Nothing is true because a GPU is integrated. Sharing physical memory is not host addressability.
-- device_memory_host_addressable needs the attributes AND a live host read of device-written managed
-  memory in a child process. Unknown counts as no.
+- device_memory_host_addressable needs the attributes AND a live host read, in a child process, of
+  device-written memory of the kind the engine's buffers are (plain device allocations). A passing read of
+  *managed* memory proves nothing about those (a discrete NVIDIA GPU passes it and segfaults on the other).
+  Unknown counts as no.
 - async_sampled_token_readback is true only where the backend implements the pinned-staging path.
 - zero-copy is chosen only where it is proven and the backend implements it; otherwise the pinned copy.
 """
@@ -57,10 +59,12 @@ def _host_addressable(f: DeviceFacts) -> Capability:
     attributes = _unified_memory(f)
     if not attributes.value:
         return Capability(False, f"attributes do not allow it: {attributes.reason}")
-    if f.managed_host_read != "passed":
-        return Capability(False, f"attributes allow it, but the live host read of managed memory in a child "
-                                 f"process did not pass ({f.managed_host_read})")
-    return Capability(True, "attributes allow it and a child process read device-written managed memory")
+    if f.device_host_read != "passed":
+        managed = f" (managed memory, which the engine does not use for its buffers: {f.managed_host_read})" \
+            if f.managed_host_read == "passed" else ""
+        return Capability(False, f"attributes allow it, but the live host read of a plain device allocation in a "
+                                 f"child process did not pass ({f.device_host_read}){managed}")
+    return Capability(True, "attributes allow it and a child process read a device-written plain device allocation")
 
 
 def _readback_path(f: DeviceFacts, addressable: Capability, readback: Capability) -> tuple[str, str]:

@@ -30,11 +30,11 @@ def implements(cls: type, methods) -> bool:
     return True
 
 
-def probe(name: str, device: int = 0, managed_check: bool = True, self_test: bool = False) -> ProbeResult:
+def probe(name: str, device: int = 0, host_read_checks: bool = True, self_test: bool = False) -> ProbeResult:
     start = time.perf_counter()
     try:
         result = _probe_cpu(name) if BACKENDS[name].binding_module is None else \
-            _probe_gpu(name, device, managed_check)
+            _probe_gpu(name, device, host_read_checks)
         if self_test and result.available:
             from .registry import create
             from .selftest import run_self_test
@@ -51,8 +51,8 @@ def probe(name: str, device: int = 0, managed_check: bool = True, self_test: boo
     return result
 
 
-def probe_all(managed_check: bool = True, self_test: bool = False) -> list[ProbeResult]:
-    return [probe(n, managed_check=managed_check, self_test=self_test) for n in BACKENDS]
+def probe_all(host_read_checks: bool = True, self_test: bool = False) -> list[ProbeResult]:
+    return [probe(n, host_read_checks=host_read_checks, self_test=self_test) for n in BACKENDS]
 
 
 def _probe_cpu(name: str) -> ProbeResult:
@@ -62,14 +62,14 @@ def _probe_cpu(name: str) -> ProbeResult:
     facts = DeviceFacts(name, "cpu", sys.platform, name="host CPU", arch="numpy", integrated=True,
                         runtime_version=f"numpy {np.__version__}",
                         implements_pinned_staging=implements(CpuBackend, PINNED_STAGING),
-                        managed_host_read="not run: host memory")
+                        device_host_read="not run: host memory", managed_host_read="not run: host memory")
     info = CpuBackend().memory_info()
     facts.total_memory, facts.free_memory = info.total, info.free
     return ProbeResult(name, True, "numpy on the host CPU", facts, policy.derive(facts),
                        kernels=kernel_plan.plan("cpu", None, None, None).line)
 
 
-def _probe_gpu(name: str, device: int, managed_check: bool) -> ProbeResult:
+def _probe_gpu(name: str, device: int, host_read_checks: bool) -> ProbeResult:
     from .gpu import GpuBackend
     rt = make_binding(name)
     rt.load()                                   # BackendUnavailableError: library missing, with where we looked
@@ -108,13 +108,14 @@ def _probe_gpu(name: str, device: int, managed_check: bool) -> ProbeResult:
         facts.free_memory, facts.total_memory = rt.mem_info()
     except Exception as e:
         facts.errors.append(f"memory info: {e}")
-    if not managed_check:
-        facts.managed_host_read = "not run: disabled by the caller"
+    if not host_read_checks:
+        facts.device_host_read = facts.managed_host_read = "not run: disabled by the caller"
     elif not policy.derive(facts).unified_memory.value:
-        facts.managed_host_read = "not run: the attributes already rule it out"
+        facts.device_host_read = facts.managed_host_read = "not run: the attributes already rule it out"
     else:
-        from .managed_check import run_in_child
-        facts.managed_host_read = run_in_child(name)
+        from .host_read_check import run_in_child
+        facts.device_host_read = run_in_child(name, "device")
+        facts.managed_host_read = run_in_child(name, "managed")
     caps = policy.derive(facts)
     reason = f"{facts.name} ({facts.arch}), {rt.api} runtime {facts.runtime_version}, {rt.library_path}"
     kernels = kernel_plan.plan(rt.api, facts.arch or None, manifest, rtc_version, rtc_error).line

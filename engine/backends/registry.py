@@ -51,7 +51,7 @@ def create(name: str, device: int = 0) -> Backend:
 
 
 def hidden_imports() -> list[str]:
-    mods = ["engine.backends.kernels", "engine.backends.managed_check"]
+    mods = ["engine.backends.kernels", "engine.backends.host_read_check"]
     for spec in BACKENDS.values():
         mods += [m for m in (spec.module, spec.binding_module) if m]
     return sorted(set(mods))

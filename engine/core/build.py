@@ -15,6 +15,7 @@ from engine.core.engine_core import EngineCore
 from engine.core.runner import ModelRunner
 from engine.core.setup import BackendChoice, make_scheduler
 from engine.model.arch import BLOCK_SIZE
+from engine.model.config import ModelConfig
 from engine.prompt import PromptFormat
 
 
@@ -38,12 +39,17 @@ def build_cpu(path: Path, choice: BackendChoice, on_progress, *, max_context: in
               prefill_chunk: int, kv_cache_tokens: int | None) -> BuiltModel:
     from engine.backends.registry import create
     from engine.core.cpu_executor import CpuStepExecutor
-    from engine.model.loader import load_model
+    from engine.model.host_memory import check_host_fits, plan_host_memory
+    from engine.model.loader import load_model, open_model_file
     from engine.model.step import KVCache
 
+    with open_model_file(path) as gguf:      # pre-flight from the header, before anything is dequantized
+        config = ModelConfig.from_metadata(gguf.metadata)
+        max_context = min(config.context_length, max_context)
+        num_blocks = _kv_blocks(max_context, kv_cache_tokens)
+        check_host_fits(plan_host_memory(config, gguf.tensors.values(), num_blocks, BLOCK_SIZE, prefill_chunk,
+                                         max_num_seqs), what=Path(path).name)
     loaded = load_model(path, on_progress)
-    max_context = min(loaded.config.context_length, max_context)
-    num_blocks = _kv_blocks(max_context, kv_cache_tokens)
     kv = KVCache.allocate(loaded.config, num_blocks=num_blocks, block_size=BLOCK_SIZE, state_slots=max_num_seqs)
     backend = create("cpu")
     executor = CpuStepExecutor(backend, loaded.model, kv, max_num_seqs)

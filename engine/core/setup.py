@@ -30,11 +30,11 @@ def choose_backend(setting: str = "cpu", async_setting: bool = True, env: dict |
     from engine.diagnostics import async_scheduling_decision, select_backend
 
     if setting in BACKENDS:
-        selected = probe(setting, managed_check=False)
+        selected = probe(setting, host_read_checks=False)
         why = f"asked for {setting}" if selected.available else f"{setting} is not available: {selected.reason}"
         selected = selected if selected.available else None
     else:
-        selected, why = select_backend(probe_all(managed_check=False), setting)
+        selected, why = select_backend(probe_all(host_read_checks=False), setting)
     if selected is None:                              # fall back to the CPU, saying why
         selected, why = probe("cpu"), f"CPU fallback: {why}"
     on, async_why = async_scheduling_decision(selected, async_setting, env)

@@ -18,12 +18,13 @@ from engine.server.schema import ApiError
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 DEFAULT_MAX_BODY_BYTES = 4 << 20       # a long conversation is well under this
+DEFAULT_PORT = 8080
 
 
 @dataclass(frozen=True)
 class ServerConfig:
     host: str = "127.0.0.1"
-    port: int = 8080
+    port: int = DEFAULT_PORT
     api_key: str | None = None            # None or "": any (or no) Authorization header is accepted
     allowed_origins: tuple[str, ...] = ()  # browser origins allowed to call (CORS), e.g. "http://localhost:3000"
     allowed_hosts: tuple[str, ...] = ()    # extra Host names, beyond loopback and the bound address

@@ -6,6 +6,7 @@ client text. The thread form owns its event loop; `stop()` asks uvicorn to finis
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 import threading
 from collections.abc import Callable
@@ -15,7 +16,12 @@ import uvicorn
 from engine.server.app import ModelServer
 from engine.server.guard import ServerConfig
 
-DEFAULT_PORT = 8080
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` right now (the OS picks it; another process could still take it first)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def _uvicorn_config(server: ModelServer, config: ServerConfig) -> uvicorn.Config:

@@ -13,7 +13,7 @@ _AVAILABLE: list[str] | None = None
 def available_backends() -> list[str]:
     global _AVAILABLE
     if _AVAILABLE is None:
-        _AVAILABLE = [n for n in registry.BACKENDS if probe(n, managed_check=False).available]
+        _AVAILABLE = [n for n in registry.BACKENDS if probe(n, host_read_checks=False).available]
     return _AVAILABLE
 
 

@@ -37,7 +37,7 @@ def test_errors_are_typed_by_the_runtime_name(name, cls):
 
 def test_probe_never_raises_and_reports_every_backend():
     from engine.backends.probe import probe_all
-    results = probe_all(managed_check=False)
+    results = probe_all(host_read_checks=False)
     assert [r.backend for r in results] == ["hip-python", "ctypes-hip", "cuda-python", "ctypes-cuda", "cpu"]
     for r in results:
         assert r.available or len(r.reason) > 10

@@ -20,7 +20,7 @@ SEED_WINDOWS_GFX1151 = facts(name="AMD Radeon(TM) 8060S Graphics", arch="gfx1151
 LINUX_ROCM_APU = facts(backend="hip-python", platform="linux", arch="gfx1151", integrated=True,
                        pageable_memory_access=True, pageable_memory_access_uses_host_page_tables=True,
                        managed_memory=True, concurrent_managed_access=True, can_map_host_memory=True,
-                       unified_addressing=True, managed_host_read="passed")
+                       unified_addressing=True, device_host_read="passed", managed_host_read="passed")
 DISCRETE_AMD = facts(backend="hip-python", platform="linux", arch="gfx1100", integrated=False,
                      pageable_memory_access=False, managed_memory=True, concurrent_managed_access=False,
                      can_map_host_memory=True, unified_addressing=True,
@@ -28,6 +28,7 @@ DISCRETE_AMD = facts(backend="hip-python", platform="linux", arch="gfx1100", int
 H200 = facts(backend="cuda-python", api="cuda", platform="linux", name="NVIDIA H200", arch="sm_90", integrated=False,
              pageable_memory_access=False, pageable_memory_access_uses_host_page_tables=False, managed_memory=True,
              concurrent_managed_access=True, can_map_host_memory=True, unified_addressing=True,
+             device_host_read="failed: the child died with signal 11 SIGSEGV reading a plain device allocation",
              managed_host_read="passed")
 
 #                         facts,                 unified, host-addressable, async readback, path
@@ -35,7 +36,7 @@ TABLE = [
     pytest.param(SEED_WINDOWS_GFX1151, False, False, True, PINNED_COPY, id="seed-windows-gfx1151"),
     pytest.param(LINUX_ROCM_APU, True, True, True, PINNED_COPY, id="linux-rocm-apu"),
     pytest.param(DISCRETE_AMD, False, False, True, PINNED_COPY, id="discrete-amd"),
-    pytest.param(H200, True, True, True, PINNED_COPY, id="h200"),
+    pytest.param(H200, True, False, True, PINNED_COPY, id="h200"),
 ]
 
 
@@ -59,9 +60,20 @@ def test_the_seed_machine_reasons_name_the_facts():
 
 def test_attributes_alone_never_prove_host_addressability():
     for outcome in ("not run: disabled by the caller", "failed: the child died with signal 11 SIGSEGV"):
-        caps = derive(facts(**{**LINUX_ROCM_APU.to_dict(), "managed_host_read": outcome}))
+        caps = derive(facts(**{**LINUX_ROCM_APU.to_dict(), "device_host_read": outcome}))
         assert caps.unified_memory.value and not caps.device_memory_host_addressable.value
         assert outcome in caps.device_memory_host_addressable.reason
+
+
+def test_a_managed_memory_read_does_not_prove_the_engines_plain_allocations_readable():
+    """The H200 case: managed memory reads back on the host, a cudaMalloc pointer segfaults the reader. The
+    engine's buffers are plain allocations, so only that read decides; the managed one is reported beside it."""
+    caps = derive(H200)
+    assert not caps.device_memory_host_addressable.value
+    reason = caps.device_memory_host_addressable.reason
+    assert "plain device allocation" in reason and "SIGSEGV" in reason and "managed memory, which the engine does not use" in reason
+    flipped = derive(facts(**{**LINUX_ROCM_APU.to_dict(), "managed_host_read": "failed: host read wrong bytes"}))
+    assert flipped.device_memory_host_addressable.value      # the plain-allocation read passed there
 
 
 def test_unknown_attributes_count_as_no():
@@ -76,7 +88,8 @@ def test_a_missing_implementation_is_false():
 
 
 def test_zero_copy_only_when_proven_and_implemented():
-    assert derive(facts(**{**H200.to_dict(), "implements_zero_copy": True})).readback_path == ZERO_COPY
+    assert derive(facts(**{**LINUX_ROCM_APU.to_dict(), "implements_zero_copy": True})).readback_path == ZERO_COPY
+    assert derive(facts(**{**H200.to_dict(), "implements_zero_copy": True})).readback_path == PINNED_COPY
     assert derive(facts(**{**SEED_WINDOWS_GFX1151.to_dict(), "implements_zero_copy": True})).readback_path == PINNED_COPY
 
 

@@ -26,7 +26,7 @@ def test_no_hiprtc_and_prebuilt_objects_plan_the_objects(monkeypatch):
     from engine.backends.probe import probe
     from engine.diagnostics import collect
     from engine.diagnostics_report import to_markdown
-    r = probe("ctypes-hip", managed_check=False)
+    r = probe("ctypes-hip", host_read_checks=False)
     assert not r.available and "hipErrorNoDevice" in r.reason
     expected = (f"kernels: prebuilt for {', '.join(manifest.targets())} (code object "
                 f"v{manifest.code_object_version}, built with {manifest.compiler})")

@@ -67,7 +67,7 @@ def test_the_frozen_entry_runs_the_engines_child_modules(frozen_bundle):
                             input=request + "\n", capture_output=True, text=True, timeout=120)
     answers = [json.loads(line) for line in result.stdout.splitlines()]
     assert answers == [{"ready": True}, {"ok": True, "text": "yo!"}], result.stderr
-    result = subprocess.run([str(frozen_bundle.executable), "-m", "engine.backends.managed_check", "cpu"],
+    result = subprocess.run([str(frozen_bundle.executable), "-m", "engine.backends.host_read_check", "cpu", "device"],
                             capture_output=True, text=True, timeout=120)
     answer = json.loads(result.stdout.strip().splitlines()[-1])
     assert answer == {"ok": False, "detail": "ValueError: cpu has no runtime binding"}

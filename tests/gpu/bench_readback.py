@@ -41,7 +41,7 @@ def main() -> None:
     for name, spec in registry.BACKENDS.items():
         if not spec.binding_module:
             continue
-        r = probe(name, managed_check=False)
+        r = probe(name, host_read_checks=False)
         if not r.available:
             print(f"{name}: skipped ({r.reason})")
             continue

@@ -12,7 +12,7 @@ _found: dict[str, object] = {}
 
 def gpu_probe(name: str):
     if name not in _found:
-        _found[name] = probe(name, managed_check=True)
+        _found[name] = probe(name, host_read_checks=True)
     return _found[name]
 
 

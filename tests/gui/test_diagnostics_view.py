@@ -89,7 +89,8 @@ def test_linux_apu_with_pageable_access(qtbot):
     qtbot.addWidget(view)
     assert badge(find(view, "In use", "Device memory")) == ("YES", "ok")
     assert badge(find(view, "Backends", "hip-python", "Probed attributes", "pageable_memory_access"))[0] == "1"
-    assert badge(find(view, "Backends", "hip-python", "Probed attributes", "managed host read"))[0] == "PASSED"
+    assert badge(find(view, "Backends", "hip-python", "Probed attributes", "managed memory host read"))[0] == "PASSED"
+    assert badge(find(view, "Backends", "hip-python", "Probed attributes", "device memory host read"))[0] == "PASSED"
     assert badge(find(view, "In use", "Readback path"))[0] == "pinned D2H copy"
 
 
@@ -105,6 +106,9 @@ def test_h200_facts(qtbot):
     attrs = ("Backends", "cuda-python", "Probed attributes")
     assert [badge(find(view, *attrs, a))[0] for a in ("integrated", "pageable_memory_access", "managed_memory",
             "concurrent_managed_access", "can_map_host_memory", "unified_addressing")] == list("001111")
+    assert badge(find(view, *attrs, "managed memory host read")) == ("PASSED", "ok")
+    assert badge(find(view, *attrs, "device memory host read")) == ("FAILED", "bad")
+    assert badge(find(view, "In use", "Device memory")) == ("NO", "bad")
     st = find(view, "Backends", "cuda-python", "Self-test")
     assert badge(st) == ("PASSED", "ok") and "500 steps x 8 ids, 0 mismatches; 43.67 us/step" in st.text(COL_VALUE)
     assert badge(find(view, "In use", "Async scheduling")) == ("ON", "ok")

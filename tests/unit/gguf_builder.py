@@ -74,7 +74,10 @@ class GGUFBytes:
         self.tensors.append(Tensor(name, list(ne), int(ggml_type), **kw))
         return self
 
-    def build(self, *, magic: bytes = b"GGUF", n_tensors: int | None = None, n_kv: int | None = None) -> bytes:
+    def build(self, *, magic: bytes = b"GGUF", n_tensors: int | None = None, n_kv: int | None = None,
+              header_only: bool = False) -> bytes:
+        """The file's bytes; `header_only`: up to the (aligned) start of the data section, for a caller that
+        writes or reserves the data itself (a sparse file of real size, say)."""
         header = (magic + u32(self.version) + u64(len(self.tensors) if n_tensors is None else n_tensors)
                   + u64(len(self.kvs) if n_kv is None else n_kv))
         infos, blobs, cursor = [], [], 0
@@ -87,6 +90,8 @@ class GGUFBytes:
             cursor = _align(max(cursor, offset + size), self.alignment)
         head = header + b"".join(self.kvs) + b"".join(infos)
         data_start = _align(len(head), self.alignment) if self.tensors else len(head)
+        if header_only:
+            return head + bytes(data_start - len(head))
         blobs = [(o, b) for o, b in blobs if o + len(b) <= 1 << 20]   # a lying offset gets no data
         data = bytearray(max((o + len(b) for o, b in blobs), default=0))
         for offset, blob in blobs:

@@ -30,7 +30,7 @@ def gpu(backend, api, platform, **facts) -> ProbeResult:
 def cpu(platform, total) -> ProbeResult:
     f = DeviceFacts("cpu", "cpu", platform, name="host CPU", arch="numpy", integrated=True,
                     total_memory=total, runtime_version="numpy 2.2.6", implements_pinned_staging=True,
-                    managed_host_read="not run: host memory")
+                    device_host_read="not run: host memory", managed_host_read="not run: host memory")
     return ProbeResult("cpu", True, "numpy on the host CPU", f, derive(f), seconds=0.01)
 
 
@@ -49,6 +49,7 @@ SEED = gpu("ctypes-hip", "hip", "win32", name="AMD Radeon(TM) 8060S Graphics", a
            pageable_memory_access=False, pageable_memory_access_uses_host_page_tables=False, managed_memory=False,
            concurrent_managed_access=False, can_map_host_memory=True, unified_addressing=True,
            library_path=r"C:\Windows\System32\amdhip64_7.dll",
+           device_host_read="not run: the attributes already rule it out",
            managed_host_read="not run: the attributes already rule it out")
 report("seed-windows-gfx1151", SystemInfo(
     os="Windows 11 (the seed machine of docs/ORIGIN.md)", platform="win32", machine="AMD64",
@@ -63,7 +64,7 @@ report("seed-windows-gfx1151", SystemInfo(
 APU = gpu("hip-python", "hip", "linux", arch="gfx1151", integrated=True, pageable_memory_access=True,
           pageable_memory_access_uses_host_page_tables=True, managed_memory=True, concurrent_managed_access=True,
           can_map_host_memory=True, unified_addressing=True, library_path="/opt/rocm/lib/libamdhip64.so.7",
-          managed_host_read="passed")
+          device_host_read="passed", managed_host_read="passed")
 report("linux-rocm-apu", SystemInfo(os="Linux with ROCm (an APU with pageable memory access)", platform="linux",
                                     machine="x86_64", libraries=LIBS), [
     APU,
@@ -76,6 +77,8 @@ H200 = gpu("cuda-python", "cuda", "linux", name="NVIDIA H200", arch="sm_90", int
            total_memory=150109880320, pageable_memory_access=False,
            pageable_memory_access_uses_host_page_tables=False, managed_memory=True, concurrent_managed_access=True,
            can_map_host_memory=True, unified_addressing=True, runtime_version="13030", driver_version="13000",
+           # managed memory reads back on the host; a plain cudaMalloc allocation (the engine's) segfaults the reader
+           device_host_read="failed: the child died with signal 11 SIGSEGV reading a plain device allocation",
            managed_host_read="passed")
 H200.self_test = SelfTestResult("cuda-python", True, "pinned D2H copy", steps=500, ids_per_step=8, mismatches=0,
                                 step_us_median=43.67)

@@ -1,0 +1,103 @@
+"""Host-memory pre-flight for the CPU path: what loading a model on the CPU costs in RAM, computed from the
+GGUF header before anything is allocated, compared with the memory the OS says is available.
+
+Without it a consistent but huge file (a sparse 1 TiB GGUF, or a 30B model on a 16 GB laptop) reached a
+numpy allocation failure halfway through dequantizing, and the GPU pre-flight's advice "...or the CPU"
+pointed users at that. The formulas are engine.model.arch's (one place); this module only adds the CPU's
+scratch and compares.
+
+weights: every tensor dequantized to float32 (arch.weight_bytes, "cpu");
+kv:      the float32 KV cache of `num_blocks` blocks + `max_seqs` sequences' recurrent state;
+scratch: one prefill chunk's activations and attention scores over the whole context, and the logits;
+reserve: the interpreter, numpy and BLAS themselves.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from dataclasses import dataclass
+
+from engine.errors import OutOfHostMemoryError
+from engine.model import arch
+from engine.model.config import ModelConfig
+
+GIB = 1 << 30
+RESERVE = 512 << 20
+
+
+@dataclass(frozen=True)
+class HostMemoryPlan:
+    weights: int
+    kv: int
+    scratch: int
+    reserve: int = RESERVE
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.scratch + self.reserve
+
+    def describe(self) -> str:
+        return (f"weights as float32 {self.weights / GIB:.2f} GiB + KV cache {self.kv / GIB:.2f} GiB + scratch "
+                f"{self.scratch / GIB:.2f} GiB + reserve {self.reserve / GIB:.2f} GiB = {self.total / GIB:.2f} GiB")
+
+
+def plan_host_memory(config: ModelConfig, tensors, num_blocks: int, block_size: int, max_tokens: int,
+                     max_seqs: int) -> HostMemoryPlan:
+    c = config
+    context = num_blocks * block_size
+    kv = arch.kv_cache_bytes(c, num_blocks, block_size, "cpu") + max_seqs * arch.recurrent_state_bytes(c)
+    per_token = 4 * (3 * c.n_embd + 2 * c.q_dim + 2 * c.kv_dim + 2 * c.n_ff)     # x, h, qkv, attn, gate/up
+    scores = 4 * c.n_head * max_tokens * context                                  # [H, T, L] of one layer
+    logits = 4 * max(max_seqs, max_tokens) * c.vocab_size
+    # MoE: one expert's gate, up and down decoded to float32 at a time (engine.model.moe), plus the router's
+    # logits and the experts' hidden activations of the step
+    experts = 4 * (3 * c.n_ff_exp * c.n_embd + max_tokens * (c.n_expert + 2 * c.n_ff_exp)) if c.n_expert else 0
+    return HostMemoryPlan(arch.weight_bytes(tensors, "cpu"), kv,
+                          per_token * max_tokens + scores + logits + experts)
+
+
+def available_host_memory() -> int | None:
+    """Bytes the OS can give this process now without swapping (Linux MemAvailable, Windows ullAvailPhys),
+    or None where it cannot say (the check is then skipped rather than refusing everything)."""
+    if sys.platform == "win32":
+        class MemoryStatusEx(ctypes.Structure):
+            _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
+                        ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
+                        ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
+                        ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
+                        ("ullAvailExtendedVirtual", ctypes.c_ulonglong)]
+        status = MemoryStatusEx(dwLength=ctypes.sizeof(MemoryStatusEx))
+        if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):
+            return int(status.ullAvailPhys)
+        return None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def host_shortfall(plan: HostMemoryPlan, available: int | None = None) -> str | None:
+    """None when the plan fits (or the OS cannot say); otherwise the sentence that says by how much."""
+    available = available_host_memory() if available is None else available
+    if available is None or plan.total <= available:
+        return None
+    return (f"needs {plan.total / GIB:.2f} GiB of RAM on the CPU but only {available / GIB:.2f} GiB are "
+            f"available ({plan.describe()})")
+
+
+def check_host_fits(plan: HostMemoryPlan, what: str, available: int | None = None) -> None:
+    """Raise OutOfHostMemoryError naming every figure when `plan` does not fit in the available RAM."""
+    short = host_shortfall(plan, available)
+    if short is not None:
+        err = OutOfHostMemoryError(f"{what} {short}; pick a smaller model or quantization (the CPU path holds "
+                                   f"weights as float32) or a shorter context, or close other programs")
+        err.plan = plan
+        raise err
