@@ -41,6 +41,7 @@ class ChatController(QObject):
     streamFinished = Signal(int, int, object)   # conversation id, reply message id, Finished
     userMessageAdded = Signal(int, object)      # conversation id, Message
     conversationTitled = Signal(int, str)
+    promptProgress = Signal(int, int, int, int)  # conversation id, reply message id, prompt tokens processed, total
 
     def __init__(self, store: Store, client: EngineClient, parent: QObject | None = None):
         super().__init__(parent)
@@ -67,6 +68,8 @@ class ChatController(QObject):
     def _listen(self, source) -> None:
         source.delta.connect(self._on_delta)
         source.finished.connect(self._on_finished)
+        if hasattr(source, "promptProgress"):      # the local engine reports prefill; servers do not
+            source.promptProgress.connect(self._on_prompt_progress)
         self._listening.append(source)
 
     @property
@@ -138,6 +141,11 @@ class ChatController(QObject):
         if _KILL_AFTER_DELTAS and stream.deltas >= _KILL_AFTER_DELTAS:
             os.kill(os.getpid(), signal.SIGKILL)   # no last save: the test sees what the timer saved
 
+    def _on_prompt_progress(self, request_id: str, processed: int, total: int) -> None:
+        stream = self._by_request.get(request_id)
+        if stream is not None and not stream.text:
+            self.promptProgress.emit(stream.conversation_id, stream.message_id, processed, total)
+
     def save_partials(self) -> None:
         for stream in self._by_request.values():
             if stream.text != stream.saved_text:
@@ -167,7 +175,7 @@ def build_request(history: list[Message], sampling: Sampling, system_prompt: str
     params = sampling.to_params()
     if not chat:
         last_user = next((m.content for m in reversed(history) if m.role == "user"), "")
-        return GenerateRequest(prompt=last_user, params=params)
+        return GenerateRequest(prompt=last_user, params=params, report_progress=True)
     messages: list[ChatMessage] = []
     if system_prompt.strip():
         messages.append(ChatMessage("system", system_prompt.strip()))
@@ -175,7 +183,8 @@ def build_request(history: list[Message], sampling: Sampling, system_prompt: str
         if m.role == "assistant" and (m.state == "error" or not m.content):
             continue   # a failed or empty reply is not something the model said
         messages.append(ChatMessage(m.role, m.content))
-    return GenerateRequest(messages=tuple(messages), params=params)
+    return GenerateRequest(messages=tuple(messages), params=params, report_progress=True,
+                           context_overflow=sampling.context_overflow)
 
 
 def _title_from(text: str) -> str:

@@ -160,6 +160,7 @@ class MainWindow(QMainWindow):
         c.streamStarted.connect(self._on_stream_started)
         c.streamUpdated.connect(self._on_stream_updated)
         c.streamFinished.connect(self._on_stream_finished)
+        c.promptProgress.connect(self._on_prompt_progress)
         c.conversationTitled.connect(lambda _cid, _t: self.refresh_conversations())
 
     # -- conversations ----------------------------------------------------------------------------
@@ -288,15 +289,19 @@ class MainWindow(QMainWindow):
         if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
             view.set_text(text)
 
+    def _on_prompt_progress(self, conversation_id: int, message_id: int, processed: int, total: int) -> None:
+        if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
+            view.set_detail(f"Reading the conversation: {processed:,} / {total:,} tokens")
+
     def _on_stream_finished(self, conversation_id: int, message_id: int, fin) -> None:
         if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
             msg = self.store.message(message_id)
             view.set_text(msg.content)
             view.set_state(msg.state, msg.error)
-            if fin.usage.generated_tokens:
-                view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s))
+            view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s)
+                            if fin.usage.generated_tokens else "")
         if fin.reason == "error":
-            self.models.show_generation_error(fin.error or "unknown error")
+            self.models.show_generation_error(fin.error or "unknown error", getattr(fin, "error_type", ""))
         self._update_busy()
         self.refresh_conversations()
         self.status.update_usage(fin.usage)

