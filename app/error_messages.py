@@ -8,6 +8,11 @@ from engine import errors
 from engine.model.arch import ARCHITECTURES
 
 
+OVERFLOW_WAY_OUT = ("Delete or edit earlier messages (each message's menu), start a new chat, or let this chat "
+                    "drop its oldest turns: Chat settings → When the chat is too long. A longer context length "
+                    "in Settings also helps, if memory allows.")
+
+
 @dataclass(frozen=True)
 class UserMessage:
     title: str
@@ -42,8 +47,7 @@ def describe(e: BaseException, what: str = "") -> UserMessage:
         return UserMessage("The GPU reported an error", f"{e}\n\nContinue on the CPU, or open Diagnostics "
                            "for a report to attach to a bug.", offer_cpu=True, offer_diagnostics=True)
     if isinstance(e, errors.ContextOverflowError):
-        return UserMessage("The conversation is too long for the context window",
-                           f"{e}\n\nStart a new chat, or raise the context length in this chat's settings.")
+        return UserMessage("The conversation is too long for the context window", f"{e}\n\n{OVERFLOW_WAY_OUT}")
     if isinstance(e, errors.TemplateError):
         return UserMessage("The model's chat template failed", str(e))
     if isinstance(e, errors.ModelNotLoadedError):

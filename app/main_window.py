@@ -162,7 +162,9 @@ class MainWindow(QMainWindow):
         c.userMessageAdded.connect(self._on_user_message)
         c.streamStarted.connect(self._on_stream_started)
         c.streamUpdated.connect(self._on_stream_updated)
+        c.streamReasoning.connect(self._on_stream_reasoning)
         c.streamFinished.connect(self._on_stream_finished)
+        c.promptProgress.connect(self._on_prompt_progress)
         c.conversationTitled.connect(lambda _cid, _t: self.refresh_conversations())
 
     # -- conversations ----------------------------------------------------------------------------
@@ -199,8 +201,9 @@ class MainWindow(QMainWindow):
         self.chat_view.clear()
         stream = self.chat.stream_for(conversation_id)
         for m in self.store.messages(conversation_id):
-            text = stream.text if stream and m.id == stream.message_id else m.content
-            view = self.chat_view.add_message(m.id, m.role, text, m.state, m.error)
+            live = stream is not None and m.id == stream.message_id
+            view = self.chat_view.add_message(m.id, m.role, stream.text if live else m.content, m.state, m.error,
+                                              reasoning=stream.reasoning if live else m.reasoning)
             if m.usage.get("generated_tokens"):
                 view.set_detail(_usage_text(m.usage["generated_tokens"], m.usage.get("decode_tokens_per_s", 0.0)))
         self.chat_view.scroll_to_bottom()
@@ -241,11 +244,14 @@ class MainWindow(QMainWindow):
             return
         conv = self.store.conversation(self.current_id)
         prompt, sampling = self.conversation_settings(self.current_id)
+        model = self.chat.model
         dlg = ConversationSettingsDialog(conv.title, prompt, sampling, self.settings.sampling,
-                                         self.settings.system_prompt, self)
+                                         self.settings.system_prompt, self, template_options=conv.template_options,
+                                         supported=model.template_options if model else ())
         if dlg.exec():
             prompt, sampling = dlg.values()
             self.store.set_conversation_settings(self.current_id, prompt, sampling.to_dict())
+            self.store.set_template_options(self.current_id, {**conv.template_options, **dlg.template_options()})
 
     # -- turns ------------------------------------------------------------------------------------
     def send(self, text: str) -> None:
@@ -291,15 +297,26 @@ class MainWindow(QMainWindow):
         if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
             view.set_text(text)
 
+    def _on_stream_reasoning(self, conversation_id: int, message_id: int, text: str) -> None:
+        if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
+            view.set_reasoning(text)
+
+    def _on_prompt_progress(self, conversation_id: int, message_id: int, processed: int, total: int) -> None:
+        if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
+            view.set_detail(f"Reading the conversation: {processed:,} / {total:,} tokens")
+
     def _on_stream_finished(self, conversation_id: int, message_id: int, fin) -> None:
         if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
             msg = self.store.message(message_id)
             view.set_text(msg.content)
             view.set_state(msg.state, msg.error)
+            view.set_reasoning(msg.reasoning)
             if fin.usage.generated_tokens:
                 view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s))
+            view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s)
+                            if fin.usage.generated_tokens else "")
         if fin.reason == "error":
-            self.models.show_generation_error(fin.error or "unknown error")
+            self.models.show_generation_error(fin.error or "unknown error", getattr(fin, "error_type", ""))
         self._update_busy()
         self.refresh_conversations()
         self.status.update_usage(fin.usage)

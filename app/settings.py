@@ -6,6 +6,7 @@ Tests point QSettings somewhere else with `QSettings.setPath(IniFormat, UserScop
 from __future__ import annotations
 
 import os
+from engine.context_fit import OVERFLOW_POLICIES
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Literal
@@ -35,6 +36,7 @@ class Sampling:
     max_tokens: int = SamplingParams.max_tokens
     context_length: int = 4096   # the app's cap; the engine also caps at the model's trained length
     seed: int = -1               # -1: a fresh random seed per reply
+    context_overflow: str = "stop"   # a chat over the context: engine.context_fit.OVERFLOW_POLICIES
 
     def to_params(self) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
@@ -64,7 +66,7 @@ class Sampling:
                 candidate.to_params().validate()
             except (TypeError, ValueError, OverflowError, EngineError):
                 continue
-            if candidate.context_length < MIN_CONTEXT_SETTING:
+            if candidate.context_length < MIN_CONTEXT_SETTING or candidate.context_overflow not in OVERFLOW_POLICIES:
                 continue
             result = candidate
         return result

@@ -8,7 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QProgressDialog
 
-from app.error_messages import describe
+from app.error_messages import OVERFLOW_WAY_OUT, describe
 from app.library import ModelEntry, human_size
 from app.widgets.library_dialog import LibraryDialog
 from engine import model_store
@@ -120,7 +120,7 @@ class ModelActions(QObject):
         self.w.load_bar.hide()
         msg = describe(error, Path(path).name)
         actions = []
-        if msg.offer_cpu and self.w.client.backend != "cpu":
+        if msg.offer_cpu and not self.running_on_cpu():
             actions.append(("Continue on CPU", lambda: self.continue_on_cpu(path)))
         if msg.offer_diagnostics:
             actions.append(("Diagnostics…", self.w.open_diagnostics))
@@ -143,6 +143,11 @@ class ModelActions(QObject):
         self.w.status.update_context(self.w)
 
     # -- errors and fallbacks ---------------------------------------------------------------------
+    def running_on_cpu(self) -> bool:
+        """True when "Continue on CPU" would change nothing: the setting, or the loaded model, is the CPU."""
+        info = self.w.client.model
+        return self.w.client.backend == "cpu" or (info is not None and info.backend == "cpu")
+
     def continue_on_cpu(self, path: str | None = None) -> None:
         path = path or self._loaded_path() or self.w.settings.last_model
         self.w.client.reconfigure("cpu", self.w.settings.async_scheduling)
@@ -155,15 +160,19 @@ class ModelActions(QObject):
         if path:
             self.open_path(path)
 
-    def show_generation_error(self, error: str) -> None:
+    def show_generation_error(self, error: str, error_type: str = "") -> None:
         info = self.w.chat.model
+        if error_type == "ContextOverflowError":
+            self.w.show_banner("This chat no longer fits the context", f"{error}\n\n{OVERFLOW_WAY_OUT}",
+                               (("Chat settings…", self.w.open_conversation_settings),))
+            return
         if info is not None and info.backend.startswith("server:"):
             self.w.show_banner("The server's reply failed", f"{error}\n\nYour conversation is saved; try again, "
                                "or pick another model in the model library.",
                                (("Model library…", self.show_library),))
             return
         actions = [("Diagnostics…", self.w.open_diagnostics)]
-        if self.w.client.backend != "cpu":
+        if not self.running_on_cpu():
             actions.insert(0, ("Continue on CPU", self.continue_on_cpu))
         self.w.show_banner("The reply failed", f"{error}\n\nYour conversation is saved; try again, or continue "
                            "on the CPU if the GPU is at fault.", tuple(actions))

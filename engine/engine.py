@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.api import Event, Finished, GenerateRequest, LoadProgress, ModelInfo, Usage
+from engine.api import Event, Finished, GenerateRequest, LoadProgress, ModelInfo, TextDelta, Usage
 from engine.core.engine_core import EngineCore
 from engine.core.setup import DEFAULT_MAX_NUM_SEQS, BackendChoice
 from engine.errors import (
@@ -29,6 +29,7 @@ from engine.errors import (
     RequestAborted,
     UnsupportedModelError,
 )
+from engine.context_fit import OVERFLOW_POLICIES, fit_messages, reply_room
 from engine.generation import Generation, encode_prompt
 from engine.prompt import PromptFormat
 from engine.reasoning import reasoning_parser
@@ -74,7 +75,7 @@ class RequestHandle:
 
     def text(self, timeout: float | None = None) -> tuple[str, Finished]:
         """Blocks until the request ends: (all its text, the Finished event)."""
-        parts = [e.text for e in self.events(timeout) if not isinstance(e, Finished)]
+        parts = [e.text for e in self.events(timeout) if isinstance(e, TextDelta)]
         return "".join(parts), self.finished
 
     def abort(self) -> None:
@@ -336,10 +337,10 @@ class Engine:
         for request_id in list(self._handles):
             self._finish_unstarted(request_id, "error", message)
 
-    def _finish_unstarted(self, request_id: str, reason, error: str | None = None) -> None:
+    def _finish_unstarted(self, request_id: str, reason, error: str | None = None, error_type: str = "") -> None:
         handle = self._handles.pop(request_id, None)
         if handle is not None:
-            handle._put(Finished(request_id, reason, Usage(), error=error))
+            handle._put(Finished(request_id, reason, Usage(), error=error, error_type=error_type))
 
     def _emit(self, event: Event) -> None:
         handle = self._handles.get(event.request_id)
@@ -369,6 +370,9 @@ class Engine:
             if m is None:
                 raise ModelNotLoadedError("No model is loaded; load one before sending a request.")
             request.params.validate()
+            if request.context_overflow not in OVERFLOW_POLICIES:
+                raise EngineError(f"context_overflow must be one of {', '.join(OVERFLOW_POLICIES)}, "
+                                  f"not {str(request.context_overflow)[:40]!r}")
             _check_prompt_size(m, request)
         except Exception as e:   # noqa: BLE001 - a bad request fails alone
             self._fail_request(request, e)
@@ -378,7 +382,7 @@ class Engine:
     def _encode(self, m: _Loaded, request: GenerateRequest) -> None:
         """Encoder thread: template + tokenizer, then back to the engine thread as an "encoded" command."""
         try:
-            result: list[int] | Exception = encode_prompt(m.prompt_format, request)
+            result: list[int] | Exception = _encode_fitted(m, request)
         except Exception as e:   # noqa: BLE001 - handed to the engine thread, which fails this request alone
             result = e
         if not self._stopped:
@@ -386,7 +390,8 @@ class Engine:
 
     def _fail_request(self, request: GenerateRequest, error: Exception) -> None:
         message = str(error) if isinstance(error, EngineError) else f"Invalid request: {type(error).__name__}: {error}"
-        self._finish_unstarted(request.request_id, "error", message)
+        kind = type(error).__name__ if isinstance(error, EngineError) else ""
+        self._finish_unstarted(request.request_id, "error", message, kind)
 
     def _admit(self, encoded_for: _Loaded, request: GenerateRequest, result: list[int] | Exception) -> None:
         """Checks the encoded request and hands it to the core; any problem finishes it with "error"."""
@@ -411,9 +416,21 @@ class Engine:
             self._fail_request(request, e)
 
 
+def _encode_fitted(m: _Loaded, request: GenerateRequest) -> list[int]:
+    """The prompt's ids; a chat over the context is shortened by its overflow policy (engine.context_fit)."""
+    if request.messages is None or request.context_overflow == "stop":
+        return encode_prompt(m.prompt_format, request)
+    budget = m.max_context - reply_room(m.max_context, request.params.max_tokens)
+    ids, _dropped = fit_messages(lambda msgs: encode_prompt(m.prompt_format, replace(request, messages=tuple(msgs))),
+                                 request.messages, request.context_overflow, budget)
+    return ids
+
+
 def _check_prompt_size(m: _Loaded, request: GenerateRequest) -> None:
     """Refuse, without tokenizing, a prompt that cannot fit: no token covers more than the vocabulary's
     longest entry, so ceil(bytes / longest) tokens is a lower bound on its length."""
+    if request.messages is not None and request.context_overflow != "stop":
+        return                                           # too long is handled by dropping turns
     if request.prompt_token_ids is not None:             # ids: their count is the length
         if len(request.prompt_token_ids) >= m.max_context:
             raise ContextOverflowError(f"The prompt is {len(request.prompt_token_ids):,} tokens, but the context "
