@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat_controller import ChatController
+from app.discover import DiscoverActions
 from app.engine_client import EngineClient
 from app.model_manager import ModelLibrary
 from app.remote_models import RemoteActions
@@ -57,6 +58,8 @@ class MainWindow(QMainWindow):
         self.models = ModelActions(self)
         self.remote = RemoteActions(self)               # servers as a model source (model library)
         self.local_server = LocalServerActions(self)    # File > Local server…
+        self.discover = DiscoverActions(self, on_downloaded=lambda _path: self.library.scan(self.settings.model_folders))
+        self.status.addPermanentWidget(self.discover.status_label)     # hub downloads (model library > Discover)
         self._build_menus()
         self._connect()
         self.refresh_conversations(select_first=True)
@@ -163,6 +166,7 @@ class MainWindow(QMainWindow):
         c.userMessageAdded.connect(self._on_user_message)
         c.streamStarted.connect(self._on_stream_started)
         c.streamUpdated.connect(self._on_stream_updated)
+        c.streamReasoning.connect(self._on_stream_reasoning)
         c.streamFinished.connect(self._on_stream_finished)
         c.promptProgress.connect(self._on_prompt_progress)
         c.conversationTitled.connect(lambda _cid, _t: self.refresh_conversations())
@@ -201,8 +205,9 @@ class MainWindow(QMainWindow):
         self.chat_view.clear()
         stream = self.chat.stream_for(conversation_id)
         for m in self.store.messages(conversation_id):
-            text = stream.text if stream and m.id == stream.message_id else m.content
-            view = self.chat_view.add_message(m.id, m.role, text, m.state, m.error)
+            live = stream is not None and m.id == stream.message_id
+            view = self.chat_view.add_message(m.id, m.role, stream.text if live else m.content, m.state, m.error,
+                                              reasoning=stream.reasoning if live else m.reasoning)
             if m.usage.get("generated_tokens"):
                 view.set_detail(_usage_text(m.usage["generated_tokens"], m.usage.get("decode_tokens_per_s", 0.0)))
         self.chat_view.scroll_to_bottom()
@@ -243,11 +248,14 @@ class MainWindow(QMainWindow):
             return
         conv = self.store.conversation(self.current_id)
         prompt, sampling = self.conversation_settings(self.current_id)
+        model = self.chat.model
         dlg = ConversationSettingsDialog(conv.title, prompt, sampling, self.settings.sampling,
-                                         self.settings.system_prompt, self)
+                                         self.settings.system_prompt, self, template_options=conv.template_options,
+                                         supported=model.template_options if model else ())
         if dlg.exec():
             prompt, sampling = dlg.values()
             self.store.set_conversation_settings(self.current_id, prompt, sampling.to_dict())
+            self.store.set_template_options(self.current_id, {**conv.template_options, **dlg.template_options()})
 
     # -- turns ------------------------------------------------------------------------------------
     def send(self, text: str) -> None:
@@ -293,6 +301,10 @@ class MainWindow(QMainWindow):
         if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
             view.set_text(text)
 
+    def _on_stream_reasoning(self, conversation_id: int, message_id: int, text: str) -> None:
+        if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
+            view.set_reasoning(text)
+
     def _on_prompt_progress(self, conversation_id: int, message_id: int, processed: int, total: int) -> None:
         if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
             view.set_detail(f"Reading the conversation: {processed:,} / {total:,} tokens")
@@ -302,6 +314,9 @@ class MainWindow(QMainWindow):
             msg = self.store.message(message_id)
             view.set_text(msg.content)
             view.set_state(msg.state, msg.error)
+            view.set_reasoning(msg.reasoning)
+            if fin.usage.generated_tokens:
+                view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s))
             view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s)
                             if fin.usage.generated_tokens else "")
         if fin.reason == "error":
@@ -374,6 +389,7 @@ class MainWindow(QMainWindow):
             stream = self.chat.stream_for(conversation_id)
             self.store.finish_reply(stream.message_id, stream.text, state="stopped")
         self.remote.shutdown()
+        self.discover.shutdown()
         self.local_server.stop()
         self.client.shutdown()
         super().closeEvent(event)
