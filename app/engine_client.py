@@ -40,6 +40,7 @@ class EngineClient(QObject):
     loadCancelled = Signal(str)               # path
     unloaded = Signal()
     delta = Signal(str, str)                  # request_id, text since the last delta signal
+    reasoning = Signal(str, str)              # request_id, reasoning (TextDelta.reasoning) since the last one
     finished = Signal(object)                 # engine.api.Finished, exactly one per submitted request
     promptProgress = Signal(str, int, int)    # request_id, prompt tokens processed, total (newest per tick)
 
@@ -178,6 +179,7 @@ class EngineClient(QObject):
     # -- GUI-thread side --------------------------------------------------------------------------
     def _drain(self) -> None:
         pending_text: dict[str, list[str]] = {}
+        pending_reasoning: dict[str, list[str]] = {}
         prompt_progress: dict[str, PromptProgress] = {}
         finishes: list[Finished] = []
         progress: tuple | None = None
@@ -192,6 +194,8 @@ class EngineClient(QObject):
                 event = item[1]
                 if isinstance(event, TextDelta):
                     pending_text.setdefault(event.request_id, []).append(event.text)
+                    if event.reasoning:
+                        pending_reasoning.setdefault(event.request_id, []).append(event.reasoning)
                 elif isinstance(event, PromptProgress):
                     prompt_progress[event.request_id] = event
                 elif isinstance(event, Finished):
@@ -200,6 +204,9 @@ class EngineClient(QObject):
                 progress = item
             elif kind == "load_done":
                 load_done = item
+        for rid, parts in pending_reasoning.items():      # before the answer: thinking comes first
+            if rid in self._streams:
+                self.reasoning.emit(rid, "".join(parts))
         for rid, p in prompt_progress.items():
             if rid in self._streams:
                 self.promptProgress.emit(rid, p.processed, p.total)

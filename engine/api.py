@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 FinishReason = Literal["stop", "length", "abort", "error"]
 Role = Literal["system", "user", "assistant"]
+ReasoningEffort = Literal["low", "medium", "high"]
+REASONING_EFFORTS: tuple[str, ...] = get_args(ReasoningEffort)
 
 _request_ids = itertools.count(1)
 
@@ -68,7 +70,7 @@ class GenerateRequest:
     # Chat-template switches, passed to templates that read them (ModelInfo.template_options says which);
     # None leaves the template's own default.
     enable_thinking: bool | None = None
-    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    reasoning_effort: ReasoningEffort | None = None
     prompt_token_ids: tuple[int, ...] | None = None
     # OpenAI-style tool schemas (JSON values) handed to the chat template as `tools`; None: no tools.
     tools: tuple | None = None

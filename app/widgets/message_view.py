@@ -85,6 +85,51 @@ class MarkdownView(QTextBrowser):
         return QSize(400, int(self.document().size().height()) + 4)
 
 
+class ThinkingSection(QFrame):
+    """A reply's reasoning above its answer: one header button, collapsed by default (the answer is what
+    people read), expanded by a click; hidden while there is no reasoning. Streams live like the answer."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("Thinking")
+        col = QVBoxLayout(self)
+        col.setContentsMargins(0, 0, 0, 0)
+        col.setSpacing(2)
+        self.toggle = QToolButton(self)
+        self.toggle.setObjectName("Flat")
+        self.toggle.setCheckable(True)
+        self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.toggle.setArrowType(Qt.ArrowType.RightArrow)
+        self.toggle.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.toggle.setToolTip("Show or hide the model's reasoning")
+        self.toggle.toggled.connect(self.set_expanded)
+        col.addWidget(self.toggle)
+        self.body = MarkdownView(self)
+        self.body.setObjectName("ThinkingBody")
+        self.body.setVisible(False)
+        col.addWidget(self.body)
+        self._streaming = False
+        self.setVisible(False)
+
+    def set_reasoning(self, text: str, streaming: bool = False) -> None:
+        self._streaming = streaming
+        self.body.set_markdown(text)
+        self.setVisible(bool(text))
+        words = len(text.split())
+        self.toggle.setText("Thinking…" if streaming else f"Thinking ({words:,} words)")
+
+    def reasoning(self) -> str:
+        return self.body.markdown()
+
+    def is_expanded(self) -> bool:
+        return self.body.isVisible()
+
+    def set_expanded(self, expanded: bool) -> None:
+        self.toggle.setChecked(expanded)
+        self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
+        self.body.setVisible(expanded)
+
+
 class MessageView(QFrame):
     """`message_id` is the store's row id; the chat view addresses updates with it."""
 
@@ -126,10 +171,16 @@ class MessageView(QFrame):
         # Only after the button has a parent: showing a parentless widget opens a window of its own.
         self.regenerate_button.setVisible(role == "assistant")
 
+        self.thinking = ThinkingSection(self)
+        outer.addWidget(self.thinking)
         self.body = MarkdownView(self)
         outer.addWidget(self.body)
         self.set_text(text)
         self.set_state(state, detail)
+
+    def set_reasoning(self, text: str) -> None:
+        """The reply's reasoning so far ("Thinking…" while the reply streams)."""
+        self.thinking.set_reasoning(text, streaming=self.state == "streaming")
 
     def text(self) -> str:
         return self.body.markdown()
@@ -147,6 +198,8 @@ class MessageView(QFrame):
         self.state_badge.setVisible(bool(label))
         self.state_badge.setToolTip(detail)
         self.detail_label.setText("writing…" if state == "streaming" else "")
+        if hasattr(self, "thinking") and self.thinking.reasoning():
+            self.thinking.set_reasoning(self.thinking.reasoning(), streaming=state == "streaming")
 
     def set_detail(self, text: str) -> None:
         self.detail_label.setText(text)
