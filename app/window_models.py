@@ -40,6 +40,7 @@ class ModelActions(QObject):
             dlg.addFolderRequested.connect(self._add_folder)
             dlg.refreshRequested.connect(lambda: self.w.library.scan(self.w.settings.model_folders))
             dlg.add_section(self.w.remote.library_section())     # servers' models beside the files
+            dlg.add_section(self.w.discover.library_section())   # the hub: search and download
             self.library_dialog = dlg
         self.library_dialog.set_entries(self.w.library.entries, self._loaded_path())
         self.w.library.scan(self.w.settings.model_folders)

@@ -53,7 +53,8 @@ def _sha256_of(source: Path | bytes) -> str:
 
 
 class FakeHub:
-    def __init__(self):
+    def __init__(self, port: int = 0):
+        self.port = port
         self.repos: dict[str, dict[str, Hosted]] = {}
         self.gated: set[str] = set()
         self.throttle_bps: float | None = None
@@ -78,7 +79,7 @@ class FakeHub:
         class Handler(_Handler):
             fake = hub
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self

@@ -41,7 +41,7 @@ def current_machine() -> Machine:
     from engine.backends.probe import probe_all
 
     ram, gpu, name = 0, None, ""
-    for r in probe_all(managed_check=False):
+    for r in probe_all(host_read_checks=False):
         if not r.available or r.facts is None:
             continue
         free = r.facts.free_memory or 0

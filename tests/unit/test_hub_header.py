@@ -8,7 +8,7 @@ import pytest
 
 from engine.errors import InvalidModelError
 from engine.gguf import open_gguf, parse_header
-from engine.hub import HubClient, HubUnreachableError, Machine, fit_verdict
+from engine.hub import HubClient, HubUnreachableError, Machine, current_machine, fit_verdict
 from engine.hub.client import FIRST_HEADER_READ
 from engine.model.arch import memory_estimate
 from engine.model.config import ModelConfig
@@ -86,3 +86,8 @@ def test_unreachable_hub_is_one_sentence_at_once():
     with pytest.raises(HubUnreachableError, match="cannot be reached.*retry"):
         HubClient(endpoint=endpoint).search("qwen")
     assert time.monotonic() - start < 10
+
+
+def test_current_machine_asks_the_probe():
+    machine = current_machine()
+    assert machine.ram_free > 0 and (machine.gpu_free is None or machine.gpu_name)
