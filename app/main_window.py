@@ -34,8 +34,10 @@ from app.widgets.chat_view import ChatView
 from app.widgets.composer import Composer
 from app.widgets.conversation_list import ConversationList
 from app.widgets.conversation_settings import ConversationSettingsDialog
+from app.widgets.elided_label import ElidedLabel
 from app.widgets.load_bar import LoadBar
 from app.widgets.settings_dialog import SettingsDialog
+from app.window_layout import STOP_SHORTCUT, SidebarFolding, fit_to_screen
 from app.window_models import ModelActions
 from app.window_status import StatusBar
 
@@ -50,7 +52,7 @@ class MainWindow(QMainWindow):
         self.current_id: int | None = None
         self.setWindowTitle("Halo Chat")
         self.setWindowIcon(app_icon())
-        self.resize(1180, 760)
+        fit_to_screen(self)
         self.setAcceptDrops(True)
         self._build()
         self.models = ModelActions(self)
@@ -77,7 +79,7 @@ class MainWindow(QMainWindow):
         top.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         tl = QHBoxLayout(top)
         tl.setContentsMargins(20, 10, 16, 10)
-        self.title_label = QLabel()
+        self.title_label = ElidedLabel()
         self.title_label.setObjectName("ChatTitle")
         tl.addWidget(self.title_label, 1)
         self.model_button = QPushButton("No model loaded")
@@ -106,6 +108,7 @@ class MainWindow(QMainWindow):
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([260, 920])
         splitter.setHandleWidth(1)
+        splitter.setCollapsible(0, True)
         self.setCentralWidget(splitter)
         self.status = StatusBar(self)
         self.setStatusBar(self.status)
@@ -130,9 +133,10 @@ class MainWindow(QMainWindow):
         self._action(chat, "Chat settings…", "Ctrl+Shift+,", self.open_conversation_settings)
         chat.addSeparator()
         self._action(chat, "Regenerate last reply", "Ctrl+R", self.regenerate_last)
-        self.act_stop = self._action(chat, "Stop", None, self.stop)
+        self.act_stop = self._action(chat, "Stop", STOP_SHORTCUT, self.stop)   # window-wide, any focus
         self._action(chat, "Search titles", QKeySequence.StandardKey.Find,
                      lambda: self.sidebar.search.setFocus())
+        self.sidebar_folding = SidebarFolding(self, self.sidebar, bar.addMenu("&View"))
         help_menu = bar.addMenu("&Help")
         self._action(help_menu, "Diagnostics…", None, self.open_diagnostics)
         self._action(help_menu, "About Halo Chat", None, self._about)

@@ -4,17 +4,19 @@ from __future__ import annotations
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar
 
+from app.widgets.elided_label import ElidedLabel
+
 
 class StatusBar(QStatusBar):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setSizeGripEnabled(False)
-        self.model_label = QLabel("No model")
-        self.backend_label = QLabel()
-        self.async_label = QLabel()
+        self.model_label = ElidedLabel("No model")      # long texts are cut with "…": never widen the window
+        self.backend_label = ElidedLabel()
+        self.async_label = ElidedLabel()
         self.context_label = QLabel()
         self.speed_label = QLabel()
-        self.note_label = QLabel()
+        self.note_label = ElidedLabel()
         self.addWidget(self.model_label)
         self.addWidget(self.backend_label)
         self.addWidget(self.async_label)
