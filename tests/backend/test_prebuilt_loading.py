@@ -33,3 +33,20 @@ def test_no_hiprtc_and_prebuilt_objects_plan_the_objects(monkeypatch):
     assert r.kernels.startswith(expected) and "gfx1151" in r.kernels
     md = to_markdown(collect(probes=[r]))
     assert expected in md and "hipErrorNoDevice" in md
+
+
+def test_asking_for_hip_without_a_device_runs_and_reports_the_cpu():
+    """The status bar shows ModelInfo.backend: it must say CPU when the CPU runs, with the reason kept."""
+    from pathlib import Path
+
+    from engine.engine import Engine
+
+    tiny = Path(__file__).resolve().parents[1] / "golden" / "data" / "tiny-qwen3-q4_k_m.gguf"
+    engine = Engine(backend="ctypes-hip", max_context=256)
+    try:
+        info = engine.load(tiny).result(timeout=120)
+        assert info.backend == "cpu"
+        assert engine.backend_reason.startswith("CPU fallback: ctypes-hip is not available")
+        assert "hipErrorNoDevice" in engine.backend_reason
+    finally:
+        engine.shutdown()
