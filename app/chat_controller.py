@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.engine_client import EngineClient
+from app.markdown_prep import plain_title
 from app.settings import Sampling
 from app.store import Message, Store
 from engine.api import ChatMessage, Finished, GenerateRequest
@@ -30,7 +31,9 @@ class Stream:
     message_id: int
     request_id: str
     text: str = ""
+    reasoning: str = ""              # the reply's thinking so far (TextDelta.reasoning), kept apart from text
     saved_text: str = ""
+    saved_reasoning: str = ""
     deltas: int = 0
     started: float = field(default_factory=time.monotonic)
 
@@ -38,9 +41,11 @@ class Stream:
 class ChatController(QObject):
     streamStarted = Signal(int, int)            # conversation id, reply message id
     streamUpdated = Signal(int, int, str)       # conversation id, reply message id, whole text so far
+    streamReasoning = Signal(int, int, str)     # conversation id, reply message id, whole reasoning so far
     streamFinished = Signal(int, int, object)   # conversation id, reply message id, Finished
     userMessageAdded = Signal(int, object)      # conversation id, Message
     conversationTitled = Signal(int, str)
+    promptProgress = Signal(int, int, int, int)  # conversation id, reply message id, prompt tokens processed, total
 
     def __init__(self, store: Store, client: EngineClient, parent: QObject | None = None):
         super().__init__(parent)
@@ -66,7 +71,11 @@ class ChatController(QObject):
 
     def _listen(self, source) -> None:
         source.delta.connect(self._on_delta)
+        if hasattr(source, "reasoning"):         # sources that stream a reply's thinking apart
+            source.reasoning.connect(self._on_reasoning)
         source.finished.connect(self._on_finished)
+        if hasattr(source, "promptProgress"):      # the local engine reports prefill; servers do not
+            source.promptProgress.connect(self._on_prompt_progress)
         self._listening.append(source)
 
     @property
@@ -88,7 +97,7 @@ class ChatController(QObject):
         self.userMessageAdded.emit(conversation_id, user)
         conv = self.store.conversation(conversation_id)
         if conv.title == "New chat":
-            title = _title_from(text)
+            title = plain_title(text)
             self.store.rename(conversation_id, title)
             self.conversationTitled.emit(conversation_id, title)
         self._start_reply(conversation_id, sampling, system_prompt)
@@ -120,7 +129,9 @@ class ChatController(QObject):
         history = self.store.messages(conversation_id)
         reply = self.store.begin_reply(conversation_id, model=model.name if model else "")
         request = build_request(history, sampling, system_prompt,
-                                chat=model.has_chat_template if model else True)
+                                chat=model.has_chat_template if model else True,
+                                template_options=self.store.conversation(conversation_id).template_options,
+                                supported=model.template_options if model else ())
         stream = Stream(conversation_id, reply.id, request.request_id)
         self._by_request[request.request_id] = stream
         self._saver.start()
@@ -138,11 +149,23 @@ class ChatController(QObject):
         if _KILL_AFTER_DELTAS and stream.deltas >= _KILL_AFTER_DELTAS:
             os.kill(os.getpid(), signal.SIGKILL)   # no last save: the test sees what the timer saved
 
+    def _on_reasoning(self, request_id: str, text: str) -> None:
+        stream = self._by_request.get(request_id)
+        if stream is None:
+            return
+        stream.reasoning += text
+        self.streamReasoning.emit(stream.conversation_id, stream.message_id, stream.reasoning)
+
+    def _on_prompt_progress(self, request_id: str, processed: int, total: int) -> None:
+        stream = self._by_request.get(request_id)
+        if stream is not None and not stream.text:
+            self.promptProgress.emit(stream.conversation_id, stream.message_id, processed, total)
+
     def save_partials(self) -> None:
         for stream in self._by_request.values():
-            if stream.text != stream.saved_text:
-                self.store.save_partial(stream.message_id, stream.text)
-                stream.saved_text = stream.text
+            if (stream.text, stream.reasoning) != (stream.saved_text, stream.saved_reasoning):
+                self.store.save_partial(stream.message_id, stream.text, stream.reasoning)
+                stream.saved_text, stream.saved_reasoning = stream.text, stream.reasoning
 
     def _on_finished(self, fin: Finished) -> None:
         stream = self._by_request.pop(fin.request_id, None)
@@ -153,7 +176,8 @@ class ChatController(QObject):
         usage = {"prompt_tokens": fin.usage.prompt_tokens, "generated_tokens": fin.usage.generated_tokens,
                  "decode_tokens_per_s": fin.usage.decode_tokens_per_s,
                  "time_to_first_token_s": fin.usage.time_to_first_token_s, "finish_reason": fin.reason}
-        self.store.finish_reply(stream.message_id, stream.text, state=state, usage=usage, error=fin.error or "")
+        self.store.finish_reply(stream.message_id, stream.text, state=state, usage=usage, error=fin.error or "",
+                                reasoning=stream.reasoning)
         if fin.reason != "error":
             self.last_usage = fin.usage
         if not self._by_request:
@@ -161,13 +185,16 @@ class ChatController(QObject):
         self.streamFinished.emit(stream.conversation_id, stream.message_id, fin)
 
 
-def build_request(history: list[Message], sampling: Sampling, system_prompt: str, chat: bool = True
-                  ) -> GenerateRequest:
-    """Chat models get the whole conversation; base models (no template) continue the last user text."""
+def build_request(history: list[Message], sampling: Sampling, system_prompt: str, chat: bool = True,
+                  template_options: dict | None = None, supported: tuple[str, ...] = ()) -> GenerateRequest:
+    """Chat models get the whole conversation (answers only: a reply's reasoning is never sent back, as the
+    templates expect); base models (no template) continue the last user text. `template_options`: the
+    chat's switches, passed only where the model's template reads them (`supported`, ModelInfo)."""
     params = sampling.to_params()
+    options = {k: v for k, v in (template_options or {}).items() if k in supported}
     if not chat:
         last_user = next((m.content for m in reversed(history) if m.role == "user"), "")
-        return GenerateRequest(prompt=last_user, params=params)
+        return GenerateRequest(prompt=last_user, params=params, report_progress=True)
     messages: list[ChatMessage] = []
     if system_prompt.strip():
         messages.append(ChatMessage("system", system_prompt.strip()))
@@ -175,9 +202,5 @@ def build_request(history: list[Message], sampling: Sampling, system_prompt: str
         if m.role == "assistant" and (m.state == "error" or not m.content):
             continue   # a failed or empty reply is not something the model said
         messages.append(ChatMessage(m.role, m.content))
-    return GenerateRequest(messages=tuple(messages), params=params)
-
-
-def _title_from(text: str) -> str:
-    line = " ".join(text.split())
-    return line[:48] + ("…" if len(line) > 48 else "")
+    return GenerateRequest(messages=tuple(messages), params=params, report_progress=True,
+                           context_overflow=sampling.context_overflow, **options)

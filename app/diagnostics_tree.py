@@ -191,6 +191,8 @@ def _backend(parent, p, description: str, selected: bool) -> None:
     b.setData(COL_ITEM, Qt.ItemDataRole.UserRole, p.backend)
     if description:
         row(b, "What it is", description)
+    if p.kernels:
+        row(b, "Kernels", p.kernels.removeprefix("kernels: "))
     f = p.facts
     if f is not None:
         dev = group(b, "Device", value=f"{f.name} ({f.arch})")

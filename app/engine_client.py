@@ -18,7 +18,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from engine.api import Finished, GenerateRequest, LoadProgress, ModelInfo, TextDelta, Usage
+from engine.api import Finished, GenerateRequest, LoadProgress, ModelInfo, PromptProgress, TextDelta, Usage
 from engine.errors import EngineError, RequestAborted
 
 DRAIN_INTERVAL_MS = 33
@@ -40,7 +40,9 @@ class EngineClient(QObject):
     loadCancelled = Signal(str)               # path
     unloaded = Signal()
     delta = Signal(str, str)                  # request_id, text since the last delta signal
+    reasoning = Signal(str, str)              # request_id, reasoning (TextDelta.reasoning) since the last one
     finished = Signal(object)                 # engine.api.Finished, exactly one per submitted request
+    promptProgress = Signal(str, int, int)    # request_id, prompt tokens processed, total (newest per tick)
 
     def __init__(self, backend: str = "auto", async_scheduling: bool = True,
                  engine_factory: Callable | None = None, engine=None, parent: QObject | None = None):
@@ -99,7 +101,9 @@ class EngineClient(QObject):
             threading.Thread(target=engine.shutdown, name="engine-shutdown", daemon=True).start()
 
     # -- loading ----------------------------------------------------------------------------------
-    def load(self, path: str | Path) -> None:
+    def load(self, path: str | Path, context: int | None = None) -> None:
+        """`context`: tokens to allocate (the "Context length" setting); the engine caps it at the model's
+        trained length and reports what it allocated as ModelInfo.max_context."""
         path = str(path)
         if self._load_future is not None:
             self.cancel_load()
@@ -107,7 +111,8 @@ class EngineClient(QObject):
             self.abort(request_id)
         try:
             engine = self._ensure_engine()
-            future = engine.load(path, progress=lambda p: self._events.put(("progress", path, p)))
+            future = engine.load(path, progress=lambda p: self._events.put(("progress", path, p)),
+                                 max_context=context)
         except Exception as e:   # noqa: BLE001 - a construction failure is shown, not raised into Qt
             self.loadFailed.emit(path, e)
             return
@@ -174,6 +179,8 @@ class EngineClient(QObject):
     # -- GUI-thread side --------------------------------------------------------------------------
     def _drain(self) -> None:
         pending_text: dict[str, list[str]] = {}
+        pending_reasoning: dict[str, list[str]] = {}
+        prompt_progress: dict[str, PromptProgress] = {}
         finishes: list[Finished] = []
         progress: tuple | None = None
         load_done: tuple | None = None
@@ -187,12 +194,22 @@ class EngineClient(QObject):
                 event = item[1]
                 if isinstance(event, TextDelta):
                     pending_text.setdefault(event.request_id, []).append(event.text)
-                else:
+                    if event.reasoning:
+                        pending_reasoning.setdefault(event.request_id, []).append(event.reasoning)
+                elif isinstance(event, PromptProgress):
+                    prompt_progress[event.request_id] = event
+                elif isinstance(event, Finished):
                     finishes.append(event)
             elif kind == "progress":
                 progress = item
             elif kind == "load_done":
                 load_done = item
+        for rid, parts in pending_reasoning.items():      # before the answer: thinking comes first
+            if rid in self._streams:
+                self.reasoning.emit(rid, "".join(parts))
+        for rid, p in prompt_progress.items():
+            if rid in self._streams:
+                self.promptProgress.emit(rid, p.processed, p.total)
         for rid, parts in pending_text.items():
             text = "".join(parts)
             if text and rid in self._streams:
@@ -220,7 +237,7 @@ class EngineClient(QObject):
             self.loadCancelled.emit(path)
             return
         except Exception as e:   # noqa: BLE001
-            # The engine frees the old model before loading a new one: ask what is loaded now.
+            # A failed load keeps the old model, unless both did not fit at once: ask what is loaded now.
             self.model = getattr(self._engine, "model_info", None)
             if _is_cancellation(e):
                 self.loadCancelled.emit(path)

@@ -8,6 +8,20 @@ from engine import errors
 from engine.model.arch import ARCHITECTURES
 
 
+OVERFLOW_WAY_OUT = ("Delete or edit earlier messages (each message's menu), start a new chat, or let this chat "
+                    "drop its oldest turns: Chat settings → When the chat is too long. A longer context length "
+                    "in Settings also helps, if memory allows.")
+
+
+def file_problem(e: errors.EngineError) -> str:
+    """A model file's problem in words: the parser's field and offset only where they help."""
+    if isinstance(e, errors.InvalidModelError) and e.field == "magic":
+        return "this file is not a GGUF model (GGUF models begin with the letters “GGUF”)"
+    if isinstance(e, errors.InvalidModelError) and e.field == "header":
+        return "this file is too short to be a GGUF model (it may be an unfinished download)"
+    return str(e)
+
+
 @dataclass(frozen=True)
 class UserMessage:
     title: str
@@ -20,7 +34,7 @@ def describe(e: BaseException, what: str = "") -> UserMessage:
     subject = f" {what}" if what else ""
     if isinstance(e, errors.InvalidModelError):
         return UserMessage(f"Cannot open{subject}: the file is damaged or not a valid GGUF model",
-                           f"{e}\n\nDownload the model again, or pick another file. Nothing else was changed.")
+                           f"{file_problem(e)}\n\nDownload the model again, or pick another file. Nothing else was changed.")
     if isinstance(e, errors.UnsupportedModelError):
         return UserMessage(f"{what or 'This model'} is not supported yet",
                            f"{e}\n\nTry a model with a supported architecture ({', '.join(ARCHITECTURES)}).")
@@ -42,8 +56,7 @@ def describe(e: BaseException, what: str = "") -> UserMessage:
         return UserMessage("The GPU reported an error", f"{e}\n\nContinue on the CPU, or open Diagnostics "
                            "for a report to attach to a bug.", offer_cpu=True, offer_diagnostics=True)
     if isinstance(e, errors.ContextOverflowError):
-        return UserMessage("The conversation is too long for the context window",
-                           f"{e}\n\nStart a new chat, or raise the context length in this chat's settings.")
+        return UserMessage("The conversation is too long for the context window", f"{e}\n\n{OVERFLOW_WAY_OUT}")
     if isinstance(e, errors.TemplateError):
         return UserMessage("The model's chat template failed", str(e))
     if isinstance(e, errors.ModelNotLoadedError):

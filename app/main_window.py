@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat_controller import ChatController
+from app.discover import DiscoverActions
 from app.engine_client import EngineClient
 from app.model_manager import ModelLibrary
 from app.remote_models import RemoteActions
@@ -33,8 +34,10 @@ from app.widgets.chat_view import ChatView
 from app.widgets.composer import Composer
 from app.widgets.conversation_list import ConversationList
 from app.widgets.conversation_settings import ConversationSettingsDialog
+from app.widgets.elided_label import ElidedLabel
 from app.widgets.load_bar import LoadBar
 from app.widgets.settings_dialog import SettingsDialog
+from app.window_layout import STOP_SHORTCUT, SidebarFolding, fit_to_screen
 from app.window_models import ModelActions
 from app.window_status import StatusBar
 
@@ -45,16 +48,18 @@ class MainWindow(QMainWindow):
         self.store, self.settings = store, settings
         self.client = client or EngineClient(settings.backend, settings.async_scheduling, parent=self)
         self.chat = ChatController(store, self.client, self)
-        self.library = ModelLibrary(self)
+        self.library = ModelLibrary(self, lambda: self.settings.model_files)
         self.current_id: int | None = None
         self.setWindowTitle("Halo Chat")
         self.setWindowIcon(app_icon())
-        self.resize(1180, 760)
+        fit_to_screen(self)
         self.setAcceptDrops(True)
         self._build()
         self.models = ModelActions(self)
         self.remote = RemoteActions(self)               # servers as a model source (model library)
         self.local_server = LocalServerActions(self)    # File > Local server…
+        self.discover = DiscoverActions(self, on_downloaded=lambda _path: self.library.scan(self.settings.model_folders))
+        self.status.addPermanentWidget(self.discover.status_label)     # hub downloads (model library > Discover)
         self._build_menus()
         self._connect()
         self.refresh_conversations(select_first=True)
@@ -74,7 +79,7 @@ class MainWindow(QMainWindow):
         top.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         tl = QHBoxLayout(top)
         tl.setContentsMargins(20, 10, 16, 10)
-        self.title_label = QLabel()
+        self.title_label = ElidedLabel()
         self.title_label.setObjectName("ChatTitle")
         tl.addWidget(self.title_label, 1)
         self.model_button = QPushButton("No model loaded")
@@ -103,6 +108,7 @@ class MainWindow(QMainWindow):
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([260, 920])
         splitter.setHandleWidth(1)
+        splitter.setCollapsible(0, True)
         self.setCentralWidget(splitter)
         self.status = StatusBar(self)
         self.setStatusBar(self.status)
@@ -127,9 +133,10 @@ class MainWindow(QMainWindow):
         self._action(chat, "Chat settings…", "Ctrl+Shift+,", self.open_conversation_settings)
         chat.addSeparator()
         self._action(chat, "Regenerate last reply", "Ctrl+R", self.regenerate_last)
-        self.act_stop = self._action(chat, "Stop", None, self.stop)
+        self.act_stop = self._action(chat, "Stop", STOP_SHORTCUT, self.stop)   # window-wide, any focus
         self._action(chat, "Search titles", QKeySequence.StandardKey.Find,
                      lambda: self.sidebar.search.setFocus())
+        self.sidebar_folding = SidebarFolding(self, self.sidebar, bar.addMenu("&View"))
         help_menu = bar.addMenu("&Help")
         self._action(help_menu, "Diagnostics…", None, self.open_diagnostics)
         self._action(help_menu, "About Halo Chat", None, self._about)
@@ -159,7 +166,9 @@ class MainWindow(QMainWindow):
         c.userMessageAdded.connect(self._on_user_message)
         c.streamStarted.connect(self._on_stream_started)
         c.streamUpdated.connect(self._on_stream_updated)
+        c.streamReasoning.connect(self._on_stream_reasoning)
         c.streamFinished.connect(self._on_stream_finished)
+        c.promptProgress.connect(self._on_prompt_progress)
         c.conversationTitled.connect(lambda _cid, _t: self.refresh_conversations())
 
     # -- conversations ----------------------------------------------------------------------------
@@ -196,8 +205,9 @@ class MainWindow(QMainWindow):
         self.chat_view.clear()
         stream = self.chat.stream_for(conversation_id)
         for m in self.store.messages(conversation_id):
-            text = stream.text if stream and m.id == stream.message_id else m.content
-            view = self.chat_view.add_message(m.id, m.role, text, m.state, m.error)
+            live = stream is not None and m.id == stream.message_id
+            view = self.chat_view.add_message(m.id, m.role, stream.text if live else m.content, m.state, m.error,
+                                              reasoning=stream.reasoning if live else m.reasoning)
             if m.usage.get("generated_tokens"):
                 view.set_detail(_usage_text(m.usage["generated_tokens"], m.usage.get("decode_tokens_per_s", 0.0)))
         self.chat_view.scroll_to_bottom()
@@ -238,11 +248,14 @@ class MainWindow(QMainWindow):
             return
         conv = self.store.conversation(self.current_id)
         prompt, sampling = self.conversation_settings(self.current_id)
+        model = self.chat.model
         dlg = ConversationSettingsDialog(conv.title, prompt, sampling, self.settings.sampling,
-                                         self.settings.system_prompt, self)
+                                         self.settings.system_prompt, self, template_options=conv.template_options,
+                                         supported=model.template_options if model else ())
         if dlg.exec():
             prompt, sampling = dlg.values()
             self.store.set_conversation_settings(self.current_id, prompt, sampling.to_dict())
+            self.store.set_template_options(self.current_id, {**conv.template_options, **dlg.template_options()})
 
     # -- turns ------------------------------------------------------------------------------------
     def send(self, text: str) -> None:
@@ -276,6 +289,7 @@ class MainWindow(QMainWindow):
         if conversation_id == self.current_id:
             self.chat_view.add_message(message.id, "user", message.content)
             self.chat_view.scroll_to_bottom()
+            self.status.update_context(self)
 
     def _on_stream_started(self, conversation_id: int, message_id: int) -> None:
         if conversation_id == self.current_id:
@@ -287,15 +301,26 @@ class MainWindow(QMainWindow):
         if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
             view.set_text(text)
 
+    def _on_stream_reasoning(self, conversation_id: int, message_id: int, text: str) -> None:
+        if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
+            view.set_reasoning(text)
+
+    def _on_prompt_progress(self, conversation_id: int, message_id: int, processed: int, total: int) -> None:
+        if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
+            view.set_detail(f"Reading the conversation: {processed:,} / {total:,} tokens")
+
     def _on_stream_finished(self, conversation_id: int, message_id: int, fin) -> None:
         if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
             msg = self.store.message(message_id)
             view.set_text(msg.content)
             view.set_state(msg.state, msg.error)
+            view.set_reasoning(msg.reasoning)
             if fin.usage.generated_tokens:
                 view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s))
+            view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s)
+                            if fin.usage.generated_tokens else "")
         if fin.reason == "error":
-            self.models.show_generation_error(fin.error or "unknown error")
+            self.models.show_generation_error(fin.error or "unknown error", getattr(fin, "error_type", ""))
         self._update_busy()
         self.refresh_conversations()
         self.status.update_usage(fin.usage)
@@ -364,6 +389,7 @@ class MainWindow(QMainWindow):
             stream = self.chat.stream_for(conversation_id)
             self.store.finish_reply(stream.message_id, stream.text, state="stopped")
         self.remote.shutdown()
+        self.discover.shutdown()
         self.local_server.stop()
         self.client.shutdown()
         super().closeEvent(event)

@@ -6,6 +6,7 @@ Tests point QSettings somewhere else with `QSettings.setPath(IniFormat, UserScop
 from __future__ import annotations
 
 import os
+from engine.context_fit import OVERFLOW_POLICIES
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Literal
@@ -35,6 +36,7 @@ class Sampling:
     max_tokens: int = SamplingParams.max_tokens
     context_length: int = 4096   # the app's cap; the engine also caps at the model's trained length
     seed: int = -1               # -1: a fresh random seed per reply
+    context_overflow: str = "stop"   # a chat over the context: engine.context_fit.OVERFLOW_POLICIES
 
     def to_params(self) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
@@ -64,7 +66,7 @@ class Sampling:
                 candidate.to_params().validate()
             except (TypeError, ValueError, OverflowError, EngineError):
                 continue
-            if candidate.context_length < MIN_CONTEXT_SETTING:
+            if candidate.context_length < MIN_CONTEXT_SETTING or candidate.context_overflow not in OVERFLOW_POLICIES:
                 continue
             result = candidate
         return result
@@ -119,6 +121,18 @@ class AppSettings:
     @model_folders.setter
     def model_folders(self, folders: list[str]) -> None:
         self.q.setValue("models/folders", list(dict.fromkeys(str(f) for f in folders if f)))
+
+    @property
+    def model_files(self) -> list[str]:
+        """Single GGUF files the user opened or dropped from outside the model folders (the library lists them)."""
+        value = self.q.value("models/files", [])
+        if isinstance(value, str):
+            value = [value] if value else []
+        return [str(v) for v in (value or [])]
+
+    @model_files.setter
+    def model_files(self, files: list[str]) -> None:
+        self.q.setValue("models/files", list(dict.fromkeys(str(f) for f in files if f)))
 
     @property
     def last_model(self) -> str:

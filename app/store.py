@@ -22,7 +22,7 @@ from app.stream_writers import StreamWriters
 from engine.paths import data_dir
 
 MessageState = Literal["complete", "streaming", "interrupted", "stopped", "error"]
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DB_NAME = "history.sqlite3"
 
 _SCHEMA_V1 = """
@@ -49,6 +49,13 @@ CREATE TABLE messages (
 );
 CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
 """
+# v2: a reply's reasoning ("Thinking", engine.reasoning) beside its answer, never part of `content` (so the
+# next turn's prompt leaves it out, as the templates expect); per-chat chat-template switches
+# (enable_thinking, reasoning_effort: the names in engine.reasoning.TEMPLATE_OPTIONS).
+_SCHEMA_V2 = """
+ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT '';
+ALTER TABLE conversations ADD COLUMN template_options_json TEXT NOT NULL DEFAULT '{}';
+"""
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,7 @@ class Conversation:
     updated_at: float
     system_prompt: str = ""
     sampling: dict = field(default_factory=dict)   # keys of app.settings.SamplingDefaults; missing = default
+    template_options: dict = field(default_factory=dict)   # {"enable_thinking": bool, "reasoning_effort": str}
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,7 @@ class Message:
     model: str = ""
     error: str = ""
     usage: dict = field(default_factory=dict)
+    reasoning: str = ""
 
 
 def default_db_path() -> Path:
@@ -102,9 +111,12 @@ class Store:
         if version > SCHEMA_VERSION:
             raise RuntimeError(f"{self.path} was written by a newer Halo Chat (schema {version}); "
                                f"update the app to open it")
+        # Each step is one transaction: a crash mid-migration leaves the old version and nothing half-made;
+        # a step only adds (tables, columns with defaults), so every row an older version wrote stays.
         if version < 1:
-            # One transaction: a crash mid-migration leaves version 0 and nothing half-made.
-            self._db.executescript("BEGIN;" + _SCHEMA_V1 + f"PRAGMA user_version={SCHEMA_VERSION};COMMIT;")
+            self._db.executescript("BEGIN;" + _SCHEMA_V1 + "PRAGMA user_version=1;COMMIT;")
+        if version < 2:
+            self._db.executescript("BEGIN;" + _SCHEMA_V2 + "PRAGMA user_version=2;COMMIT;")
 
     def _mark_interrupted(self) -> int:
         return self._writers.recover()       # only rows whose writer is gone (app.stream_writers)
@@ -139,6 +151,10 @@ class Store:
     def set_conversation_settings(self, conversation_id: int, system_prompt: str, sampling: dict) -> None:
         self._db.execute("UPDATE conversations SET system_prompt=?, sampling_json=? WHERE id=?",
                          (system_prompt, json.dumps(sampling), conversation_id))
+
+    def set_template_options(self, conversation_id: int, options: dict) -> None:
+        self._db.execute("UPDATE conversations SET template_options_json=? WHERE id=?",
+                         (json.dumps(options), conversation_id))
 
     def delete_conversation(self, conversation_id: int) -> None:
         """Irreversible: callers ask the user first."""
@@ -175,13 +191,14 @@ class Store:
         self._touch(conversation_id)
         return self.message(cur.lastrowid)
 
-    def save_partial(self, message_id: int, content: str) -> None:
-        self._db.execute("UPDATE messages SET content=? WHERE id=? AND state='streaming'", (content, message_id))
+    def save_partial(self, message_id: int, content: str, reasoning: str = "") -> None:
+        self._db.execute("UPDATE messages SET content=?, reasoning=? WHERE id=? AND state='streaming'",
+                         (content, reasoning, message_id))
 
     def finish_reply(self, message_id: int, content: str, state: MessageState = "complete",
-                     usage: dict | None = None, error: str = "") -> None:
-        self._db.execute("UPDATE messages SET content=?, state=?, usage_json=?, error=? WHERE id=?",
-                         (content, state, json.dumps(usage or {}), error, message_id))
+                     usage: dict | None = None, error: str = "", reasoning: str = "") -> None:
+        self._db.execute("UPDATE messages SET content=?, state=?, usage_json=?, error=?, reasoning=? WHERE id=?",
+                         (content, state, json.dumps(usage or {}), error, reasoning, message_id))
         self._writers.release(message_id)
 
     def delete_message(self, message_id: int) -> None:
@@ -206,10 +223,12 @@ def _json_object(text: str | None) -> dict:
 def _conversation(row: sqlite3.Row) -> Conversation:
     return Conversation(id=row["id"], title=row["title"], created_at=row["created_at"],
                         updated_at=row["updated_at"], system_prompt=row["system_prompt"],
-                        sampling=_json_object(row["sampling_json"]))
+                        sampling=_json_object(row["sampling_json"]),
+                        template_options=_json_object(row["template_options_json"]))
 
 
 def _message(row: sqlite3.Row) -> Message:
     return Message(id=row["id"], conversation_id=row["conversation_id"], role=row["role"],
                    content=row["content"], state=row["state"], created_at=row["created_at"],
-                   model=row["model"], error=row["error"], usage=json.loads(row["usage_json"] or "{}"))
+                   model=row["model"], error=row["error"], usage=json.loads(row["usage_json"] or "{}"),
+                   reasoning=row["reasoning"])

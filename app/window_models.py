@@ -2,14 +2,15 @@
 the starter model on first run, and engine errors shown as a banner with what to do."""
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QProgressDialog
 
-from app.error_messages import describe
-from app.library import ModelEntry, human_size
+from app.error_messages import OVERFLOW_WAY_OUT, describe
+from app.library import ModelEntry, human_size, library_folders
 from app.widgets.library_dialog import LibraryDialog
 from engine import model_store
 
@@ -40,6 +41,7 @@ class ModelActions(QObject):
             dlg.addFolderRequested.connect(self._add_folder)
             dlg.refreshRequested.connect(lambda: self.w.library.scan(self.w.settings.model_folders))
             dlg.add_section(self.w.remote.library_section())     # servers' models beside the files
+            dlg.add_section(self.w.discover.library_section())   # the hub: search and download
             self.library_dialog = dlg
         self.library_dialog.set_entries(self.w.library.entries, self._loaded_path())
         self.w.library.scan(self.w.settings.model_folders)
@@ -89,7 +91,7 @@ class ModelActions(QObject):
         context = self.w.settings.sampling.context_length
         self._loading_entry = entry
         self.w.load_bar.start(entry.display_name, human_size(entry.memory_estimate(context)))
-        self.w.client.load(entry.path)
+        self.w.client.load(entry.path, context)
 
     def load_path_now(self, path: str) -> None:
         """For --model and tests: inspect on the calling thread (header only), then load."""
@@ -107,6 +109,7 @@ class ModelActions(QObject):
     def _on_loaded(self, info) -> None:
         self.w.load_bar.hide()
         self.w.settings.last_model = info.path
+        self._remember_file(info.path)
         if self.w.banner.isVisible():
             self.w.banner.hide()
             self.w._sync_banner_holder()
@@ -115,11 +118,27 @@ class ModelActions(QObject):
             self.w.show_banner("Chat format replaced", info.template_notice)
         self._after_model_change()
 
+    def _remember_file(self, path: str) -> None:
+        """A file opened or dropped from outside the library's folders joins the library (as it says)."""
+        folders = {os.path.normcase(os.path.abspath(f)) for f in library_folders(self.w.settings.model_folders)}
+        in_folder = os.path.normcase(os.path.dirname(os.path.abspath(path))) in folders
+        if not in_folder and path not in self.w.settings.model_files:
+            self.w.settings.model_files = [*self.w.settings.model_files, path]
+            self.w.library.scan(self.w.settings.model_folders)
+
+    def explain_missing_last_model(self, path: str, entry: ModelEntry | None) -> None:
+        """At start: the model used last time cannot be loaded; say which and why instead of 'No model'."""
+        why = entry.error if entry is not None and entry.error else "it is no longer there (moved or deleted)"
+        self.w.show_banner("The model you used last time cannot be loaded",
+                           f"{Path(path).name} ({path}): {why}.\n\nLoad another model from the library, "
+                           "or open the file where it is now.",
+                           (("Model library…", self.show_library), ("Open GGUF…", self.open_file_dialog)))
+
     def _on_load_failed(self, path: str, error: Exception) -> None:
         self.w.load_bar.hide()
         msg = describe(error, Path(path).name)
         actions = []
-        if msg.offer_cpu and self.w.client.backend != "cpu":
+        if msg.offer_cpu and not self.running_on_cpu():
             actions.append(("Continue on CPU", lambda: self.continue_on_cpu(path)))
         if msg.offer_diagnostics:
             actions.append(("Diagnostics…", self.w.open_diagnostics))
@@ -142,6 +161,11 @@ class ModelActions(QObject):
         self.w.status.update_context(self.w)
 
     # -- errors and fallbacks ---------------------------------------------------------------------
+    def running_on_cpu(self) -> bool:
+        """True when "Continue on CPU" would change nothing: the setting, or the loaded model, is the CPU."""
+        info = self.w.client.model
+        return self.w.client.backend == "cpu" or (info is not None and info.backend == "cpu")
+
     def continue_on_cpu(self, path: str | None = None) -> None:
         path = path or self._loaded_path() or self.w.settings.last_model
         self.w.client.reconfigure("cpu", self.w.settings.async_scheduling)
@@ -154,15 +178,19 @@ class ModelActions(QObject):
         if path:
             self.open_path(path)
 
-    def show_generation_error(self, error: str) -> None:
+    def show_generation_error(self, error: str, error_type: str = "") -> None:
         info = self.w.chat.model
+        if error_type == "ContextOverflowError":
+            self.w.show_banner("This chat no longer fits the context", f"{error}\n\n{OVERFLOW_WAY_OUT}",
+                               (("Chat settings…", self.w.open_conversation_settings),))
+            return
         if info is not None and info.backend.startswith("server:"):
             self.w.show_banner("The server's reply failed", f"{error}\n\nYour conversation is saved; try again, "
                                "or pick another model in the model library.",
                                (("Model library…", self.show_library),))
             return
         actions = [("Diagnostics…", self.w.open_diagnostics)]
-        if self.w.client.backend != "cpu":
+        if not self.running_on_cpu():
             actions.insert(0, ("Continue on CPU", self.continue_on_cpu))
         self.w.show_banner("The reply failed", f"{error}\n\nYour conversation is saved; try again, or continue "
                            "on the CPU if the GPU is at fault.", tuple(actions))

@@ -4,17 +4,19 @@ from __future__ import annotations
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar
 
+from app.widgets.elided_label import ElidedLabel
+
 
 class StatusBar(QStatusBar):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setSizeGripEnabled(False)
-        self.model_label = QLabel("No model")
-        self.backend_label = QLabel()
-        self.async_label = QLabel()
+        self.model_label = ElidedLabel("No model")      # long texts are cut with "…": never widen the window
+        self.backend_label = ElidedLabel()
+        self.async_label = ElidedLabel()
         self.context_label = QLabel()
         self.speed_label = QLabel()
-        self.note_label = QLabel()
+        self.note_label = ElidedLabel()
         self.addWidget(self.model_label)
         self.addWidget(self.backend_label)
         self.addWidget(self.async_label)
@@ -52,21 +54,35 @@ class StatusBar(QStatusBar):
         if window.current_id is None:
             self.context_label.setText("")
             return
-        _prompt, sampling = window.conversation_settings(window.current_id)
-        limit = min(sampling.context_length, info.context_length) if info else sampling.context_length
-        used = _last_context_tokens(window.store.messages(window.current_id))
-        if used is None:
-            used = window.store.token_estimate(window.current_id)
-            self.context_label.setText(f"Context: ~{used:,} / {limit:,}")
-        else:
-            self.context_label.setText(f"Context: {used:,} / {limit:,}")
+        limit = context_limit(window)
+        used, exact = context_used(window.store.messages(window.current_id))
+        self.context_label.setText(f"Context: {'' if exact else '~'}{used:,} / {limit:,}")
+        self.context_label.setToolTip("Tokens this conversation holds / the most the loaded model was given"
+                                      + ("" if exact else " (~: estimated until the engine counts them)"))
 
 
-def _last_context_tokens(messages) -> int | None:
-    for m in reversed(messages):
+def context_limit(window) -> int:
+    """The engine's limit for the loaded model (what it allocated); before a load, the setting."""
+    info = window.chat.model
+    if info is not None and getattr(info, "max_context", 0):
+        return info.max_context
+    if info is not None and info.context_length:
+        return min(window.settings.sampling.context_length, info.context_length)
+    return window.settings.sampling.context_length
+
+
+def context_used(messages) -> tuple[int, bool]:
+    """(tokens, exact): the engine's count at the newest finished reply, plus ~4 characters a token for
+    the messages after it (a message just sent counts at once, before its reply starts)."""
+    base, rest = 0, messages
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
         if m.role == "assistant" and m.usage.get("prompt_tokens"):
-            return int(m.usage["prompt_tokens"]) + int(m.usage.get("generated_tokens", 0))
-    return None
+            base = int(m.usage["prompt_tokens"]) + int(m.usage.get("generated_tokens", 0))
+            rest = messages[i + 1:]
+            break
+    extra = sum(len(m.content) for m in rest) // 4
+    return base + extra, not any(m.content for m in rest) and base > 0
 
 
 def _backend_text(backend: str) -> str:

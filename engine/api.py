@@ -1,16 +1,19 @@
 """The engine's public vocabulary: requests in, events out. Plain frozen dataclasses, no behaviour.
 
 The app and the CLI speak only these types to the engine. Events for one request arrive in this order:
-zero or more `TextDelta`, then exactly one `Finished` (also on abort and on error).
+zero or more `PromptProgress` (only when the request asks for them), zero or more `TextDelta`, then
+exactly one `Finished` (also on abort and on error).
 """
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 FinishReason = Literal["stop", "length", "abort", "error"]
 Role = Literal["system", "user", "assistant"]
+ReasoningEffort = Literal["low", "medium", "high"]
+REASONING_EFFORTS: tuple[str, ...] = get_args(ReasoningEffort)
 
 _request_ids = itertools.count(1)
 
@@ -67,10 +70,15 @@ class GenerateRequest:
     # Chat-template switches, passed to templates that read them (ModelInfo.template_options says which);
     # None leaves the template's own default.
     enable_thinking: bool | None = None
-    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    reasoning_effort: ReasoningEffort | None = None
     prompt_token_ids: tuple[int, ...] | None = None
     # OpenAI-style tool schemas (JSON values) handed to the chat template as `tools`; None: no tools.
     tools: tuple | None = None
+    # True: PromptProgress events while a long prompt is processed (consumers that do not ask never see one).
+    report_progress: bool = False
+    # A `messages` prompt too long for the context: "stop" (fail), "drop_oldest" (leave out the oldest turns,
+    # keep the system prompt) or "rolling" (leave out the oldest messages); engine.context_fit.
+    context_overflow: Literal["stop", "drop_oldest", "rolling"] = "stop"
 
     def __post_init__(self):
         given = [x is not None for x in (self.messages, self.prompt, self.prompt_token_ids)]
@@ -104,9 +112,20 @@ class Finished:
     output_token_ids: tuple[int, ...] = ()
     first_top_logits: tuple[tuple[int, float], ...] = ()
     error: str | None = None      # set when reason == "error": what happened and what to do
+    error_type: str = ""          # the engine.errors class of that error (e.g. "ContextOverflowError"), if any
 
 
-Event = TextDelta | Finished
+@dataclass(frozen=True)
+class PromptProgress:
+    """The prompt is being processed (prefill, before the first token): `processed` of `total` tokens are
+    in the KV cache. Sent after each prefill chunk that does not finish the prompt."""
+
+    request_id: str
+    processed: int
+    total: int
+
+
+Event = TextDelta | Finished | PromptProgress
 
 
 @dataclass(frozen=True)
@@ -126,9 +145,27 @@ class ModelInfo:
     async_reason: str = ""      # why async scheduling is on or off (diagnostics, status bar)
     template_options: tuple[str, ...] = ()   # GenerateRequest switches the chat template reads
     template_notice: str = ""     # non-empty: the model's chat template was refused; a plain format is used
+    max_context: int = 0          # tokens one request may hold as loaded (the context setting, capped at
+                                  # context_length); 0 when only inspected
 
 
 @dataclass(frozen=True)
 class LoadProgress:
     fraction: float               # 0..1
     message: str
+
+
+def estimate_memory(path: str, context: int, backend: Literal["cpu", "gpu"] = "cpu", num_seqs: int | None = None):
+    """engine.model.arch.MemoryEstimate of loading the GGUF at `path` with `context` tokens (capped at its
+    trained length) on `backend`: weights, KV cache and recurrent state as the engine allocates them (one
+    formula, engine.model.arch.memory_estimate). `num_seqs`: sequences whose recurrent state is kept (default:
+    what the Engine batches). Reads the header only; raises EngineError for a file that is not a model."""
+    from engine.core.setup import DEFAULT_MAX_NUM_SEQS
+    from engine.gguf import open_gguf
+    from engine.model.arch import memory_estimate
+    from engine.model.config import ModelConfig
+
+    with open_gguf(path) as gguf:
+        config = ModelConfig.from_metadata(gguf.metadata)
+        return memory_estimate(config, context, backend, gguf.tensors.values(),
+                               DEFAULT_MAX_NUM_SEQS if num_seqs is None else num_seqs)

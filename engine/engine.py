@@ -19,16 +19,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.api import Event, Finished, GenerateRequest, LoadProgress, ModelInfo, Usage
+from engine.api import Event, Finished, GenerateRequest, LoadProgress, ModelInfo, TextDelta, Usage
 from engine.core.engine_core import EngineCore
 from engine.core.setup import DEFAULT_MAX_NUM_SEQS, BackendChoice
 from engine.errors import (
     ContextOverflowError,
     EngineError,
     ModelNotLoadedError,
+    OutOfDeviceMemoryError,
+    OutOfHostMemoryError,
     RequestAborted,
     UnsupportedModelError,
 )
+from engine.context_fit import OVERFLOW_POLICIES, fit_messages, reply_room
 from engine.generation import Generation, encode_prompt
 from engine.prompt import PromptFormat
 from engine.reasoning import reasoning_parser
@@ -74,7 +77,7 @@ class RequestHandle:
 
     def text(self, timeout: float | None = None) -> tuple[str, Finished]:
         """Blocks until the request ends: (all its text, the Finished event)."""
-        parts = [e.text for e in self.events(timeout) if not isinstance(e, Finished)]
+        parts = [e.text for e in self.events(timeout) if isinstance(e, TextDelta)]
         return "".join(parts), self.finished
 
     def abort(self) -> None:
@@ -92,6 +95,8 @@ class EngineStats:
     kv_blocks_total: int
     kv_blocks_free: int
     steps_in_flight: int
+    max_context: int = 0          # tokens one request may hold with the loaded model (0: none loaded)
+    kv_cache_bytes: int = 0       # bytes the loaded model's KV cache (and recurrent state) occupies
 
 
 @dataclass
@@ -134,13 +139,19 @@ class Engine:
         self._thread.start()
 
     # ---- public, any thread -----------------------------------------------------------------------
-    def load(self, path: str | Path, progress: Callable[[LoadProgress], None] | None = None) -> Future:
-        """Future[ModelInfo]. `progress` is called on the engine thread. Replaces a loaded model."""
+    def load(self, path: str | Path, progress: Callable[[LoadProgress], None] | None = None,
+             max_context: int | None = None) -> Future:
+        """Future[ModelInfo]. `progress` is called on the engine thread. Replaces a loaded model once the new
+        one is ready (a cancelled or failed load keeps it, unless both did not fit in memory at once).
+        `max_context`: the context (tokens) to allocate for this model, capped at its trained length;
+        None keeps the engine's setting. The loaded ModelInfo.max_context says what was allocated."""
+        if max_context is not None and (not isinstance(max_context, int) or max_context < 1):
+            raise ValueError(f"max_context must be a positive number of tokens, not {max_context!r}")
         future: Future = Future()
         cancel = threading.Event()
         with self._load_lock:
             self._load_cancels.add(cancel)
-        self._send(("load", Path(path), progress, future, cancel))
+        self._send(("load", Path(path), progress, future, cancel, max_context))
         return future
 
     def cancel_load(self) -> None:
@@ -250,15 +261,16 @@ class Engine:
                 self._model.core.runner.fault_injector = injector
                 future.set_result(None)
 
-    def _do_load(self, path: Path, progress, future: Future, cancel: threading.Event) -> None:
+    def _do_load(self, path: Path, progress, future: Future, cancel: threading.Event,
+                 max_context: int | None) -> None:
         try:
             if future.set_running_or_notify_cancel():
-                self._load_into(path, progress, future, cancel)
+                self._load_into(path, progress, future, cancel, max_context or self._max_context)
         finally:
             with self._load_lock:
                 self._load_cancels.discard(cancel)
 
-    def _load_into(self, path: Path, progress, future: Future, cancel: threading.Event) -> None:
+    def _load_into(self, path: Path, progress, future: Future, cancel: threading.Event, max_context: int) -> None:
         from engine.core.setup import choose_backend
 
         def on_progress(fraction: float, message: str) -> None:
@@ -270,20 +282,30 @@ class Engine:
         try:
             if cancel.is_set():                      # cancelled while queued: keep the current model
                 raise RequestAborted(f"Loading {path.name} was cancelled")
-            self._drop_model()                       # free the old model before loading the new one
             choice = choose_backend(self._backend_setting, self._async_setting)
-            self._model, choice = self._build(path, choice, on_progress)
+            # The current model stays until the new one is ready: a cancelled or failed switch keeps it.
+            # Only when both do not fit at once is it freed first (then a failure leaves no model).
+            try:
+                built, choice = self._build(path, choice, on_progress, max_context)
+            except (OutOfHostMemoryError, OutOfDeviceMemoryError):
+                if self._model is None:
+                    raise
+                self._drop_model()
+                built, choice = self._build(path, choice, on_progress, max_context)
+            self._drop_model()
+            self._model = built
             self.backend_reason, self.async_reason = choice.reason, choice.async_reason
             self.model_info = self._model.info
             future.set_result(self.model_info)
         except BaseException as e:   # noqa: BLE001 - every failure goes to the caller's future
             future.set_exception(e if isinstance(e, Exception) else EngineError(str(e)))
 
-    def _build(self, path: Path, choice: BackendChoice, on_progress) -> tuple[_Loaded, BackendChoice]:
+    def _build(self, path: Path, choice: BackendChoice, on_progress, max_context: int
+               ) -> tuple[_Loaded, BackendChoice]:
         """The model on the chosen backend, with its core. A GPU that cannot run it falls back to the CPU."""
         from engine.core.build import build_cpu, build_gpu, gpu_forward_available
 
-        opts = dict(max_context=self._max_context, max_num_seqs=self._max_num_seqs,
+        opts = dict(max_context=max_context, max_num_seqs=self._max_num_seqs,
                     prefill_chunk=self._prefill_chunk, kv_cache_tokens=self._kv_cache_tokens)
         if choice.name != "cpu":
             unsupported = None
@@ -302,7 +324,7 @@ class Engine:
         else:
             built = build_cpu(path, choice, on_progress, **opts)
         info = replace(built.info, async_scheduling=choice.async_scheduling, async_reason=choice.async_reason,
-                       template_notice=built.prompt_format.template_notice)
+                       template_notice=built.prompt_format.template_notice, max_context=built.max_context)
         return _Loaded(info, built.prompt_format, built.vocab_size, built.core, built.max_context), choice
 
     def _drop_model(self) -> None:
@@ -327,10 +349,10 @@ class Engine:
         for request_id in list(self._handles):
             self._finish_unstarted(request_id, "error", message)
 
-    def _finish_unstarted(self, request_id: str, reason, error: str | None = None) -> None:
+    def _finish_unstarted(self, request_id: str, reason, error: str | None = None, error_type: str = "") -> None:
         handle = self._handles.pop(request_id, None)
         if handle is not None:
-            handle._put(Finished(request_id, reason, Usage(), error=error))
+            handle._put(Finished(request_id, reason, Usage(), error=error, error_type=error_type))
 
     def _emit(self, event: Event) -> None:
         handle = self._handles.get(event.request_id)
@@ -346,7 +368,7 @@ class Engine:
             return EngineStats(False, len(self._handles), 0, 0, 0, 0, 0)
         sched = m.core.scheduler
         return EngineStats(True, len(self._handles), len(sched.running), len(sched.waiting), sched.kv.num_blocks,
-                           sched.kv.num_free, len(m.core.in_flight))
+                           sched.kv.num_free, len(m.core.in_flight), m.max_context, m.core.runner.kv_cache_bytes)
 
     def _accept(self, request: GenerateRequest, handle: RequestHandle) -> None:
         """Check what is cheap on the engine thread, then hand the prompt to the encoder thread."""
@@ -360,6 +382,9 @@ class Engine:
             if m is None:
                 raise ModelNotLoadedError("No model is loaded; load one before sending a request.")
             request.params.validate()
+            if request.context_overflow not in OVERFLOW_POLICIES:
+                raise EngineError(f"context_overflow must be one of {', '.join(OVERFLOW_POLICIES)}, "
+                                  f"not {str(request.context_overflow)[:40]!r}")
             _check_prompt_size(m, request)
         except Exception as e:   # noqa: BLE001 - a bad request fails alone
             self._fail_request(request, e)
@@ -369,7 +394,7 @@ class Engine:
     def _encode(self, m: _Loaded, request: GenerateRequest) -> None:
         """Encoder thread: template + tokenizer, then back to the engine thread as an "encoded" command."""
         try:
-            result: list[int] | Exception = encode_prompt(m.prompt_format, request)
+            result: list[int] | Exception = _encode_fitted(m, request)
         except Exception as e:   # noqa: BLE001 - handed to the engine thread, which fails this request alone
             result = e
         if not self._stopped:
@@ -377,7 +402,8 @@ class Engine:
 
     def _fail_request(self, request: GenerateRequest, error: Exception) -> None:
         message = str(error) if isinstance(error, EngineError) else f"Invalid request: {type(error).__name__}: {error}"
-        self._finish_unstarted(request.request_id, "error", message)
+        kind = type(error).__name__ if isinstance(error, EngineError) else ""
+        self._finish_unstarted(request.request_id, "error", message, kind)
 
     def _admit(self, encoded_for: _Loaded, request: GenerateRequest, result: list[int] | Exception) -> None:
         """Checks the encoded request and hands it to the core; any problem finishes it with "error"."""
@@ -402,9 +428,21 @@ class Engine:
             self._fail_request(request, e)
 
 
+def _encode_fitted(m: _Loaded, request: GenerateRequest) -> list[int]:
+    """The prompt's ids; a chat over the context is shortened by its overflow policy (engine.context_fit)."""
+    if request.messages is None or request.context_overflow == "stop":
+        return encode_prompt(m.prompt_format, request)
+    budget = m.max_context - reply_room(m.max_context, request.params.max_tokens)
+    ids, _dropped = fit_messages(lambda msgs: encode_prompt(m.prompt_format, replace(request, messages=tuple(msgs))),
+                                 request.messages, request.context_overflow, budget)
+    return ids
+
+
 def _check_prompt_size(m: _Loaded, request: GenerateRequest) -> None:
     """Refuse, without tokenizing, a prompt that cannot fit: no token covers more than the vocabulary's
     longest entry, so ceil(bytes / longest) tokens is a lower bound on its length."""
+    if request.messages is not None and request.context_overflow != "stop":
+        return                                           # too long is handled by dropping turns
     if request.prompt_token_ids is not None:             # ids: their count is the length
         if len(request.prompt_token_ids) >= m.max_context:
             raise ContextOverflowError(f"The prompt is {len(request.prompt_token_ids):,} tokens, but the context "

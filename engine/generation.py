@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from engine.api import Event, Finished, FinishReason, GenerateRequest, TextDelta, Usage
+from engine.api import Event, Finished, FinishReason, GenerateRequest, PromptProgress, TextDelta, Usage
 from engine.prompt import PromptFormat
 from engine.reasoning import ReasoningParser
 
@@ -110,6 +110,11 @@ class Generation:
         if reason is not None:
             self.finish(reason)
         return False
+
+    def on_prompt_progress(self, processed: int) -> None:
+        """A prefill chunk ended with `processed` prompt tokens in the cache (only if the request asked)."""
+        if self.request.report_progress and not self.finished:
+            self.emit(PromptProgress(self.request_id, processed, len(self.prompt_ids)))
 
     def _emit_text(self, text: str, token_ids: tuple[int, ...], token: int) -> None:
         if self.reasoning is None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from engine.harmony import CHANNEL, HarmonyParser
+
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
@@ -91,8 +93,10 @@ def _prompt_opens_think(prompt_tail: str) -> bool:
 
 
 # Parsers beyond think tags, keyed by a marker found in the chat template source. Each factory takes
-# (tokenizer, prompt_ids) and returns a parser. (gpt-oss's harmony channels register here.)
-PARSERS: dict[str, Callable[[object, Sequence[int]], ReasoningParser]] = {}
+# (tokenizer, prompt_ids) and returns a parser.
+PARSERS: dict[str, Callable[[object, Sequence[int]], ReasoningParser]] = {
+    CHANNEL: HarmonyParser.for_request,          # gpt-oss: the analysis channel is the reasoning
+}
 
 
 def reasoning_parser(template_source: str | None, tokenizer, prompt_ids: Sequence[int]) -> ReasoningParser | None:

@@ -64,8 +64,10 @@ class ChatView(QScrollArea):
         self._follow = True
 
     def add_message(self, message_id: int, role: str, text: str, state: str = "complete",
-                    detail: str = "") -> MessageView:
+                    detail: str = "", reasoning: str = "") -> MessageView:
         view = MessageView(message_id, role, text, state, detail, parent=self._column_widget)
+        if reasoning:
+            view.set_reasoning(reasoning)
         view.regenerateRequested.connect(self.regenerateRequested)
         self._column.insertWidget(self._column.count() - 1, view)
         self._views[message_id] = view

@@ -24,6 +24,10 @@ class ComposerEdit(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
+EDIT_MIN_HEIGHT = 64      # px: about three lines
+EDIT_MAX_LINES = 12       # the box grows with its text up to this many lines, then scrolls
+
+
 class Composer(QWidget):
     sendRequested = Signal(str)
     stopRequested = Signal()
@@ -39,7 +43,8 @@ class Composer(QWidget):
         row.setContentsMargins(8, 6, 8, 6)
         self.edit = ComposerEdit()
         self.edit.setPlaceholderText("Message the model…")
-        self.edit.setFixedHeight(64)
+        self.edit.setFixedHeight(EDIT_MIN_HEIGHT)
+        self.edit.document().contentsChanged.connect(self._fit_height)
         self.edit.setTabChangesFocus(True)
         self.edit.submitted.connect(self._submit)
         self.edit.escaped.connect(self.stopRequested)
@@ -47,8 +52,8 @@ class Composer(QWidget):
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("Primary")
         self.send_button.clicked.connect(self._submit)
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.setToolTip("Stop the reply (Esc)")
+        self.stop_button = QPushButton("Stop  (Esc)")
+        self.stop_button.setToolTip("Stop the reply: Esc, anywhere in the window")
         self.stop_button.clicked.connect(self.stopRequested)
         self.stop_button.hide()
         row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
@@ -58,6 +63,15 @@ class Composer(QWidget):
         self.hint.setObjectName("Hint")
         outer.addWidget(self.hint)
         self._can_send = True
+
+    def _fit_height(self) -> None:
+        """As tall as the text (wrapped lines included), between EDIT_MIN_HEIGHT and EDIT_MAX_LINES lines."""
+        line = self.edit.fontMetrics().lineSpacing()
+        doc = self.edit.document()
+        lines = sum(doc.documentLayout().blockBoundingRect(b).height() for b in _blocks(doc)) / max(1, line)
+        frame = 2 * self.edit.frameWidth() + int(doc.documentMargin() * 2) + 4
+        want = int(min(max(lines, 1), EDIT_MAX_LINES) * line) + frame
+        self.edit.setFixedHeight(max(EDIT_MIN_HEIGHT, want))
 
     def set_streaming(self, streaming: bool) -> None:
         self.send_button.setVisible(not streaming)
@@ -74,3 +88,10 @@ class Composer(QWidget):
             return
         self.edit.clear()
         self.sendRequested.emit(text)
+
+
+def _blocks(doc):
+    block = doc.begin()
+    while block.isValid():
+        yield block
+        block = block.next()

@@ -65,7 +65,7 @@ class ConversationList(QWidget):
         try:
             self.list.clear()
             for conv in conversations:
-                label = conv.title + ("  ●" if conv.id in streaming_ids else "")
+                label = ("● " if conv.id in streaming_ids else "") + conv.title   # first: eliding keeps it
                 item = QListWidgetItem(label)
                 item.setData(ID_ROLE, conv.id)
                 item.setToolTip(conv.title)

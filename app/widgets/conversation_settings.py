@@ -1,15 +1,29 @@
-"""Per-conversation system prompt and generation settings."""
+"""Per-conversation system prompt, generation settings and chat-template switches."""
 from __future__ import annotations
 
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+)
 
 from app.settings import Sampling
 from app.widgets.sampling_form import SamplingForm
+from engine.api import REASONING_EFFORTS
 
 
 class ConversationSettingsDialog(QDialog):
     def __init__(self, title: str, system_prompt: str, sampling: Sampling, defaults: Sampling,
-                 default_prompt: str, parent=None):
+                 default_prompt: str, parent=None, template_options: dict | None = None,
+                 supported: tuple[str, ...] = ()):
+        """`supported`: the switches the loaded model's template reads (ModelInfo.template_options); only
+        those are shown. `template_options`: this chat's stored values."""
         super().__init__(parent)
         self.setWindowTitle(f"Settings for “{title}”")
         self.setMinimumWidth(440)
@@ -21,6 +35,20 @@ class ConversationSettingsDialog(QDialog):
         col.addWidget(self.system_prompt)
         self.form = SamplingForm(sampling)
         col.addWidget(self.form)
+        stored = template_options or {}
+        switches = QFormLayout()
+        self.thinking = self.effort = None
+        if "enable_thinking" in supported:
+            self.thinking = QCheckBox("Think before answering (shown in a collapsed Thinking section)")
+            self.thinking.setChecked(bool(stored.get("enable_thinking", True)))   # the templates' default
+            switches.addRow("Thinking", self.thinking)
+        if "reasoning_effort" in supported:
+            self.effort = QComboBox()
+            self.effort.addItems(REASONING_EFFORTS)
+            self.effort.setCurrentText(stored.get("reasoning_effort", "medium"))
+            switches.addRow("Reasoning effort", self.effort)
+        if switches.rowCount():
+            col.addLayout(switches)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         reset = QPushButton("Use defaults")
         reset.clicked.connect(self._reset)
@@ -35,3 +63,12 @@ class ConversationSettingsDialog(QDialog):
 
     def values(self) -> tuple[str, Sampling]:
         return self.system_prompt.toPlainText(), self.form.value()
+
+    def template_options(self) -> dict:
+        """The switches shown, as the store keeps them (those not shown are left as they were)."""
+        options = {}
+        if self.thinking is not None:
+            options["enable_thinking"] = self.thinking.isChecked()
+        if self.effort is not None:
+            options["reasoning_effort"] = self.effort.currentText()
+        return options

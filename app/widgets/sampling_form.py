@@ -1,9 +1,13 @@
 """Fields for the generation settings; used by the Settings dialog (defaults) and per conversation."""
 from __future__ import annotations
 
-from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QSpinBox, QWidget
+from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QFormLayout, QSpinBox, QWidget
 
 from app.settings import Sampling
+
+# engine.context_fit's policies, as the user reads them
+OVERFLOW_LABELS = {"stop": "Stop and say so", "drop_oldest": "Drop the oldest turns, keep the system prompt",
+                   "rolling": "Rolling window (drop the oldest messages)"}
 
 
 class SamplingForm(QWidget):
@@ -26,6 +30,11 @@ class SamplingForm(QWidget):
         form.addRow("Max tokens", self.max_tokens)
         form.addRow("Context length", self.context_length)
         form.addRow("Seed", self.seed)
+        self.context_overflow = QComboBox()
+        for key, label in OVERFLOW_LABELS.items():
+            self.context_overflow.addItem(label, key)
+        self.context_overflow.setToolTip("What happens when the conversation no longer fits the context")
+        form.addRow("When the chat is too long", self.context_overflow)
         self.set_value(value)
 
     def set_value(self, v: Sampling) -> None:
@@ -35,11 +44,13 @@ class SamplingForm(QWidget):
         self.max_tokens.setValue(v.max_tokens)
         self.context_length.setValue(v.context_length)
         self.seed.setValue(v.seed)
+        self.context_overflow.setCurrentIndex(max(0, self.context_overflow.findData(v.context_overflow)))
 
     def value(self) -> Sampling:
         return Sampling(temperature=round(self.temperature.value(), 4), top_p=round(self.top_p.value(), 4),
                         top_k=self.top_k.value(), max_tokens=self.max_tokens.value(),
-                        context_length=self.context_length.value(), seed=self.seed.value())
+                        context_length=self.context_length.value(), seed=self.seed.value(),
+                        context_overflow=self.context_overflow.currentData())
 
 
 def _double(lo: float, hi: float, step: float, decimals: int) -> QDoubleSpinBox:

@@ -16,10 +16,12 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QVBoxLayout,
+    QWidget,
 )
 
 from app.settings import BACKENDS, THEMES, AppSettings
 from app.widgets.sampling_form import SamplingForm
+from app.window_layout import make_scrollable
 from engine.paths import models_dir
 
 BACKEND_LABELS = {"auto": "Automatic (best available)", "hip": "AMD GPU (HIP)", "cuda": "NVIDIA GPU (CUDA)",
@@ -35,7 +37,8 @@ class SettingsDialog(QDialog):
         self.settings = settings
         self.setWindowTitle("Settings")
         self.setMinimumWidth(520)
-        col = QVBoxLayout(self)
+        content = QWidget()
+        col = QVBoxLayout(content)
 
         engine = QGroupBox("Engine")
         ef = QFormLayout(engine)
@@ -88,7 +91,8 @@ class SettingsDialog(QDialog):
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
-        col.addWidget(buttons)
+        buttons.setContentsMargins(12, 0, 12, 0)
+        self.scroll = make_scrollable(self, content, buttons)     # all of it reachable on a 1366x768 screen
 
     def add_folder(self, folder: str) -> None:
         if folder and not self.folders.findItems(folder, Qt.MatchFlag.MatchExactly):

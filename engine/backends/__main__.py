@@ -16,6 +16,8 @@ def report(self_test: bool = True, as_json: bool = False) -> tuple[str, int]:
     else:
         lines = [r.summary_line() for r in results]
         for r in results:
+            if r.kernels:
+                lines.append(f"  {r.backend}: {r.kernels}")
             if r.available and r.capabilities:
                 c = r.capabilities
                 lines.append(f"  {r.backend}: unified_memory={c.unified_memory.value} ({c.unified_memory.reason})")

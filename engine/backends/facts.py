@@ -100,6 +100,7 @@ class ProbeResult(Record):
     capabilities: Capabilities | None = None
     self_test: SelfTestResult | None = None
     seconds: float = 0.0
+    kernels: str = ""                 # kernel_plan's line: prebuilt / compiled at run time / none and why
 
     def summary_line(self) -> str:
         if not self.available:

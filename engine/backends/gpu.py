@@ -9,7 +9,9 @@ import numpy as np
 from ..errors import BackendError
 from . import kernels
 from .base import Backend, DeviceBuffer, Event, Kernel, MemoryInfo, PinnedHostBuffer, Stream
-from .compiler import KernelCompiler
+from .compiler import Compiled, KernelCompiler
+from .kernel_plan import prebuilt_object
+from .kernels.prebuilt import load_manifest
 from .runtime.binding import D2D, D2H, H2D, RuntimeBinding
 
 
@@ -28,6 +30,7 @@ class GpuBackend(Backend):
         binding.set_device(device)
         self.arch = binding.device_arch(device)
         self.compiler = KernelCompiler(binding, self.arch)
+        self.prebuilt = load_manifest()          # None where the build step did not run (a source checkout)
         self._modules: dict[str, object] = {}
         self._kernels: dict[tuple[str, str], Kernel] = {}
         self.null_stream = Stream(self, 0)
@@ -131,12 +134,30 @@ class GpuBackend(Backend):
         key = (source_file, function)
         if key not in self._kernels:
             if source_file not in self._modules:
-                compiled = self.compiler.compile(kernels.source(source_file), source_file)
+                compiled = self._code(source_file)
                 self._modules[source_file] = (self.rt.module_load(compiled.code), compiled)
             module, compiled = self._modules[source_file]
             handle = self.rt.module_function(module, function)
             self._kernels[key] = Kernel(function, handle, compiled.seconds, compiled.from_cache)
         return self._kernels[key]
+
+    def _code(self, source_file: str) -> Compiled:
+        """The prebuilt object for this arch when there is one (kernel_plan.py), else the runtime compiler's.
+        An object older than its source is still used when no runtime compiler is there to rebuild it."""
+        obj = prebuilt_object(self.api, self.arch, source_file, self.prebuilt)
+        if obj is not None:
+            if obj.current() or not self._can_compile():
+                if not obj.current():
+                    self.advisories.append(f"{obj.path.name}: built from an older {source_file}")
+                return Compiled(obj.read(), 0.0, True, obj.path)
+        return self.compiler.compile(kernels.source(source_file), source_file)
+
+    def _can_compile(self) -> bool:
+        try:
+            self.rt.rtc_version()
+            return True
+        except Exception:
+            return False
 
     def launch(self, kernel, grid, block, args, stream, shared_bytes=0) -> None:
         grid, block = _dim3(grid), _dim3(block)

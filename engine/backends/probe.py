@@ -10,7 +10,7 @@ import sys
 import time
 
 from ..errors import BackendUnavailableError
-from . import policy
+from . import kernel_plan, policy
 from .base import Backend
 from .facts import DeviceFacts, ProbeResult
 from .registry import BACKENDS, make_binding
@@ -44,7 +44,7 @@ def probe(name: str, device: int = 0, host_read_checks: bool = True, self_test: 
             finally:
                 backend.close()
     except BackendUnavailableError as e:
-        result = ProbeResult(name, False, getattr(e, "reason", None) or str(e))
+        result = ProbeResult(name, False, getattr(e, "reason", None) or str(e), kernels=getattr(e, "kernels", ""))
     except Exception as e:     # the probe reports; a diagnostics page must never crash
         result = ProbeResult(name, False, f"{type(e).__name__}: {e}")
     result.seconds = round(time.perf_counter() - start, 4)
@@ -65,7 +65,8 @@ def _probe_cpu(name: str) -> ProbeResult:
                         device_host_read="not run: host memory", managed_host_read="not run: host memory")
     info = CpuBackend().memory_info()
     facts.total_memory, facts.free_memory = info.total, info.free
-    return ProbeResult(name, True, "numpy on the host CPU", facts, policy.derive(facts))
+    return ProbeResult(name, True, "numpy on the host CPU", facts, policy.derive(facts),
+                       kernels=kernel_plan.plan("cpu", None, None, None).line)
 
 
 def _probe_gpu(name: str, device: int, host_read_checks: bool) -> ProbeResult:
@@ -80,10 +81,19 @@ def _probe_gpu(name: str, device: int, host_read_checks: bool) -> ProbeResult:
         facts.driver_version = str(rt.driver_version())
     except Exception as e:
         facts.errors.append(f"versions: {e}")
+    from .kernels.prebuilt import load_manifest
+    manifest = load_manifest()
+    try:
+        rtc_version, rtc_error = rt.rtc_version(), ""
+        facts.rtc_library_path = f"{rtc_version} at {rt.rtc_library_path}"
+    except Exception as e:
+        rtc_version, rtc_error = None, str(e)
+        facts.rtc_library_path = f"unavailable: {e}"
     try:
         count = rt.device_count()               # no device / driver too old: the runtime's own name and text
     except BackendUnavailableError as e:
         e.reason = f"{getattr(e, 'reason', None) or e} (runtime: {rt.library_path})"
+        e.kernels = kernel_plan.plan(rt.api, None, manifest, rtc_version, rtc_error).line   # what it would load
         raise
     if count <= device:
         return ProbeResult(name, False, f"{count} devices; device {device} not present", facts)
@@ -98,10 +108,6 @@ def _probe_gpu(name: str, device: int, host_read_checks: bool) -> ProbeResult:
         facts.free_memory, facts.total_memory = rt.mem_info()
     except Exception as e:
         facts.errors.append(f"memory info: {e}")
-    try:
-        facts.rtc_library_path = f"{rt.rtc_version()} at {rt.rtc_library_path}"
-    except Exception as e:
-        facts.rtc_library_path = f"unavailable: {e}"
     if not host_read_checks:
         facts.device_host_read = facts.managed_host_read = "not run: disabled by the caller"
     elif not policy.derive(facts).unified_memory.value:
@@ -112,7 +118,8 @@ def _probe_gpu(name: str, device: int, host_read_checks: bool) -> ProbeResult:
         facts.managed_host_read = run_in_child(name, "managed")
     caps = policy.derive(facts)
     reason = f"{facts.name} ({facts.arch}), {rt.api} runtime {facts.runtime_version}, {rt.library_path}"
-    return ProbeResult(name, True, reason, facts, caps)
+    kernels = kernel_plan.plan(rt.api, facts.arch or None, manifest, rtc_version, rtc_error).line
+    return ProbeResult(name, True, reason, facts, caps, kernels=kernels)
 
 
 def _read(facts: DeviceFacts, field: str, read) -> None:

@@ -28,6 +28,8 @@ class EngineCore:
         self.depth = 2 if scheduler.config.async_scheduling else 1
         self.in_flight: deque[PendingStep] = deque()    # launched steps, oldest first
         self.generations: dict[str, Generation] = {}    # unfinished requests by id
+        self._prefill_chunks: dict[int, list[tuple[str, int]]] = {}   # step id -> (request, tokens cached
+                                                                       # after it) for chunks that do not sample
 
     @property
     def async_scheduling(self) -> bool:
@@ -63,6 +65,9 @@ class EngineCore:
             plan = self.scheduler.schedule()
             if not plan.is_empty:
                 self.in_flight.append(self.runner.execute(plan))      # non-blocking
+                chunks = [(s.request_id, s.seq_len) for s in plan.seqs if not s.samples]
+                if chunks:
+                    self._prefill_chunks[plan.step_id] = chunks
                 launched = True
         if self.in_flight and (not launched or len(self.in_flight) >= self.depth):
             self._process(self.in_flight.popleft())
@@ -80,11 +85,16 @@ class EngineCore:
 
     # ---- the host side of one step ----------------------------------------------------------------
     def _process(self, pending: PendingStep) -> None:
+        chunks = self._prefill_chunks.pop(pending.step_id, ())
         try:
             output = pending.get_output()             # blocks on this step's ready event only
         except Exception as e:                        # noqa: BLE001 - the step's requests fail, not the engine
             self._fail(pending.step_id, e)
             return
+        for request_id, cached in chunks:
+            generation = self.generations.get(request_id)
+            if generation is not None:
+                generation.on_prompt_progress(cached)
         for update in self.scheduler.update_from_output(output):
             generation = self.generations.get(update.request_id)
             if generation is None:

@@ -122,6 +122,11 @@ class ModelRunner:
         self.fault_injector: Callable[[SchedulerOutput], None] | None = None
         self.unsafe_host_readback = os.environ.get(UNSAFE_READBACK_ENV) == "1"
 
+    @property
+    def kv_cache_bytes(self) -> int:
+        """Bytes the executor's KV cache (and recurrent state) really holds: what memory estimates must match."""
+        return int(self.executor.kv.nbytes)
+
     def execute(self, plan: SchedulerOutput) -> PendingStep:
         """Launch `plan` (non-blocking). A launch error comes back inside the PendingStep, never raised."""
         try:

@@ -7,9 +7,9 @@
         Meta(gguf.metadata).get_int("llama.context_length", REQUIRED, lo=16)   # typed, range-checked reads
 """
 from engine.gguf.dequant import dequantize
-from engine.gguf.file import GGUFFile, open_gguf
+from engine.gguf.file import GGUFFile, GGUFHeader, open_gguf, parse_header
 from engine.gguf.meta import REQUIRED, Meta
 from engine.gguf.tensors import TensorInfo
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType, GGUFValueType
 
-__all__ = ["open_gguf", "GGUFFile", "TensorInfo", "GGMLType", "GGUFValueType", "dequantize", "BLOCK_LAYOUT", "Meta", "REQUIRED"]
+__all__ = ["open_gguf", "parse_header", "GGUFHeader", "GGUFFile", "TensorInfo", "GGMLType", "GGUFValueType", "dequantize", "BLOCK_LAYOUT", "Meta", "REQUIRED"]

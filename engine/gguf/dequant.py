@@ -64,6 +64,22 @@ def _q8_0(b: np.ndarray, out: np.ndarray) -> None:
     np.multiply(b[:, 2:34].view(np.int8), _f16(b[:, 0:2]), out=out)
 
 
+# MXFP4 (gpt-oss experts): 32 e2m1 values of 4 bits and one shared e8m0 exponent byte per block. ggml keeps
+# the e2m1 values doubled (so they are integers) and halves the scale instead: scale = 2^(e - 128), whose f32
+# bits are (e - 1) << 23, or the subnormal 0x00200000 << e for e < 2.
+_E2M1_DOUBLED = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)
+
+
+def _e8m0_half(e: np.ndarray) -> np.ndarray:
+    """(n, 1) uint8 exponents -> (n, 1) float32 scales 2^(e - 128)."""
+    e = e.astype(np.uint32)
+    return np.where(e < 2, np.uint32(0x00200000) << e, (e - 1) << np.uint32(23)).astype(np.uint32).view(np.float32)
+
+
+def _mxfp4(b: np.ndarray, out: np.ndarray) -> None:
+    np.multiply(_e8m0_half(b[:, 0:1]), _E2M1_DOUBLED[_nibbles(b[:, 1:17])], out=out)
+
+
 def _f32(b: np.ndarray, out: np.ndarray) -> None:
     out[...] = b.view("<f4")
 
@@ -86,6 +102,7 @@ DECODERS: dict[GGMLType, Callable[[np.ndarray, np.ndarray], None]] = {
     GGMLType.Q5_0: _q5_0,
     GGMLType.Q5_1: _q5_1,
     GGMLType.Q8_0: _q8_0,
+    GGMLType.MXFP4: _mxfp4,
     **KQUANT_DECODERS,
 }
 

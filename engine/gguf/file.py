@@ -11,6 +11,7 @@ import mmap
 import os
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -94,10 +95,39 @@ def open_gguf(path: str | os.PathLike) -> GGUFFile:
 
 
 def _parse(path: Path, mapped: mmap.mmap, file_size: int) -> GGUFFile:
-    cur = Cursor(mapped, file_size)
+    head = _read_header(Cursor(mapped, file_size), file_size)
+    data = np.frombuffer(mapped, dtype=np.uint8)    # read-only: the map is ACCESS_READ
+    return GGUFFile(path, head.version, head.alignment, head.data_offset, file_size, dict(head.metadata),
+                    dict(head.tensors), data)
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """Everything before the tensor data: what a remote file's first bytes tell (engine.hub reads them)."""
+
+    version: int
+    alignment: int
+    data_offset: int
+    file_size: int
+    metadata: Mapping[str, Any]
+    tensors: Mapping[str, TensorInfo]
+
+
+def parse_header(prefix: bytes, file_size: int) -> GGUFHeader:
+    """Validate a GGUF header from the file's first bytes `prefix`, the whole file being `file_size` bytes.
+
+    Same checks as `open_gguf` (tensor data placed against `file_size`). A prefix too short for the header
+    raises InvalidModelError like a truncated file: the caller reads more and tries again."""
+    if file_size < _HEADER_BYTES:
+        raise InvalidModelError(f"file is {file_size} bytes, too short for a GGUF header", field="header", offset=0)
+    return _read_header(Cursor(prefix, min(len(prefix), file_size)), file_size)
+
+
+def _read_header(cur: Cursor, file_size: int) -> GGUFHeader:
     magic = cur.take(4, "magic")
     if magic != GGUF_MAGIC:
-        raise InvalidModelError(f"not a GGUF file (magic {magic!r})", field="magic", offset=0)
+        raise InvalidModelError(f"this file is not a GGUF model (it begins with {magic!r}, a GGUF model with b'GGUF')",
+                                field="magic", offset=0)
     version = cur.u32("version")
     if version not in SUPPORTED_VERSIONS:
         swapped = struct.unpack("<I", struct.pack(">I", version))[0]
@@ -114,8 +144,8 @@ def _parse(path: Path, mapped: mmap.mmap, file_size: int) -> GGUFFile:
         raise InvalidModelError("the file ends before the tensor data starts", field="data", offset=cur.pos)
     tensors = place_tensors(raw_infos, data_offset, alignment, file_size)
     check_consistency(metadata, tensors)
-    data = np.frombuffer(mapped, dtype=np.uint8)    # read-only: the map is ACCESS_READ
-    return GGUFFile(path, version, alignment, data_offset, file_size, metadata, tensors, data)
+    return GGUFHeader(version, alignment, data_offset, file_size, MappingProxyType(metadata),
+                      MappingProxyType(tensors))
 
 
 def _alignment(metadata: dict) -> int:
@@ -127,4 +157,4 @@ def _alignment(metadata: dict) -> int:
     return value
 
 
-__all__ = ["GGUFFile", "open_gguf", "GGUFValueType"]
+__all__ = ["GGUFFile", "GGUFHeader", "open_gguf", "parse_header", "GGUFValueType"]

@@ -21,9 +21,14 @@ from engine.model.arch import BLOCK_SIZE
 from engine.model.step import StepInput
 
 # llama.cpp on an H200, same shapes (../shared/reference/README.md): (prefill pp128, decode tg64) tok/s
-LLAMA_CPP_H200 = {"smollm2": (16754, 921), "gemma": (24339, 975), "qwen3-4b": (7439, 338)}
+LLAMA_CPP_H200 = {"smollm2": (16754, 921), "gemma": (24339, 975), "qwen3-4b": (7439, 338),
+                  "qwen3moe-30b": (4334, 299)}
 LAYER_ROLES = ("qkv matmul", "rope+kv write", "attention", "wo matmul", "add+norm", "gate/up glu",
                "down matmul", "add+norm")
+MOE_LAYER_ROLES = ("qkv matmul", "rope+kv write", "attention", "wo matmul", "add+norm", "router matmul",
+                   "moe top-k", "moe gate/up", "moe down", "add+norm")        # engine.gpu.moe, decode
+MOE_PREFILL_ROLES = ("qkv matmul", "rope+kv write", "attention", "wo matmul", "add+norm", "router matmul",
+                     "moe top-k", "moe sort", "moe gate/up", "moe down", "moe combine", "add+norm")
 
 
 def reference_for(path: Path) -> tuple[int, int] | None:
@@ -62,22 +67,23 @@ def copy_bandwidth(backend, nbytes: int = 1 << 30, repeat: int = 5) -> float:
         backend.destroy_stream(s)
 
 
-def _roles(times: list[float], names: list[str], n_layers: int) -> dict[str, float]:
-    """Sum kernel times by role. The i-th main launch has a fixed role (8 per layer between the embedding and
-    the LM head + sampler); a split-K sum belongs to the matmul just before it."""
+def _roles(times: list[float], names: list[str], n_layers: int, layer_roles=LAYER_ROLES) -> dict[str, float]:
+    """Sum kernel times by role. The i-th main launch has a fixed role (len(layer_roles) per layer between the
+    embedding and the LM head + sampler); a split-K sum belongs to the matmul just before it."""
     roles: dict[str, float] = {}
     i, role = -1, ""
+    per = len(layer_roles)
     for us, name in zip(times, names, strict=True):
         if name != "halo_splitk_sum":
             i += 1
             if i == 0:
                 role = "embedding+norm"
-            elif i > 8 * n_layers:
-                role = "lm head" if i == 8 * n_layers + 1 else "sampler"
+            elif i > per * n_layers:
+                role = "lm head" if i == per * n_layers + 1 else "sampler"
             else:
-                role = LAYER_ROLES[(i - 1) % len(LAYER_ROLES)]
+                role = layer_roles[(i - 1) % per]
         roles[role] = roles.get(role, 0.0) + us
-    assert i >= 8 * n_layers + 1
+    assert i >= per * n_layers + 1
     return roles
 
 
@@ -135,7 +141,8 @@ def kernel_breakdown(gm: GpuModel, kv, T: int = 1, graph: bool = True) -> tuple[
             finally:
                 backend.free(a)
                 backend.free(b)
-        return _roles(times, names, gm.config.n_layers), how
+        layer_roles = LAYER_ROLES if gm.config.ffn_kind != "moe" else MOE_LAYER_ROLES if T == 1 else MOE_PREFILL_ROLES
+        return _roles(times, names, gm.config.n_layers, layer_roles), how
     except Exception as e:  # noqa: BLE001 - no breakdown at all
         return None, f"failed: {type(e).__name__}: {str(e)[:120]}"
     finally:

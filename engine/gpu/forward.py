@@ -17,6 +17,7 @@ import numpy as np
 from engine.api import TOP_LOGITS_MAX
 from engine.backends.async_output import AsyncOutput, ReadbackPool
 from engine.backends.base import Backend, DeviceBuffer, PinnedHostBuffer
+from engine.gpu.moe import MoeScratch, enqueue_moe_ffn
 from engine.gpu.stepmeta import MetaLayout, SamplingRow
 from engine.gpu.weights import DeviceMatrix, DeviceWeights
 from engine.model.config import ModelConfig
@@ -170,6 +171,8 @@ class GpuForward:
         self.partial = backend.alloc(max(self.partial_cap, 1), np.float32)
         self.scratch = [self.x, self.h, self.o, self.qkv, self.attn, self.act, self.logits, self.sampled,
                         self.partial, self.seen, self.top_ids, self.top_vals]
+        self.moe = MoeScratch(backend, c, T) if c.ffn_kind == "moe" else None
+        self.scratch += self.moe.buffers if self.moe else []
         self._k: dict[str, object] = {}
         self.launches = 0                 # kernels launched by the last enqueue_body
         self._logits_host: PinnedHostBuffer | None = None
@@ -191,6 +194,10 @@ class GpuForward:
         for name in ("halo_rope_kv", "halo_attention", "halo_add_norm"):
             self.kern("halo_layer.cu", name)
         self.kern("halo_sample.cu", "halo_sample")
+        if self.moe:
+            for name in ("halo_moe_route", "halo_moe_glu", "halo_moe_down", "halo_moe_sort", "halo_moe_glu_grouped",
+                         "halo_moe_down_grouped", "halo_moe_combine"):
+                self.kern("halo_quant.cu", name)
 
     def _launch(self, file, name, grid, block, args, shared=0):
         self.backend.launch(self.kern(file, name), grid, block, args, self.stream, shared)
@@ -287,8 +294,11 @@ class GpuForward:
                          shared=4 * ATTN_WARPS * (D + 2))
             self._matmul([L.wo], self.attn, T, self.o, E)
             self._add_norm(T, self.o, L.post_attn_norm, L.ffn_norm)
-            self._glu(L.w_gate, L.w_up, self.h, T, self.act)
-            self._matmul([L.w_down], self.act, T, self.o, E)
+            if L.moe is not None:
+                enqueue_moe_ffn(self, L.moe, self.moe, T, self.h, self.o)
+            else:
+                self._glu(L.w_gate, L.w_up, self.h, T, self.act)
+                self._matmul([L.w_down], self.act, T, self.o, E)
             nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.output_norm
             self._add_norm(T, self.o, L.post_ffn_norm, nxt)
         self._matmul([w.output], self.h, n_out, self.logits, c.vocab_size, xrow=kv.logits_idx)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from engine.backends.async_output import AsyncOutput, ReadbackPool
 from engine.backends.base import Backend
+from engine.errors import BackendError
 from engine.gpu.forward import GpuForward, GpuKVCache
 from engine.gpu.preflight import MemoryPlan, check_fits, kv_bytes, plan_memory
 from engine.gpu.stepmeta import SamplingRow
@@ -19,6 +20,7 @@ from engine.gpu.weights import upload_weights
 from engine.model.arch import BLOCK_SIZE
 from engine.model.config import ModelConfig
 from engine.model.host_memory import plan_host_memory
+from engine.model.memory_fit import amd_dedicated_bytes
 from engine.model.step import StepInput
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,15 @@ class _Graph:
     def destroy(self) -> None:
         self.rt.graph_exec_destroy(self.exec)
         self.rt.graph_destroy(self.graph)
+
+
+def _integrated(backend: Backend) -> bool:
+    """Whether the device is an integrated GPU (its runtime's own attribute; False where it cannot say)."""
+    rt = getattr(backend, "rt", None)
+    try:
+        return bool(rt is not None and rt.device_attribute("integrated", 0))
+    except BackendError:          # the runtime could not say: no integrated-GPU words, nothing else changes
+        return False
 
 
 class GpuModel:
@@ -56,7 +67,9 @@ class GpuModel:
             mem = backend.memory_info()
             if plan.total > mem.free:     # say whether the CPU could hold it instead
                 host = plan_host_memory(config, tensors, kv_blocks, block_size, max_tokens, max_seqs)
-                check_fits(plan, mem.free, mem.total, what=Path(path).name, host_plan=host)
+                integrated = _integrated(backend)
+                check_fits(plan, mem.free, mem.total, what=Path(path).name, host_plan=host, integrated=integrated,
+                           dedicated=amd_dedicated_bytes() if integrated else None)
             stream = backend.create_stream()
             weights = upload_weights(backend, gguf, config, stream, progress)
             stream.synchronize()

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from engine.api import TOP_LOGITS_MAX
 from engine.errors import OutOfDeviceMemoryError
 from engine.gpu.forward import splitk_floats
+from engine.gpu.moe import MoeScratch
 from engine.model import arch
 from engine.model.arch import ALLOC_GRANULARITY
 from engine.model.config import ModelConfig
 from engine.model.host_memory import HostMemoryPlan, host_shortfall
+from engine.model.memory_fit import integrated_gpu_words
 
 MIB = 1 << 20
 FIXED_RESERVE = 256 * MIB        # modules, graphs, runtime heaps, the readback pool
@@ -66,7 +68,9 @@ def scratch_bytes(config: ModelConfig, max_tokens: int, max_seqs: int, max_block
     meta = 4 * (4 * max_tokens + 10 * max_seqs + max_seqs * max_blocks_per_seq)
     partial = 4 * splitk_floats(c, max_tokens)
     sampler = 4 * max_seqs * (-(-c.vocab_size // 32) + 2 * TOP_LOGITS_MAX)       # penalty bitmaps, top pairs
-    return _round(per_token * max_tokens) + _round(logits) + _round(partial) + _round(sampler) + 2 * _round(meta)
+    moe = _round(MoeScratch.nbytes(c, max_tokens))
+    return (_round(per_token * max_tokens) + _round(logits) + _round(partial) + _round(sampler) + 2 * _round(meta)
+            + moe)
 
 
 def plan_memory(config: ModelConfig, tensors, num_blocks: int, block_size: int, max_tokens: int,
@@ -79,13 +83,17 @@ def plan_memory(config: ModelConfig, tensors, num_blocks: int, block_size: int, 
 
 
 def check_fits(plan: MemoryPlan, free: int, total: int, what: str = "the model",
-               host_plan: HostMemoryPlan | None = None) -> None:
+               host_plan: HostMemoryPlan | None = None, integrated: bool = False,
+               dedicated: int | None = None) -> None:
     """Raise OutOfDeviceMemoryError with the numbers when `plan` needs more than `free` bytes. With the
     CPU path's `host_plan` the advice says whether the CPU can hold the model instead (`err.cpu_fits`);
-    without it the CPU is not suggested."""
+    without it the CPU is not suggested. An `integrated` GPU's refusal also says how its memory is split
+    between the firmware's `dedicated` part and borrowed system memory (engine.model.memory_fit)."""
     if plan.total <= free:
         return
     advice, cpu_fits = "use a smaller context or quantization", None
+    if integrated:
+        advice = integrated_gpu_words(total, dedicated) + " Or " + advice
     if host_plan is not None:
         short = host_shortfall(host_plan)
         cpu_fits = short is None

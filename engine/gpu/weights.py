@@ -15,6 +15,7 @@ import numpy as np
 from engine.backends.base import Backend, DeviceBuffer, Stream
 from engine.errors import InvalidModelError, UnsupportedModelError
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
+from engine.gpu.moe import DeviceExperts, DeviceMoe, decode_bytes, gpu_moe_refusal
 from engine.model.arch import TensorSpec, global_tensor_specs, layer_tensor_specs, rope_inv_freq
 from engine.model.config import ModelConfig
 from engine.model.weights import checked_tensor
@@ -50,10 +51,11 @@ class DeviceLayer:
     wo: DeviceMatrix
     post_attn_norm: DeviceBuffer | None
     ffn_norm: DeviceBuffer
-    w_gate: DeviceMatrix
-    w_up: DeviceMatrix
-    w_down: DeviceMatrix
+    w_gate: DeviceMatrix | None          # None: a mixture-of-experts FFN (moe)
+    w_up: DeviceMatrix | None
+    w_down: DeviceMatrix | None
     post_ffn_norm: DeviceBuffer | None
+    moe: DeviceMoe | None = None         # engine.gpu.moe
 
 
 @dataclass
@@ -79,16 +81,20 @@ class _Uploader:
         self.backend, self.gguf, self.config, self.stream, self.progress = backend, gguf, config, stream, progress
         self.buffers: list[DeviceBuffer] = []
         self.nbytes = 0
-        self.done = 0
+        # progress in bytes of the file: a 17 GB MoE model's experts are a few huge tensors
+        self.file_bytes = max(1, sum(t.nbytes for t in gguf.tensors.values()))
 
     def _alloc_copy(self, host: np.ndarray, shape, dtype) -> DeviceBuffer:
+        """Copies straight from the file's read-only map (pageable host memory: the runtime stages it through
+        its own bounded pinned buffers), so no host copy of the model is ever made."""
         buf = self.backend.alloc(shape, dtype)
         self.buffers.append(buf)
         self.backend.copy_h2d_async(buf, host, self.stream)
         self.nbytes += host.nbytes
-        self.done += 1
         if self.progress is not None:
-            self.progress(self.done / len(self.gguf.tensors), "uploading weights")
+            done = min(self.nbytes, self.file_bytes)
+            self.progress(done / self.file_bytes, f"uploading weights: {done / 2**30:.2f} of "
+                                                  f"{self.file_bytes / 2**30:.2f} GiB")
         return buf
 
     def info(self, name: str, shape: tuple[int, ...]):
@@ -115,12 +121,23 @@ class _Uploader:
     def optional_vector(self, name: str, n: int) -> DeviceBuffer | None:
         return self.vector(name, n) if name in self.gguf.tensors else None
 
+    def experts(self, spec: TensorSpec) -> DeviceExperts:
+        n, rows, cols = spec.shape
+        info = self.info(spec.name, spec.shape)
+        if info.ggml_type not in KERNEL_TYPES:
+            raise UnsupportedModelError(f"tensor {spec.name} is {GGMLType(info.ggml_type).name}, which the GPU "
+                                        f"kernels do not decode")
+        raw = self.gguf.raw(spec.name)
+        return DeviceExperts(self._alloc_copy(raw, raw.shape, np.uint8), int(info.ggml_type), n, rows, cols)
+
     def spec(self, spec: TensorSpec):
         """The DeviceMatrix / float32 DeviceBuffer `spec` names; None when optional and absent. The rope
         factors are folded into the rope table instead (rope_tables); q/k/v biases stay on the host here
         (float32 arrays) because the kernels take them as one concatenated buffer."""
         if spec.role == "rope_freqs" or (not spec.required and spec.name not in self.gguf.tensors):
             return None
+        if spec.experts:
+            return self.experts(spec)
         if spec.role in _BIAS_ROLES:
             self.info(spec.name, spec.shape)
             return np.asarray(self.gguf.dequantize(spec.name), np.float32)
@@ -142,10 +159,11 @@ def _layer(up: _Uploader, t: dict) -> DeviceLayer:
         if not np.isfinite(host).all():
             raise InvalidModelError("a q/k/v bias holds NaN or infinite values", field="attn_q.bias")
         bias = up._alloc_copy(host, host.shape, np.float32)
+    moe = DeviceMoe(t["router"], t["exp_gate"], t["exp_up"], t["exp_down"]) if "router" in t else None
     return DeviceLayer(attn_norm=t["attn_norm"], wq=t["wq"], wk=t["wk"], wv=t["wv"], bqkv=bias,
                        q_norm=t.get("q_norm"), k_norm=t.get("k_norm"), wo=t["wo"],
-                       post_attn_norm=t.get("post_attn_norm"), ffn_norm=t["ffn_norm"], w_gate=t["w_gate"],
-                       w_up=t["w_up"], w_down=t["w_down"], post_ffn_norm=t.get("post_ffn_norm"))
+                       post_attn_norm=t.get("post_attn_norm"), ffn_norm=t["ffn_norm"], w_gate=t.get("w_gate"),
+                       w_up=t.get("w_up"), w_down=t.get("w_down"), post_ffn_norm=t.get("post_ffn_norm"), moe=moe)
 
 
 def rope_tables(config: ModelConfig, freq_factors: np.ndarray | None = None) -> np.ndarray:
@@ -153,13 +171,35 @@ def rope_tables(config: ModelConfig, freq_factors: np.ndarray | None = None) -> 
     return rope_inv_freq(config, freq_factors)
 
 
+def gpu_refusal(c: ModelConfig) -> str | None:
+    """Why the GPU path cannot run this model (None: it can). Asked by the uploader and by `inspect`."""
+    if c.has_recurrent_state or c.attn_output_gate:
+        return (f"{c.arch}: the GPU path has no kernels for Gated DeltaNet layers or the attention output gate "
+                f"yet; this model runs on the CPU")
+    if c.rope_yarn_factor and c.ffn_kind != "moe":
+        return f"{c.arch}: the GPU path has no YaRN rope scaling yet; this model runs on the CPU"
+    return gpu_moe_refusal(c)
+
+
+def gpu_unsupported_reason(config: ModelConfig, tensors=()) -> str | None:
+    """`gpu_refusal`, or a matrix type among `tensors` (GGUF TensorInfos) that the kernels do not decode.
+    Asked from a header alone (engine.hub's fit verdict), before any download."""
+    if (refusal := gpu_refusal(config)) is not None:
+        return refusal
+    for t in tensors:
+        if len(t.shape) == 2 and t.ggml_type not in KERNEL_TYPES:
+            return (f"tensor {t.name} is {GGMLType(t.ggml_type).name}, which the GPU kernels do not decode "
+                    f"(they do: {', '.join(sorted(k.name for k in KERNEL_TYPES))}); this model runs on the CPU")
+    return None
+
+
 def upload_weights(backend: Backend, gguf, config: ModelConfig, stream: Stream, progress=None) -> DeviceWeights:
     """Upload every tensor `config` needs; raises InvalidModelError / UnsupportedModelError naming the tensor.
     Returns once the copies are queued on `stream` (the caller synchronizes before the first step)."""
     c = config
-    if c.has_recurrent_state or c.attn_output_gate:
-        raise UnsupportedModelError(f"{c.arch}: the GPU path has no kernels for Gated DeltaNet layers or the "
-                                    f"attention output gate yet; this model runs on the CPU")
+    refusal = gpu_refusal(c)
+    if refusal:
+        raise UnsupportedModelError(refusal)
     up = _Uploader(backend, gguf, c, stream, progress)
     try:
         g = {spec.role: up.spec(spec) for spec in global_tensor_specs(c)}
@@ -182,6 +222,7 @@ def upload_weights(backend: Backend, gguf, config: ModelConfig, stream: Stream, 
         for b in up.buffers:
             backend.free(b)
         raise
-    per_layer = [m for L in layers for m in (L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down)]
+    per_layer = [m for L in layers for m in (L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down) if m is not None]
     matrix_bytes = sum(m.rows * m.row_bytes for m in per_layer) + output.rows * output.row_bytes
+    matrix_bytes += sum(decode_bytes(L.moe, c.n_expert_used) for L in layers if L.moe is not None)
     return DeviceWeights(embd, layers, output_norm, output, rope, up.buffers, up.nbytes, matrix_bytes)

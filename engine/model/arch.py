@@ -3,8 +3,8 @@
 Everything that the CPU loader/forward, the GPU uploader/forward, the memory pre-flight, the KV manager and
 the app's library estimate must agree on is written here once and asked for:
 - `ARCHITECTURES`: what differs between architectures, as data (the forward passes never test `arch`);
-- `layer_tensor_specs(config, layer)`: the GGUF tensors of a layer, by its kind, with the shapes the
-  hyperparameters imply (both loaders iterate these);
+- `layer_tensor_specs(config, layer)`: the GGUF tensors of a layer, by its mixer kind and its FFN kind
+  (dense or mixture-of-experts), with the shapes the hyperparameters imply (both loaders iterate these);
 - `rope_inv_freq(config, freq_factors)`: the rotary inverse frequencies of every layer (both paths);
 - `kv_bytes_per_token`, `recurrent_state_bytes`, `weight_bytes`, `memory_estimate`: the memory formulas;
 - `BLOCK_SIZE`: the paged KV cache's block size.
@@ -24,6 +24,8 @@ BLOCK_SIZE = 16          # tokens per paged-KV block, everywhere (scheduler, cac
 RopeStyle = Literal["normal", "neox"]   # normal: rotate adjacent pairs (2i, 2i+1); neox: halves (i, i+d/2)
 Activation = Literal["silu", "gelu_tanh"]
 LayerKind = Literal["attention", "linear_attention"]   # softmax attention over the paged KV cache | recurrent
+FfnKind = Literal["dense", "moe"]      # one SwiGLU MLP | a router choosing k of n expert MLPs per token
+ExpertActivation = Literal["swiglu", "swiglu_oai"]   # silu(gate) * up | gpt-oss's clamped variant (see moe.py)
 Backend = Literal["cpu", "gpu"]
 
 
@@ -35,22 +37,36 @@ class ArchTraits:
     qk_norm: bool = False               # per-head RMSNorm of q and k before rope
     post_norms: bool = False            # RMSNorm on the attention and FFN outputs before the residual (gemma3)
     embed_scale_sqrt: bool = False      # token embedding times sqrt(n_embd) (gemma)
-    global_every: int = 0               # with a sliding window: every n-th layer is global (gemma3: 6)
+    global_every: int = 0               # with a sliding window: every n-th layer is global (gemma3: 6, gpt-oss: 2)
+    sliding_rope_base: float = 0.0      # sliding layers' own rope base, unscaled (gemma3: 10000); 0: as global
     output_gate: bool = False           # attn_q holds [q_h, gate_h] per head; out = attn * sigmoid(gate) (qwen35)
     hybrid: bool = False                # Gated-DeltaNet linear-attention layers, full attention every n-th (qwen35)
     ffn_norm_name: str = "ffn_norm"     # the pre-FFN norm's GGUF name (qwen35: post_attention_norm)
+    moe: bool = False                   # every layer's FFN is a mixture of experts (`expert_count` experts)
+    expert_activation: ExpertActivation = "swiglu"
+    moe_biases: bool = False            # router and expert projections carry biases (gpt-oss)
+    attn_out_bias: bool = False         # attn_output carries a bias (gpt-oss)
+    attn_sinks: bool = False            # a learned per-head logit joins every softmax and takes no value (gpt-oss)
+    yarn_truncate: bool = True          # YaRN's correction range rounded out to whole dims (gpt-oss: False)
 
 
 ARCHITECTURES: dict[str, ArchTraits] = {
     "llama": ArchTraits(rope_style="normal", activation="silu"),
     "gemma3": ArchTraits(rope_style="neox", activation="gelu_tanh", qk_norm=True, post_norms=True,
-                         embed_scale_sqrt=True, global_every=6),
+                         embed_scale_sqrt=True, global_every=6, sliding_rope_base=10000.0),
     "qwen2": ArchTraits(rope_style="neox", activation="silu", qkv_bias=True),
     "qwen3": ArchTraits(rope_style="neox", activation="silu", qk_norm=True),
     # Qwen3.5 (llama.cpp's converter: every RMSNorm weight but ssm_norm stored as 1 + w, A_log as -exp(A_log),
     # V heads reordered from grouped-by-K to tiled order; partial neox rope on rope.dimension_count dims)
     "qwen35": ArchTraits(rope_style="neox", activation="silu", qk_norm=True, output_gate=True, hybrid=True,
                          ffn_norm_name="post_attention_norm"),
+    # Qwen3-30B-A3B: qwen3 attention, every FFN sparse: softmax router, top-k, weights renormalised
+    "qwen3moe": ArchTraits(rope_style="neox", activation="silu", qk_norm=True, moe=True),
+    # gpt-oss-20b/120b: biased q/k/v/o, attention sinks, sliding window (128) on even layers, YaRN rope
+    # (not truncated, as its reference config says), top-4 experts with biases and the clamped SwiGLU
+    "gpt-oss": ArchTraits(rope_style="neox", activation="silu", qkv_bias=True, global_every=2,
+                          ffn_norm_name="post_attention_norm", moe=True, expert_activation="swiglu_oai",
+                          moe_biases=True, attn_out_bias=True, attn_sinks=True, yarn_truncate=False),
 }
 
 
@@ -61,6 +77,8 @@ class TensorSpec:
     shape: tuple[int, ...]        # numpy order: [rows, cols] for matrices (GGUF ne reversed)
     matrix: bool                  # a projection (kept quantized on the GPU) rather than a vector
     required: bool = True         # False: loaded when present, None when absent
+    experts: bool = False         # [n_expert, rows, cols] stacked experts: the CPU keeps these in the file's
+                                  # type and dequantizes only the experts a step routes to
 
     @property
     def vector(self) -> bool:
@@ -82,6 +100,10 @@ def _attention_specs(c: ModelConfig, p: str) -> list[TensorSpec]:
         specs += [TensorSpec("q_norm", p + "attn_q_norm.weight", (c.head_dim,), False),
                   TensorSpec("k_norm", p + "attn_k_norm.weight", (c.head_dim,), False)]
     specs.append(TensorSpec("wo", p + "attn_output.weight", (c.n_embd, c.q_dim), True))
+    if t.attn_out_bias:
+        specs.append(TensorSpec("bo", p + "attn_output.bias", (c.n_embd,), False))
+    if t.attn_sinks:
+        specs.append(TensorSpec("sinks", p + "attn_sinks.weight", (c.n_head,), False))
     if t.post_norms:
         specs.append(TensorSpec("post_attn_norm", p + "post_attention_norm.weight", (c.n_embd,), False))
     return specs
@@ -113,13 +135,38 @@ def _linear_attention_specs(c: ModelConfig, p: str) -> list[TensorSpec]:
             TensorSpec("wo", p + "ssm_out.weight", (c.n_embd, value_dim), True)]
 
 
+def _moe_ffn_specs(c: ModelConfig, p: str) -> list[TensorSpec]:
+    """Router [n_expert, n_embd] and the experts stacked as llama.cpp's converter writes them (per expert the
+    gate/up rows [n_ff_exp, n_embd] and down [n_embd, n_ff_exp]); gpt-oss adds biases to all four."""
+    t = ARCHITECTURES[c.arch]
+    n, e, f = c.n_expert, c.n_embd, c.n_ff_exp
+    specs = [TensorSpec("ffn_norm", p + t.ffn_norm_name + ".weight", (e,), False),
+             TensorSpec("router", p + "ffn_gate_inp.weight", (n, e), True),
+             TensorSpec("exp_gate", p + "ffn_gate_exps.weight", (n, f, e), True, experts=True),
+             TensorSpec("exp_up", p + "ffn_up_exps.weight", (n, f, e), True, experts=True),
+             TensorSpec("exp_down", p + "ffn_down_exps.weight", (n, e, f), True, experts=True)]
+    if t.moe_biases:
+        specs += [TensorSpec("router_bias", p + "ffn_gate_inp.bias", (n,), False),
+                  TensorSpec("exp_gate_bias", p + "ffn_gate_exps.bias", (n, f), False),
+                  TensorSpec("exp_up_bias", p + "ffn_up_exps.bias", (n, f), False),
+                  TensorSpec("exp_down_bias", p + "ffn_down_exps.bias", (n, e), False)]
+    return specs
+
+
 _MIXER_SPECS = {"attention": _attention_specs, "linear_attention": _linear_attention_specs}
+_FFN_SPECS = {"dense": _ffn_specs, "moe": _moe_ffn_specs}
 
 
 def layer_tensor_specs(config: ModelConfig, layer: int) -> tuple[TensorSpec, ...]:
-    """The tensors of layer `layer`: its mixer (by `config.layer_kinds[layer]`), then its FFN."""
+    """The tensors of layer `layer`: its mixer (by `config.layer_kinds[layer]`), then its FFN (by
+    `config.ffn_kind`)."""
     p = f"blk.{layer}."
-    return tuple(_MIXER_SPECS[config.layer_kinds[layer]](config, p) + _ffn_specs(config, p))
+    return tuple(_MIXER_SPECS[config.layer_kinds[layer]](config, p) + _FFN_SPECS[config.ffn_kind](config, p))
+
+
+def is_expert_tensor(name: str) -> bool:
+    """A stacked-experts matrix (`blk.N.ffn_{gate,up,down}_exps.weight`, TensorSpec.experts)."""
+    return name.endswith("_exps.weight")
 
 
 def global_tensor_specs(config: ModelConfig) -> tuple[TensorSpec, ...]:
@@ -133,15 +180,44 @@ def global_tensor_specs(config: ModelConfig) -> tuple[TensorSpec, ...]:
 # rope --------------------------------------------------------------------------------------------------
 def rope_inv_freq(config: ModelConfig, freq_factors: np.ndarray | None = None) -> np.ndarray:
     """[n_layers, rope_dim / 2] float64 inverse frequencies: freq_scale * theta^(-2i / rope_dim), divided by
-    `freq_factors` (GGUF `rope_freqs.weight`, Llama 3.1+ long-context rope) as llama.cpp does. The CPU and
-    GPU forward passes both rotate by exactly these numbers."""
+    `freq_factors` (GGUF `rope_freqs.weight`, Llama 3.1+ long-context rope) as llama.cpp does; with YaRN
+    (`config.rope_yarn_factor`) blended between interpolated and original frequencies (`_yarn`). The CPU and
+    GPU forward passes both rotate by exactly these numbers (and scale cos/sin by rope_attention_factor)."""
     half = config.rope_dim // 2
     exps = -np.arange(half, dtype=np.float64) * 2.0 / config.rope_dim
     table = np.stack([scale * theta ** exps
                       for theta, scale in zip(config.rope_theta, config.rope_freq_scale, strict=True)])
+    if config.rope_yarn_factor:
+        table = np.stack([_yarn(config, row, theta) for row, theta in zip(table, config.rope_theta, strict=True)])
     if freq_factors is not None:
         table = table / np.asarray(freq_factors, dtype=np.float64)[None, :]
     return table
+
+
+def _yarn(c: ModelConfig, inv_freq: np.ndarray, theta: float) -> np.ndarray:
+    """YaRN (arXiv 2309.00071, transformers' _compute_yarn_parameters): dims that turn fewer than beta_slow
+    times over the original context are interpolated (divided by factor), those that turn more than beta_fast
+    times keep their frequency, a linear ramp between."""
+    dim = c.rope_dim
+
+    def correction_dim(rotations: float) -> float:
+        return dim * np.log(c.rope_yarn_orig_ctx / (rotations * 2 * np.pi)) / (2 * np.log(theta))
+
+    low, high = correction_dim(c.rope_yarn_beta_fast), correction_dim(c.rope_yarn_beta_slow)
+    if ARCHITECTURES[c.arch].yarn_truncate:
+        low, high = np.floor(low), np.ceil(high)
+    low, high = max(low, 0.0), min(high, dim - 1.0)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(len(inv_freq), dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    keep = 1.0 - ramp                                     # 1: original frequency, 0: interpolated
+    return inv_freq / c.rope_yarn_factor * (1.0 - keep) + inv_freq * keep
+
+
+def rope_attention_factor(config: ModelConfig) -> float:
+    """What cos and sin are multiplied by: YaRN's 0.1 ln(factor) + 1 (so q.k grows by its square), else 1."""
+    f = config.rope_yarn_factor
+    return 0.1 * float(np.log(f)) + 1.0 if f > 1.0 else 1.0
 
 
 # memory ------------------------------------------------------------------------------------------------
@@ -188,9 +264,10 @@ def recurrent_state_bytes(config: ModelConfig) -> int:
 
 def weight_bytes(tensors, backend: Backend) -> int:
     """`tensors`: the GGUF's TensorInfos. GPU: quantized matrices upload as they are in the file, vectors as
-    float32, each allocation rounded up. CPU: everything is dequantized to float32."""
+    float32, each allocation rounded up. CPU: everything is dequantized to float32, except stacked experts,
+    which stay in the file's type (read from the memory map) and are dequantized an expert at a time."""
     if backend == "cpu":
-        return sum(t.n_elements * 4 for t in tensors)
+        return sum(t.nbytes if is_expert_tensor(t.name) else t.n_elements * 4 for t in tensors)
     total = 0
     for t in tensors:
         if len(t.shape) == 1 or any(k in t.name for k in VECTOR_NAMES):

@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.errors import InvalidModelError, UnsupportedModelError, short_repr
 from engine.gguf.meta import REQUIRED, Meta
-from engine.model.arch import ARCHITECTURES, Activation, LayerKind, RopeStyle
+from engine.model.arch import ARCHITECTURES, Activation, ExpertActivation, FfnKind, LayerKind, RopeStyle
 
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 
@@ -26,6 +26,7 @@ _MAX_HEAD_DIM = 1024
 _MAX_CONTEXT = 1 << 24
 _MAX_VOCAB = 1 << 22
 _MAX_FFN = 1 << 20
+_MAX_EXPERTS = 1 << 12
 MIN_CONTEXT = 16                         # a chat needs room for a prompt and a reply
 _MIN_NORM_EPS, _MAX_NORM_EPS = 1e-12, 1e-2
 _MIN_FREQ_BASE, _MAX_FREQ_BASE = 1.0, 1e10
@@ -65,6 +66,16 @@ class ModelConfig:
     ssm_v_heads: int = 0
     ssm_k_dim: int = 0
     ssm_v_dim: int = 0
+    # mixture of experts (qwen3moe, gpt-oss): n_expert experts of hidden size n_ff_exp, n_expert_used per token
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
+    expert_activation: ExpertActivation = "swiglu"
+    # YaRN rope scaling (gpt-oss): factor (0: none), the trained context it extends, the ramp's rotation bounds
+    rope_yarn_factor: float = 0.0
+    rope_yarn_orig_ctx: int = 0
+    rope_yarn_beta_fast: float = 32.0
+    rope_yarn_beta_slow: float = 1.0
 
     def __post_init__(self):
         if not self.layer_kinds:
@@ -87,6 +98,10 @@ class ModelConfig:
     def conv_dim(self) -> int:
         """Channels of a linear-attention layer's causal conv: q | k | v."""
         return 2 * self.ssm_k_heads * self.ssm_k_dim + self.ssm_v_heads * self.ssm_v_dim
+
+    @property
+    def ffn_kind(self) -> FfnKind:
+        return "moe" if self.n_expert else "dense"
 
     @property
     def has_recurrent_state(self) -> bool:
@@ -156,19 +171,27 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
     traits = ARCHITECTURES[arch]
     theta = r.float("rope.freq_base", 10000.0, lo=_MIN_FREQ_BASE, hi=_MAX_FREQ_BASE)
     scale = 1.0
+    yarn: dict[str, Any] = {}
     scaling_type = r.meta.get_str(f"{arch}.rope.scaling.type", "none", max_len=64)
     if scaling_type == "linear":
         scale = 1.0 / r.float("rope.scaling.factor", 1.0, lo=_MIN_ROPE_FACTOR, hi=_MAX_ROPE_FACTOR)
+    elif scaling_type == "yarn":
+        yarn = dict(rope_yarn_factor=r.float("rope.scaling.factor", lo=_MIN_ROPE_FACTOR, hi=_MAX_ROPE_FACTOR),
+                    rope_yarn_orig_ctx=r.int("rope.scaling.original_context_length", 1, _MAX_CONTEXT, per_layer=False),
+                    rope_yarn_beta_fast=r.float("rope.scaling.yarn_beta_fast", 32.0, hi=1e4),
+                    rope_yarn_beta_slow=r.float("rope.scaling.yarn_beta_slow", 1.0, hi=1e4))
     elif scaling_type != "none":
-        raise UnsupportedModelError(f"rope scaling {scaling_type!r} is not supported (only linear)")
+        raise UnsupportedModelError(f"rope scaling {scaling_type!r} is not supported (only linear and yarn)")
 
     every = traits.global_every
     sliding_window = r.int("attention.sliding_window", 0, _MAX_CONTEXT, 0) if every else 0
     # gemma3: every 6th layer (i % 6 == 5) is global, the rest attend to a sliding window (llama.cpp
-    # set_swa_pattern(6); transformers layer_types). Sliding layers use the local rope base, unscaled.
+    # set_swa_pattern(6); transformers layer_types); gpt-oss: every 2nd, so even layers slide. gemma3's
+    # sliding layers use their own rope base, unscaled; gpt-oss's rotate as the global ones.
     sliding = tuple(every > 0 and sliding_window > 0 and (i + 1) % every != 0 for i in range(n_layers))
-    rope_theta = tuple(10000.0 if s else theta for s in sliding)
-    rope_freq_scale = tuple(1.0 if s else scale for s in sliding)
+    local = traits.sliding_rope_base
+    rope_theta = tuple(local if s and local else theta for s in sliding)
+    rope_freq_scale = tuple(1.0 if s and local else scale for s in sliding)
 
     if arch == "gemma3":
         # llama.cpp: 1/sqrt(head_dim), except gemma3-27B (62 layers) which uses query_pre_attn_scalar =
@@ -181,6 +204,7 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
 
     hybrid = _hybrid_fields(r, n_layers) if traits.hybrid else {}
     layer_kinds = hybrid.pop("layer_kinds", ("attention",) * n_layers)
+    moe = _moe_fields(r) if traits.moe else {}
     return ModelConfig(
         arch=arch,
         n_layers=n_layers,
@@ -188,7 +212,7 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
         n_head=n_head,
         n_head_kv=n_head_kv,
         head_dim=head_dim,
-        n_ff=r.int("feed_forward_length", 1, _MAX_FFN),
+        n_ff=r.int("feed_forward_length", 1, _MAX_FFN, moe.get("n_ff_exp")),
         vocab_size=_vocab_size(r.meta, r),
         context_length=r.int("context_length", MIN_CONTEXT, _MAX_CONTEXT, per_layer=False),
         norm_eps=r.float("attention.layer_norm_rms_epsilon", 1e-6, lo=_MIN_NORM_EPS, hi=_MAX_NORM_EPS),
@@ -207,7 +231,17 @@ def _build(arch: str, r: _Reader) -> ModelConfig:
         layer_kinds=layer_kinds,
         attn_output_gate=traits.output_gate,
         **hybrid,
+        **moe,
+        **yarn,
     )
+
+
+def _moe_fields(r: _Reader) -> dict[str, Any]:
+    """Mixture of experts: `expert_count` experts of `expert_feed_forward_length`, `expert_used_count` per token."""
+    n_expert = r.int("expert_count", 1, _MAX_EXPERTS, per_layer=False)
+    used = r.int("expert_used_count", 1, n_expert, per_layer=False)
+    return dict(n_expert=n_expert, n_expert_used=used, n_ff_exp=r.int("expert_feed_forward_length", 1, _MAX_FFN),
+                expert_activation=ARCHITECTURES[r.arch].expert_activation)
 
 
 def _hybrid_fields(r: _Reader, n_layers: int) -> dict[str, Any]:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.model.arch import rope_inv_freq
+from engine.model.arch import rope_attention_factor, rope_inv_freq
 from engine.model.blas import default_threads, set_blas_threads
 from engine.model.config import ModelConfig
 from engine.model.delta_net import gated_delta_net
+from engine.model.moe import moe_ffn
 from engine.model.step import KVCache, StepInput
 from engine.model.weights import LayerWeights, LinearLayerWeights, Weights
 
@@ -50,10 +51,12 @@ class Rope:
         self.inv_freq = inv_freq
         self.rope_dim = config.rope_dim
         self.neox = config.rope_style == "neox"
+        self.factor = rope_attention_factor(config)            # YaRN's magnitude scale, else 1
 
     def tables(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         angles = positions.astype(np.float64)[:, None] * self.inv_freq[None, :]   # [T, rope_dim/2]
-        return np.cos(angles).astype(np.float32)[:, None, :], np.sin(angles).astype(np.float32)[:, None, :]
+        cos, sin = np.cos(angles) * self.factor, np.sin(angles) * self.factor
+        return cos.astype(np.float32)[:, None, :], sin.astype(np.float32)[:, None, :]
 
     def apply(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
         """x [T, heads, D] -> rotated copy. neox pairs (i, i + r/2); normal pairs (2i, 2i + 1)."""
@@ -126,9 +129,13 @@ class CpuModel:
             o = rms_norm(o, lw.post_attn_norm, c.norm_eps)
         x = x + o
         h = rms_norm(x, lw.ffn_norm, c.norm_eps)
-        gate_up = linear(h, lw.w_gate_up)                            # [T, 2 n_ff]
-        a = self.act(gate_up[:, : c.n_ff]) * gate_up[:, c.n_ff:]
-        d = linear(a, lw.w_down)                                     # [T, E]
+        moe = getattr(lw, "moe", None)
+        if moe is not None:
+            d = moe_ffn(h, moe, c.n_expert_used, c.expert_activation)   # [T, E]
+        else:
+            gate_up = linear(h, lw.w_gate_up)                        # [T, 2 n_ff]
+            a = self.act(gate_up[:, : c.n_ff]) * gate_up[:, c.n_ff:]
+            d = linear(a, lw.w_down)                                 # [T, E]
         if getattr(lw, "post_ffn_norm", None) is not None:
             d = rms_norm(d, lw.post_ffn_norm, c.norm_eps)
         return x + d
@@ -178,13 +185,17 @@ class CpuModel:
         v_cache = kv.v[i].reshape(-1, Hkv, D)
         k_cache[step.slot_mapping] = k
         v_cache[step.slot_mapping] = v
-        attn = self._attention(q, kv.k[i], kv.v[i], step, masks)   # [T, H D]
+        attn = self._attention(q, kv.k[i], kv.v[i], step, masks, lw.sinks)   # [T, H D]
         if gate is not None:
             attn *= 1.0 / (1.0 + np.exp(-gate))
-        return linear(attn, lw.wo)                                   # [T, E]
+        o = linear(attn, lw.wo)                                      # [T, E]
+        if lw.bo is not None:
+            o += lw.bo
+        return o
 
     def _attention(self, q: np.ndarray, k_blocks: np.ndarray, v_blocks: np.ndarray, step: StepInput,
-                   masks: list[np.ndarray]) -> np.ndarray:
+                   masks: list[np.ndarray], sinks: np.ndarray | None = None) -> np.ndarray:
+        """`sinks` [H]: per-head logits that join each softmax's denominator and attend to nothing."""
         c = self.config
         H, Hkv, G, D = c.n_head, c.n_head_kv, c.n_group, c.head_dim
         out = np.empty((len(q), H * D), dtype=np.float32)
@@ -200,9 +211,16 @@ class CpuModel:
             qg = q[t0:t1].reshape(n, Hkv, G, D).transpose(1, 2, 0, 3).reshape(Hkv, G * n, D)
             scores = (qg @ keys).reshape(Hkv, G, n, L) * np.float32(c.attn_scale)
             scores += masks[s]                                                      # [n, L] 0 / -inf
-            scores -= scores.max(axis=-1, keepdims=True)
+            top = scores.max(axis=-1, keepdims=True)
+            if sinks is not None:
+                sink = sinks.reshape(Hkv, G, 1, 1)
+                top = np.maximum(top, sink)
+            scores -= top
             np.exp(scores, out=scores)
-            scores /= scores.sum(axis=-1, keepdims=True)
+            denominator = scores.sum(axis=-1, keepdims=True)
+            if sinks is not None:
+                denominator += np.exp(sink - top)
+            scores /= denominator
             ctx = scores.reshape(Hkv, G * n, L) @ values                             # [Hkv, G n, D]
             out[t0:t1] = ctx.reshape(Hkv, G, n, D).transpose(2, 0, 1, 3).reshape(n, H * D)
         return out

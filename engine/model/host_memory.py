@@ -50,7 +50,11 @@ def plan_host_memory(config: ModelConfig, tensors, num_blocks: int, block_size: 
     per_token = 4 * (3 * c.n_embd + 2 * c.q_dim + 2 * c.kv_dim + 2 * c.n_ff)     # x, h, qkv, attn, gate/up
     scores = 4 * c.n_head * max_tokens * context                                  # [H, T, L] of one layer
     logits = 4 * max(max_seqs, max_tokens) * c.vocab_size
-    return HostMemoryPlan(arch.weight_bytes(tensors, "cpu"), kv, per_token * max_tokens + scores + logits)
+    # MoE: one expert's gate, up and down decoded to float32 at a time (engine.model.moe), plus the router's
+    # logits and the experts' hidden activations of the step
+    experts = 4 * (3 * c.n_ff_exp * c.n_embd + max_tokens * (c.n_expert + 2 * c.n_ff_exp)) if c.n_expert else 0
+    return HostMemoryPlan(arch.weight_bytes(tensors, "cpu"), kv,
+                          per_token * max_tokens + scores + logits + experts)
 
 
 def available_host_memory() -> int | None:

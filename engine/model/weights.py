@@ -6,7 +6,9 @@ Layout (all C-contiguous float32, never written after load):
   bound by (memory bandwidth);
 - q, k and v are fused into one [q_dim + 2*kv_dim, n_embd] matrix, gate and up into one [2*n_ff, n_embd]
   matrix: one BLAS call instead of three (two), and x is read once;
-- a tied output head is the same array as the token embedding (no copy).
+- a tied output head is the same array as the token embedding (no copy);
+- stacked experts (mixture-of-experts FFNs) are not dequantized: they stay views of the file's memory map in
+  its quant type (engine.model.moe.ExpertStack), decoded an expert at a time by the forward pass.
 """
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.errors import InvalidModelError
+from engine.errors import InvalidModelError, UnsupportedModelError
+from engine.gguf.dequant import DECODERS
 from engine.model.arch import TensorSpec, global_tensor_specs, layer_tensor_specs
 from engine.model.config import ModelConfig
+from engine.model.moe import ExpertStack, MoeWeights
 
 LoadCallback = Callable[[float, str], None]   # (fraction 0..1, message); may raise to cancel
 
@@ -32,9 +36,12 @@ class LayerWeights:
     wo: np.ndarray                   # [n_embd, q_dim]
     post_attn_norm: np.ndarray | None   # [n_embd] (gemma3)
     ffn_norm: np.ndarray             # [n_embd]
-    w_gate_up: np.ndarray            # [2*n_ff, n_embd]: rows 0..n_ff are the gate
-    w_down: np.ndarray               # [n_embd, n_ff]
+    w_gate_up: np.ndarray | None     # [2*n_ff, n_embd]: rows 0..n_ff are the gate (None: a MoE FFN)
+    w_down: np.ndarray | None        # [n_embd, n_ff]
     post_ffn_norm: np.ndarray | None    # [n_embd] (gemma3)
+    moe: MoeWeights | None = None    # the mixture-of-experts FFN instead of w_gate_up / w_down
+    bo: np.ndarray | None = None     # [n_embd] attn_output bias (gpt-oss)
+    sinks: np.ndarray | None = None  # [n_head] attention-sink logits (gpt-oss)
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,7 @@ class Weights:
             arrays.append(self.output)
         for layer in self.layers:
             arrays.extend(a for a in vars(layer).values() if a is not None)
-        return sum(a.nbytes for a in arrays)
+        return sum(a.nbytes for a in arrays)     # MoeWeights.nbytes counts its experts' file bytes
 
 
 def checked_tensor(gguf, name: str, shape: tuple[int, ...]):
@@ -93,8 +100,8 @@ class _Loader:
         self.gguf = gguf
         self.config = config
         self.progress = progress
-        self.done = 0
-        self.total = len(gguf.tensors)
+        self.done = 0                          # bytes of the file read so far: progress is in bytes, since a
+        self.total = max(1, sum(t.nbytes for t in gguf.tensors.values()))   # MoE's experts are a few huge tensors
 
     def has(self, name: str) -> bool:
         return name in self.gguf.tensors
@@ -106,16 +113,33 @@ class _Loader:
             array = array.copy()
         if not np.isfinite(array).all():
             raise InvalidModelError(f"tensor {name} holds NaN or infinite values", field=name)
-        self.done += 1
-        if self.progress is not None:
-            self.progress(self.done / self.total, f"loading {name}")
+        self._advance(name, "loading")
         return array
+
+    def _advance(self, name: str, verb: str) -> None:
+        self.done += self.gguf.tensors[name].nbytes
+        if self.progress is not None:
+            self.progress(min(1.0, self.done / self.total), f"{verb} {name} ({self.done / 2**30:.2f} of "
+                                                            f"{self.total / 2**30:.2f} GiB)")
 
     def optional(self, name: str, shape: tuple[int, ...]) -> np.ndarray | None:
         return self.get(name, shape) if self.has(name) else None
 
-    def spec(self, spec: TensorSpec) -> np.ndarray | None:
-        """The tensor `spec` names (float32), or None when it is optional and absent."""
+    def experts(self, spec: TensorSpec) -> ExpertStack:
+        """Stacked experts kept in the file's type: a read-only view of the map, [n_expert, bytes each]."""
+        info = checked_tensor(self.gguf, spec.name, spec.shape)
+        n, rows, cols = spec.shape
+        if info.ggml_type not in DECODERS:           # refused at load, not at the first token that uses it
+            raise UnsupportedModelError(f"tensor {spec.name} is {info.ggml_type.name}, which this engine cannot "
+                                        f"decode")
+        self._advance(spec.name, "mapping")
+        return ExpertStack(self.gguf.raw(spec.name).reshape(n, -1), info.ggml_type, rows, cols)
+
+    def spec(self, spec: TensorSpec) -> np.ndarray | ExpertStack | None:
+        """The tensor `spec` names (float32; stacked experts as they are in the file), or None when it is
+        optional and absent."""
+        if spec.experts:
+            return self.experts(spec)
         if spec.required:
             return self.get(spec.name, spec.shape)
         return self.optional(spec.name, spec.shape)
@@ -150,6 +174,7 @@ def _layer(c: ModelConfig, t: dict[str, np.ndarray | None]) -> LayerWeights:
         if t["bq"] is None or t["bk"] is None or t["bv"] is None:
             raise InvalidModelError("a layer carries some but not all of the q/k/v biases", field="attn_q.bias")
         bias = np.concatenate([t["bq"], t["bk"], t["bv"]])
+    dense = "w_gate" in t
     return LayerWeights(
         attn_norm=_readonly(t["attn_norm"]),
         wqkv=_readonly(np.concatenate([t["wq"], t["wk"], t["wv"]], axis=0)),
@@ -159,10 +184,20 @@ def _layer(c: ModelConfig, t: dict[str, np.ndarray | None]) -> LayerWeights:
         wo=_readonly(t["wo"]),
         post_attn_norm=_maybe(t.get("post_attn_norm")),
         ffn_norm=_readonly(t["ffn_norm"]),
-        w_gate_up=_readonly(np.concatenate([t["w_gate"], t["w_up"]], axis=0)),
-        w_down=_readonly(t["w_down"]),
+        w_gate_up=_readonly(np.concatenate([t["w_gate"], t["w_up"]], axis=0)) if dense else None,
+        w_down=_readonly(t["w_down"]) if dense else None,
         post_ffn_norm=_maybe(t.get("post_ffn_norm")),
+        moe=None if dense else _moe(t),
+        bo=_maybe(t.get("bo")),
+        sinks=_maybe(t.get("sinks")),
     )
+
+
+def _moe(t: dict) -> MoeWeights:
+    """The mixture-of-experts FFN from its tensors by role (engine.model.arch._moe_ffn_specs)."""
+    return MoeWeights(router=_readonly(t["router"]), gate=t["exp_gate"], up=t["exp_up"], down=t["exp_down"],
+                      router_bias=_maybe(t.get("router_bias")), gate_bias=_maybe(t.get("exp_gate_bias")),
+                      up_bias=_maybe(t.get("exp_up_bias")), down_bias=_maybe(t.get("exp_down_bias")))
 
 
 def _linear_layer(c: ModelConfig, t: dict[str, np.ndarray]) -> LinearLayerWeights:

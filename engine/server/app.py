@@ -250,7 +250,7 @@ class Reply:
         if isinstance(event, TextDelta):
             self.text.append(event.text)
             self.reasoning.append(event.reasoning)
-        else:
+        elif isinstance(event, Finished):
             self.finished = event
 
     def _finish_reason(self, tool_calls: list) -> str:
@@ -304,6 +304,8 @@ class Reply:
             if event.text and not self.parse_tools:     # with tools the answer is parsed once it is whole
                 out.append(self._chunk(delta={"content": event.text}, text=event.text))
             return out
+        if not isinstance(event, Finished):
+            return []
         if event.reason == "error":
             return [{"error": ApiError(event.error or "Generation failed.", 500, kind="server_error").body()["error"]}]
         out, tool_calls = [], []

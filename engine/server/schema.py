@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.api import GenerateRequest, SamplingParams
+from engine.api import REASONING_EFFORTS, GenerateRequest, SamplingParams
 from engine.errors import InvalidRequestError
 
 MAX_MESSAGES = 4096
@@ -207,8 +207,9 @@ def parse_chat(body: Mapping, max_context: int, request_id: str) -> ParsedReques
     parsed = tuple(_message(m, i) for i, m in enumerate(messages))
     thinking = _get(body, "enable_thinking", (bool,), None)
     effort = _get(body, "reasoning_effort", (str,), None)
-    if effort not in (None, "low", "medium", "high"):
-        raise ApiError("'reasoning_effort' must be low, medium or high.", param="reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise ApiError(f"'reasoning_effort' must be one of {', '.join(REASONING_EFFORTS)}.",
+                       param="reasoning_effort")
     tools = _tools(body)
     request = GenerateRequest(messages=parsed, params=_sampling(body, max_context), request_id=request_id,
                               enable_thinking=thinking, reasoning_effort=effort, tools=tools)

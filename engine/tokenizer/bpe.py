@@ -28,6 +28,10 @@ _QWEN2 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L
 # Qwen3.5/3.6: letters may carry combining marks (\p{M}) inside a word, and marks are not punctuation
 _QWEN35 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
            r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# o200k (tiktoken's o200k_base / o200k_harmony; gpt-oss): cased words keep their trailing contraction
+_GPT4O = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+          r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+          r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _DEFAULT = (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]")
 
 # pre name -> (regex list, ignore_merges). ignore_merges: a whole word found in the vocabulary is
@@ -44,6 +48,7 @@ for _names, _regexes, _ignore in (
     (("dbrx", "smaug-bpe"), (_LLAMA3,), False),
     (("qwen2", "deepseek-r1-qwen", "stablelm2", "hunyuan", "megrez", "kormo", "f2llmv2"), (_QWEN2,), False),
     (("qwen35",), (_QWEN35,), False),
+    (("gpt-4o",), (_GPT4O,), False),
 ):
     for _name in _names:
         PRE_TOKENIZERS[_name] = (_regexes, _ignore)

@@ -29,6 +29,7 @@ class TokenType(enum.IntEnum):
 # Texts that end a turn in common chat formats; they become stop ids when present as CONTROL tokens.
 STOP_TOKEN_TEXTS = (
     "<|im_end|>", "<end_of_turn>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>",
+    "<|return|>", "<|call|>",      # harmony (gpt-oss): the reply is done / a tool call waits; its <|end|> is not
 )
 
 SUPPORTED_MODELS = ("gpt2", "llama")

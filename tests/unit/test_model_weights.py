@@ -17,7 +17,7 @@ META = {"general.architecture": "qwen2", "qwen2.block_count": 2, "qwen2.embeddin
 class ArrayFile:
     def __init__(self, arrays: dict[str, np.ndarray]):
         self.arrays = arrays
-        self.tensors = {n: SimpleNamespace(name=n, shape=a.shape) for n, a in arrays.items()}
+        self.tensors = {n: SimpleNamespace(name=n, shape=a.shape, nbytes=a.nbytes) for n, a in arrays.items()}
 
     def dequantize(self, name):
         return self.arrays[name]

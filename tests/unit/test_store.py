@@ -149,3 +149,37 @@ def test_a_second_store_leaves_a_live_writers_reply_alone_and_recovers_it_once_k
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_a_version_1_file_migrates_to_reasoning_and_template_options_losing_nothing(db_path):
+    """A history file written by the first release (schema 1, its exact DDL) opens in this one: every row
+    and column kept, replies gain an empty reasoning, chats empty template switches."""
+    from app.store import _SCHEMA_V1
+
+    raw = sqlite3.connect(db_path)
+    raw.executescript(_SCHEMA_V1 + "PRAGMA user_version=1;")
+    raw.execute("INSERT INTO conversations(title, created_at, updated_at, system_prompt, sampling_json) "
+                "VALUES ('Old chat', 1.0, 2.0, 'be brief', '{\"temperature\": 0.3}')")
+    raw.execute("INSERT INTO messages(conversation_id, role, content, state, created_at, model, usage_json) "
+                "VALUES (1, 'user', 'hi', 'complete', 1.5, '', '{}')")
+    raw.execute("INSERT INTO messages(conversation_id, role, content, state, created_at, model, error, usage_json)"
+                " VALUES (1, 'assistant', 'hello there', 'stopped', 1.6, 'smol', '', '{\"generated_tokens\": 3}')")
+    raw.commit()
+    raw.close()
+    store = Store(db_path)
+    conv = store.conversation(1)
+    assert (conv.title, conv.system_prompt, conv.sampling, conv.template_options) == \
+        ("Old chat", "be brief", {"temperature": 0.3}, {})
+    user, reply = store.messages(1)
+    assert (user.role, user.content, user.reasoning) == ("user", "hi", "")
+    assert (reply.content, reply.state, reply.model, reply.usage, reply.reasoning) == \
+        ("hello there", "stopped", "smol", {"generated_tokens": 3}, "")
+    store.set_template_options(1, {"enable_thinking": False})
+    new = store.begin_reply(1)
+    store.finish_reply(new.id, "answer", reasoning="because")
+    store.close()
+    again = Store(db_path)
+    assert again.conversation(1).template_options == {"enable_thinking": False}
+    assert again.message(new.id).reasoning == "because" and again.message(new.id).content == "answer"
+    assert sqlite3.connect(db_path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    again.close()

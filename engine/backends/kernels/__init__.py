@@ -33,3 +33,8 @@ def _add_f32(grid, block, out: np.ndarray, a: np.ndarray, b: np.ndarray, n) -> N
 
 
 CPU_KERNELS = {"halo_write_ids": _write_ids, "halo_add_f32": _add_f32}
+
+
+def kernel_files() -> list[str]:
+    """Every kernel source file (the kernel sets): what the runtime may compile and the build compiles."""
+    return sorted(p.name for p in KERNEL_DIR.glob("*.cu"))

@@ -817,3 +817,163 @@ HALO_KERNEL void halo_splitk_sum(const float* P, i32 splits, i32 T, i32 R, const
         Y[(size_t)t * ldy + r] = act_fn(s, act) * u;
     }
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Mixture of experts (engine.gpu.moe): the router's choice stays on the device and drives the expert
+// products (no host round trip, so a step stays one graph). Experts are stacked as GGUF stores them: expert
+// e's [rows, K] matrix is rows e * rows .. (e + 1) * rows of the stacked buffer, each row `rb` bytes.
+
+// Per token t: ids[t, 0..k) = the k largest logits[t] (best first; ties to the lower id), w[t, j] = softmax
+// of those k logits (== softmax over all, top k, renormalised). Grid: T; block: 32 (one warp per token).
+// Contract (host): n_expert <= 32 * MOE_PER_LANE, k <= 32, k <= n_expert.
+#define MOE_PER_LANE 8
+HALO_KERNEL void halo_moe_route(const float* logits, i32 n_expert, i32 k, i32* ids, float* w) {
+    int t = blockIdx.x, lane = threadIdx.x & 31;
+    const float* l = logits + (size_t)t * n_expert;
+    float v[MOE_PER_LANE];
+    #pragma unroll
+    for (int i = 0; i < MOE_PER_LANE; i++) {
+        int e = lane + 32 * i;
+        v[i] = e < n_expert ? l[e] : NEG_INF;
+    }
+    float top = 0.0f, sum = 0.0f, mine = 0.0f;
+    int my_id = 0;
+    for (int j = 0; j < k; j++) {
+        float bv = NEG_INF;
+        int bi = 0x7fffffff;
+        #pragma unroll
+        for (int i = 0; i < MOE_PER_LANE; i++) {
+            int e = lane + 32 * i;
+            if (e < n_expert && (v[i] > bv || (v[i] == bv && e < bi))) { bv = v[i]; bi = e; }
+        }
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = SHFL_XOR(bv, o);
+            int oi = SHFL_XOR(bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+        }
+        #pragma unroll
+        for (int i = 0; i < MOE_PER_LANE; i++)
+            if (lane + 32 * i == bi) v[i] = NEG_INF;          // taken
+        if (j == 0) top = bv;
+        float ex = expf(bv - top);
+        sum += ex;
+        if (lane == j) { mine = ex; my_id = bi; }
+    }
+    if (lane < k) {
+        ids[(size_t)t * k + lane] = my_id;
+        w[(size_t)t * k + lane] = mine / sum;
+    }
+}
+
+// A[p, r] = act(gate_e[r] . X[t]) * (up_e[r] . X[t]) for every (token, slot) pair p = t * k + j with
+// e = ids[p], r < n_ff. Grid: (ceil(n_ff / warps), T * k); block: warps * 32.
+HALO_KERNEL void halo_moe_glu(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
+                              i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, const i32* ids, i32 k,
+                              float* A) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= n_ff) return;
+    int p = blockIdx.y;
+    size_t row = (size_t)ids[p] * n_ff + r;
+    const float* x = X + (size_t)(p / k) * K;
+    float g = warp_sum(row_dot_fast(tg, wg + row * rb_g, K, x));
+    float u = warp_sum(row_dot_fast(tu, wu + row * rb_u, K, x));
+    if ((threadIdx.x & 31) == 0) A[(size_t)p * n_ff + r] = act_fn(g, act) * u;
+}
+
+// Y[t, r] = sum_j w[t, j] * (down_e[r] . A[t * k + j]), e = ids[t * k + j], r < n_embd: the experts'
+// outputs weighted and summed in one pass. Grid: (ceil(n_embd / warps), T); block: warps * 32.
+HALO_KERNEL void halo_moe_down(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A, i32 F,
+                               const i32* ids, const float* w, i32 k, float* Y) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= n_embd) return;
+    int t = blockIdx.y;
+    float acc = 0.0f;
+    for (int j = 0; j < k; j++) {
+        size_t p = (size_t)t * k + j;
+        size_t row = (size_t)ids[p] * n_embd + r;
+        acc += w[p] * warp_sum(row_dot_fast(td, wd + row * rb_d, F, A + p * F));
+    }
+    if ((threadIdx.x & 31) == 0) Y[(size_t)t * n_embd + r] = acc;
+}
+
+// Prefill (T > 1): the (token, slot) pairs grouped by expert, so each expert row is decoded once per 8 of its
+// tokens instead of once per pair. halo_moe_sort: a counting sort of the P = T * k pairs by expert id:
+// offsets[e] .. offsets[e + 1] index `order` (pair ids of expert e) and `order_tok` (their tokens).
+// Grid: 1; block: 256 (n_expert <= 256). Order inside an expert is arbitrary; every result is per pair.
+HALO_KERNEL void halo_moe_sort(const i32* ids, i32 P, i32 k, i32 n_expert, i32* offsets, i32* order,
+                               i32* order_tok) {
+    __shared__ int count[256];
+    __shared__ int cursor[256];
+    for (int e = threadIdx.x; e < 256; e += blockDim.x) count[e] = 0;
+    __syncthreads();
+    for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&count[ids[p]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int run = 0;
+        for (int e = 0; e < n_expert; e++) { offsets[e] = run; cursor[e] = run; run += count[e]; }
+        offsets[n_expert] = run;
+    }
+    __syncthreads();
+    for (int p = threadIdx.x; p < P; p += blockDim.x) {
+        int at = atomicAdd(&cursor[ids[p]], 1);
+        order[at] = p;
+        order_tok[at] = p / k;
+    }
+}
+
+#define MOE_NT 8
+// A[p, r] for the pairs of expert e = blockIdx.y, MOE_NT at a time. Grid: (ceil(n_ff / warps), n_expert).
+HALO_KERNEL void halo_moe_glu_grouped(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
+                                      i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K,
+                                      const i32* offsets, const i32* order, const i32* order_tok, float* A) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int e = blockIdx.y;
+    if (r >= n_ff) return;
+    const unsigned char* rg[1] = {wg + ((size_t)e * n_ff + r) * rb_g};
+    const unsigned char* ru[1] = {wu + ((size_t)e * n_ff + r) * rb_u};
+    for (int c0 = offsets[e]; c0 < offsets[e + 1]; c0 += MOE_NT) {
+        int n = min(MOE_NT, offsets[e + 1] - c0);
+        float g[1][MOE_NT], u[1][MOE_NT];
+        #pragma unroll
+        for (int t = 0; t < MOE_NT; t++) { g[0][t] = 0.0f; u[0][t] = 0.0f; }
+        rows_dot_any<1, MOE_NT>(tg, rg, K, X, order_tok + c0, 0, n, g);
+        rows_dot_any<1, MOE_NT>(tu, ru, K, X, order_tok + c0, 0, n, u);
+        #pragma unroll
+        for (int t = 0; t < MOE_NT; t++) {
+            float gs = warp_sum(g[0][t]), us = warp_sum(u[0][t]);
+            if ((threadIdx.x & 31) == 0 && t < n) A[(size_t)order[c0 + t] * n_ff + r] = act_fn(gs, act) * us;
+        }
+    }
+}
+
+// D[p, r] = down_e[r] . A[p] for the pairs of expert e = blockIdx.y. Grid: (ceil(n_embd / warps), n_expert).
+HALO_KERNEL void halo_moe_down_grouped(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A,
+                                       i32 F, const i32* offsets, const i32* order, float* D) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int e = blockIdx.y;
+    if (r >= n_embd) return;
+    const unsigned char* rd[1] = {wd + ((size_t)e * n_embd + r) * rb_d};
+    for (int c0 = offsets[e]; c0 < offsets[e + 1]; c0 += MOE_NT) {
+        int n = min(MOE_NT, offsets[e + 1] - c0);
+        float d[1][MOE_NT];
+        #pragma unroll
+        for (int t = 0; t < MOE_NT; t++) d[0][t] = 0.0f;
+        rows_dot_any<1, MOE_NT>(td, rd, F, A, order + c0, 0, n, d);
+        #pragma unroll
+        for (int t = 0; t < MOE_NT; t++) {
+            float s = warp_sum(d[0][t]);
+            if ((threadIdx.x & 31) == 0 && t < n) D[(size_t)order[c0 + t] * n_embd + r] = s;
+        }
+    }
+}
+
+// Y[t, r] = sum_j w[t, j] * D[t * k + j, r], slots in order (deterministic). Grid: ceil(T * n_embd / 256).
+HALO_KERNEL void halo_moe_combine(const float* D, const float* w, i32 k, i32 T, i32 n_embd, float* Y) {
+    int i = HALO_GLOBAL_ID;
+    if (i >= T * n_embd) return;
+    int t = i / n_embd, r = i - t * n_embd;
+    float acc = 0.0f;
+    for (int j = 0; j < k; j++) acc += w[t * k + j] * D[((size_t)t * k + j) * n_embd + r];
+    Y[i] = acc;
+}

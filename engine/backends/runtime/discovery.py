@@ -3,7 +3,9 @@
 Order, filename-major (a better name in a later folder beats a worse name in an earlier one):
   1. version-suffixed names first (amdhip64_7.dll before amdhip64_6.dll; libamdhip64.so.7 before .so.5),
   2. folders: the ROCm wheels' `_rocm_sdk_core` (or NVIDIA's `nvidia/*` wheels), HIP_PATH / ROCM_PATH
-     (CUDA_PATH / CUDA_HOME), the usual install prefix, and on Windows every PATH entry,
+     (CUDA_PATH / CUDA_HOME), the usual install prefix, and on Windows every PATH entry; except that HIP on
+     Windows (`driver_first`) starts with System32 and PATH, where AMD's display driver installs the runtime
+     (no HIP SDK needed), then the wheels, and the SDK's HIP_PATH\bin last,
   3. then the bare names through the system loader (System32 on Windows, ld.so's cache on Linux).
 The search itself is pure (platform, environment and folders are arguments), so the Windows branch is
 unit-tested on fake trees; `open_library` is the one place that loads anything.
@@ -27,6 +29,7 @@ class LibrarySpec:
     wheel_dirs: tuple[str, ...] = ()   # folders relative to site-packages, per platform subfolder below
     env_vars: tuple[str, ...] = ()
     prefixes: tuple[str, ...] = ()     # absolute install prefixes tried on Linux (e.g. /opt/rocm)
+    driver_first: bool = False         # Windows: System32 and PATH before the wheels and the SDK folders
 
     def names(self, platform: str) -> tuple[str, ...]:
         return self.windows if platform == "win32" else self.linux
@@ -35,11 +38,15 @@ class LibrarySpec:
 HIP_RUNTIME = LibrarySpec(
     "hip runtime", windows=("amdhip64_7.dll", "amdhip64_6.dll", "amdhip64.dll"),
     linux=("libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"),
-    wheel_dirs=("_rocm_sdk_core",), env_vars=("HIP_PATH", "ROCM_PATH", "ROCM_HOME"), prefixes=("/opt/rocm",))
+    wheel_dirs=("_rocm_sdk_core",), env_vars=("HIP_PATH", "ROCM_PATH", "ROCM_HOME"), prefixes=("/opt/rocm",),
+    driver_first=True)
+# Looked up on its own and optional: the display driver does not ship it (only the HIP SDK does); a prebuilt
+# code object for the device's arch makes it unnecessary (backends/kernel_plan.py).
 HIPRTC = LibrarySpec(
     "hiprtc", windows=("hiprtc07??.dll", "hiprtc06??.dll", "hiprtc*.dll"),
     linux=("libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so.5", "libhiprtc.so"),
-    wheel_dirs=("_rocm_sdk_core",), env_vars=("HIP_PATH", "ROCM_PATH", "ROCM_HOME"), prefixes=("/opt/rocm",))
+    wheel_dirs=("_rocm_sdk_core",), env_vars=("HIP_PATH", "ROCM_PATH", "ROCM_HOME"), prefixes=("/opt/rocm",),
+    driver_first=True)
 CUDA_RUNTIME = LibrarySpec(
     "cuda runtime", windows=("cudart64_13*.dll", "cudart64_12*.dll"), linux=("libcudart.so.13", "libcudart.so.12"),
     wheel_dirs=("nvidia/cu13", "nvidia/cuda_runtime", "nvidia/cu12"), env_vars=("CUDA_PATH", "CUDA_HOME"),
@@ -68,6 +75,10 @@ def candidate_folders(spec: LibrarySpec, platform: str, env: dict, site_dirs: li
     """Folders to scan, in order. `lib`/`bin` placement differs: DLLs live in bin, .so files in lib(64)."""
     subdirs = ("bin",) if platform == "win32" else ("lib", "lib64")
     folders: list[Path] = []
+    driver_first = platform == "win32" and spec.driver_first
+    if driver_first:
+        folders.append(Path(env.get("SystemRoot") or env.get("WINDIR") or "C:\\Windows", "System32"))
+        folders += [Path(p) for p in env.get("PATH", "").split(os.pathsep) if p]
     for site in site_dirs:
         for wheel in spec.wheel_dirs:
             folders += [Path(site, wheel, sub) for sub in subdirs]
@@ -76,7 +87,7 @@ def candidate_folders(spec: LibrarySpec, platform: str, env: dict, site_dirs: li
             folders += [Path(env[var], sub) for sub in subdirs]
     if platform != "win32":
         folders += [Path(prefix, sub) for prefix in spec.prefixes for sub in subdirs]
-    else:
+    elif not driver_first:
         folders += [Path(p) for p in env.get("PATH", "").split(os.pathsep) if p]
     unique: list[Path] = []
     for f in folders:

@@ -1,0 +1,50 @@
+"""What to do when a chat no longer fits the context: the request's `context_overflow` policy.
+
+- "stop": the request fails with ContextOverflowError (the caller shortens the chat itself);
+- "drop_oldest": the oldest turns are left out, a leading system prompt is kept;
+- "rolling": the oldest messages are left out, the system prompt too (a window over the newest ones).
+Turns are dropped whole: what is kept starts at a user message (chat templates expect that), and the
+newest user message is always kept. The prompt must leave room for the reply (`reply_room`).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from engine.api import ChatMessage
+
+OverflowPolicy = Literal["stop", "drop_oldest", "rolling"]
+OVERFLOW_POLICIES: tuple[str, ...] = ("stop", "drop_oldest", "rolling")
+
+
+def reply_room(max_context: int, max_tokens: int) -> int:
+    """Tokens kept free for the reply when turns are dropped: max_tokens, at most a quarter of the context."""
+    return max(1, min(max_tokens, max_context // 4))
+
+
+def fit_messages(encode: Callable[[Sequence[ChatMessage]], list[int]], messages: Sequence[ChatMessage],
+                 policy: str, budget: int) -> tuple[list[int], int]:
+    """(prompt ids, messages left out). `encode(messages)` renders and tokenizes; `budget`: the most prompt
+    tokens allowed. Under "stop", or when even the newest turn alone is too long, the ids may exceed it
+    (the scheduler then refuses the request with its own error)."""
+    ids = encode(messages)
+    if len(ids) <= budget or policy == "stop":
+        return ids, 0
+    head = list(messages[:1]) if policy == "drop_oldest" and messages and messages[0].role == "system" else []
+    body = list(messages[len(head):])
+    cuts = [k for k in range(1, len(body)) if body[k].role == "user"]   # kept part starts at a user turn
+    if not cuts:
+        return ids, 0
+    best = cuts[-1]
+    best_ids = encode(head + body[best:])
+    if len(best_ids) > budget:
+        return best_ids, best
+    lo, hi = 0, len(cuts) - 1              # the fewest dropped that fits: fitting is monotone in the cut
+    while lo < hi:
+        mid = (lo + hi) // 2
+        mid_ids = encode(head + body[cuts[mid]:])
+        if len(mid_ids) <= budget:
+            hi, best, best_ids = mid, cuts[mid], mid_ids
+        else:
+            lo = mid + 1
+    return best_ids, best

@@ -1,0 +1,129 @@
+"""Mixture-of-experts FFN on the GPU (qwen3moe): router, top-k and the expert products, all on the device.
+
+Per step of T tokens (kernels in halo_quant.cu):
+    router logits [T, n_expert] = h @ W_router.T           (the ordinary matmul; W_router is F32 in GGUF)
+    halo_moe_route: ids [T, k], weights [T, k]             (top k, softmax over them: engine.model.moe.route)
+    halo_moe_glu:   A [T*k, F] = act(gate_e h) * (up_e h)   one warp per (expert row, token-slot pair)
+    halo_moe_down:  o [T, E] = sum_j w_j down_e(A_j)        the weighted sum in the same pass
+The expert ids never leave the device, so decode stays graph-capturable: it reads exactly the k routed
+experts. Prefill (T > 1) groups the (token, slot) pairs by expert first (halo_moe_sort, a counting sort on
+the device), so each expert row is decoded once per 8 of its tokens: halo_moe_glu_grouped, then
+halo_moe_down_grouped into per-pair rows D [T*k, E], then halo_moe_combine sums each token's k rows in slot
+order (deterministic). Grids are fixed by T and n_expert, never by the routing, so prefill is capturable too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.backends.base import Backend, DeviceBuffer
+from engine.gguf.types import BLOCK_LAYOUT, GGMLType
+from engine.model.arch import ARCHITECTURES
+from engine.model.config import ModelConfig
+
+MOE_PER_LANE = 8            # halo_moe_route: a warp holds up to 32 * 8 router logits
+MOE_WARPS = 4
+
+
+@dataclass(frozen=True)
+class DeviceExperts:
+    """Stacked experts as in the file: expert e's [rows, cols] matrix is rows e*rows.. of `buf`."""
+    buf: DeviceBuffer
+    ggml_type: int
+    n_expert: int
+    rows: int
+    cols: int
+
+    @property
+    def row_bytes(self) -> int:
+        elems, nbytes = BLOCK_LAYOUT[GGMLType(self.ggml_type)]
+        return self.cols // elems * nbytes
+
+
+@dataclass(frozen=True)
+class DeviceMoe:
+    router: object              # DeviceMatrix [n_expert, E]
+    gate: DeviceExperts         # per expert [F, E]
+    up: DeviceExperts
+    down: DeviceExperts         # per expert [E, F]
+
+
+def gpu_moe_refusal(c: ModelConfig) -> str | None:
+    """Why the GPU path cannot run this model's MoE FFN (None: it can)."""
+    t = ARCHITECTURES[c.arch]
+    if c.ffn_kind != "moe":
+        return None
+    if c.expert_activation != "swiglu" or t.moe_biases or t.attn_sinks or t.attn_out_bias or c.rope_yarn_factor:
+        return (f"{c.arch}: the GPU path has no kernels for biased experts, the clamped SwiGLU, attention sinks "
+                f"or YaRN rope yet; this model runs on the CPU")
+    if c.n_expert > 32 * MOE_PER_LANE or c.n_expert_used > 32:
+        return f"{c.arch}: {c.n_expert} experts ({c.n_expert_used} used) exceed the GPU router's 256 (32)"
+    return None
+
+
+class MoeScratch:
+    """Per-step buffers of the MoE FFN for up to `max_tokens` tokens."""
+
+    def __init__(self, backend: Backend, c: ModelConfig, max_tokens: int):
+        T, k = max_tokens, c.n_expert_used
+        self.logits = backend.alloc((T, c.n_expert), np.float32)
+        self.ids = backend.alloc((T, k), np.int32)
+        self.weights = backend.alloc((T, k), np.float32)
+        self.act = backend.alloc((T * k, c.n_ff_exp), np.float32)
+        self.down = backend.alloc((T * k, c.n_embd), np.float32)        # per-pair expert outputs (prefill)
+        self.offsets = backend.alloc(c.n_expert + 1, np.int32)
+        self.order = backend.alloc(T * k, np.int32)
+        self.order_tok = backend.alloc(T * k, np.int32)
+        self.buffers = [self.logits, self.ids, self.weights, self.act, self.down, self.offsets, self.order,
+                        self.order_tok]
+
+    @staticmethod
+    def nbytes(c: ModelConfig, max_tokens: int) -> int:
+        """For the pre-flight: logits, ids, weights and the experts' hidden activations."""
+        k = c.n_expert_used
+        per_token = c.n_expert + 2 * k + k * c.n_ff_exp + k * c.n_embd + 2 * k
+        return 4 * (max_tokens * per_token + c.n_expert + 1) if c.ffn_kind == "moe" else 0
+
+
+def enqueue_moe_ffn(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: DeviceBuffer) -> None:
+    """Y [T, E] = the MoE FFN of X [T, E] (after the pre-FFN norm), on fwd's stream; 4 launches."""
+    c = fwd.config
+    k, F, E = c.n_expert_used, c.n_ff_exp, c.n_embd
+    fwd._matmul([moe.router], X, T, s.logits, c.n_expert)
+    fwd._launch("halo_quant.cu", "halo_moe_route", T, 32,
+                (s.logits, np.int32(c.n_expert), np.int32(k), s.ids, s.weights))
+    act = 0 if c.activation == "silu" else 1
+    g, u, d = moe.gate, moe.up, moe.down
+    if T > 1:
+        _grouped(fwd, moe, s, T, X, Y, act)
+        return
+    fwd._launch("halo_quant.cu", "halo_moe_glu", (-(-F // MOE_WARPS), T * k), 32 * MOE_WARPS,
+                (g.buf, np.int32(g.ggml_type), u.buf, np.int32(u.ggml_type), np.int32(g.row_bytes),
+                 np.int32(u.row_bytes), np.int32(F), np.int32(act), X, np.int32(E), s.ids, np.int32(k), s.act))
+    fwd._launch("halo_quant.cu", "halo_moe_down", (-(-E // MOE_WARPS), T), 32 * MOE_WARPS,
+                (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.ids,
+                 s.weights, np.int32(k), Y))
+
+
+def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: DeviceBuffer, act: int) -> None:
+    c = fwd.config
+    k, F, E, n = c.n_expert_used, c.n_ff_exp, c.n_embd, c.n_expert
+    g, u, d = moe.gate, moe.up, moe.down
+    fwd._launch("halo_quant.cu", "halo_moe_sort", 1, 256,
+                (s.ids, np.int32(T * k), np.int32(k), np.int32(n), s.offsets, s.order, s.order_tok))
+    fwd._launch("halo_quant.cu", "halo_moe_glu_grouped", (-(-F // MOE_WARPS), n), 32 * MOE_WARPS,
+                (g.buf, np.int32(g.ggml_type), u.buf, np.int32(u.ggml_type), np.int32(g.row_bytes),
+                 np.int32(u.row_bytes), np.int32(F), np.int32(act), X, np.int32(E), s.offsets, s.order,
+                 s.order_tok, s.act))
+    fwd._launch("halo_quant.cu", "halo_moe_down_grouped", (-(-E // MOE_WARPS), n), 32 * MOE_WARPS,
+                (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.offsets,
+                 s.order, s.down))
+    fwd._launch("halo_quant.cu", "halo_moe_combine", -(-T * E // 256), 256,
+                (s.down, s.weights, np.int32(k), np.int32(T), np.int32(E), Y))
+
+
+def decode_bytes(moe: DeviceMoe, k: int) -> int:
+    """Weight bytes one decode token reads from this layer's MoE FFN: the router and k experts."""
+    per_expert = sum(m.rows * m.row_bytes for m in (moe.gate, moe.up, moe.down))
+    return moe.router.rows * moe.router.row_bytes + k * per_expert

@@ -1,0 +1,144 @@
+"""The hub's API through `huggingface_hub`: search GGUF repos, list a repo's files with LFS sha256 and sizes,
+and read a remote GGUF's header with HTTP Range requests through the engine's bounded parser.
+
+The endpoint is HF_ENDPOINT when set (mirrors), else huggingface.co: `huggingface_hub` reads it.
+Every failure becomes a DownloadError subclass whose text is one sentence for the user.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import httpx2
+from huggingface_hub import HfApi, constants, get_session, hf_hub_url
+from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+from huggingface_hub.utils import build_hf_headers
+
+from engine.errors import DownloadError, InvalidModelError
+from engine.gguf import GGUFHeader, parse_header
+
+FIRST_HEADER_READ = 1 << 20          # most headers fit; a 262k vocabulary needs ~8 MiB (read doubles up to:)
+MAX_HEADER_BYTES = 64 << 20
+TIMEOUT_S = 20.0
+
+
+class HubUnreachableError(DownloadError):
+    """No answer from the hub (offline, DNS, firewall, timeout)."""
+
+
+class HubAccessError(DownloadError):
+    """The hub answered no: a gated or private repo without a (valid) token, or a missing repo or file."""
+
+
+@dataclass(frozen=True)
+class RepoSummary:
+    repo_id: str
+    downloads: int = 0
+    likes: int = 0
+    gated: bool = False
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    repo_id: str
+    filename: str              # path inside the repo
+    size: int                  # bytes (LFS size)
+    sha256: str                # LFS sha256, lower-case hex; "" when the hub gave none
+    revision: str              # the commit the listing came from, so parts and resumes stay consistent
+
+
+class HubClient:
+    """One hub endpoint and an optional token. Blocking calls; run them off the GUI thread."""
+
+    def __init__(self, endpoint: str | None = None, token: str | None = None):
+        self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+        self.token = token or None
+        self._api = HfApi(endpoint=self.endpoint, token=self.token or False)
+
+    def headers(self) -> dict[str, str]:
+        return build_hf_headers(token=self.token or False)
+
+    def search(self, query: str, limit: int = 30) -> list[RepoSummary]:
+        """GGUF model repos matching `query`, most downloaded first."""
+        self._check_reachable()          # list_models retries a dead network for ~20 s; answer at once instead
+        with _hub_errors(f"search for {query!r}", self.endpoint):
+            found = self._api.list_models(search=query or None, filter="gguf", sort="downloads", limit=limit)
+            return [RepoSummary(m.id, m.downloads or 0, m.likes or 0, bool(m.gated)) for m in found]
+
+    def repo_files(self, repo_id: str, revision: str | None = None) -> list[RemoteFile]:
+        """Every file of the repo with its size and LFS sha256 (one `model_info(files_metadata=True)` call)."""
+        with _hub_errors(repo_id, self.endpoint):
+            info = self._api.model_info(repo_id, revision=revision, files_metadata=True, timeout=TIMEOUT_S)
+        rev = info.sha or revision or "main"
+        return [RemoteFile(repo_id, s.rfilename, int(s.lfs.size if s.lfs else s.size or 0),
+                           (s.lfs.sha256 if s.lfs else "").lower(), rev) for s in info.siblings or ()]
+
+    def url(self, f: RemoteFile) -> str:
+        """The resolve URL (the hub answers with a redirect to its storage)."""
+        return hf_hub_url(f.repo_id, f.filename, revision=f.revision, endpoint=self.endpoint)
+
+    def read_header(self, f: RemoteFile) -> GGUFHeader:
+        """The file's GGUF header from its first bytes (Range requests, doubling up to MAX_HEADER_BYTES).
+        Raises InvalidModelError for a malformed or hostile header, DownloadError when the hub fails."""
+        want = FIRST_HEADER_READ
+        while True:
+            prefix = self.read_range(f, 0, min(want, f.size))
+            try:
+                return parse_header(prefix, f.size)
+            except InvalidModelError:
+                if len(prefix) >= f.size or want >= MAX_HEADER_BYTES:
+                    raise
+                want *= 4                    # maybe only cut short: read more and parse again
+
+    def read_range(self, f: RemoteFile, start: int, length: int) -> bytes:
+        headers = {**self.headers(), "Range": f"bytes={start}-{start + length - 1}"}
+        with _hub_errors(f.filename, self.endpoint):
+            r = get_session().get(self.url(f), headers=headers, follow_redirects=True, timeout=TIMEOUT_S)
+            _raise_for_status(r, f.filename)
+            if r.status_code != 206:
+                raise DownloadError(f"The server did not honour a range request for {f.filename}.")
+            return r.content[:length]
+
+    def _check_reachable(self) -> None:
+        try:
+            get_session().head(self.endpoint + "/api/models", timeout=TIMEOUT_S)
+        except httpx2.TransportError as e:
+            raise unreachable(self.endpoint, e) from None
+
+
+def unreachable(endpoint: str, error: Exception) -> HubUnreachableError:
+    return HubUnreachableError(f"The model hub at {endpoint} cannot be reached ({type(error).__name__}); "
+                               f"check the network connection, then retry.")
+
+
+def _raise_for_status(r, what: str) -> None:
+    if r.status_code in (401, 403):
+        raise HubAccessError(f"{what}: the hub refused access (HTTP {r.status_code}); this repo may be gated: "
+                             f"accept its terms on the hub and enter an access token.")
+    if r.status_code == 404:
+        raise HubAccessError(f"{what} was not found on the hub.")
+    if r.status_code >= 400:
+        raise DownloadError(f"{what}: the hub answered HTTP {r.status_code}.")
+
+
+class _hub_errors:
+    """Turns huggingface_hub's and httpx's exceptions into our typed, user-worded errors."""
+
+    def __init__(self, what: str, endpoint: str):
+        self.what, self.endpoint = what, endpoint
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if e is None or isinstance(e, DownloadError):
+            return False
+        if isinstance(e, GatedRepoError):
+            raise HubAccessError(f"{self.what} is gated: accept its terms on the hub and enter an access token.") from e
+        if isinstance(e, RepositoryNotFoundError):
+            raise HubAccessError(f"{self.what} was not found on the hub (or is private: enter an access token).") from e
+        if isinstance(e, HfHubHTTPError):
+            raise DownloadError(f"{self.what}: the hub answered an error ({e.response.status_code if e.response is not None else '?'}).") from e
+        if isinstance(e, httpx2.TransportError):
+            raise unreachable(self.endpoint, e) from e
+        return False

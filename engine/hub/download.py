@@ -1,0 +1,347 @@
+"""Downloading one hub file safely, and a queue of them.
+
+`download_file`: HTTP Range into `<name>.part` beside the destination, so a pause, a crash or a reboot
+resumes where the bytes stop; a free-disk check first; the sha256 of the whole file checked against the
+hub's LFS metadata before the `.part` is renamed into the models folder. A wrong hash refuses the file and
+keeps the `.part` (nothing under the final name is ever unverified).
+
+`DownloadManager`: several files queued, one downloading at a time on a worker thread; pause, resume,
+cancel from any thread; every change reported as an immutable `DownloadState` to `on_update` (called on
+the worker thread, or on the caller's thread for changes it makes itself). With a `journal` file the
+unfinished downloads survive a crash or a reboot: a new manager lists them as paused, ready to resume.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+import httpx2
+from huggingface_hub import get_session
+
+from engine.errors import DownloadError
+from engine.hub.client import HubClient, RemoteFile, _raise_for_status, unreachable
+from engine.hub.quants import split_part
+
+log = logging.getLogger(__name__)
+CHUNK = 256 << 10
+DISK_MARGIN = 64 << 20          # leave this much free beyond the file
+READ_TIMEOUT_S = 60.0
+Stop = Literal["pause", "cancel"]
+
+
+class DownloadStopped(Exception):
+    """The caller asked to stop (`how`: pause keeps the .part, cancel is the caller's to clean up)."""
+
+    def __init__(self, how: Stop):
+        super().__init__(how)
+        self.how = how
+
+
+def part_path(dest: Path) -> Path:
+    return dest.with_name(dest.name + ".part")
+
+
+def destination(f: RemoteFile, folder: Path) -> Path:
+    return folder / f.filename.rsplit("/", 1)[-1]
+
+
+def check_downloadable(f: RemoteFile) -> None:
+    """Refuses what the engine could not load once downloaded: split GGUFs and files without a hash."""
+    if (split := split_part(f.filename)) is not None:
+        raise DownloadError(f"{f.filename} is part {split[0]} of a model split into {split[1]} files; Halo Chat "
+                            f"loads single-file GGUFs only: pick a single-file quantization.")
+    if not f.sha256:
+        raise DownloadError(f"The hub gave no sha256 for {f.filename}, so it could not be verified; not downloaded.")
+
+
+def download_file(client: HubClient, f: RemoteFile, folder: Path,
+                  progress: Callable[[int, int], None] | None = None,
+                  stop: Callable[[], Stop | None] | None = None) -> Path:
+    """Download `f` into `folder` (resuming a `.part`), verify it, move it into place; returns its path.
+
+    Raises DownloadStopped when `stop()` asks, DownloadError (one sentence for the user) otherwise.
+    Blocking: run it off the GUI thread."""
+    check_downloadable(f)
+    folder.mkdir(parents=True, exist_ok=True)
+    dest = destination(f, folder)
+    if dest.is_file() and dest.stat().st_size == f.size:
+        return dest                                           # verified when it was moved in
+    part = part_path(dest)
+    have = part.stat().st_size if part.is_file() else 0
+    if have > f.size:
+        part.unlink()
+        have = 0
+    _check_free_disk(folder, f.size - have, f.filename)
+    if have < f.size:
+        _fetch_into(client, f, part, have, progress, stop)
+    _verify(part, f)
+    os.replace(part, dest)
+    return dest
+
+
+def _check_free_disk(folder: Path, need: int, name: str) -> None:
+    free = shutil.disk_usage(folder).free
+    if need + DISK_MARGIN > free:
+        raise DownloadError(f"Not enough disk space for {name}: it needs {need / 1e9:.2f} GB more, and "
+                            f"{folder} has {free / 1e9:.2f} GB free.")
+
+
+def _fetch_into(client: HubClient, f: RemoteFile, part: Path, have: int, progress, stop) -> None:
+    headers = {**client.headers(), "Range": f"bytes={have}-"}
+    timeout = httpx2.Timeout(READ_TIMEOUT_S, connect=20.0)
+    try:
+        with get_session().stream("GET", client.url(f), headers=headers, follow_redirects=True,
+                                  timeout=timeout) as r:
+            if r.status_code == 416:                  # nothing left to send: the .part is complete
+                return
+            _raise_for_status(r, f.filename)
+            if r.status_code == 200:                  # the server ignored Range: start over
+                have = 0
+            elif not r.headers.get("Content-Range", "").startswith(f"bytes {have}-"):
+                raise DownloadError(f"The server resumed {f.filename} at the wrong offset; retry.")
+            with open(part, "r+b" if have else "wb") as out:
+                out.seek(have)
+                out.truncate()
+                for chunk in r.iter_bytes(CHUNK):
+                    out.write(chunk)
+                    have += len(chunk)
+                    if progress is not None:
+                        progress(have, f.size)
+                    if stop is not None and (how := stop()) is not None:
+                        raise DownloadStopped(how)
+    except httpx2.TransportError as e:
+        if have == 0 and not part.exists():
+            raise unreachable(client.endpoint, e) from None
+        raise DownloadError(f"The download of {f.filename} was interrupted at {have / 1e6:.1f} of "
+                            f"{f.size / 1e6:.1f} MB ({type(e).__name__}); resume to continue.") from None
+    if have < f.size:
+        raise DownloadError(f"The server closed the download of {f.filename} at {have / 1e6:.1f} of "
+                            f"{f.size / 1e6:.1f} MB; resume to continue.")
+
+
+def _verify(part: Path, f: RemoteFile) -> None:
+    h = hashlib.sha256()
+    with open(part, "rb") as src:
+        while chunk := src.read(1 << 20):
+            h.update(chunk)
+    if part.stat().st_size != f.size or h.hexdigest() != f.sha256:
+        raise DownloadError(f"{f.filename} failed verification: its sha256 is {h.hexdigest()[:16]}…, the hub "
+                            f"says {f.sha256[:16]}…. The file was not moved into the models folder; the partial "
+                            f"file is kept ({part.name}): cancel to delete it.")
+
+
+# --- the queue -----------------------------------------------------------------------------------------
+Status = Literal["queued", "downloading", "paused", "done", "failed", "cancelled"]
+
+
+@dataclass(frozen=True)
+class DownloadState:
+    id: int
+    file: RemoteFile
+    status: Status
+    done: int = 0                 # bytes on disk
+    speed: float = 0.0            # bytes per second over the last few seconds
+    path: Path | None = None      # set when done
+    error: str = ""               # set when failed
+
+    @property
+    def total(self) -> int:
+        return self.file.size
+
+    @property
+    def eta_s(self) -> float | None:
+        return (self.total - self.done) / self.speed if self.speed > 0 else None
+
+
+class DownloadManager:
+    """Owns one worker thread (started lazily). Thread-safe; `shutdown()` pauses the running download."""
+
+    SPEED_WINDOW_S = 3.0
+    UPDATE_EVERY_S = 0.1
+
+    def __init__(self, folder: Path, client: HubClient, on_update: Callable[[DownloadState], None] | None = None,
+                 journal: Path | None = None):
+        self.folder = Path(folder)
+        self.journal = journal
+        self.client = client
+        self.on_update = on_update or (lambda s: None)
+        self._lock = threading.Condition()
+        self._states: dict[int, DownloadState] = {}
+        self._order: list[int] = []
+        self._stop: dict[int, Stop] = {}
+        self._next_id = 1
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        for f in self._read_journal():
+            self._add(f, "paused")
+
+    def _add(self, f: RemoteFile, status: Status) -> int:
+        i, self._next_id = self._next_id, self._next_id + 1
+        part = part_path(destination(f, self.folder))
+        self._states[i] = DownloadState(i, f, status, part.stat().st_size if part.is_file() else 0)
+        self._order.append(i)
+        return i
+
+    def _read_journal(self) -> list[RemoteFile]:
+        if self.journal is None or not self.journal.is_file():
+            return []
+        try:
+            files = [RemoteFile(**item) for item in json.loads(self.journal.read_text(encoding="utf-8"))]
+        except (OSError, ValueError, TypeError) as e:          # a damaged journal loses the list, not the .part files
+            log.warning("ignoring the download journal %s: %s", self.journal, e)
+            return []
+        return [f for f in files if not destination(f, self.folder).is_file()]
+
+    def _write_journal(self) -> None:
+        """Called with the lock held, after a status change (never per chunk)."""
+        if self.journal is None:
+            return
+        unfinished = [dataclasses.asdict(s.file) for i in self._order
+                      if (s := self._states[i]).status in ("queued", "downloading", "paused", "failed")]
+        try:
+            self.journal.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.journal.with_name(self.journal.name + ".tmp")
+            tmp.write_text(json.dumps(unfinished), encoding="utf-8")
+            os.replace(tmp, self.journal)
+        except OSError as e:
+            log.warning("could not write the download journal %s: %s", self.journal, e)
+
+    def states(self) -> list[DownloadState]:
+        with self._lock:
+            return [self._states[i] for i in self._order]
+
+    def enqueue(self, f: RemoteFile) -> int:
+        """Queue `f`; raises DownloadError at once for a file that would be refused anyway."""
+        check_downloadable(f)
+        with self._lock:
+            for s in self._states.values():
+                if s.file == f and s.status in ("queued", "downloading", "paused"):
+                    return s.id
+            i = self._add(f, "queued")
+            self._write_journal()
+            self._ensure_worker()
+            self._lock.notify_all()
+        self._emit(i)
+        return i
+
+    def _ensure_worker(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="hub-downloads", daemon=True)
+            self._thread.start()
+
+    def pause(self, i: int) -> None:
+        self._change(i, "pause")
+
+    def cancel(self, i: int) -> None:
+        self._change(i, "cancel")
+
+    def resume(self, i: int) -> None:
+        with self._lock:
+            s = self._states[i]
+            if s.status not in ("paused", "failed"):
+                return
+            self._states[i] = replace(s, status="queued", error="", speed=0.0)
+            self._ensure_worker()
+            self._lock.notify_all()
+        self._emit(i)
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        with self._lock:
+            self._closing = True
+            for i, s in self._states.items():
+                if s.status == "downloading":
+                    self._stop[i] = "pause"
+            self._lock.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def _change(self, i: int, how: Stop) -> None:
+        with self._lock:
+            s = self._states[i]
+            if s.status == "downloading":
+                self._stop[i] = how            # the worker stops between chunks and reports
+                return
+            if s.status in ("done", "cancelled") or (how == "pause" and s.status != "queued"):
+                return
+            if how == "cancel":
+                part_path(destination(s.file, self.folder)).unlink(missing_ok=True)
+            self._states[i] = replace(s, status="paused" if how == "pause" else "cancelled", speed=0.0,
+                                      done=0 if how == "cancel" else s.done)
+            self._write_journal()
+        self._emit(i)
+
+    def _emit(self, i: int) -> None:
+        with self._lock:
+            s = self._states[i]
+        self.on_update(s)
+
+    def _next_queued(self) -> int | None:
+        with self._lock:
+            while not self._closing:
+                for i in self._order:
+                    if self._states[i].status == "queued":
+                        self._states[i] = replace(self._states[i], status="downloading")
+                        return i
+                self._lock.wait()
+            return None
+
+    def _work(self) -> None:
+        while (i := self._next_queued()) is not None:
+            self._emit(i)
+            self._run(i)
+
+    def _run(self, i: int) -> None:
+        f = self._states[i].file
+        samples: collections.deque[tuple[float, int]] = collections.deque()
+        last = [0.0]
+
+        def progress(done: int, total: int) -> None:
+            now = time.monotonic()
+            samples.append((now, done))
+            while samples and now - samples[0][0] > self.SPEED_WINDOW_S:
+                samples.popleft()
+            if now - last[0] >= self.UPDATE_EVERY_S:
+                last[0] = now
+                t0, d0 = samples[0]
+                speed = (done - d0) / (now - t0) if now > t0 else 0.0
+                with self._lock:
+                    self._states[i] = replace(self._states[i], done=done, speed=speed)
+                self._emit(i)
+
+        def stop() -> Stop | None:
+            with self._lock:
+                return self._stop.get(i)
+
+        try:
+            path = download_file(self.client, f, self.folder, progress, stop)
+            new = {"status": "done", "path": path, "done": f.size}
+        except DownloadStopped as e:
+            if e.how == "cancel":
+                part_path(destination(f, self.folder)).unlink(missing_ok=True)
+            new = {"status": "paused" if e.how == "pause" else "cancelled"}
+            if e.how == "cancel":
+                new["done"] = 0
+        except DownloadError as e:
+            new = {"status": "failed", "error": str(e)}
+        except Exception as e:                        # a bug must fail one download, never the thread
+            new = {"status": "failed", "error": f"unexpected error: {type(e).__name__}: {e}"}
+        with self._lock:
+            self._stop.pop(i, None)
+            part = part_path(destination(f, self.folder))
+            if "done" not in new:
+                new["done"] = part.stat().st_size if part.is_file() else 0
+            self._states[i] = replace(self._states[i], speed=0.0, **new)
+            self._write_journal()
+        self._emit(i)

@@ -1,0 +1,38 @@
+"""engine.context_fit on a character-count encoder: which turns a long chat keeps under each policy."""
+from engine.api import ChatMessage
+from engine.context_fit import fit_messages
+
+
+def encode(messages):        # one "token" per character plus 2 per message, like a template's markers
+    return [0] * sum(len(m.content) + 2 for m in messages)
+
+
+SYSTEM = ChatMessage("system", "s" * 8)
+CHAT = [SYSTEM] + [ChatMessage(role, f"{role[0]}{i}" * 5) for i in range(4) for role in ("user", "assistant")]
+CHAT.append(ChatMessage("user", "last question"))
+
+
+def test_stop_keeps_everything():
+    ids, dropped = fit_messages(encode, CHAT, "stop", 40)
+    assert dropped == 0 and len(ids) == len(encode(CHAT)) > 40
+
+
+def test_drop_oldest_keeps_the_system_prompt_and_drops_whole_turns():
+    ids, dropped = fit_messages(encode, CHAT, "drop_oldest", 60)
+    kept = [SYSTEM] + CHAT[1 + dropped:]
+    assert 0 < dropped and len(ids) == len(encode(kept)) <= 60
+    assert kept[1].role == "user" and kept[-1].content == "last question"
+    assert len(encode([SYSTEM] + CHAT[1 + dropped - 2:])) > 60     # the fewest turns dropped
+
+
+def test_rolling_drops_the_system_prompt_too():
+    ids, dropped = fit_messages(encode, CHAT, "rolling", 60)
+    kept = CHAT[dropped:]
+    assert dropped > 1 and len(ids) == len(encode(kept)) <= 60
+    assert kept[0].role == "user" and SYSTEM not in kept
+    assert len(encode(CHAT[dropped - 2:])) > 60
+
+
+def test_the_newest_turn_is_kept_even_when_it_alone_is_too_long():
+    ids, dropped = fit_messages(encode, CHAT, "drop_oldest", 5)
+    assert len(ids) == len(encode([SYSTEM, CHAT[-1]])) and dropped == len(CHAT) - 2
