@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.engine_client import EngineClient
+from app.markdown_prep import plain_title
 from app.settings import Sampling
 from app.store import Message, Store
 from engine.api import ChatMessage, Finished, GenerateRequest
@@ -96,7 +97,7 @@ class ChatController(QObject):
         self.userMessageAdded.emit(conversation_id, user)
         conv = self.store.conversation(conversation_id)
         if conv.title == "New chat":
-            title = _title_from(text)
+            title = plain_title(text)
             self.store.rename(conversation_id, title)
             self.conversationTitled.emit(conversation_id, title)
         self._start_reply(conversation_id, sampling, system_prompt)
@@ -203,8 +204,3 @@ def build_request(history: list[Message], sampling: Sampling, system_prompt: str
         messages.append(ChatMessage(m.role, m.content))
     return GenerateRequest(messages=tuple(messages), params=params, report_progress=True,
                            context_overflow=sampling.context_overflow, **options)
-
-
-def _title_from(text: str) -> str:
-    line = " ".join(text.split())
-    return line[:48] + ("…" if len(line) > 48 else "")
