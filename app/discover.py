@@ -7,6 +7,7 @@ makes the library rescan, so the model is there to load.
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -18,12 +19,13 @@ from PySide6.QtWidgets import QDialog, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.widgets.discover_page import DiscoverPage, download_words
 from engine.errors import EngineError
-from engine.paths import models_dir
+from engine.paths import data_dir, models_dir
 
 if TYPE_CHECKING:
     from engine.hub import DownloadManager, DownloadState, HubClient, Machine, Verdict
 
 log = logging.getLogger(__name__)
+JOURNAL_NAME = "hub-downloads.json"        # unfinished downloads (engine.hub.download's journal)
 # engine.hub (huggingface_hub, ~0.6 s to import) is imported on first use, never at the app's start.
 
 
@@ -43,7 +45,11 @@ class DiscoverActions(QObject):
         self.endpoint = endpoint
         self._client: HubClient | None = None
         self._manager: DownloadManager | None = None
+        self.journal = data_dir() / JOURNAL_NAME
         self.status_label = QLabel()       # for the window's status bar: the running download's progress
+        if unfinished := _journal_count(self.journal):
+            self.status_label.setText(f"↓ {unfinished} download{'s' * (unfinished > 1)} paused: Model library > "
+                                      f"Discover to resume")
         self.page: DiscoverPage | None = None
         self._dialog: QDialog | None = None
         self._retry: Callable[[], None] | None = None
@@ -66,7 +72,7 @@ class DiscoverActions(QObject):
         if self._manager is None:
             from engine.hub import DownloadManager
 
-            self._manager = DownloadManager(self.folder, self.client, self.downloadChanged.emit)
+            self._manager = DownloadManager(self.folder, self.client, self.downloadChanged.emit, self.journal)
         return self._manager
 
     # -- hub calls (each on its own worker thread) -----------------------------------------------------
@@ -176,6 +182,8 @@ class DiscoverActions(QObject):
             self.downloadChanged.connect(page.show_download)
             self.downloaded.connect(lambda p: page.show_note(f"{Path(p).name} is in the model library."))
             self.page = page
+            for state in self.manager.states():          # unfinished downloads of an earlier run, paused
+                page.show_download(state)
         return self.page
 
     def show(self, parent: QWidget | None = None) -> None:
@@ -197,3 +205,11 @@ class DiscoverActions(QObject):
         row.addWidget(button)
         return box
 
+
+
+def _journal_count(journal) -> int:
+    """How many unfinished downloads the journal lists (read without importing engine.hub)."""
+    try:
+        return len(json.loads(journal.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return 0

@@ -48,7 +48,7 @@ class MainWindow(QMainWindow):
         self.store, self.settings = store, settings
         self.client = client or EngineClient(settings.backend, settings.async_scheduling, parent=self)
         self.chat = ChatController(store, self.client, self)
-        self.library = ModelLibrary(self)
+        self.library = ModelLibrary(self, lambda: self.settings.model_files)
         self.current_id: int | None = None
         self.setWindowTitle("Halo Chat")
         self.setWindowIcon(app_icon())
