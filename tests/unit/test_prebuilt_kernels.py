@@ -126,3 +126,10 @@ def test_the_comparison_catches_a_changed_signature(manifest, infos):
     assert "argument 2" in mismatches(kernel, (buf, np.int32(8), np.int64(1)))[0]
     assert "argument 1" in mismatches(kernel, (buf, buf, np.int32(1)))[0]
     assert kernel.args == (KernelArg(0, 8, "global_buffer"), KernelArg(8, 4, "by_value"), KernelArg(12, 4, "by_value"))
+
+
+def test_isa_version_numbers_match_the_device_libraries_naming():
+    from engine.backends.kernels.build import isa_version
+    # Debian's own files: oclc_isa_version_1030.bc holds 10300, _906 holds 9006; gfx90a is hex stepping
+    assert [isa_version(t) for t in ("gfx1030", "gfx906", "gfx90a", "gfx1151", "gfx1100", "gfx1201")] == \
+        [10300, 9006, 9010, 11501, 11000, 12001]
