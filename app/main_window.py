@@ -58,7 +58,8 @@ class MainWindow(QMainWindow):
         self.models = ModelActions(self)
         self.remote = RemoteActions(self)               # servers as a model source (model library)
         self.local_server = LocalServerActions(self)    # File > Local server…
-        self.discover = DiscoverActions(self, on_downloaded=lambda _path: self.library.scan(self.settings.model_folders))
+        self.discover = DiscoverActions(self, on_downloaded=lambda _path: self.library.scan(self.settings.model_folders),
+                                        context=lambda: self.settings.sampling.context_length)
         self.status.addPermanentWidget(self.discover.status_label)     # hub downloads (model library > Discover)
         self._build_menus()
         self._connect()
@@ -161,6 +162,7 @@ class MainWindow(QMainWindow):
         self.composer.sendRequested.connect(self.send)
         self.composer.stopRequested.connect(self.stop)
         self.chat_view.regenerateRequested.connect(self.regenerate)
+        self.chat_view.continueRequested.connect(self.continue_reply)
         self.conv_settings_button.clicked.connect(self.open_conversation_settings)
         self.model_button.clicked.connect(self.models.show_library)
         c.userMessageAdded.connect(self._on_user_message)
@@ -210,6 +212,8 @@ class MainWindow(QMainWindow):
                                               reasoning=stream.reasoning if live else m.reasoning)
             if m.usage.get("generated_tokens"):
                 view.set_detail(_usage_text(m.usage["generated_tokens"], m.usage.get("decode_tokens_per_s", 0.0)))
+            view.set_truncated(m.state == "complete" and m.usage.get("finish_reason") == "length")
+        self.chat_view.refresh_actions()
         self.chat_view.scroll_to_bottom()
         self._update_busy()
         self.status.update_context(self)
@@ -276,6 +280,16 @@ class MainWindow(QMainWindow):
         self.chat_view.remove_message(message_id)
         self.chat.regenerate(self.current_id, message_id, sampling, prompt)
 
+    def continue_reply(self, message_id: int) -> None:
+        if self.current_id is None or self.chat.model is None:
+            self.models.explain_no_model()
+            return
+        prompt, sampling = self.conversation_settings(self.current_id)
+        if view := self.chat_view.view(message_id):
+            view.set_truncated(False)
+            view.set_state("streaming")
+        self.chat.continue_reply(self.current_id, message_id, sampling, prompt)
+
     def regenerate_last(self) -> None:
         views = self.chat_view.views()
         if views and views[-1].role == "assistant" and self.chat.stream_for(self.current_id) is None:
@@ -292,7 +306,7 @@ class MainWindow(QMainWindow):
             self.status.update_context(self)
 
     def _on_stream_started(self, conversation_id: int, message_id: int) -> None:
-        if conversation_id == self.current_id:
+        if conversation_id == self.current_id and self.chat_view.view(message_id) is None:   # not a Continue
             self.chat_view.add_message(message_id, "assistant", "", "streaming")
         self._update_busy()
         self.refresh_conversations()
@@ -315,6 +329,7 @@ class MainWindow(QMainWindow):
             view.set_text(msg.content)
             view.set_state(msg.state, msg.error)
             view.set_reasoning(msg.reasoning)
+            view.set_truncated(msg.state == "complete" and fin.reason == "length")
             if fin.usage.generated_tokens:
                 view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s))
             view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s)

@@ -191,6 +191,12 @@ class Store:
         self._touch(conversation_id)
         return self.message(cur.lastrowid)
 
+    def resume_reply(self, message_id: int) -> Message:
+        """A finished reply streams again (Continue): back to "streaming", its text kept, this writer's."""
+        self._db.execute("UPDATE messages SET state='streaming' WHERE id=? AND role='assistant'", (message_id,))
+        self._writers.claim(message_id)
+        return self.message(message_id)
+
     def save_partial(self, message_id: int, content: str, reasoning: str = "") -> None:
         self._db.execute("UPDATE messages SET content=?, reasoning=? WHERE id=? AND state='streaming'",
                          (content, reasoning, message_id))

@@ -19,6 +19,7 @@ from app.markdown_prep import COPY_SCHEME, prepare
 from app.theme import current_colors
 
 STREAM_RENDER_MS = 150
+TRUNCATED_TEXT = "Cut off at the token limit"
 STATE_TEXT = {
     "interrupted": "Interrupted: the app stopped while this reply was being written",
     "stopped": "Stopped",
@@ -186,6 +187,7 @@ class MessageView(QFrame):
 
     copyRequested = Signal(int)
     regenerateRequested = Signal(int)
+    continueRequested = Signal(int)
 
     def __init__(self, message_id: int, role: str, text: str = "", state: str = "complete",
                  detail: str = "", parent=None):
@@ -218,9 +220,14 @@ class MessageView(QFrame):
         self.regenerate_button = _flat_button("Regenerate", "Write this reply again")
         self.regenerate_button.clicked.connect(lambda: self.regenerateRequested.emit(self.message_id))
         head.addWidget(self.regenerate_button)
+        self.continue_button = _flat_button("Continue", "Go on writing this reply where the token limit cut it")
+        self.continue_button.clicked.connect(lambda: self.continueRequested.emit(self.message_id))
+        head.addWidget(self.continue_button)
         outer.addLayout(head)
         # Only after the button has a parent: showing a parentless widget opens a window of its own.
         self.regenerate_button.setVisible(role == "assistant")
+        self.continue_button.setVisible(False)
+        self.truncated = False
 
         self.thinking = ThinkingSection(self)
         outer.addWidget(self.thinking)
@@ -271,6 +278,13 @@ class MessageView(QFrame):
         self.detail_label.setText("writing…" if state == "streaming" else "")
         if hasattr(self, "thinking") and self.thinking.reasoning():
             self.thinking.set_reasoning(self.thinking.reasoning(), streaming=state == "streaming")
+
+    def set_truncated(self, truncated: bool) -> None:
+        """A reply the token limit cut off: said in its badge; ChatView shows Continue on the last one."""
+        self.truncated = truncated
+        if truncated and self.state == "complete":
+            self.state_badge.setText(TRUNCATED_TEXT)
+            self.state_badge.setVisible(True)
 
     def set_detail(self, text: str) -> None:
         self.detail_label.setText(text)

@@ -91,13 +91,20 @@ class HubClient:
                 want *= 4                    # maybe only cut short: read more and parse again
 
     def read_range(self, f: RemoteFile, start: int, length: int) -> bytes:
+        """`length` bytes from `start`; the status is checked before any body is read, and at most
+        `length` bytes are, so a server that ignores Range never streams a whole model here."""
         headers = {**self.headers(), "Range": f"bytes={start}-{start + length - 1}"}
-        with _hub_errors(f.filename, self.endpoint):
-            r = get_session().get(self.url(f), headers=headers, follow_redirects=True, timeout=TIMEOUT_S)
+        with _hub_errors(f.filename, self.endpoint), get_session().stream(
+                "GET", self.url(f), headers=headers, follow_redirects=True, timeout=TIMEOUT_S) as r:
             _raise_for_status(r, f.filename)
             if r.status_code != 206:
                 raise DownloadError(f"The server did not honour a range request for {f.filename}.")
-            return r.content[:length]
+            out = bytearray()
+            for chunk in r.iter_bytes(1 << 20):
+                out += chunk
+                if len(out) >= length:
+                    break
+            return bytes(out[:length])
 
     def _check_reachable(self) -> None:
         try:
