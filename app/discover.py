@@ -38,11 +38,13 @@ class DiscoverActions(QObject):
     downloaded = Signal(str)             # the path of a verified model now in the models folder
 
     def __init__(self, parent: QObject | None = None, folder: Path | None = None, machine: Machine | None = None,
-                 endpoint: str | None = None, on_downloaded: Callable[[str], None] | None = None):
+                 endpoint: str | None = None, on_downloaded: Callable[[str], None] | None = None,
+                 context: Callable[[], int] | None = None):
         super().__init__(parent)
         self.folder = folder or models_dir()
         self.machine = machine             # None: asked from the backend probe on first use
         self.endpoint = endpoint
+        self.context = context             # the chat context the verdict assumes (the user's setting)
         self._client: HubClient | None = None
         self._manager: DownloadManager | None = None
         self.journal = data_dir() / JOURNAL_NAME
@@ -107,7 +109,9 @@ class DiscoverActions(QObject):
             header = self.client.read_header(group.files[0])
             if self.machine is None:
                 self.machine = current_machine()
-            return fit_verdict(header, self.machine)
+            if self.context is None:
+                return fit_verdict(header, self.machine)
+            return fit_verdict(header, self.machine, self.context())
         except EngineError as e:
             return Verdict("unsupported", f"header unreadable: {e}")
 

@@ -60,7 +60,8 @@ class MainWindow(QMainWindow):
         self.models = ModelActions(self)
         self.remote = RemoteActions(self)               # servers as a model source (model library)
         self.local_server = LocalServerActions(self)    # File > Local server…
-        self.discover = DiscoverActions(self, on_downloaded=lambda _path: self.library.scan(self.settings.model_folders))
+        self.discover = DiscoverActions(self, on_downloaded=lambda _path: self.library.scan(self.settings.model_folders),
+                                        context=lambda: self.settings.sampling.context_length)
         self.status.addPermanentWidget(self.discover.status_label)     # hub downloads (model library > Discover)
         self._build_menus()
         self._connect()

@@ -9,6 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QProgressDialog
 
+from app.backend_notice import BackendFallbackNotice
 from app.error_messages import OVERFLOW_WAY_OUT, describe
 from app.library import ModelEntry, human_size, library_folders
 from app.widgets.library_dialog import LibraryDialog
@@ -21,6 +22,7 @@ class ModelActions(QObject):
         self.w = window
         self.library_dialog: LibraryDialog | None = None
         self._pending_path = ""
+        self.backend_notice = BackendFallbackNotice(window)
         c = window.client
         c.loadStarted.connect(self._on_load_started)
         c.loadProgress.connect(window.load_bar.set_progress)
@@ -116,6 +118,7 @@ class ModelActions(QObject):
         self.w.status.flash(f"Loaded {info.name}")
         if getattr(info, "template_notice", ""):
             self.w.show_banner("Chat format replaced", info.template_notice)
+        self.backend_notice.check()
         self._after_model_change()
 
     def _remember_file(self, path: str) -> None:
