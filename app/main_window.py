@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
+    QFileDialog,
     QHBoxLayout,
     QInputDialog,
     QMainWindow,
@@ -22,6 +23,7 @@ from PySide6.QtWidgets import (
 from app.chat_controller import ChatController
 from app.discover import DiscoverActions
 from app.engine_client import EngineClient
+from app.export import FORMATS, export
 from app.model_manager import ModelLibrary
 from app.remote_models import RemoteActions
 from app.server_panel import LocalServerActions
@@ -131,10 +133,11 @@ class MainWindow(QMainWindow):
         self._action(chat, "Rename…", "F2", lambda: self.rename_conversation(self.current_id))
         self._action(chat, "Delete…", "Ctrl+Shift+Backspace", lambda: self.delete_conversation(self.current_id))
         self._action(chat, "Chat settings…", "Ctrl+Shift+,", self.open_conversation_settings)
+        self._action(chat, "Export…", "Ctrl+Shift+E", self.export_current)
         chat.addSeparator()
         self._action(chat, "Regenerate last reply", "Ctrl+R", self.regenerate_last)
         self.act_stop = self._action(chat, "Stop", STOP_SHORTCUT, self.stop)   # window-wide, any focus
-        self._action(chat, "Search titles", QKeySequence.StandardKey.Find,
+        self._action(chat, "Search chats", QKeySequence.StandardKey.Find,
                      lambda: self.sidebar.search.setFocus())
         self.sidebar_folding = SidebarFolding(self, self.sidebar, bar.addMenu("&View"))
         help_menu = bar.addMenu("&Help")
@@ -162,6 +165,7 @@ class MainWindow(QMainWindow):
         self.composer.stopRequested.connect(self.stop)
         self.chat_view.regenerateRequested.connect(self.regenerate)
         self.chat_view.continueRequested.connect(self.continue_reply)
+        self.chat_view.deleteRequested.connect(self.delete_message)
         self.conv_settings_button.clicked.connect(self.open_conversation_settings)
         self.model_button.clicked.connect(self.models.show_library)
         c.userMessageAdded.connect(self._on_user_message)
@@ -278,6 +282,37 @@ class MainWindow(QMainWindow):
         prompt, sampling = self.conversation_settings(self.current_id)
         self.chat_view.remove_message(message_id)
         self.chat.regenerate(self.current_id, message_id, sampling, prompt)
+
+    def delete_message(self, message_id: int) -> None:
+        """One message out of the conversation, after asking (a reply being written is stopped first)."""
+        if self.current_id is None:
+            return
+        answer = QMessageBox.question(self, "Delete message", "Delete this message?\nThis cannot be undone.",
+                                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+                                      QMessageBox.StandardButton.Cancel)
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        stream = self.chat.stream_for(self.current_id)
+        if stream is not None and stream.message_id == message_id:
+            return                                   # Delete is disabled on the streaming reply
+        self.store.delete_message(message_id)
+        self.chat_view.remove_message(message_id)
+        self.status.update_context(self)
+
+    def export_conversation(self, conversation_id: int, path) -> None:
+        export(self.store.conversation(conversation_id), self.store.messages(conversation_id), path)
+
+    def export_current(self) -> None:
+        if self.current_id is None:
+            return
+        title = self.store.conversation(self.current_id).title
+        path, _filter = QFileDialog.getSaveFileName(self, "Export chat", f"{title[:40]}.md",
+                                                    ";;".join(FORMATS.values()))
+        if path:
+            try:
+                self.export_conversation(self.current_id, path)
+            except (OSError, ValueError) as e:
+                QMessageBox.warning(self, "Export failed", f"The chat was not exported: {e}")
 
     def continue_reply(self, message_id: int) -> None:
         if self.current_id is None or self.chat.model is None:

@@ -188,6 +188,7 @@ class MessageView(QFrame):
     copyRequested = Signal(int)
     regenerateRequested = Signal(int)
     continueRequested = Signal(int)
+    deleteRequested = Signal(int)
 
     def __init__(self, message_id: int, role: str, text: str = "", state: str = "complete",
                  detail: str = "", parent=None):
@@ -223,6 +224,9 @@ class MessageView(QFrame):
         self.continue_button = _flat_button("Continue", "Go on writing this reply where the token limit cut it")
         self.continue_button.clicked.connect(lambda: self.continueRequested.emit(self.message_id))
         head.addWidget(self.continue_button)
+        self.delete_button = _flat_button("Delete", "Delete this message from the conversation")
+        self.delete_button.clicked.connect(lambda: self.deleteRequested.emit(self.message_id))
+        head.addWidget(self.delete_button)
         outer.addLayout(head)
         # Only after the button has a parent: showing a parentless widget opens a window of its own.
         self.regenerate_button.setVisible(role == "assistant")

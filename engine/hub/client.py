@@ -10,9 +10,13 @@ import os
 from dataclasses import dataclass
 
 import httpx2
-from huggingface_hub import HfApi, constants, get_session, hf_hub_url
+
+# Concrete submodules, not the package's lazy attributes: PyInstaller's import scan must see them.
+from huggingface_hub import constants
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
-from huggingface_hub.utils import build_hf_headers
+from huggingface_hub.file_download import hf_hub_url
+from huggingface_hub.hf_api import HfApi
+from huggingface_hub.utils import build_hf_headers, get_session
 
 from engine.errors import DownloadError, InvalidModelError
 from engine.gguf import GGUFHeader, parse_header

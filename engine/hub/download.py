@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 import httpx2
-from huggingface_hub import get_session
+from huggingface_hub.utils import get_session
 
 from engine.errors import DownloadError
 from engine.hub.client import HubClient, RemoteFile, _raise_for_status, unreachable
