@@ -26,7 +26,8 @@ from engine.model.step import StepInput
 NULL = np.uint64(0)
 MATMUL_WARPS = 4
 GT_ROWS, GT_TOKENS, GT_K = 32, 64, 64      # halo_*_gt prefill tile: rows x tokens per block, k step
-GT_MIN_T = 9                               # T above r4_t8's 8 tokens: the shared-memory tile
+KQ_TOKENS = (4, 8, 16)                     # halo_*_kq_tN: batched decode, weights decoded once for N tokens
+GT_MIN_T = 17                              # T above the widest kq_tN: the shared-memory tile
 TC_ROWS, TC_TOKENS, TC_K = 32, 64, 32      # halo_*_tc (tensor cores, CUDA sm_80+): same tile, k stage 32
 # Split K until a prefill matmul has this many blocks (~8 per SM on an H200: the last wave stays short).
 # H200 sweep, Qwen3-4B-shaped 128-token prefill: 256 -> 1967, 512 -> 2225, 1024 -> 2320, 2048 -> 2384 tok/s;
@@ -216,7 +217,8 @@ class GpuForward:
 
     def warm_up(self) -> None:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
-        for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", "gt") + (("tc",) if self.use_tc else ()):
+        kq = tuple(f"kq_t{n}" for n in KQ_TOKENS)
+        for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + (("tc",) if self.use_tc else ()):
             self.kern("halo_quant.cu", "halo_matmul_" + suffix)
             self.kern("halo_quant.cu", "halo_glu_" + suffix)
         for name in ("halo_embed_norm", "halo_splitk_sum"):
@@ -236,9 +238,13 @@ class GpuForward:
 
     def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False) -> tuple[int, int, str]:
         """(rows per warp or block, tokens per tile, kernel suffix). kq_t1: warp per row, wide K-quant loads
-        (any type); tc / gt: 32 x 64 shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs."""
+        (any type); kq_tN: the same for 2..16 tokens (a decode batch reads the weights once); tc / gt: 32 x 64
+        shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs."""
         if T == 1:
             return (1, 1, "r1_t1") if LEGACY_TILES else (1, 1, "kq_t1")
+        if T <= KQ_TOKENS[-1] and not LEGACY_TILES:
+            n = next(n for n in KQ_TOKENS if n >= T)
+            return 1, n, f"kq_t{n}"
         if T >= GT_MIN_T and tile_ok and not LEGACY_TILES:
             if self.use_tc and not SIMT_TILES:
                 return TC_ROWS, TC_TOKENS, "tc"

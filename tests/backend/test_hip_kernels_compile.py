@@ -19,7 +19,7 @@ FILES = sorted(p.name for p in kernels.KERNEL_DIR.glob("*.cu"))
 
 def kernel_names(source: str) -> list[str]:
     direct = re.findall(r"HALO_KERNEL\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)\s*\(", source)
-    by_macro = re.findall(r"^(?:MATMUL|GLU)_ENTRY\((\w+),", source, flags=re.M)
+    by_macro = re.findall(r"^[A-Z_]+_ENTRY\((\w+),", source, flags=re.M)
     return [n for n in direct + by_macro if n != "NAME"]       # NAME: the macros' own parameter
 
 
