@@ -61,8 +61,12 @@ def start_model(window, args) -> None:
             window.models.load_path_now(str(path))
         else:
             window.models.fetch_starter()
-    elif window.settings.last_model and any(str(e.path) == window.settings.last_model and e.ok for e in entries):
-        window.models.load_path_now(window.settings.last_model)
+    elif last := window.settings.last_model:
+        entry = next((e for e in entries if str(e.path) == last), None)
+        if entry is not None and entry.ok:
+            window.models.load_path_now(last)
+        else:
+            window.models.explain_missing_last_model(last, entry)
     elif not entries:
         window.models.offer_starter()
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.engine_client import EngineClient
+from app.markdown_prep import plain_title
 from app.settings import Sampling
 from app.store import Message, Store
 from engine.api import ChatMessage, Finished, GenerateRequest
@@ -96,7 +97,7 @@ class ChatController(QObject):
         self.userMessageAdded.emit(conversation_id, user)
         conv = self.store.conversation(conversation_id)
         if conv.title == "New chat":
-            title = _title_from(text)
+            title = plain_title(text)
             self.store.rename(conversation_id, title)
             self.conversationTitled.emit(conversation_id, title)
         self._start_reply(conversation_id, sampling, system_prompt)
@@ -112,6 +113,15 @@ class ChatController(QObject):
         self.store.delete_message(message_id)
         self._start_reply(conversation_id, sampling, system_prompt)
 
+    def continue_reply(self, conversation_id: int, message_id: int, sampling: Sampling, system_prompt: str) -> None:
+        """Goes on writing the conversation's last reply (cut off by the token limit) into the same message."""
+        messages = self.store.messages(conversation_id)
+        if not messages or messages[-1].id != message_id or messages[-1].role != "assistant":
+            raise ValueError("only the last reply of a conversation can be continued")
+        if self.stream_for(conversation_id) is not None:
+            return
+        self._start_reply(conversation_id, sampling, system_prompt, continue_message=messages[-1])
+
     def stop(self, conversation_id: int) -> None:
         stream = self.stream_for(conversation_id)
         if stream is not None:
@@ -122,16 +132,23 @@ class ChatController(QObject):
             self._sources.get(stream.request_id, self.client).abort(stream.request_id)
 
     # -- streaming --------------------------------------------------------------------------------
-    def _start_reply(self, conversation_id: int, sampling: Sampling, system_prompt: str) -> None:
+    def _start_reply(self, conversation_id: int, sampling: Sampling, system_prompt: str,
+                     continue_message: Message | None = None) -> None:
         source = self.source
         model = source.model
         history = self.store.messages(conversation_id)
-        reply = self.store.begin_reply(conversation_id, model=model.name if model else "")
         request = build_request(history, sampling, system_prompt,
                                 chat=model.has_chat_template if model else True,
                                 template_options=self.store.conversation(conversation_id).template_options,
-                                supported=model.template_options if model else ())
-        stream = Stream(conversation_id, reply.id, request.request_id)
+                                supported=model.template_options if model else (),
+                                continue_last=continue_message is not None)
+        if continue_message is None:
+            reply = self.store.begin_reply(conversation_id, model=model.name if model else "")
+            stream = Stream(conversation_id, reply.id, request.request_id)
+        else:
+            reply = self.store.resume_reply(continue_message.id)
+            stream = Stream(conversation_id, reply.id, request.request_id, text=reply.content,
+                            reasoning=reply.reasoning, saved_text=reply.content, saved_reasoning=reply.reasoning)
         self._by_request[request.request_id] = stream
         self._saver.start()
         self._sources[request.request_id] = source
@@ -185,7 +202,8 @@ class ChatController(QObject):
 
 
 def build_request(history: list[Message], sampling: Sampling, system_prompt: str, chat: bool = True,
-                  template_options: dict | None = None, supported: tuple[str, ...] = ()) -> GenerateRequest:
+                  template_options: dict | None = None, supported: tuple[str, ...] = (),
+                  continue_last: bool = False) -> GenerateRequest:
     """Chat models get the whole conversation (answers only: a reply's reasoning is never sent back, as the
     templates expect); base models (no template) continue the last user text. `template_options`: the
     chat's switches, passed only where the model's template reads them (`supported`, ModelInfo)."""
@@ -193,18 +211,16 @@ def build_request(history: list[Message], sampling: Sampling, system_prompt: str
     options = {k: v for k, v in (template_options or {}).items() if k in supported}
     if not chat:
         last_user = next((m.content for m in reversed(history) if m.role == "user"), "")
+        if continue_last:                        # a base model simply goes on from the text so far
+            last_user += history[-1].content
         return GenerateRequest(prompt=last_user, params=params, report_progress=True)
     messages: list[ChatMessage] = []
     if system_prompt.strip():
         messages.append(ChatMessage("system", system_prompt.strip()))
     for m in history:
-        if m.role == "assistant" and (m.state == "error" or not m.content):
+        if m.role == "assistant" and (m.state == "error" or not m.content) and not continue_last:
             continue   # a failed or empty reply is not something the model said
         messages.append(ChatMessage(m.role, m.content))
     return GenerateRequest(messages=tuple(messages), params=params, report_progress=True,
-                           context_overflow=sampling.context_overflow, **options)
-
-
-def _title_from(text: str) -> str:
-    line = " ".join(text.split())
-    return line[:48] + ("…" if len(line) > 48 else "")
+                           context_overflow=sampling.context_overflow, continue_final_message=continue_last,
+                           **options)

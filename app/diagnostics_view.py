@@ -173,7 +173,7 @@ class DiagnosticsView(QWidget):
     def show_report(self, report: DiagnosticsReport) -> None:
         self.report = report
         fill_tree(self.tree, report)
-        self.summary.setText(_summary_html(report))
+        self.summary.setText(_running_html(self.client) + _summary_html(report))
         current = self.backend_combo.currentText()
         self.backend_combo.clear()
         for p in report.probes:
@@ -266,6 +266,17 @@ def _esc(text: str) -> str:
 def _badge(text: str, kind: str) -> str:
     fill, fg = BADGE_COLORS[kind]
     return (f"<span style='background:{fill}; color:{fg}; font-weight:600;'>&nbsp;{_esc(text)}&nbsp;</span>")
+
+
+def _running_html(client) -> str:
+    """What the loaded model really runs on (a fallback included), before what the probes would pick."""
+    from app.backend_notice import BACKEND_NAMES, running_backend
+
+    backend, reason = running_backend(client)
+    if not backend:
+        return ""
+    kind = "warn" if backend.startswith("cpu") and getattr(client, "backend", "") in BACKEND_NAMES else "ok"
+    return f"Running now {_badge(backend, kind)} &nbsp; <span>{_esc(reason)}</span><br>"
 
 
 def _summary_html(r: DiagnosticsReport) -> str:

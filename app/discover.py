@@ -7,6 +7,7 @@ makes the library rescan, so the model is there to load.
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -18,12 +19,13 @@ from PySide6.QtWidgets import QDialog, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.widgets.discover_page import DiscoverPage, download_words
 from engine.errors import EngineError
-from engine.paths import models_dir
+from engine.paths import data_dir, models_dir
 
 if TYPE_CHECKING:
     from engine.hub import DownloadManager, DownloadState, HubClient, Machine, Verdict
 
 log = logging.getLogger(__name__)
+JOURNAL_NAME = "hub-downloads.json"        # unfinished downloads (engine.hub.download's journal)
 # engine.hub (huggingface_hub, ~0.6 s to import) is imported on first use, never at the app's start.
 
 
@@ -36,14 +38,20 @@ class DiscoverActions(QObject):
     downloaded = Signal(str)             # the path of a verified model now in the models folder
 
     def __init__(self, parent: QObject | None = None, folder: Path | None = None, machine: Machine | None = None,
-                 endpoint: str | None = None, on_downloaded: Callable[[str], None] | None = None):
+                 endpoint: str | None = None, on_downloaded: Callable[[str], None] | None = None,
+                 context: Callable[[], int] | None = None):
         super().__init__(parent)
         self.folder = folder or models_dir()
         self.machine = machine             # None: asked from the backend probe on first use
         self.endpoint = endpoint
+        self.context = context             # the chat context the verdict assumes (the user's setting)
         self._client: HubClient | None = None
         self._manager: DownloadManager | None = None
+        self.journal = data_dir() / JOURNAL_NAME
         self.status_label = QLabel()       # for the window's status bar: the running download's progress
+        if unfinished := _journal_count(self.journal):
+            self.status_label.setText(f"↓ {unfinished} download{'s' * (unfinished > 1)} paused: Model library > "
+                                      f"Discover to resume")
         self.page: DiscoverPage | None = None
         self._dialog: QDialog | None = None
         self._retry: Callable[[], None] | None = None
@@ -66,7 +74,7 @@ class DiscoverActions(QObject):
         if self._manager is None:
             from engine.hub import DownloadManager
 
-            self._manager = DownloadManager(self.folder, self.client, self.downloadChanged.emit)
+            self._manager = DownloadManager(self.folder, self.client, self.downloadChanged.emit, self.journal)
         return self._manager
 
     # -- hub calls (each on its own worker thread) -----------------------------------------------------
@@ -101,7 +109,9 @@ class DiscoverActions(QObject):
             header = self.client.read_header(group.files[0])
             if self.machine is None:
                 self.machine = current_machine()
-            return fit_verdict(header, self.machine)
+            if self.context is None:
+                return fit_verdict(header, self.machine)
+            return fit_verdict(header, self.machine, self.context())
         except EngineError as e:
             return Verdict("unsupported", f"header unreadable: {e}")
 
@@ -176,6 +186,8 @@ class DiscoverActions(QObject):
             self.downloadChanged.connect(page.show_download)
             self.downloaded.connect(lambda p: page.show_note(f"{Path(p).name} is in the model library."))
             self.page = page
+            for state in self.manager.states():          # unfinished downloads of an earlier run, paused
+                page.show_download(state)
         return self.page
 
     def show(self, parent: QWidget | None = None) -> None:
@@ -197,3 +209,11 @@ class DiscoverActions(QObject):
         row.addWidget(button)
         return box
 
+
+
+def _journal_count(journal) -> int:
+    """How many unfinished downloads the journal lists (read without importing engine.hub)."""
+    try:
+        return len(json.loads(journal.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return 0

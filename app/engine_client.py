@@ -237,7 +237,7 @@ class EngineClient(QObject):
             self.loadCancelled.emit(path)
             return
         except Exception as e:   # noqa: BLE001
-            # The engine frees the old model before loading a new one: ask what is loaded now.
+            # A failed load keeps the old model, unless both did not fit at once: ask what is loaded now.
             self.model = getattr(self._engine, "model_info", None)
             if _is_cancellation(e):
                 self.loadCancelled.emit(path)

@@ -13,6 +13,15 @@ OVERFLOW_WAY_OUT = ("Delete or edit earlier messages (each message's menu), star
                     "in Settings also helps, if memory allows.")
 
 
+def file_problem(e: errors.EngineError) -> str:
+    """A model file's problem in words: the parser's field and offset only where they help."""
+    if isinstance(e, errors.InvalidModelError) and e.field == "magic":
+        return "this file is not a GGUF model (GGUF models begin with the letters “GGUF”)"
+    if isinstance(e, errors.InvalidModelError) and e.field == "header":
+        return "this file is too short to be a GGUF model (it may be an unfinished download)"
+    return str(e)
+
+
 @dataclass(frozen=True)
 class UserMessage:
     title: str
@@ -25,7 +34,7 @@ def describe(e: BaseException, what: str = "") -> UserMessage:
     subject = f" {what}" if what else ""
     if isinstance(e, errors.InvalidModelError):
         return UserMessage(f"Cannot open{subject}: the file is damaged or not a valid GGUF model",
-                           f"{e}\n\nDownload the model again, or pick another file. Nothing else was changed.")
+                           f"{file_problem(e)}\n\nDownload the model again, or pick another file. Nothing else was changed.")
     if isinstance(e, errors.UnsupportedModelError):
         return UserMessage(f"{what or 'This model'} is not supported yet",
                            f"{e}\n\nTry a model with a supported architecture ({', '.join(ARCHITECTURES)}).")

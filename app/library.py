@@ -72,7 +72,9 @@ def inspect_model(path: Path | str) -> ModelEntry:
         with open_gguf(path) as gguf:
             return _entry_from_metadata(path, size, gguf.metadata, gguf.tensors)
     except EngineError as e:
-        return ModelEntry(path=path, file_size=size, error=str(e))
+        from app.error_messages import file_problem
+
+        return ModelEntry(path=path, file_size=size, error=file_problem(e))
     except OSError as e:
         return ModelEntry(path=path, file_size=size, error=f"cannot read the file: {e.strerror or e}")
     except Exception as e:   # a reader bug must list one bad file, never stop the scan or the app's start

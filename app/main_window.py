@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
+    QFileDialog,
     QHBoxLayout,
     QInputDialog,
     QLabel,
@@ -23,6 +24,7 @@ from PySide6.QtWidgets import (
 from app.chat_controller import ChatController
 from app.discover import DiscoverActions
 from app.engine_client import EngineClient
+from app.export import FORMATS, export
 from app.model_manager import ModelLibrary
 from app.remote_models import RemoteActions
 from app.server_panel import LocalServerActions
@@ -48,7 +50,7 @@ class MainWindow(QMainWindow):
         self.store, self.settings = store, settings
         self.client = client or EngineClient(settings.backend, settings.async_scheduling, parent=self)
         self.chat = ChatController(store, self.client, self)
-        self.library = ModelLibrary(self)
+        self.library = ModelLibrary(self, lambda: self.settings.model_files)
         self.current_id: int | None = None
         self.setWindowTitle("Halo Chat")
         self.setWindowIcon(app_icon())
@@ -58,7 +60,8 @@ class MainWindow(QMainWindow):
         self.models = ModelActions(self)
         self.remote = RemoteActions(self)               # servers as a model source (model library)
         self.local_server = LocalServerActions(self)    # File > Local server…
-        self.discover = DiscoverActions(self, on_downloaded=lambda _path: self.library.scan(self.settings.model_folders))
+        self.discover = DiscoverActions(self, on_downloaded=lambda _path: self.library.scan(self.settings.model_folders),
+                                        context=lambda: self.settings.sampling.context_length)
         self.status.addPermanentWidget(self.discover.status_label)     # hub downloads (model library > Discover)
         self._build_menus()
         self._connect()
@@ -131,10 +134,11 @@ class MainWindow(QMainWindow):
         self._action(chat, "Rename…", "F2", lambda: self.rename_conversation(self.current_id))
         self._action(chat, "Delete…", "Ctrl+Shift+Backspace", lambda: self.delete_conversation(self.current_id))
         self._action(chat, "Chat settings…", "Ctrl+Shift+,", self.open_conversation_settings)
+        self._action(chat, "Export…", "Ctrl+Shift+E", self.export_current)
         chat.addSeparator()
         self._action(chat, "Regenerate last reply", "Ctrl+R", self.regenerate_last)
         self.act_stop = self._action(chat, "Stop", STOP_SHORTCUT, self.stop)   # window-wide, any focus
-        self._action(chat, "Search titles", QKeySequence.StandardKey.Find,
+        self._action(chat, "Search chats", QKeySequence.StandardKey.Find,
                      lambda: self.sidebar.search.setFocus())
         self.sidebar_folding = SidebarFolding(self, self.sidebar, bar.addMenu("&View"))
         help_menu = bar.addMenu("&Help")
@@ -161,6 +165,8 @@ class MainWindow(QMainWindow):
         self.composer.sendRequested.connect(self.send)
         self.composer.stopRequested.connect(self.stop)
         self.chat_view.regenerateRequested.connect(self.regenerate)
+        self.chat_view.continueRequested.connect(self.continue_reply)
+        self.chat_view.deleteRequested.connect(self.delete_message)
         self.conv_settings_button.clicked.connect(self.open_conversation_settings)
         self.model_button.clicked.connect(self.models.show_library)
         c.userMessageAdded.connect(self._on_user_message)
@@ -210,6 +216,8 @@ class MainWindow(QMainWindow):
                                               reasoning=stream.reasoning if live else m.reasoning)
             if m.usage.get("generated_tokens"):
                 view.set_detail(_usage_text(m.usage["generated_tokens"], m.usage.get("decode_tokens_per_s", 0.0)))
+            view.set_truncated(m.state == "complete" and m.usage.get("finish_reason") == "length")
+        self.chat_view.refresh_actions()
         self.chat_view.scroll_to_bottom()
         self._update_busy()
         self.status.update_context(self)
@@ -276,6 +284,47 @@ class MainWindow(QMainWindow):
         self.chat_view.remove_message(message_id)
         self.chat.regenerate(self.current_id, message_id, sampling, prompt)
 
+    def delete_message(self, message_id: int) -> None:
+        """One message out of the conversation, after asking (a reply being written is stopped first)."""
+        if self.current_id is None:
+            return
+        answer = QMessageBox.question(self, "Delete message", "Delete this message?\nThis cannot be undone.",
+                                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+                                      QMessageBox.StandardButton.Cancel)
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        stream = self.chat.stream_for(self.current_id)
+        if stream is not None and stream.message_id == message_id:
+            return                                   # Delete is disabled on the streaming reply
+        self.store.delete_message(message_id)
+        self.chat_view.remove_message(message_id)
+        self.status.update_context(self)
+
+    def export_conversation(self, conversation_id: int, path) -> None:
+        export(self.store.conversation(conversation_id), self.store.messages(conversation_id), path)
+
+    def export_current(self) -> None:
+        if self.current_id is None:
+            return
+        title = self.store.conversation(self.current_id).title
+        path, _filter = QFileDialog.getSaveFileName(self, "Export chat", f"{title[:40]}.md",
+                                                    ";;".join(FORMATS.values()))
+        if path:
+            try:
+                self.export_conversation(self.current_id, path)
+            except (OSError, ValueError) as e:
+                QMessageBox.warning(self, "Export failed", f"The chat was not exported: {e}")
+
+    def continue_reply(self, message_id: int) -> None:
+        if self.current_id is None or self.chat.model is None:
+            self.models.explain_no_model()
+            return
+        prompt, sampling = self.conversation_settings(self.current_id)
+        if view := self.chat_view.view(message_id):
+            view.set_truncated(False)
+            view.set_state("streaming")
+        self.chat.continue_reply(self.current_id, message_id, sampling, prompt)
+
     def regenerate_last(self) -> None:
         views = self.chat_view.views()
         if views and views[-1].role == "assistant" and self.chat.stream_for(self.current_id) is None:
@@ -292,7 +341,7 @@ class MainWindow(QMainWindow):
             self.status.update_context(self)
 
     def _on_stream_started(self, conversation_id: int, message_id: int) -> None:
-        if conversation_id == self.current_id:
+        if conversation_id == self.current_id and self.chat_view.view(message_id) is None:   # not a Continue
             self.chat_view.add_message(message_id, "assistant", "", "streaming")
         self._update_busy()
         self.refresh_conversations()
@@ -315,6 +364,7 @@ class MainWindow(QMainWindow):
             view.set_text(msg.content)
             view.set_state(msg.state, msg.error)
             view.set_reasoning(msg.reasoning)
+            view.set_truncated(msg.state == "complete" and fin.reason == "length")
             if fin.usage.generated_tokens:
                 view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s))
             view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s)

@@ -14,8 +14,10 @@ class ModelLibrary(QObject):
     scanned = Signal(list)          # list[ModelEntry], sorted by file name
     inspected = Signal(object)      # one ModelEntry (for a single file: "Open GGUF…", drag and drop)
 
-    def __init__(self, parent: QObject | None = None):
+    def __init__(self, parent: QObject | None = None, extra_files=lambda: ()):
+        """`extra_files()`: single files to list beside the folders' (opened or dropped ones)."""
         super().__init__(parent)
+        self._extra_files = extra_files
         self.entries: list[ModelEntry] = []
         self._cache: dict[tuple[str, int, float], ModelEntry] = {}
         self._lock = threading.Lock()
@@ -44,7 +46,11 @@ class ModelLibrary(QObject):
         self.entries = entries
 
     def _inspect_all(self, folders: list[Path]) -> list[ModelEntry]:
-        return [self._inspect_one(p) for p in find_gguf_files(folders)]
+        found = find_gguf_files(folders)
+        known = {os.path.normcase(str(p)) for p in found}
+        extra = [Path(f) for f in self._extra_files() if os.path.normcase(str(f)) not in known]
+        # A listed file that was moved or deleted stays listed, with the reason ("cannot read the file").
+        return [self._inspect_one(p) for p in found + extra]
 
     def _inspect_one(self, path: Path) -> ModelEntry:
         try:

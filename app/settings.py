@@ -123,6 +123,18 @@ class AppSettings:
         self.q.setValue("models/folders", list(dict.fromkeys(str(f) for f in folders if f)))
 
     @property
+    def model_files(self) -> list[str]:
+        """Single GGUF files the user opened or dropped from outside the model folders (the library lists them)."""
+        value = self.q.value("models/files", [])
+        if isinstance(value, str):
+            value = [value] if value else []
+        return [str(v) for v in (value or [])]
+
+    @model_files.setter
+    def model_files(self, files: list[str]) -> None:
+        self.q.setValue("models/files", list(dict.fromkeys(str(f) for f in files if f)))
+
+    @property
     def last_model(self) -> str:
         return str(self.q.value("models/last", ""))
 

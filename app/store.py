@@ -22,7 +22,7 @@ from app.stream_writers import StreamWriters
 from engine.paths import data_dir
 
 MessageState = Literal["complete", "streaming", "interrupted", "stopped", "error"]
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DB_NAME = "history.sqlite3"
 
 _SCHEMA_V1 = """
@@ -55,6 +55,22 @@ CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
 _SCHEMA_V2 = """
 ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT '';
 ALTER TABLE conversations ADD COLUMN template_options_json TEXT NOT NULL DEFAULT '{}';
+"""
+# v3: full-text search over message text (SQLite FTS5, an external-content index kept by triggers; the
+# migration indexes every existing message).
+_SCHEMA_V3 = """
+CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id');
+CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
 """
 
 
@@ -117,6 +133,8 @@ class Store:
             self._db.executescript("BEGIN;" + _SCHEMA_V1 + "PRAGMA user_version=1;COMMIT;")
         if version < 2:
             self._db.executescript("BEGIN;" + _SCHEMA_V2 + "PRAGMA user_version=2;COMMIT;")
+        if version < 3:
+            self._db.executescript("BEGIN;" + _SCHEMA_V3 + "PRAGMA user_version=3;COMMIT;")
 
     def _mark_interrupted(self) -> int:
         return self._writers.recover()       # only rows whose writer is gone (app.stream_writers)
@@ -137,11 +155,19 @@ class Store:
         return _conversation(row)
 
     def conversations(self, search: str = "") -> list[Conversation]:
-        """Most recently active first; `search` matches the title, case-insensitively."""
+        """Most recently active first; `search` matches the title (case-insensitive substring) or the text of
+        a message (full-text: every word, each also as a prefix, in any order)."""
         pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        words = search.split()
+        if not words:
+            rows = self._db.execute("SELECT * FROM conversations ORDER BY updated_at DESC, id DESC").fetchall()
+            return [_conversation(r) for r in rows]
+        # Each word quoted (FTS5 syntax in the user's text is taken literally), as a prefix.
+        match = " ".join('"' + w.replace('"', '""') + '"*' for w in words)
         rows = self._db.execute(
-            "SELECT * FROM conversations WHERE title LIKE ? ESCAPE '\\' ORDER BY updated_at DESC, id DESC",
-            (pattern,)).fetchall()
+            "SELECT * FROM conversations WHERE title LIKE ? ESCAPE '\\' OR id IN ("
+            "  SELECT m.conversation_id FROM messages m JOIN messages_fts f ON f.rowid = m.id"
+            "  WHERE messages_fts MATCH ?) ORDER BY updated_at DESC, id DESC", (pattern, match)).fetchall()
         return [_conversation(r) for r in rows]
 
     def rename(self, conversation_id: int, title: str) -> None:
@@ -190,6 +216,12 @@ class Store:
         self._writers.claim(cur.lastrowid)
         self._touch(conversation_id)
         return self.message(cur.lastrowid)
+
+    def resume_reply(self, message_id: int) -> Message:
+        """A finished reply streams again (Continue): back to "streaming", its text kept, this writer's."""
+        self._db.execute("UPDATE messages SET state='streaming' WHERE id=? AND role='assistant'", (message_id,))
+        self._writers.claim(message_id)
+        return self.message(message_id)
 
     def save_partial(self, message_id: int, content: str, reasoning: str = "") -> None:
         self._db.execute("UPDATE messages SET content=?, reasoning=? WHERE id=? AND state='streaming'",

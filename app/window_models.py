@@ -2,14 +2,16 @@
 the starter model on first run, and engine errors shown as a banner with what to do."""
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QProgressDialog
 
+from app.backend_notice import BackendFallbackNotice
 from app.error_messages import OVERFLOW_WAY_OUT, describe
-from app.library import ModelEntry, human_size
+from app.library import ModelEntry, human_size, library_folders
 from app.widgets.library_dialog import LibraryDialog
 from engine import model_store
 
@@ -20,6 +22,7 @@ class ModelActions(QObject):
         self.w = window
         self.library_dialog: LibraryDialog | None = None
         self._pending_path = ""
+        self.backend_notice = BackendFallbackNotice(window)
         c = window.client
         c.loadStarted.connect(self._on_load_started)
         c.loadProgress.connect(window.load_bar.set_progress)
@@ -108,13 +111,31 @@ class ModelActions(QObject):
     def _on_loaded(self, info) -> None:
         self.w.load_bar.hide()
         self.w.settings.last_model = info.path
+        self._remember_file(info.path)
         if self.w.banner.isVisible():
             self.w.banner.hide()
             self.w._sync_banner_holder()
         self.w.status.flash(f"Loaded {info.name}")
         if getattr(info, "template_notice", ""):
             self.w.show_banner("Chat format replaced", info.template_notice)
+        self.backend_notice.check()
         self._after_model_change()
+
+    def _remember_file(self, path: str) -> None:
+        """A file opened or dropped from outside the library's folders joins the library (as it says)."""
+        folders = {os.path.normcase(os.path.abspath(f)) for f in library_folders(self.w.settings.model_folders)}
+        in_folder = os.path.normcase(os.path.dirname(os.path.abspath(path))) in folders
+        if not in_folder and path not in self.w.settings.model_files:
+            self.w.settings.model_files = [*self.w.settings.model_files, path]
+            self.w.library.scan(self.w.settings.model_folders)
+
+    def explain_missing_last_model(self, path: str, entry: ModelEntry | None) -> None:
+        """At start: the model used last time cannot be loaded; say which and why instead of 'No model'."""
+        why = entry.error if entry is not None and entry.error else "it is no longer there (moved or deleted)"
+        self.w.show_banner("The model you used last time cannot be loaded",
+                           f"{Path(path).name} ({path}): {why}.\n\nLoad another model from the library, "
+                           "or open the file where it is now.",
+                           (("Model library…", self.show_library), ("Open GGUF…", self.open_file_dialog)))
 
     def _on_load_failed(self, path: str, error: Exception) -> None:
         self.w.load_bar.hide()

@@ -79,11 +79,16 @@ class GenerateRequest:
     # A `messages` prompt too long for the context: "stop" (fail), "drop_oldest" (leave out the oldest turns,
     # keep the system prompt) or "rolling" (leave out the oldest messages); engine.context_fit.
     context_overflow: Literal["stop", "drop_oldest", "rolling"] = "stop"
+    # True: the last message is an assistant reply cut short; the model goes on writing it (the template
+    # renders the messages before it with the generation prompt, then the reply's text follows as it is).
+    continue_final_message: bool = False
 
     def __post_init__(self):
         given = [x is not None for x in (self.messages, self.prompt, self.prompt_token_ids)]
         if sum(given) != 1:
             raise ValueError("GenerateRequest needs exactly one of messages, prompt or prompt_token_ids")
+        if self.continue_final_message and not (self.messages and self.messages[-1].role == "assistant"):
+            raise ValueError("continue_final_message needs messages ending with the assistant reply to continue")
 
 
 @dataclass(frozen=True)

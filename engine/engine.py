@@ -26,6 +26,8 @@ from engine.errors import (
     ContextOverflowError,
     EngineError,
     ModelNotLoadedError,
+    OutOfDeviceMemoryError,
+    OutOfHostMemoryError,
     RequestAborted,
     UnsupportedModelError,
 )
@@ -139,7 +141,8 @@ class Engine:
     # ---- public, any thread -----------------------------------------------------------------------
     def load(self, path: str | Path, progress: Callable[[LoadProgress], None] | None = None,
              max_context: int | None = None) -> Future:
-        """Future[ModelInfo]. `progress` is called on the engine thread. Replaces a loaded model.
+        """Future[ModelInfo]. `progress` is called on the engine thread. Replaces a loaded model once the new
+        one is ready (a cancelled or failed load keeps it, unless both did not fit in memory at once).
         `max_context`: the context (tokens) to allocate for this model, capped at its trained length;
         None keeps the engine's setting. The loaded ModelInfo.max_context says what was allocated."""
         if max_context is not None and (not isinstance(max_context, int) or max_context < 1):
@@ -279,9 +282,18 @@ class Engine:
         try:
             if cancel.is_set():                      # cancelled while queued: keep the current model
                 raise RequestAborted(f"Loading {path.name} was cancelled")
-            self._drop_model()                       # free the old model before loading the new one
             choice = choose_backend(self._backend_setting, self._async_setting)
-            self._model, choice = self._build(path, choice, on_progress, max_context)
+            # The current model stays until the new one is ready: a cancelled or failed switch keeps it.
+            # Only when both do not fit at once is it freed first (then a failure leaves no model).
+            try:
+                built, choice = self._build(path, choice, on_progress, max_context)
+            except (OutOfHostMemoryError, OutOfDeviceMemoryError):
+                if self._model is None:
+                    raise
+                self._drop_model()
+                built, choice = self._build(path, choice, on_progress, max_context)
+            self._drop_model()
+            self._model = built
             self.backend_reason, self.async_reason = choice.reason, choice.async_reason
             self.model_info = self._model.info
             future.set_result(self.model_info)

@@ -25,6 +25,10 @@ def encode_prompt(prompt_format: PromptFormat, request: GenerateRequest) -> list
                    if value is not None}
         if request.tools is not None:
             options["tools"] = [dict(t) for t in request.tools]
+        if request.continue_final_message:      # the reply so far follows the generation prompt verbatim
+            reply = request.messages[-1].content
+            return (prompt_format.encode_chat(request.messages[:-1], **options)
+                    + prompt_format.tokenizer.encode(reply, add_bos=False, add_eos=False))
         return prompt_format.encode_chat(request.messages, **options)
     return prompt_format.encode_raw(request.prompt)
 

@@ -8,8 +8,9 @@ without building anything.
   other engine module (lazy imports), plus
   the runtime bindings' compiled submodules that are linked at C level (hip-python's `rocm.bindings`
   and `rocm.bindings.util`; cuda-python's `cuda.bindings`), collected when they are installed.
-- Data files: the kernel sources (engine/backends/kernels/*.cu and the headers they include), the app's
-  assets (styles, icons) and VERSION.txt.
+- Data files: the kernel sources (engine/backends/kernels/*.cu and the headers they include), the prebuilt
+  HIP code objects and their manifest (`python -m engine.backends.kernels.build`: what lets the GPU path start
+  on a Windows driver without hiprtc), the app's assets (styles, icons) and VERSION.txt.
 - After analysis, `check_analysis` fails the build if any registry module is missing from the bundle.
 """
 from __future__ import annotations
@@ -98,9 +99,22 @@ def kernel_sources() -> list[Path]:
     return sorted([*kernels.glob("*.cu"), *kernels.glob("*.h")])
 
 
+def prebuilt_objects() -> list[tuple[str, str]]:
+    """(file, folder inside the bundle) for the manifest and every object it lists; [] when nothing was built."""
+    sys.path.insert(0, str(ROOT))
+    from engine.backends.kernels.prebuilt import MANIFEST, PREBUILT_DIR, load_manifest
+
+    manifest = load_manifest(PREBUILT_DIR)
+    if manifest is None:
+        return []
+    dest = "engine/backends/kernels/prebuilt"
+    return [(str(PREBUILT_DIR / MANIFEST), dest)] + [
+        (str(o.path), f"{dest}/{o.path.parent.relative_to(PREBUILT_DIR).as_posix()}") for o in manifest.objects]
+
+
 def datas(version_file: Path) -> list[tuple[str, str]]:
     """(source, folder inside the bundle) pairs."""
-    pairs = [(str(p), "engine/backends/kernels") for p in kernel_sources()]
+    pairs = [(str(p), "engine/backends/kernels") for p in kernel_sources()] + prebuilt_objects()
     for folder in ("styles", "icons"):
         for p in sorted((ROOT / "assets" / folder).glob("*")):
             if p.is_file() and p.suffix in ASSET_SUFFIXES:

@@ -59,7 +59,7 @@ class FakeHub:
         self.gated: set[str] = set()
         self.throttle_bps: float | None = None
         self.ranges: list[str] = []
-        self.offline = False
+        self.ignore_range = False          # answer 200 with the whole file, as a server without Range does
         self._server: ThreadingHTTPServer | None = None
 
     def add(self, repo: str, filename: str, source: Path | bytes, size: int | None = None,
@@ -159,7 +159,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, "not found")
         start, end = 0, hosted.size
         rng = self.headers.get("Range")
-        if rng:
+        if rng and not self.fake.ignore_range:
             self.fake.ranges.append(rng)
             m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng)
             start = int(m[1])

@@ -12,6 +12,8 @@ MAX_TEXT_WIDTH = 860
 
 class ChatView(QScrollArea):
     regenerateRequested = Signal(int)   # message id
+    continueRequested = Signal(int)     # message id of a reply cut off by the token limit
+    deleteRequested = Signal(int)       # message id
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -69,6 +71,8 @@ class ChatView(QScrollArea):
         if reasoning:
             view.set_reasoning(reasoning)
         view.regenerateRequested.connect(self.regenerateRequested)
+        view.continueRequested.connect(self.continueRequested)
+        view.deleteRequested.connect(self.deleteRequested)
         self._column.insertWidget(self._column.count() - 1, view)
         self._views[message_id] = view
         self.empty.setVisible(False)
@@ -102,6 +106,12 @@ class ChatView(QScrollArea):
                 last = i == len(views) - 1
                 v.regenerate_button.setVisible(last and not busy)
                 v.set_regenerate_enabled(last and not busy)
+                v.continue_button.setVisible(last and not busy and v.truncated)
+        for v in views:
+            v.delete_button.setEnabled(not (busy and v.state == "streaming"))
+
+    def refresh_actions(self) -> None:
+        self._update_regenerate_buttons()
 
     # -- following the bottom ---------------------------------------------------------------------
     def _on_scrolled(self, value: int) -> None:

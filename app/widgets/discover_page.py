@@ -136,6 +136,8 @@ class DiscoverPage(QWidget):
         self.note = QLabel(" ")
         self.note.setObjectName("Muted")
         col.addWidget(self.note)
+        for button in self.findChildren(QPushButton):
+            button.setAutoDefault(False)     # in a dialog, Enter in the token or search field must not click one
 
     # -- shown from app.discover ------------------------------------------------------------------
     def show_repos(self, repos: list) -> None:

@@ -1,19 +1,25 @@
 """One message in the chat: who said it, its Markdown text, its state, and Copy / Regenerate actions."""
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
+    QDesktopServices,
     QFontDatabase,
     QGuiApplication,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
+    QTextFormat,
 )
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout
 
+from app.code_highlight import highlight_spans
+from app.markdown_prep import COPY_SCHEME, prepare
 from app.theme import current_colors
 
+STREAM_RENDER_MS = 150
+TRUNCATED_TEXT = "Cut off at the token limit"
 STATE_TEXT = {
     "interrupted": "Interrupted: the app stopped while this reply was being written",
     "stopped": "Stopped",
@@ -24,36 +30,60 @@ STATE_TEXT = {
 
 
 class MarkdownView(QTextBrowser):
-    """A read-only Markdown view as tall as its content (the chat scroll area does the scrolling)."""
+    """A read-only Markdown view as tall as its content (the chat scroll area does the scrolling).
 
-    def __init__(self, parent=None):
+    Code blocks get a tinted background that stands out in both themes and in a user bubble (`code_bg` /
+    `code_bg_user` of the theme), Pygments colours by their language, and a "Copy code" link each."""
+
+    codeCopied = Signal(int)     # index of the code block copied
+
+    def __init__(self, parent=None, code_bg: str = "code_bg"):
         super().__init__(parent)
         self.setObjectName("MessageBody")
-        self.setOpenExternalLinks(True)
+        self.setOpenLinks(False)                     # links are handled: Copy code here, others by the OS
+        self.anchorClicked.connect(self._on_anchor)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.document().setDocumentMargin(2)
         self._markdown = ""
+        self._code_bg = code_bg
+        self.code_blocks: tuple[tuple[str, str], ...] = ()
+        self.render_count = 0                        # how often the Markdown was parsed (throttling is tested)
 
     def set_markdown(self, text: str) -> None:
         if text == self._markdown:
             return
         self._markdown = text
-        self.setMarkdown(text)
+        prepared = prepare(text)
+        self.code_blocks = prepared.blocks
+        self.setMarkdown(prepared.markdown)
+        self.render_count += 1
         self._style_code_blocks()
         self._fit_height()
 
     def markdown(self) -> str:
         return self._markdown
 
+    def _on_anchor(self, url: QUrl) -> None:
+        if url.scheme() == COPY_SCHEME:
+            index = int(url.path() or -1)
+            if 0 <= index < len(self.code_blocks):
+                QGuiApplication.clipboard().setText(self.code_blocks[index][1])
+                self.codeCopied.emit(index)
+        else:
+            QDesktopServices.openUrl(url)
+
     def _style_code_blocks(self) -> None:
-        # Qt's Markdown importer marks fenced/indented code blocks; give them a monospace font and a tint.
+        # Qt's Markdown importer marks fenced/indented code blocks: tint them, use a monospace font, and
+        # colour each block's text by Pygments tokens of its language.
+        colors = current_colors()
         mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
-        tint = QColor(current_colors().get("code_bg", "#f3f4f6"))
+        tint = QColor(colors.get(self._code_bg, colors.get("code_bg", "#e4e8ee")))
         doc = self.document()
         block = doc.begin()
+        group: list = []
         while block.isValid():
             fmt = block.blockFormat()
             if fmt.hasProperty(QTextBlockFormat.Property.BlockCodeFence) or fmt.nonBreakableLines():
@@ -67,7 +97,24 @@ class MarkdownView(QTextBrowser):
                 cfmt = QTextCharFormat()
                 cfmt.setFont(mono)
                 cursor.mergeCharFormat(cfmt)
+                group.append(block)
+            elif group:
+                self._highlight(group)
+                group = []
             block = block.next()
+        if group:
+            self._highlight(group)
+
+    def _highlight(self, blocks: list) -> None:
+        language = blocks[0].blockFormat().stringProperty(QTextFormat.Property.BlockCodeLanguage)
+        for start, length, color in highlight_spans("\n".join(b.text() for b in blocks), language,
+                                                    dark=QColor(current_colors().get("bg", "#ffffff")).lightness() < 128):
+            cursor = QTextCursor(self.document())
+            cursor.setPosition(blocks[0].position() + start)
+            cursor.setPosition(blocks[0].position() + start + length, QTextCursor.MoveMode.KeepAnchor)
+            cfmt = QTextCharFormat()
+            cfmt.setForeground(QColor(color))
+            cursor.mergeCharFormat(cfmt)
 
     def _fit_height(self) -> None:
         doc = self.document()
@@ -109,17 +156,20 @@ class ThinkingSection(QFrame):
         self.body.setVisible(False)
         col.addWidget(self.body)
         self._streaming = False
+        self._text = ""
         self.setVisible(False)
 
     def set_reasoning(self, text: str, streaming: bool = False) -> None:
         self._streaming = streaming
-        self.body.set_markdown(text)
+        self._text = text
+        if not streaming or self.is_expanded():     # collapsed while streaming: parsed when opened
+            self.body.set_markdown(text)
         self.setVisible(bool(text))
         words = len(text.split())
         self.toggle.setText("Thinking…" if streaming else f"Thinking ({words:,} words)")
 
     def reasoning(self) -> str:
-        return self.body.markdown()
+        return self._text
 
     def is_expanded(self) -> bool:
         return self.body.isVisible()
@@ -127,6 +177,8 @@ class ThinkingSection(QFrame):
     def set_expanded(self, expanded: bool) -> None:
         self.toggle.setChecked(expanded)
         self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
+        if expanded:
+            self.body.set_markdown(self._text)
         self.body.setVisible(expanded)
 
 
@@ -135,6 +187,8 @@ class MessageView(QFrame):
 
     copyRequested = Signal(int)
     regenerateRequested = Signal(int)
+    continueRequested = Signal(int)
+    deleteRequested = Signal(int)
 
     def __init__(self, message_id: int, role: str, text: str = "", state: str = "complete",
                  detail: str = "", parent=None):
@@ -167,14 +221,28 @@ class MessageView(QFrame):
         self.regenerate_button = _flat_button("Regenerate", "Write this reply again")
         self.regenerate_button.clicked.connect(lambda: self.regenerateRequested.emit(self.message_id))
         head.addWidget(self.regenerate_button)
+        self.continue_button = _flat_button("Continue", "Go on writing this reply where the token limit cut it")
+        self.continue_button.clicked.connect(lambda: self.continueRequested.emit(self.message_id))
+        head.addWidget(self.continue_button)
+        self.delete_button = _flat_button("Delete", "Delete this message from the conversation")
+        self.delete_button.clicked.connect(lambda: self.deleteRequested.emit(self.message_id))
+        head.addWidget(self.delete_button)
         outer.addLayout(head)
         # Only after the button has a parent: showing a parentless widget opens a window of its own.
         self.regenerate_button.setVisible(role == "assistant")
+        self.continue_button.setVisible(False)
+        self.truncated = False
 
         self.thinking = ThinkingSection(self)
         outer.addWidget(self.thinking)
-        self.body = MarkdownView(self)
+        self.body = MarkdownView(self, code_bg="code_bg_user" if role == "user" else "code_bg")
         outer.addWidget(self.body)
+        # While a reply streams, its Markdown is parsed at most every STREAM_RENDER_MS (a long reply would
+        # otherwise be re-parsed whole for every delta: quadratic); the finished text is rendered at once.
+        self._pending_text: str | None = None
+        self._render_timer = QTimer(self, singleShot=True, interval=STREAM_RENDER_MS)
+        self._render_timer.timeout.connect(self._render_pending)
+        self.state = state
         self.set_text(text)
         self.set_state(state, detail)
 
@@ -182,15 +250,29 @@ class MessageView(QFrame):
         """The reply's reasoning so far ("Thinking…" while the reply streams)."""
         self.thinking.set_reasoning(text, streaming=self.state == "streaming")
 
-    def text(self) -> str:
-        return self.body.markdown()
-
     def set_text(self, text: str) -> None:
-        # While streaming an empty reply, show a quiet ellipsis so the row does not look broken.
-        self.body.set_markdown(text)
+        if self.state != "streaming":
+            self._pending_text = None
+            self.body.set_markdown(text)
+            return
+        self._pending_text = text
+        if not self._render_timer.isActive():
+            self._render_timer.start()
+
+    def _render_pending(self) -> None:
+        if self._pending_text is not None:
+            self.body.set_markdown(self._pending_text)
+            self._pending_text = None
+
+    def text(self) -> str:
+        """The whole text, including what a throttled stream has not rendered yet."""
+        return self._pending_text if self._pending_text is not None else self.body.markdown()
 
     def set_state(self, state: str, detail: str = "") -> None:
         self.state = state
+        if state != "streaming":
+            self._render_timer.stop()
+            self._render_pending()              # a finished reply is rendered whole, at once
         label = STATE_TEXT.get(state, state)
         if state == "error" and detail:
             label = f"Failed: {detail.splitlines()[0]}"
@@ -200,6 +282,13 @@ class MessageView(QFrame):
         self.detail_label.setText("writing…" if state == "streaming" else "")
         if hasattr(self, "thinking") and self.thinking.reasoning():
             self.thinking.set_reasoning(self.thinking.reasoning(), streaming=state == "streaming")
+
+    def set_truncated(self, truncated: bool) -> None:
+        """A reply the token limit cut off: said in its badge; ChatView shows Continue on the last one."""
+        self.truncated = truncated
+        if truncated and self.state == "complete":
+            self.state_badge.setText(TRUNCATED_TEXT)
+            self.state_badge.setVisible(True)
 
     def set_detail(self, text: str) -> None:
         self.detail_label.setText(text)

@@ -22,6 +22,7 @@ class Compiled:
     seconds: float
     from_cache: bool
     path: Path
+    prebuilt: bool = False      # shipped with the app (kernels/prebuilt), not compiled on this machine
 
 
 def cache_key(api: str, arch: str, options: list[str], versions: str, source: str) -> str:

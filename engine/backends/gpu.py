@@ -134,12 +134,25 @@ class GpuBackend(Backend):
         key = (source_file, function)
         if key not in self._kernels:
             if source_file not in self._modules:
-                compiled = self._code(source_file)
-                self._modules[source_file] = (self.rt.module_load(compiled.code), compiled)
+                self._modules[source_file] = self._load_module(source_file)
             module, compiled = self._modules[source_file]
             handle = self.rt.module_function(module, function)
             self._kernels[key] = Kernel(function, handle, compiled.seconds, compiled.from_cache)
         return self._kernels[key]
+
+    def _load_module(self, source_file: str) -> tuple[object, Compiled]:
+        """(module, its code). A prebuilt object the runtime refuses (say a loader too old for its code object
+        version) falls back to the runtime compiler when there is one, keeping the refusal as an advisory."""
+        compiled = self._code(source_file)
+        try:
+            return self.rt.module_load(compiled.code), compiled
+        except BackendError as e:
+            if not compiled.prebuilt or not self._can_compile():
+                raise
+            self.advisories.append(f"prebuilt {compiled.path.parent.name}/{compiled.path.name} refused ({e}); "
+                                   "compiled at run time instead")
+            compiled = self.compiler.compile(kernels.source(source_file), source_file)
+            return self.rt.module_load(compiled.code), compiled
 
     def _code(self, source_file: str) -> Compiled:
         """The prebuilt object for this arch when there is one (kernel_plan.py), else the runtime compiler's.
@@ -149,7 +162,7 @@ class GpuBackend(Backend):
             if obj.current() or not self._can_compile():
                 if not obj.current():
                     self.advisories.append(f"{obj.path.name}: built from an older {source_file}")
-                return Compiled(obj.read(), 0.0, True, obj.path)
+                return Compiled(obj.read(), 0.0, True, obj.path, prebuilt=True)
         return self.compiler.compile(kernels.source(source_file), source_file)
 
     def _can_compile(self) -> bool:

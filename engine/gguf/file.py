@@ -126,7 +126,8 @@ def parse_header(prefix: bytes, file_size: int) -> GGUFHeader:
 def _read_header(cur: Cursor, file_size: int) -> GGUFHeader:
     magic = cur.take(4, "magic")
     if magic != GGUF_MAGIC:
-        raise InvalidModelError(f"not a GGUF file (magic {magic!r})", field="magic", offset=0)
+        raise InvalidModelError(f"this file is not a GGUF model (it begins with {magic!r}, a GGUF model with b'GGUF')",
+                                field="magic", offset=0)
     version = cur.u32("version")
     if version not in SUPPORTED_VERSIONS:
         swapped = struct.unpack("<I", struct.pack(">I", version))[0]

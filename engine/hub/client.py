@@ -10,9 +10,13 @@ import os
 from dataclasses import dataclass
 
 import httpx2
-from huggingface_hub import HfApi, constants, get_session, hf_hub_url
+
+# Concrete submodules, not the package's lazy attributes: PyInstaller's import scan must see them.
+from huggingface_hub import constants
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
-from huggingface_hub.utils import build_hf_headers
+from huggingface_hub.file_download import hf_hub_url
+from huggingface_hub.hf_api import HfApi
+from huggingface_hub.utils import build_hf_headers, get_session
 
 from engine.errors import DownloadError, InvalidModelError
 from engine.gguf import GGUFHeader, parse_header
@@ -91,13 +95,20 @@ class HubClient:
                 want *= 4                    # maybe only cut short: read more and parse again
 
     def read_range(self, f: RemoteFile, start: int, length: int) -> bytes:
+        """`length` bytes from `start`; the status is checked before any body is read, and at most
+        `length` bytes are, so a server that ignores Range never streams a whole model here."""
         headers = {**self.headers(), "Range": f"bytes={start}-{start + length - 1}"}
-        with _hub_errors(f.filename, self.endpoint):
-            r = get_session().get(self.url(f), headers=headers, follow_redirects=True, timeout=TIMEOUT_S)
+        with _hub_errors(f.filename, self.endpoint), get_session().stream(
+                "GET", self.url(f), headers=headers, follow_redirects=True, timeout=TIMEOUT_S) as r:
             _raise_for_status(r, f.filename)
             if r.status_code != 206:
                 raise DownloadError(f"The server did not honour a range request for {f.filename}.")
-            return r.content[:length]
+            out = bytearray()
+            for chunk in r.iter_bytes(1 << 20):
+                out += chunk
+                if len(out) >= length:
+                    break
+            return bytes(out[:length])
 
     def _check_reachable(self) -> None:
         try:

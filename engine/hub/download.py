@@ -7,12 +7,16 @@ keeps the `.part` (nothing under the final name is ever unverified).
 
 `DownloadManager`: several files queued, one downloading at a time on a worker thread; pause, resume,
 cancel from any thread; every change reported as an immutable `DownloadState` to `on_update` (called on
-the worker thread, or on the caller's thread for changes it makes itself).
+the worker thread, or on the caller's thread for changes it makes itself). With a `journal` file the
+unfinished downloads survive a crash or a reboot: a new manager lists them as paused, ready to resume.
 """
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
+import json
+import logging
 import os
 import shutil
 import threading
@@ -23,12 +27,13 @@ from pathlib import Path
 from typing import Literal
 
 import httpx2
-from huggingface_hub import get_session
+from huggingface_hub.utils import get_session
 
 from engine.errors import DownloadError
 from engine.hub.client import HubClient, RemoteFile, _raise_for_status, unreachable
 from engine.hub.quants import split_part
 
+log = logging.getLogger(__name__)
 CHUNK = 256 << 10
 DISK_MARGIN = 64 << 20          # leave this much free beyond the file
 READ_TIMEOUT_S = 60.0
@@ -165,8 +170,10 @@ class DownloadManager:
     SPEED_WINDOW_S = 3.0
     UPDATE_EVERY_S = 0.1
 
-    def __init__(self, folder: Path, client: HubClient, on_update: Callable[[DownloadState], None] | None = None):
+    def __init__(self, folder: Path, client: HubClient, on_update: Callable[[DownloadState], None] | None = None,
+                 journal: Path | None = None):
         self.folder = Path(folder)
+        self.journal = journal
         self.client = client
         self.on_update = on_update or (lambda s: None)
         self._lock = threading.Condition()
@@ -176,6 +183,39 @@ class DownloadManager:
         self._next_id = 1
         self._thread: threading.Thread | None = None
         self._closing = False
+        for f in self._read_journal():
+            self._add(f, "paused")
+
+    def _add(self, f: RemoteFile, status: Status) -> int:
+        i, self._next_id = self._next_id, self._next_id + 1
+        part = part_path(destination(f, self.folder))
+        self._states[i] = DownloadState(i, f, status, part.stat().st_size if part.is_file() else 0)
+        self._order.append(i)
+        return i
+
+    def _read_journal(self) -> list[RemoteFile]:
+        if self.journal is None or not self.journal.is_file():
+            return []
+        try:
+            files = [RemoteFile(**item) for item in json.loads(self.journal.read_text(encoding="utf-8"))]
+        except (OSError, ValueError, TypeError) as e:          # a damaged journal loses the list, not the .part files
+            log.warning("ignoring the download journal %s: %s", self.journal, e)
+            return []
+        return [f for f in files if not destination(f, self.folder).is_file()]
+
+    def _write_journal(self) -> None:
+        """Called with the lock held, after a status change (never per chunk)."""
+        if self.journal is None:
+            return
+        unfinished = [dataclasses.asdict(s.file) for i in self._order
+                      if (s := self._states[i]).status in ("queued", "downloading", "paused", "failed")]
+        try:
+            self.journal.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.journal.with_name(self.journal.name + ".tmp")
+            tmp.write_text(json.dumps(unfinished), encoding="utf-8")
+            os.replace(tmp, self.journal)
+        except OSError as e:
+            log.warning("could not write the download journal %s: %s", self.journal, e)
 
     def states(self) -> list[DownloadState]:
         with self._lock:
@@ -188,16 +228,17 @@ class DownloadManager:
             for s in self._states.values():
                 if s.file == f and s.status in ("queued", "downloading", "paused"):
                     return s.id
-            i, self._next_id = self._next_id, self._next_id + 1
-            part = part_path(destination(f, self.folder))
-            self._states[i] = DownloadState(i, f, "queued", part.stat().st_size if part.is_file() else 0)
-            self._order.append(i)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name="hub-downloads", daemon=True)
-                self._thread.start()
+            i = self._add(f, "queued")
+            self._write_journal()
+            self._ensure_worker()
             self._lock.notify_all()
         self._emit(i)
         return i
+
+    def _ensure_worker(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="hub-downloads", daemon=True)
+            self._thread.start()
 
     def pause(self, i: int) -> None:
         self._change(i, "pause")
@@ -211,6 +252,7 @@ class DownloadManager:
             if s.status not in ("paused", "failed"):
                 return
             self._states[i] = replace(s, status="queued", error="", speed=0.0)
+            self._ensure_worker()
             self._lock.notify_all()
         self._emit(i)
 
@@ -237,6 +279,7 @@ class DownloadManager:
                 part_path(destination(s.file, self.folder)).unlink(missing_ok=True)
             self._states[i] = replace(s, status="paused" if how == "pause" else "cancelled", speed=0.0,
                                       done=0 if how == "cancel" else s.done)
+            self._write_journal()
         self._emit(i)
 
     def _emit(self, i: int) -> None:
@@ -300,4 +343,5 @@ class DownloadManager:
             if "done" not in new:
                 new["done"] = part.stat().st_size if part.is_file() else 0
             self._states[i] = replace(self._states[i], speed=0.0, **new)
+            self._write_journal()
         self._emit(i)

@@ -240,6 +240,7 @@ class Reply:
         self.id = parsed.request.request_id
         self.model, self.chat, self.parse_tools = model, chat, parse_tools
         self.include_usage = parsed.include_usage
+        self.tools = parsed.request.tools        # the tool schemas, for typed arguments of parsed calls
         self.created = now()
         self.text: list[str] = []
         self.reasoning: list[str] = []
@@ -264,7 +265,7 @@ class Reply:
     def body(self) -> dict:
         text, tool_calls = "".join(self.text), []
         if self.parse_tools:
-            text, tool_calls = parse_tool_calls(text)
+            text, tool_calls = parse_tool_calls(text, self.tools)
         base = {"id": self.id, "created": self.created, "model": self.model, "usage": self._usage()}
         reason = self._finish_reason(tool_calls)
         if not self.chat:
@@ -309,7 +310,7 @@ class Reply:
             return [{"error": ApiError(event.error or "Generation failed.", 500, kind="server_error").body()["error"]}]
         out, tool_calls = [], []
         if self.parse_tools:
-            text, tool_calls = parse_tool_calls("".join(self.text))
+            text, tool_calls = parse_tool_calls("".join(self.text), self.tools)
             if text:
                 out.append(self._chunk(delta={"content": text}, text=text))
             if tool_calls:

@@ -10,17 +10,16 @@ import re
 import pytest
 
 from engine.backends import kernels
+from engine.backends.kernels.objcheck import expected_kernels
 from engine.backends.runtime.ctypes_runtime import CtypesRuntime
 from engine.errors import BackendError
 
 ARCH = "gfx1030"
-FILES = sorted(p.name for p in kernels.KERNEL_DIR.glob("*.cu"))
+FILES = kernels.kernel_files()
 
 
 def kernel_names(source: str) -> list[str]:
-    direct = re.findall(r"HALO_KERNEL\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)\s*\(", source)
-    by_macro = re.findall(r"^[A-Z_]+_ENTRY\((\w+),", source, flags=re.M)
-    return [n for n in direct + by_macro if n != "NAME"]       # NAME: the macros' own parameter
+    return expected_kernels(source)
 
 
 @pytest.fixture(scope="module")

@@ -33,3 +33,59 @@ def test_no_hiprtc_and_prebuilt_objects_plan_the_objects(monkeypatch):
     assert r.kernels.startswith(expected) and "gfx1151" in r.kernels
     md = to_markdown(collect(probes=[r]))
     assert expected in md and "hipErrorNoDevice" in md
+
+
+def test_asking_for_hip_without_a_device_runs_and_reports_the_cpu():
+    """The status bar shows ModelInfo.backend: it must say CPU when the CPU runs, with the reason kept."""
+    from pathlib import Path
+
+    from engine.engine import Engine
+
+    tiny = Path(__file__).resolve().parents[1] / "golden" / "data" / "tiny-qwen3-q4_k_m.gguf"
+    engine = Engine(backend="ctypes-hip", max_context=256)
+    try:
+        info = engine.load(tiny).result(timeout=120)
+        assert info.backend == "cpu"
+        assert engine.backend_reason.startswith("CPU fallback: ctypes-hip is not available")
+        assert "hipErrorNoDevice" in engine.backend_reason
+    finally:
+        engine.shutdown()
+
+
+def test_the_hip_backend_hands_the_gfx1151_object_to_hipModuleLoadData(monkeypatch):
+    """The real ctypes HIP binding over Debian's runtime, told only what this machine lacks (one gfx1151
+    device) and with hiprtc absent as on a stock Windows driver: GpuBackend.kernel passes the prebuilt
+    object's bytes to the real hipModuleLoadData, which refuses for want of a device (Debian's HIP 5.2 says
+    hipErrorInvalidDevice there; the device count already said hipErrorNoDevice)."""
+    from engine.backends.gpu import GpuBackend
+    from engine.backends.runtime.ctypes_runtime import CtypesRuntime
+    from engine.errors import BackendError
+
+    manifest = load_manifest()
+    if manifest is None:
+        pytest.skip("no prebuilt kernels here (python -m engine.backends.kernels.build)")
+
+    class OneStrixHaloDevice(CtypesRuntime):
+        loaded: list[bytes] = []
+
+        def device_count(self) -> int:
+            return 1
+
+        def set_device(self, device: int) -> None:
+            pass
+
+        def device_arch(self, device: int) -> str:
+            return "gfx1151:xnack-"
+
+        def module_load(self, code: bytes):
+            self.loaded.append(code)
+            return super().module_load(code)
+
+    rt = OneStrixHaloDevice("hip")
+    rt.load()
+    rt._rtc, rt._rtc_error = None, "hiprtc not found"      # the state load() leaves on a driver without hiprtc
+    backend = GpuBackend(rt, load=False)
+    with pytest.raises(BackendError, match="hipModuleLoadData failed: hipError(NoDevice|InvalidDevice)"):
+        backend.kernel("selftest.cu", "halo_write_ids")
+    assert rt.loaded == [manifest.find("gfx1151", "selftest.cu").read()]
+    assert not backend.advisories            # refused for want of a device, not retried through a compiler

@@ -47,6 +47,18 @@ def test_every_kernel_source_is_a_data_file(tmp_path):
     assert version_file.read_text().strip() == bundle_contents.version()
 
 
+def test_prebuilt_objects_are_data_files_when_built(tmp_path):
+    from engine.backends.kernels.prebuilt import load_manifest
+
+    manifest = load_manifest()
+    if manifest is None:
+        pytest.skip("no prebuilt kernels here (python -m engine.backends.kernels.build)")
+    datas = bundle_contents.datas(bundle_contents.write_version_file(tmp_path))
+    for o in manifest.objects:
+        assert (str(o.path), f"engine/backends/kernels/prebuilt/{o.target}") in datas
+    assert (str(manifest.root / "manifest.json"), "engine/backends/kernels/prebuilt") in datas
+
+
 def test_heavy_and_test_only_packages_are_excluded():
     for name in ("torch", "pytest", "_pytest", "hypothesis", "pytestqt", "tests", "PyInstaller"):
         assert name in bundle_contents.EXCLUDES

@@ -1,6 +1,7 @@
 """The Linux bundle, built once per session: its contents, and its --self-test on the starter model."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 
@@ -20,6 +21,22 @@ def test_bundle_carries_kernels_assets_and_version(frozen_bundle):
         assert (internal / "assets" / "styles" / qss).is_file()
     assert (internal / "assets" / "icons" / "halo.ico").is_file()
     assert (internal / "VERSION.txt").read_text().strip() == bundle_contents.version()
+
+
+def test_bundle_carries_one_prebuilt_object_per_target_and_kernel_set(frozen_bundle):
+    """The objects a Windows driver without hiprtc needs, with the manifest the runtime picks them by."""
+    from engine.backends.kernels import kernel_files
+    from engine.backends.kernels.prebuilt import TARGETS, load_manifest
+
+    if load_manifest() is None and os.environ.get("HALO_REQUIRE_PREBUILT") != "1":
+        pytest.skip("no prebuilt kernels here (python -m engine.backends.kernels.build)")
+    bundled = load_manifest(frozen_bundle.folder / "_internal" / "engine" / "backends" / "kernels" / "prebuilt")
+    assert bundled is not None, "the bundle has no prebuilt/manifest.json"
+    assert sorted((o.target, o.kernel_set) for o in bundled.objects) == \
+        sorted((t, f) for t in TARGETS for f in kernel_files())
+    for o in bundled.objects:
+        assert o.path.is_file() and o.read()[:4] == b"\x7fELF", o.path
+        assert o.current(), f"{o.path} is older than {o.kernel_set}"
 
 
 def test_bundle_leaves_out_test_tools_and_torch(frozen_bundle):

@@ -141,7 +141,9 @@ def test_load_progress_cancel_bad_file_and_no_model(smollm2_path, tmp_path):
         eng.cancel_load()
         with pytest.raises(RequestAborted):
             future.result(TIMEOUT)
-        assert eng.model_info is None
+        assert eng.model_info is not None                   # a cancelled switch keeps the model it had
+        text, fin = eng.submit(chat("hi")).text(TIMEOUT)
+        assert fin.reason in ("stop", "length") and text
 
         bad = tmp_path / "bad.gguf"
         bad.write_bytes(b"GGUF" + b"\xff" * 60)

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -58,7 +56,7 @@ def test_search_pick_kill_mid_file_resume_verify_load_and_chat(tmp_path, smollm2
         part = part_path(tmp_path / NAME)
         proc = _pull(hub, tmp_path, f"{REPO}:Q4_1")
         _wait_for(lambda: part.is_file() and part.stat().st_size > 3_000_000, what="a partial download")
-        proc.send_signal(signal.SIGKILL)
+        proc.kill()                                            # SIGKILL: no cleanup, as in a crash
         proc.wait(30)
         kept = part.stat().st_size
         assert 0 < kept < picked.size and not (tmp_path / NAME).exists()
@@ -103,7 +101,7 @@ def test_split_gguf_is_refused_before_any_byte(tmp_path):
         assert not hub.ranges and not list(tmp_path.iterdir())
 
 
-def test_queue_pauses_resumes_and_cancels(tmp_path, smollm2_path):
+def test_queue_pauses_cancels_and_resumes_in_a_new_manager_after_a_restart(tmp_path, smollm2_path):
     with FakeHub() as hub:
         hub.add(REPO, NAME, smollm2_path)
         hub.add(REPO, "copy-" + NAME, smollm2_path)
@@ -111,29 +109,39 @@ def test_queue_pauses_resumes_and_cancels(tmp_path, smollm2_path):
         client = HubClient(endpoint=hub.endpoint)
         files = {f.filename: f for f in client.repo_files(REPO)}
         seen: list = []
-        changed = threading.Event()
-
-        def on_update(state):
-            seen.append(state)
-            changed.set()
-
-        manager = DownloadManager(tmp_path, client, on_update)
+        journal = tmp_path / "journal.json"
+        manager = DownloadManager(tmp_path, client, seen.append, journal=journal)
         first = manager.enqueue(files[NAME])
         second = manager.enqueue(files["copy-" + NAME])
-        status = lambda i: next(s for s in manager.states() if s.id == i)   # noqa: E731
-        assert status(second).status == "queued"
-        _wait_for(lambda: status(first).done > 2_000_000, what="progress")
+        status = lambda m, i: next(s for s in m.states() if s.id == i)   # noqa: E731
+        assert status(manager, second).status == "queued"
+        _wait_for(lambda: status(manager, first).done > 2_000_000, what="progress")
         assert any(s.id == first and s.speed > 0 and s.eta_s for s in seen)
         manager.pause(first)
-        _wait_for(lambda: status(first).status == "paused", what="pause")
-        paused_at = status(first).done
+        _wait_for(lambda: status(manager, first).status == "paused", what="pause")
+        paused_at = status(manager, first).done
         assert 0 < paused_at < files[NAME].size
         manager.cancel(second)
-        _wait_for(lambda: status(second).status == "cancelled", what="cancel")
+        _wait_for(lambda: status(manager, second).status == "cancelled", what="cancel")
         assert not part_path(tmp_path / ("copy-" + NAME)).exists()
-        hub.throttle_bps = None
-        manager.resume(first)
-        _wait_for(lambda: status(first).status == "done", what="the resumed download")
-        assert status(first).path == tmp_path / NAME
-        assert any(r.startswith("bytes=") and int(r[6:-1]) > 0 for r in hub.ranges)
         manager.shutdown()
+
+        restarted = DownloadManager(tmp_path, client, journal=journal)      # as after a crash or a reboot
+        [state] = restarted.states()
+        assert (state.file, state.status, state.done) == (files[NAME], "paused", paused_at)
+        hub.throttle_bps = None
+        restarted.resume(state.id)
+        _wait_for(lambda: status(restarted, state.id).status == "done", what="the resumed download")
+        assert status(restarted, state.id).path == tmp_path / NAME
+        assert hub.ranges[-1] == f"bytes={paused_at}-"
+        assert DownloadManager(tmp_path, client, journal=journal).states() == []
+        restarted.shutdown()
+
+
+def test_free_disk_is_checked_before_any_byte(tmp_path):
+    with FakeHub() as hub:
+        hub.add("t/huge-GGUF", "huge-Q8_0.gguf", b"GGUF", size=10**16, sha256="0" * 64)    # 10 PB
+        client = HubClient(endpoint=hub.endpoint)
+        with pytest.raises(DownloadError, match="Not enough disk space"):
+            download_file(client, client.repo_files("t/huge-GGUF")[0], tmp_path)
+        assert not hub.ranges and not list(tmp_path.iterdir())

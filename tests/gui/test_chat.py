@@ -115,3 +115,25 @@ def test_keyboard_shift_enter_newline_enter_sends_ctrl_n_new_chat(qtbot, make_wi
     # Ctrl+R regenerates the last reply of the current chat (none here: nothing happens)
     qtbot.keyClick(w, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
     assert w.chat.streaming_conversations() == set()
+
+
+def test_a_reply_cut_by_the_token_limit_is_marked_and_continue_finishes_it(qtbot, make_window):
+    """Greedy 8 tokens then Continue 8 more equals the same question answered with 16 tokens at once."""
+    w = make_window()
+    _use(w, LONG.__class__(**{**LONG.to_dict(), "max_tokens": 16}))
+    _cid, whole_id, fin = send(qtbot, w, "Tell me about the moon.")
+    assert fin.reason == "length"
+    whole = w.store.message(whole_id).content
+    w.new_conversation()
+    _use(w, LONG.__class__(**{**LONG.to_dict(), "max_tokens": 8}))
+    _cid, mid, fin = send(qtbot, w, "Tell me about the moon.")
+    view = w.chat_view.view(mid)
+    assert fin.reason == "length" and view.truncated
+    assert view.state_badge.text() == "Cut off at the token limit" and view.continue_button.isVisible()
+    first = view.text()
+    with qtbot.waitSignal(w.chat.streamFinished, timeout=30_000) as blocker:
+        qtbot.mouseClick(view.continue_button, Qt.MouseButton.LeftButton)
+    assert blocker.args[1] == mid                                 # the same message went on
+    stored = w.store.messages(w.current_id)
+    assert [m.role for m in stored] == ["user", "assistant"]
+    assert stored[1].content == whole and stored[1].content.startswith(first) and view.text() == whole

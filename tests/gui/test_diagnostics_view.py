@@ -61,6 +61,11 @@ def test_real_probe_of_this_machine(live_view):
     if not any(p.available for p in report.probes if p.backend != "cpu"):
         for name in ("hip-python", "ctypes-hip", "cuda-python", "ctypes-cuda"):
             assert len(find(live_view, "Backends", name).text(COL_VALUE)) > 20
+    # every backend says where its kernels come from (prebuilt / run-time compiler / none and why)
+    for p in report.probes:
+        if p.kernels:
+            assert find(live_view, "Backends", p.backend, "Kernels").text(COL_VALUE) == p.kernels.removeprefix("kernels: ")
+    assert find(live_view, "Backends", "cpu", "Kernels").text(COL_VALUE).startswith("numpy on the host")
     assert badge(find(live_view, "In use", "Backend"))[0] == report.selected_backend
     assert live_view.backend_combo.currentText() == report.selected_backend
     assert "available backends:" in live_view.summary.text()

@@ -88,8 +88,11 @@ def test_search_verdicts_download_pause_resume_into_the_library(qtbot, make_wind
 
 def test_offline_says_one_sentence_and_retry_works_then_a_gated_repo_takes_a_token(qtbot, make_window, monkeypatch,
                                                                                    tmp_path):
-    with FakeHub() as gone:
-        port = gone._server.server_address[1]
+    import socket
+
+    refusing = socket.socket()                  # bound, never listening: connections are refused, and the
+    refusing.bind(("127.0.0.1", 0))             # port stays ours until the hub starts on it
+    port = refusing.getsockname()[1]
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("HALO_MODELS_DIR", str(tmp_path / "models"))
     w = make_window(engine="own")
@@ -101,6 +104,7 @@ def test_offline_says_one_sentence_and_retry_works_then_a_gated_repo_takes_a_tok
     assert "cannot be reached" in page.error.text() and page.retry_button.isVisible()
     assert page.error.text().count(". ") <= 1
 
+    refusing.close()
     with FakeHub(port=port) as hub:
         hub.add("test/Gated-GGUF", "g-Q4_0.gguf", minimal_model().build())
         hub.gated.add("test/Gated-GGUF")
@@ -116,4 +120,31 @@ def test_offline_says_one_sentence_and_retry_works_then_a_gated_repo_takes_a_tok
         assert page.token.text() == "" and "session only" in page.token_note.text()    # no keyring here
         page.repos.itemClicked.emit(page.repos.item(0))
         qtbot.waitUntil(lambda: page.files.rowCount() == 1, timeout=10_000)
+    w.discover._dialog.close()
+
+
+def test_a_download_interrupted_in_an_earlier_run_is_listed_paused_and_resumes(qtbot, make_window, hub,
+                                                                              smollm2_path, tmp_path):
+    import dataclasses
+    import json
+
+    from app.discover import JOURNAL_NAME
+    from engine.hub import HubClient
+
+    hub.add(REPO, SMALL, smollm2_path)
+    [remote] = HubClient(endpoint=hub.endpoint).repo_files(REPO)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / (SMALL + ".part")).write_bytes(smollm2_path.read_bytes()[:5_000_000])
+    (tmp_path / "data").mkdir(exist_ok=True)
+    (tmp_path / "data" / JOURNAL_NAME).write_text(json.dumps([dataclasses.asdict(remote)]))
+    w = make_window(engine="own")
+    assert "1 download paused" in w.discover.status_label.text()
+    w.discover.show(w)
+    page = w.discover.page
+    assert page.downloads.rowCount() == 1 and page.downloads.item(0, 2).text().startswith("paused · 5.0 MB")
+    page.downloads.selectRow(0)
+    qtbot.mouseClick(page.resume_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.downloads.item(0, 2).text().startswith("downloaded and verified"), timeout=30_000)
+    assert hub.ranges == ["bytes=5000000-"]
+    qtbot.waitUntil(lambda: w.library.entry(str(tmp_path / "models" / SMALL)) is not None, timeout=10_000)
     w.discover._dialog.close()

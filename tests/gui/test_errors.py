@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not s
 
 
 @pytest.mark.parametrize("error, offers_cpu, words", [
-    (errors.InvalidModelError("bad magic", field="magic", offset=0), False, "field 'magic', offset 0"),
+    (errors.InvalidModelError("bad magic", field="magic", offset=0), False, "this file is not a GGUF model"),
     (errors.UnsupportedModelError("architecture 'mamba' is not supported"), False, "mamba"),
     (errors.OutOfDeviceMemoryError("needs 9.1 GB, 4.0 GB free"), True, "9.1 GB"),
     (errors.DeviceLostError("hipErrorLaunchFailure"), True, "conversation is safe"),

@@ -41,7 +41,7 @@ def test_not_a_gguf_at_all_names_the_problem(qtbot, make_window, tmp_path):
     bad.write_text("these are my notes, not a model")
     _drop(w, bad)
     qtbot.waitUntil(w.banner.isVisible, timeout=5_000)
-    assert "not a GGUF file" in w.banner.body.text()
+    assert "this file is not a GGUF model" in w.banner.body.text()
 
 
 @pytest.mark.golden

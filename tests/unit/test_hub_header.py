@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from engine.errors import InvalidModelError
+from engine.errors import DownloadError, InvalidModelError
 from engine.gguf import open_gguf, parse_header
 from engine.hub import HubClient, HubUnreachableError, Machine, current_machine, fit_verdict
 from engine.hub.client import FIRST_HEADER_READ
@@ -91,3 +91,15 @@ def test_unreachable_hub_is_one_sentence_at_once():
 def test_current_machine_asks_the_probe():
     machine = current_machine()
     assert machine.ram_free > 0 and (machine.gpu_free is None or machine.gpu_name)
+
+
+def test_a_server_ignoring_range_is_refused_without_reading_the_body():
+    huge, huge_size = header_only_gguf()
+    with FakeHub() as hub:
+        hub.add("t/huge-GGUF", "huge-Q4_K_M.gguf", huge, size=huge_size, sha256="0" * 64)
+        hub.ignore_range = True                                   # it would send ~40 GB
+        client = HubClient(endpoint=hub.endpoint)
+        start = time.monotonic()
+        with pytest.raises(DownloadError, match="did not honour a range request"):
+            client.read_header(client.repo_files("t/huge-GGUF")[0])
+        assert time.monotonic() - start < 10

@@ -30,3 +30,18 @@ def test_split_parts_are_recognised_and_grouped_in_order():
     assert split.split and split.size == 11
     assert [x.filename for x in split.files] == ["m-Q8_0-00001-of-00002.gguf", "m-Q8_0-00002-of-00002.gguf"]
     assert not groups[0].split
+
+
+def test_pull_chooses_by_file_or_quant_and_lists_the_choices_otherwise():
+    from engine.errors import DownloadError
+    from engine.hub.pull import choose
+
+    f = lambda name: RemoteFile("o/r", name, 1, "0" * 64, "main")   # noqa: E731
+    files = [f("m-Q4_K_M.gguf"), f("sub/m-Q8_0.gguf"), f("m-F16-00001-of-00002.gguf"), f("m-F16-00002-of-00002.gguf")]
+    assert choose(files, None).filename == "m-Q4_K_M.gguf"                  # the default quantization
+    assert choose(files, "q8_0").filename == "sub/m-Q8_0.gguf"
+    assert choose(files, "m-Q8_0.gguf").filename == "sub/m-Q8_0.gguf"
+    with pytest.raises(DownloadError, match=r"'Q2_K' matches 0 files.*Q4_K_M \(m-Q4_K_M.gguf\).*F16 .*split"):
+        choose(files, "Q2_K")
+    with pytest.raises(DownloadError, match="Say which file"):
+        choose(files[1:], None)

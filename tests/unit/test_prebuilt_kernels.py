@@ -21,6 +21,8 @@ from engine.backends.selftest import run_self_test
 from engine.gpu.model import GpuModel
 
 DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
+# qkv bias (qwen2), q/k norms (qwen3), post norms + sliding window (gemma3), plain (llama)
+GPU_MODELS = ("tiny-qwen3-q4_k_m.gguf", "tiny-qwen2-q8_0.gguf", "tiny-gemma3-q4_k_m.gguf", "tiny-llama-q4_1.gguf")
 
 
 @pytest.fixture(scope="module")
@@ -70,22 +72,23 @@ def test_the_checks_catch_wrong_arch_missing_kernels_and_undefined_symbols(manif
 
 # --- the engine's launches against the objects' metadata ------------------------------------------------------
 def _recorded_launches(monkeypatch) -> list[tuple[str, str, tuple]]:
-    """(file, kernel, args) of every launch of the GPU forward on a tiny Qwen3 (decode, small and large
-    prefill, legacy tiles, with sampling) and of the self-test, recorded on the CPU backend."""
+    """(file, kernel, args) of every launch of the GPU forward on tiny models of each layer layout (decode,
+    small and large prefill, legacy tiles, with sampling) and of the self-test, recorded on the CPU backend."""
     backend = registry.create("cpu")
     launched = []
     backend.kernel = lambda file, function: Kernel(function, file)
     backend.launch = lambda k, grid, block, args, stream, shared_bytes=0: launched.append((k.handle, k.name, args))
-    m = GpuModel.load(DATA / "tiny-qwen3-q4_k_m.gguf", backend, max_tokens=32, max_seqs=4, kv_blocks=4)
-    kv = m.new_kv_cache(4, 16)
-    try:
-        for legacy in (False, True):
-            monkeypatch.setattr(fwd_mod, "LEGACY_TILES", legacy)
-            for T in (1, 3, 8, 20):
-                m.fwd.enqueue_body(kv, T, 1, True, False)
-    finally:
-        kv.free()
-        m.close()
+    for model in GPU_MODELS:
+        m = GpuModel.load(DATA / model, backend, max_tokens=32, max_seqs=4, kv_blocks=4)
+        kv = m.new_kv_cache(4, 16)
+        try:
+            for legacy in (False, True):
+                monkeypatch.setattr(fwd_mod, "LEGACY_TILES", legacy)
+                for T in (1, 3, 8, 20):
+                    m.fwd.enqueue_body(kv, T, 1, True, False)
+        finally:
+            kv.free()
+            m.close()
     run_self_test(backend, steps=1)          # its outcome does not matter here: only what it launched
     return launched
 
@@ -126,3 +129,10 @@ def test_the_comparison_catches_a_changed_signature(manifest, infos):
     assert "argument 2" in mismatches(kernel, (buf, np.int32(8), np.int64(1)))[0]
     assert "argument 1" in mismatches(kernel, (buf, buf, np.int32(1)))[0]
     assert kernel.args == (KernelArg(0, 8, "global_buffer"), KernelArg(8, 4, "by_value"), KernelArg(12, 4, "by_value"))
+
+
+def test_isa_version_numbers_match_the_device_libraries_naming():
+    from engine.backends.kernels.build import isa_version
+    # Debian's own files: oclc_isa_version_1030.bc holds 10300, _906 holds 9006; gfx90a is hex stepping
+    assert [isa_version(t) for t in ("gfx1030", "gfx906", "gfx90a", "gfx1151", "gfx1100", "gfx1201")] == \
+        [10300, 9006, 9010, 11501, 11000, 12001]

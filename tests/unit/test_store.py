@@ -181,5 +181,42 @@ def test_a_version_1_file_migrates_to_reasoning_and_template_options_losing_noth
     again = Store(db_path)
     assert again.conversation(1).template_options == {"enable_thinking": False}
     assert again.message(new.id).reasoning == "because" and again.message(new.id).content == "answer"
-    assert sqlite3.connect(db_path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert sqlite3.connect(db_path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     again.close()
+
+
+def test_search_finds_message_text_with_fts5_and_keeps_up_with_edits(db_path):
+    store = Store(db_path)
+    trip = store.create_conversation("Trip")
+    store.add_message(trip.id, "user", "Which train goes from Lyon to Marseille?")
+    reply = store.begin_reply(trip.id)
+    store.save_partial(reply.id, "The TGV runs hourly")
+    store.finish_reply(reply.id, "The TGV runs hourly from Part-Dieu.")
+    cake = store.create_conversation("Cake")
+    store.add_message(cake.id, "user", "A recipe with chocolate, please")
+    ids = lambda q: [c.id for c in store.conversations(q)]          # noqa: E731
+    assert ids("marseille") == [trip.id]              # a word of a message, any case
+    assert ids("part-dieu tgv") == [trip.id]          # every word, in any order; FTS syntax taken literally
+    assert ids("choc") == [cake.id]                   # prefixes
+    assert ids("Cak") == [cake.id]                    # titles still match as substrings
+    assert ids('"') == [] and ids("NEAR(") == []      # no query error from the user's text
+    assert ids("hourly") == [trip.id]                 # the finished text is indexed ...
+    store.delete_message(reply.id)
+    assert ids("hourly") == []                        # ... and a deleted message leaves the index
+    assert set(ids("")) == {trip.id, cake.id}
+    store.close()
+
+
+def test_migration_indexes_messages_written_before_search_existed(db_path):
+    from app.store import _SCHEMA_V1, _SCHEMA_V2
+
+    raw = sqlite3.connect(db_path)
+    raw.executescript(_SCHEMA_V1 + _SCHEMA_V2 + "PRAGMA user_version=2;")
+    raw.execute("INSERT INTO conversations(title, created_at, updated_at) VALUES ('Old', 1, 1)")
+    raw.execute("INSERT INTO messages(conversation_id, role, content, created_at) VALUES (1, 'user', "
+                "'penguins of Patagonia', 1)")
+    raw.commit()
+    raw.close()
+    store = Store(db_path)
+    assert [c.title for c in store.conversations("patagonia")] == ["Old"]
+    store.close()

@@ -1,0 +1,69 @@
+"""Models the way a user handles them: drop a file (it joins the library), switch and cancel (the old model
+stays and answers), start again after the file went away (the window says why), a file that is not a model
+(said in words)."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDropEvent
+
+from app.__main__ import start_model
+from tests.gui.conftest import send
+
+pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support")]
+
+
+def _drop(window, path) -> None:
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    window.dropEvent(QDropEvent(QPointF(20, 20), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton,
+                                Qt.KeyboardModifier.NoModifier))
+
+
+@pytest.mark.golden
+def test_drop_switch_cancel_and_a_missing_model_at_the_next_start(make_window, settings, qtbot, smollm2_path,
+                                                                   tmp_path):
+    settings.backend = "cpu"
+    elsewhere = tmp_path / "downloads" / "my-model.gguf"          # outside every library folder
+    elsewhere.parent.mkdir()
+    elsewhere.symlink_to(smollm2_path)
+    window = make_window(engine="own")
+    with qtbot.waitSignal(window.client.loaded, timeout=60_000):
+        _drop(window, elsewhere)
+    assert settings.model_files == [str(elsewhere)]
+    qtbot.waitUntil(lambda: window.library.entry(str(elsewhere)) is not None, timeout=10_000)
+    assert window.library.entry(str(elsewhere)).ok
+
+    # Switch to another load and cancel it half way: the model we had stays loaded and answers.
+    with qtbot.waitSignal(window.client.loadCancelled, timeout=60_000):
+        with qtbot.waitSignal(window.client.loadProgress, timeout=60_000):
+            window.models.load_path_now(str(smollm2_path))
+        window.load_bar.cancelRequested.emit()
+    assert window.client.model is not None and window.client.model.path == str(elsewhere)
+    assert window.client.engine.stats().model_loaded
+    assert window.model_button.text().startswith(window.client.model.name)
+    _cid, _mid, fin = send(qtbot, window, "Hello!")
+    assert fin.reason in ("stop", "length")
+
+    # Next start: the file is gone. The window says which model and why, instead of "No model".
+    elsewhere.unlink()
+    window.close()
+    again = make_window(engine="own")
+    start_model(again, argparse.Namespace(model=None, starter=False))
+    assert again.banner.isVisible()
+    assert again.banner.title.text() == "The model you used last time cannot be loaded"
+    assert "my-model.gguf" in again.banner.body.text() and "cannot read the file" in again.banner.body.text()
+    assert again.client.model is None
+
+
+def test_a_file_that_is_not_a_model_is_said_in_words(make_window, qtbot, tmp_path):
+    fake = tmp_path / "notes.gguf"
+    fake.write_text("This is a shopping list, not a model.\n" * 4)
+    window = make_window(engine="own")
+    _drop(window, fake)
+    qtbot.waitUntil(window.banner.isVisible, timeout=10_000)
+    body = window.banner.body.text()
+    assert "this file is not a GGUF model" in body and "magic" not in body and "b'This" not in body
+    assert window.client.model is None

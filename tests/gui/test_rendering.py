@@ -1,0 +1,107 @@
+"""How messages render in the real widgets: kept line breaks, code blocks that stand out in both themes and
+in a user bubble, Pygments colours, a Copy link per block, streaming parsed at a bounded rate, plain titles."""
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QUrl
+from PySide6.QtGui import QColor, QGuiApplication, QTextBlockFormat
+from PySide6.QtWidgets import QApplication
+
+from app.markdown_prep import COPY_SCHEME, plain_title, prepare
+from app.theme import apply_theme, palette_colors
+from app.widgets.message_view import STREAM_RENDER_MS, MessageView
+
+pytestmark = [pytest.mark.gui]
+POEM = "Roses are red\nViolets are blue"
+CODE = "Here:\n```python\ndef f(x):\n    return x + 1\n```\nand\n```\nplain text\n```"
+
+
+def _luminance(hex_color: str) -> float:
+    def channel(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+    q = QColor(hex_color)
+    return 0.2126 * channel(q.redF()) + 0.7152 * channel(q.greenF()) + 0.0722 * channel(q.blueF())
+
+
+def _contrast(a: str, b: str) -> float:
+    hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+@pytest.mark.parametrize("role", ["user", "assistant"])
+def test_single_line_breaks_are_kept(qtbot, role):
+    view = MessageView(1, role, POEM)
+    qtbot.addWidget(view)
+    doc = view.body.document()
+    assert doc.toPlainText().splitlines()[:2] == ["Roses are red", "Violets are blue"]
+    assert view.text() == POEM                       # copy gives back what was written
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_code_blocks_stand_out_in_both_themes_and_in_a_user_bubble(qtbot, theme):
+    colors = apply_theme(QApplication.instance(), theme)
+    try:
+        assert _contrast(colors["code_bg"], colors["bg"]) >= 1.2
+        assert _contrast(colors["code_bg_user"], colors["user_bubble"]) >= 1.2
+        for role, key in (("assistant", "code_bg"), ("user", "code_bg_user")):
+            view = MessageView(1, role, CODE)
+            qtbot.addWidget(view)
+            block = view.body.document().begin()
+            tinted, coloured = [], set()
+            while block.isValid():
+                fmt = block.blockFormat()
+                if fmt.hasProperty(QTextBlockFormat.Property.BlockCodeFence):
+                    tinted.append(fmt.background().color().name())
+                    it = block.begin()
+                    while not it.atEnd():
+                        coloured.add(it.fragment().charFormat().foreground().color().name())
+                        it += 1
+                block = block.next()
+            assert tinted and set(tinted) == {colors[key].lower()}
+            assert len(coloured) >= 3                    # keywords, names, numbers differ: highlighted
+    finally:
+        apply_theme(QApplication.instance(), "light")
+
+
+def test_each_code_block_has_its_own_copy_link(qtbot):
+    view = MessageView(1, "assistant", CODE)
+    qtbot.addWidget(view)
+    assert view.body.code_blocks == (("python", "def f(x):\n    return x + 1"), ("", "plain text"))
+    assert view.body.document().toPlainText().count("Copy code") == 2
+    with qtbot.waitSignal(view.body.codeCopied) as blocker:
+        view.body.anchorClicked.emit(QUrl(f"{COPY_SCHEME}:1"))
+    assert blocker.args == [1] and QGuiApplication.clipboard().text() == "plain text"
+    view.body.anchorClicked.emit(QUrl(f"{COPY_SCHEME}:0"))
+    assert QGuiApplication.clipboard().text() == "def f(x):\n    return x + 1"
+
+
+def test_a_streaming_reply_is_parsed_at_a_bounded_rate_and_whole_at_the_end(qtbot):
+    view = MessageView(1, "assistant", "", "streaming")
+    qtbot.addWidget(view)
+    text = ""
+    for i in range(400):                              # 400 deltas arriving faster than the render interval
+        text += f"word{i} "
+        view.set_text(text)
+        assert view.text() == text
+    assert view.body.render_count <= 2
+    qtbot.wait(STREAM_RENDER_MS * 2)
+    assert view.body.markdown() == text               # the last pending text was rendered
+    rendered = view.body.render_count
+    view.set_text(text + "end")
+    view.set_state("complete")
+    assert view.body.markdown() == text + "end" and view.body.render_count == rendered + 1
+
+
+def test_titles_and_prepared_markdown():
+    assert plain_title("# Heading one ## sub\nmore") == "Heading one ## sub"
+    assert plain_title("**Bold** and [a link](http://x) `code`") == "Bold and a link code"
+    assert plain_title("```\ncode only\n```") == "code only"
+    assert plain_title("   \n") == "New chat"
+    assert plain_title("x" * 60).endswith("…")
+    # a block still streaming (no closing fence yet) is copyable as far as it got
+    assert prepare("```js\nlet a").blocks == (("js", "let a"),)
+
+
+def test_palette_files_name_both_code_backgrounds():
+    for dark in (False, True):
+        assert {"code_bg", "code_bg_user"} <= palette_colors(dark).keys()
