@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.api import Event, Finished, GenerateRequest, LoadProgress, ModelInfo, TextDelta, Usage
+from engine.context_fit import OVERFLOW_POLICIES, fit_messages, reply_room
 from engine.core.engine_core import EngineCore
 from engine.core.setup import DEFAULT_MAX_NUM_SEQS, BackendChoice
 from engine.errors import (
@@ -31,7 +32,6 @@ from engine.errors import (
     RequestAborted,
     UnsupportedModelError,
 )
-from engine.context_fit import OVERFLOW_POLICIES, fit_messages, reply_room
 from engine.generation import Generation, encode_prompt
 from engine.prompt import PromptFormat
 from engine.reasoning import reasoning_parser
