@@ -166,6 +166,8 @@ class MainWindow(QMainWindow):
         self.chat_view.regenerateRequested.connect(self.regenerate)
         self.chat_view.continueRequested.connect(self.continue_reply)
         self.chat_view.deleteRequested.connect(self.delete_message)
+        self.chat_view.editRequested.connect(self.edit_message)
+        self.chat_view.alternativeRequested.connect(self.show_alternative)
         self.conv_settings_button.clicked.connect(self.open_conversation_settings)
         self.model_button.clicked.connect(self.models.show_library)
         c.userMessageAdded.connect(self._on_user_message)
@@ -216,6 +218,7 @@ class MainWindow(QMainWindow):
             if m.usage.get("generated_tokens"):
                 view.set_detail(_usage_text(m.usage["generated_tokens"], m.usage.get("decode_tokens_per_s", 0.0)))
             view.set_truncated(m.state == "complete" and m.usage.get("finish_reason") == "length")
+            view.set_alternatives(*self.store.alternatives(m.id))
         self.chat_view.refresh_actions()
         self.chat_view.scroll_to_bottom()
         self._update_busy()
@@ -283,6 +286,27 @@ class MainWindow(QMainWindow):
         self.chat_view.remove_message(message_id)
         self.chat.regenerate(self.current_id, message_id, sampling, prompt)
 
+    def edit_message(self, message_id: int) -> None:
+        """Edit a user message and send it again; the original and the turns after it stay, one ‹ › away."""
+        if self.current_id is None or self.chat.stream_for(self.current_id) is not None:
+            return
+        if self.chat.model is None:
+            self.models.explain_no_model()
+            return
+        original = self.store.message(message_id)
+        text, ok = QInputDialog.getMultiLineText(self, "Edit message", "Send instead:", original.content)
+        if not ok or not text.strip() or text == original.content:
+            return
+        prompt, sampling = self.conversation_settings(self.current_id)
+        self.chat.edit_and_resend(self.current_id, message_id, text, sampling, prompt)
+        self.show_conversation(self.current_id)
+
+    def show_alternative(self, message_id: int, step: int) -> None:
+        if self.current_id is None or self.chat.stream_for(self.current_id) is not None:
+            return
+        self.store.show_alternative(message_id, step)
+        self.show_conversation(self.current_id)
+
     def delete_message(self, message_id: int) -> None:
         """One message out of the conversation, after asking (a reply being written is stopped first)."""
         if self.current_id is None:
@@ -296,7 +320,7 @@ class MainWindow(QMainWindow):
         if stream is not None and stream.message_id == message_id:
             return                                   # Delete is disabled on the streaming reply
         self.store.delete_message(message_id)
-        self.chat_view.remove_message(message_id)
+        self.show_conversation(self.current_id)          # an alternative may take its place
         self.status.update_context(self)
 
     def export_conversation(self, conversation_id: int, path) -> None:
@@ -364,6 +388,7 @@ class MainWindow(QMainWindow):
             view.set_state(msg.state, msg.error)
             view.set_reasoning(msg.reasoning)
             view.set_truncated(msg.state == "complete" and fin.reason == "length")
+            view.set_alternatives(*self.store.alternatives(message_id))
             if fin.usage.generated_tokens:
                 view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s))
             view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s)

@@ -220,3 +220,41 @@ def test_migration_indexes_messages_written_before_search_existed(db_path):
     store = Store(db_path)
     assert [c.title for c in store.conversations("patagonia")] == ["Old"]
     store.close()
+
+
+def test_alternatives_form_a_tree_whose_active_path_is_the_conversation(db_path):
+    store = Store(db_path)
+    c = store.create_conversation().id
+    q = store.add_message(c, "user", "q")
+    a1 = store.begin_reply(c)
+    store.finish_reply(a1.id, "a1")
+    q2 = store.add_message(c, "user", "q2")
+    a2 = store.begin_reply(c, parent_id=q.id)                 # a regenerated answer to q, beside a1
+    store.finish_reply(a2.id, "a2")
+    assert [m.id for m in store.messages(c)] == [q.id, a2.id]   # the new one is shown; a1 and q2 wait behind
+    assert store.alternatives(a2.id) == (2, 2) and store.alternatives(q.id) == (1, 1)
+    assert store.show_alternative(a2.id, -1) == a1.id
+    assert [m.id for m in store.messages(c)] == [q.id, a1.id, q2.id]
+    assert store.token_estimate(c) == len("q" + "a1" + "q2") // 4
+    store.delete_message(a1.id)                                # its follower moves up; a2 takes its place
+    assert [m.id for m in store.messages(c)] == [q.id, a2.id]
+    assert store.message(q2.id).parent_id == q.id
+    store.close()
+
+
+def test_migration_chains_old_messages_into_one_path(db_path):
+    from app.store import _SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3
+
+    raw = sqlite3.connect(db_path)
+    raw.executescript(_SCHEMA_V1 + _SCHEMA_V2 + _SCHEMA_V3 + "PRAGMA user_version=3;")
+    raw.execute("INSERT INTO conversations(title, created_at, updated_at) VALUES ('Old', 1, 1)")
+    for i, role in enumerate(["user", "assistant", "user", "assistant"]):
+        raw.execute("INSERT INTO messages(conversation_id, role, content, created_at) VALUES (1, ?, ?, ?)",
+                    (role, f"m{i}", i))
+    raw.commit()
+    raw.close()
+    store = Store(db_path)
+    path = store.messages(1)
+    assert [m.content for m in path] == ["m0", "m1", "m2", "m3"]
+    assert [m.parent_id for m in path] == [None, path[0].id, path[1].id, path[2].id]
+    store.close()
