@@ -271,7 +271,7 @@ class Engine:
                 self._load_cancels.discard(cancel)
 
     def _load_into(self, path: Path, progress, future: Future, cancel: threading.Event, max_context: int) -> None:
-        from engine.core.setup import choose_backend
+        from engine.backend_choice import choose_backend
 
         def on_progress(fraction: float, message: str) -> None:
             if cancel.is_set():
@@ -315,7 +315,7 @@ class Engine:
                 except UnsupportedModelError as e:      # e.g. a layer kind without GPU kernels yet
                     unsupported = e
             if unsupported is not None or not gpu_forward_available():
-                from engine.core.setup import choose_backend
+                from engine.backend_choice import choose_backend
                 why = (f"CPU fallback: {choice.name} was chosen ({choice.reason}) but "
                        + (f"it cannot run this model ({unsupported})" if unsupported else "the GPU forward pass is missing"))
                 cpu = choose_backend("cpu", self._async_setting)

@@ -50,6 +50,7 @@ def test_host_side_of_a_prefill_and_a_decode_step(name):
         out = m.step(_step([3], 10), kv, pool, ids_on_device=True, feed_next=True).get_output()
         assert out["ids"].shape == (1,)
         per_layer = 10 if m.config.ffn_kind == "moe" else 8      # MoE: router, route, glu, down for glu, down
+        per_layer += 1 if m.fwd.split_kv else 0                   # split-KV attention: + the merge of chunks
         assert len(launched) == per_layer * m.config.n_layers + 3
         assert launched[0] == "halo_embed_norm" and launched[-1] == "halo_sample"
         assert m.fwd.w.nbytes < 2 * (DATA / f"{name}.gguf").stat().st_size    # still quantized on the device
