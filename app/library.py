@@ -55,8 +55,24 @@ class ModelEntry:
         """The KV cache over `context` positions plus one sequence's recurrent state, by the engine's formula."""
         return self.kv_bytes_per_token * context + self.state_bytes
 
-    def memory_estimate(self, context: int) -> int:
-        """Weights + KV cache at min(context, trained length); scratch is small beside them."""
+    def estimate(self, context: int, backend: str = "gpu"):
+        """engine.api.estimate_memory for this file on `backend` ("cpu": weights dequantized to float32),
+        or None when the engine cannot tell (unreadable file, an architecture it does not run)."""
+        from engine.api import estimate_memory
+
+        if not self.ok or not self.kv_bytes_per_token:
+            return None
+        try:
+            return estimate_memory(str(self.path), context, backend)
+        except (EngineError, OSError):
+            return None
+
+    def memory_estimate(self, context: int, backend: str = "gpu") -> int:
+        """Weights + KV cache (+ recurrent state) at min(context, trained length), as the engine allocates
+        them on `backend`; scratch is small beside them."""
+        est = self.estimate(context, backend)
+        if est is not None:
+            return est.total
         ctx = min(context, self.context_length) if self.context_length else context
         return (self.weight_bytes or self.file_size) + self.kv_cache_bytes(ctx)
 

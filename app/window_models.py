@@ -39,6 +39,7 @@ class ModelActions(QObject):
     def show_library(self) -> None:
         if self.library_dialog is None:
             dlg = LibraryDialog(self.w.settings.sampling.context_length, self.w)
+            dlg.backend = "cpu" if self.running_on_cpu() else "gpu"
             dlg.loadRequested.connect(self._load_from_library)
             dlg.openRequested.connect(self.open_path)
             dlg.addFolderRequested.connect(self._add_folder)
@@ -93,7 +94,8 @@ class ModelActions(QObject):
     def load(self, entry: ModelEntry) -> None:
         context = self.w.settings.sampling.context_length
         self._loading_entry = entry
-        self.w.load_bar.start(entry.display_name, human_size(entry.memory_estimate(context)))
+        backend = "cpu" if self.running_on_cpu() else "gpu"
+        self.w.load_bar.start(entry.display_name, human_size(entry.memory_estimate(context, backend)))
         self.w.client.load(entry.path, context)
 
     def load_path_now(self, path: str) -> None:
