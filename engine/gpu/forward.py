@@ -27,7 +27,7 @@ NULL = np.uint64(0)
 MATMUL_WARPS = 4
 GT_ROWS, GT_TOKENS, GT_K = 32, 64, 64      # halo_*_gt prefill tile: rows x tokens per block, k step
 KQ_TOKENS = (4, 8, 16)                     # halo_*_kq_tN: batched decode, weights decoded once for N tokens
-GT_MIN_T = 9                               # without kq_tN: T above r4_t8's 8 tokens takes the shared-memory tile
+GT_MIN_T = 9                               # T above r4_t8's 8 tokens: the shared-memory tile
 TC_ROWS, TC_TOKENS, TC_K = 32, 64, 32      # halo_*_tc (tensor cores, CUDA sm_80+): same tile, k stage 32
 # Split K until a prefill matmul has this many blocks (~8 per SM on an H200: the last wave stays short).
 # H200 sweep, Qwen3-4B-shaped 128-token prefill: 256 -> 1967, 512 -> 2225, 1024 -> 2320, 2048 -> 2384 tok/s;
@@ -42,7 +42,9 @@ SPLIT_MIN_MACS = 1 << 29
 # tensor cores are usable; unset = the best the device has. For comparisons in tests and the benchmark.
 LEGACY_TILES = os.environ.get("HALO_GPU_TILES") == "legacy"
 SIMT_TILES = os.environ.get("HALO_GPU_TILES") == "gt"
-KQ_BATCH = os.environ.get("HALO_GPU_KQ_BATCH") != "0"      # "0": T = 2..16 keep the r1_t4 / r4_t8 / tile path
+# HALO_GPU_KQ_BATCH=1: steps of 2..16 tokens take halo_*_kq_t{4,8,16} instead of r1_t4 / r4_t8 / the tile.
+# Off by default: on the H200 it did not raise batched decode (engine/gpu/NOTES.md), so the measured path stays.
+KQ_BATCH = os.environ.get("HALO_GPU_KQ_BATCH") == "1"
 ATTN_WARPS = 8
 # Split-KV (flash-decoding) attention, halo_attention_split + halo_attention_merge: for steps of at most
 # SKV_MAX_T tokens (decode batches) where the kernel's limits hold (head_dim <= SKV_MAX_D, GQA group <=
@@ -239,14 +241,14 @@ class GpuForward:
 
     def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False) -> tuple[int, int, str]:
         """(rows per warp or block, tokens per tile, kernel suffix). kq_t1: warp per row, wide K-quant loads
-        (any type); kq_tN: the same for 2..16 tokens (a decode batch reads the weights once); tc / gt: 32 x 64
+        (any type); kq_tN (HALO_GPU_KQ_BATCH=1): the same for 2..16 tokens, each weight decoded once; tc / gt: 32 x 64
         shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs."""
         if T == 1:
             return (1, 1, "r1_t1") if LEGACY_TILES else (1, 1, "kq_t1")
         if T <= KQ_TOKENS[-1] and KQ_BATCH and not LEGACY_TILES:
             n = next(n for n in KQ_TOKENS if n >= T)
             return 1, n, f"kq_t{n}"
-        if T >= GT_MIN_T and tile_ok and not LEGACY_TILES:      # (T > 16 once kq_tN took 2..16)
+        if T >= GT_MIN_T and tile_ok and not LEGACY_TILES:
             if self.use_tc and not SIMT_TILES:
                 return TC_ROWS, TC_TOKENS, "tc"
             return GT_ROWS, GT_TOKENS, "gt"
