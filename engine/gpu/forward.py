@@ -147,6 +147,7 @@ class GpuKVCache:
         self.block_tables = view(self.meta, L.block_tables, max_seqs * num_blocks)
         # the id of the token at each KV slot (-1: never written): the repetition penalty's history
         self.token_at_slot = backend.alloc(num_blocks * block_size, np.int32)
+        self.nbytes += num_blocks * block_size * 4          # counted like arch.kv_bytes_per_token(..., "gpu")
         backend.memset_async(self.token_at_slot, 0xFF, stream)
 
     def upload(self, step: StepInput, sampling: list[SamplingRow] | None, stream, ids_on_device: bool) -> None:

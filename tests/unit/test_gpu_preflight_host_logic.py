@@ -58,3 +58,22 @@ def test_host_side_of_a_prefill_and_a_decode_step(name):
         pool.close()
         kv.free()
         m.close()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_gpu_kv_cache_allocates_what_the_one_formula_estimates(name):
+    """What the engine reports as allocated (Engine.stats().kv_cache_bytes reads GpuKVCache.nbytes) equals
+    engine.model.arch's estimate on the GPU: K and V float32 plus the token id at every slot."""
+    from engine.model.arch import kv_cache_bytes
+
+    backend = registry.create("cpu")
+    backend.kernel = lambda file, function: Kernel(function, None)
+    backend.launch = lambda *a, **k: None
+    m = GpuModel.load(DATA / f"{name}.gguf", backend, max_tokens=32, max_seqs=4, kv_blocks=6)
+    kv = m.new_kv_cache(6, 16)
+    try:
+        assert kv.nbytes == kv_cache_bytes(m.config, 6, 16, "gpu")
+        assert kv.nbytes == kv.storage.nbytes + kv.token_at_slot.nbytes
+    finally:
+        kv.free()
+        m.close()
