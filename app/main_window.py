@@ -35,7 +35,7 @@ from app.widgets.chat_view import ChatView
 from app.widgets.composer import Composer
 from app.widgets.conversation_list import ConversationList
 from app.widgets.conversation_settings import ConversationSettingsDialog
-from app.widgets.elided_label import ElidedLabel
+from app.widgets.elided_label import ElidedButton, ElidedLabel
 from app.widgets.load_bar import LoadBar
 from app.widgets.settings_dialog import SettingsDialog
 from app.window_layout import STOP_SHORTCUT, SidebarFolding, fit_to_screen
@@ -84,7 +84,7 @@ class MainWindow(QMainWindow):
         self.title_label = ElidedLabel()
         self.title_label.setObjectName("ChatTitle")
         tl.addWidget(self.title_label, 1)
-        self.model_button = QPushButton("No model loaded")
+        self.model_button = ElidedButton("No model loaded")
         self.model_button.setToolTip("Model library (Ctrl+L)")
         self.conv_settings_button = QPushButton("Chat settings")
         self.conv_settings_button.setToolTip("System prompt and sampling for this conversation")
