@@ -17,6 +17,7 @@ from engine.errors import EngineError, short_repr
 from engine.gguf import Meta, open_gguf
 from engine.model.arch import kv_bytes_per_token, memory_estimate
 from engine.model.config import ModelConfig
+from engine.model.loader import display_name as model_display_name
 from engine.paths import models_dir
 
 # general.file_type (llama.cpp's LLAMA_FTYPE) -> the name users know; others fall back to the dominant type.
@@ -120,7 +121,7 @@ def _entry_from_metadata(path: Path, size: int, metadata, tensors) -> ModelEntry
         est = memory_estimate(config, 0, "gpu", tensors.values())
         weights, per_token, state = est.weights, kv_bytes_per_token(config, "gpu"), est.recurrent_state
     return ModelEntry(
-        path=path, file_size=size, name=meta.get_str("general.name", "") or path.stem, architecture=arch,
+        path=path, file_size=size, name=model_display_name(meta, path), architecture=arch,
         quantization=_quantization(meta, tensors), context_length=arch_int("context_length"),
         n_layers=arch_int("block_count"), n_kv_heads=n_kv, head_dim=head_dim,
         has_chat_template=bool(meta.get_str("tokenizer.chat_template")), weight_bytes=weights,

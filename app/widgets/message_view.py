@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBro
 from app.code_highlight import highlight_spans
 from app.markdown_prep import COPY_SCHEME, prepare
 from app.theme import current_colors
+from app.widgets.elided_label import ElidedLabel
 
 STREAM_RENDER_MS = 150
 TRUNCATED_TEXT = "Cut off at the token limit"
@@ -210,11 +211,11 @@ class MessageView(QFrame):
         who = QLabel("You" if role == "user" else "Assistant")
         who.setObjectName("MessageRole")
         head.addWidget(who)
-        self.state_badge = QLabel()
+        self.state_badge = ElidedLabel()   # elided: a long badge must not widen a narrow window
         self.state_badge.setObjectName("StateBadge")
         head.addWidget(self.state_badge)
         head.addStretch(1)
-        self.detail_label = QLabel()
+        self.detail_label = ElidedLabel()
         self.detail_label.setObjectName("Muted")
         head.addWidget(self.detail_label)
         self.copy_button = _flat_button("Copy", "Copy this message as Markdown")

@@ -15,3 +15,8 @@ def test_real_models_get_readable_names(smollm2_path, gemma_path):
         assert model_info(smollm2_path, g).name == "SmolLM2-135M-Instruct"
     with open_model_file(gemma_path) as g:
         assert model_info(gemma_path, g).name == "Gemma 3 270m"                     # a good general.name stays
+
+
+def test_library_shows_the_same_name_as_the_engine(smollm2_path):
+    from app.library import inspect_model
+    assert inspect_model(smollm2_path).display_name == "SmolLM2-135M-Instruct"
