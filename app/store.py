@@ -221,20 +221,21 @@ class Store:
             parent = node["id"]
         return path
 
-    def alternatives(self, message_id: int) -> tuple[int, int]:
-        """(1-based position, count) of a message among its alternatives (siblings), oldest first."""
+    def _siblings(self, message_id: int) -> list[int]:
+        """Ids of a message and its alternatives (same conversation and parent), oldest first."""
         m = self._db.execute("SELECT conversation_id, parent_id FROM messages WHERE id=?", (message_id,)).fetchone()
-        ids = [r[0] for r in self._db.execute(
+        return [r[0] for r in self._db.execute(
             "SELECT id FROM messages WHERE conversation_id=? AND parent_id IS ? ORDER BY id",
             (m["conversation_id"], m["parent_id"])).fetchall()]
+
+    def alternatives(self, message_id: int) -> tuple[int, int]:
+        """(1-based position, count) of a message among its alternatives (siblings), oldest first."""
+        ids = self._siblings(message_id)
         return ids.index(message_id) + 1, len(ids)
 
     def show_alternative(self, message_id: int, step: int) -> int:
         """Makes the sibling `step` places away (wrapping) the active one; returns its id."""
-        m = self._db.execute("SELECT conversation_id, parent_id FROM messages WHERE id=?", (message_id,)).fetchone()
-        ids = [r[0] for r in self._db.execute(
-            "SELECT id FROM messages WHERE conversation_id=? AND parent_id IS ? ORDER BY id",
-            (m["conversation_id"], m["parent_id"])).fetchall()]
+        ids = self._siblings(message_id)
         chosen = ids[(ids.index(message_id) + step) % len(ids)]
         self._activate(chosen)
         return chosen
