@@ -20,6 +20,7 @@ from engine.backends.base import Backend, DeviceBuffer, PinnedHostBuffer
 from engine.gpu.moe import MoeScratch, enqueue_moe_ffn
 from engine.gpu.stepmeta import MetaLayout, SamplingRow
 from engine.gpu.weights import DeviceMatrix, DeviceWeights
+from engine.model.arch import rope_attention_factor
 from engine.model.config import ModelConfig
 from engine.model.step import StepInput
 
@@ -309,8 +310,9 @@ class GpuForward:
         self._launch("halo_layer.cu", "halo_add_norm", T, 256,
                      (self.x, _ptr(o), _ptr(post_w), next_w, np.float32(c.norm_eps), np.int32(c.n_embd), self.h))
 
-    def _attention(self, kv: GpuKVCache, i: int, T: int, window: int) -> None:
-        """self.attn [T, q_dim] from self.qkv's q heads and layer i's cache (see ATTN_WARPS / SKV_*)."""
+    def _attention(self, kv: GpuKVCache, i: int, T: int, window: int, sinks=None) -> None:
+        """self.attn [T, q_dim] from self.qkv's q heads and layer i's cache (see ATTN_WARPS / SKV_*); `sinks`
+        [n_head] float32 (gpt-oss) or None."""
         c = self.config
         H, Hkv, D = c.n_head, c.n_head_kv, c.head_dim
         common = (self.qkv, np.int32(self.qkv_width), kv.k[i], kv.v[i], kv.positions, kv.token_seq,
@@ -321,9 +323,9 @@ class GpuForward:
             self._launch("halo_layer.cu", "halo_attention_split", (T, Hkv, chunks), 32 * SKV_WARPS,
                          common + (np.int32(chunk), self.attn_part), shared=4 * SKV_WARPS * (H // Hkv) * (D + 2))
             self._launch("halo_layer.cu", "halo_attention_merge", (T, H), 128,
-                         (self.attn_part, np.int32(chunks), np.int32(H), np.int32(D), self.attn))
+                         (self.attn_part, np.int32(chunks), np.int32(H), np.int32(D), _ptr(sinks), self.attn))
             return
-        self._launch("halo_layer.cu", "halo_attention", (T, H), 32 * ATTN_WARPS, common + (self.attn,),
+        self._launch("halo_layer.cu", "halo_attention", (T, H), 32 * ATTN_WARPS, common + (_ptr(sinks), self.attn),
                      shared=4 * ATTN_WARPS * (D + 2))
 
     # the step body: everything after the metadata upload; graph-capturable ---------------------------
@@ -337,15 +339,16 @@ class GpuForward:
                       np.float32(c.embed_scale), w.layers[0].attn_norm, np.float32(c.norm_eps), self.x, self.h,
                       kv.slots, kv.token_at_slot))
         half = c.rope_dim // 2
+        rope_scale = np.float64(rope_attention_factor(c))         # YaRN's cos/sin factor, else 1 (as the CPU)
         for i, L in enumerate(w.layers):
             self._matmul([L.wq, L.wk, L.wv], self.h, T, self.qkv, self.qkv_width, bias=L.bqkv)
             self._launch("halo_layer.cu", "halo_rope_kv", (T, H + Hkv), max(32, -(-D // 32) * 32),
                          (self.qkv, np.int32(self.qkv_width), kv.positions, kv.slots, _ptr(L.q_norm),
                           _ptr(L.k_norm), np.float32(c.norm_eps), np.int32(H), np.int32(Hkv), np.int32(D),
                           np.int32(c.rope_dim), np.int32(c.rope_style == "neox"),
-                          view(w.rope_inv_freq, i * half, half), kv.k[i], kv.v[i]))
-            self._attention(kv, i, T, c.sliding_window if c.sliding_layers[i] else 0)
-            self._matmul([L.wo], self.attn, T, self.o, E)
+                          view(w.rope_inv_freq, i * half, half), rope_scale, kv.k[i], kv.v[i]))
+            self._attention(kv, i, T, c.sliding_window if c.sliding_layers[i] else 0, L.sinks)
+            self._matmul([L.wo], self.attn, T, self.o, E, bias=L.bo)
             self._add_norm(T, self.o, L.post_attn_norm, L.ffn_norm)
             if L.moe is not None:
                 enqueue_moe_ffn(self, L.moe, self.moe, T, self.h, self.o)

@@ -23,7 +23,7 @@ from engine.model.weights import checked_tensor
 # what halo_quant.cu decodes (dq8)
 KERNEL_TYPES = frozenset({GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q4_0, GGMLType.Q4_1,
                           GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K,
-                          GGMLType.Q6_K})
+                          GGMLType.Q6_K, GGMLType.MXFP4})
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,8 @@ class DeviceLayer:
     w_down: DeviceMatrix | None
     post_ffn_norm: DeviceBuffer | None
     moe: DeviceMoe | None = None         # engine.gpu.moe
+    bo: DeviceBuffer | None = None       # attn_output bias [n_embd] (gpt-oss)
+    sinks: DeviceBuffer | None = None    # attention-sink logits [n_head] (gpt-oss)
 
 
 @dataclass
@@ -111,12 +113,14 @@ class _Uploader:
         buf = self._alloc_copy(raw, raw.shape, np.uint8)
         return DeviceMatrix(buf, int(info.ggml_type), rows, cols)
 
-    def vector(self, name: str, n: int) -> DeviceBuffer:
-        self.info(name, (n,))
-        host = np.ascontiguousarray(self.gguf.dequantize(name), dtype=np.float32)
+    def vector(self, name: str, shape: int | tuple[int, ...]) -> DeviceBuffer:
+        """A float32 buffer of tensor `name` (a norm or bias; per-expert biases are [n_expert, n], row-major)."""
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.info(name, shape)
+        host = np.ascontiguousarray(self.gguf.dequantize(name), dtype=np.float32).reshape(-1)
         if not np.isfinite(host).all():
             raise InvalidModelError(f"tensor {name} holds NaN or infinite values", field=name)
-        return self._alloc_copy(host, (n,), np.float32)
+        return self._alloc_copy(host, host.shape, np.float32)
 
     def optional_vector(self, name: str, n: int) -> DeviceBuffer | None:
         return self.vector(name, n) if name in self.gguf.tensors else None
@@ -143,7 +147,7 @@ class _Uploader:
             return np.asarray(self.gguf.dequantize(spec.name), np.float32)
         if spec.matrix:
             return self.matrix(spec.name, *spec.shape)
-        return self.vector(spec.name, spec.shape[0])
+        return self.vector(spec.name, spec.shape)
 
 
 _BIAS_ROLES = ("bq", "bk", "bv")
@@ -159,11 +163,16 @@ def _layer(up: _Uploader, t: dict) -> DeviceLayer:
         if not np.isfinite(host).all():
             raise InvalidModelError("a q/k/v bias holds NaN or infinite values", field="attn_q.bias")
         bias = up._alloc_copy(host, host.shape, np.float32)
-    moe = DeviceMoe(t["router"], t["exp_gate"], t["exp_up"], t["exp_down"]) if "router" in t else None
+    moe = None
+    if "router" in t:
+        moe = DeviceMoe(t["router"], t["exp_gate"], t["exp_up"], t["exp_down"], router_bias=t.get("router_bias"),
+                        gate_bias=t.get("exp_gate_bias"), up_bias=t.get("exp_up_bias"),
+                        down_bias=t.get("exp_down_bias"))
     return DeviceLayer(attn_norm=t["attn_norm"], wq=t["wq"], wk=t["wk"], wv=t["wv"], bqkv=bias,
                        q_norm=t.get("q_norm"), k_norm=t.get("k_norm"), wo=t["wo"],
                        post_attn_norm=t.get("post_attn_norm"), ffn_norm=t["ffn_norm"], w_gate=t.get("w_gate"),
-                       w_up=t.get("w_up"), w_down=t.get("w_down"), post_ffn_norm=t.get("post_ffn_norm"), moe=moe)
+                       w_up=t.get("w_up"), w_down=t.get("w_down"), post_ffn_norm=t.get("post_ffn_norm"), moe=moe,
+                       bo=t.get("bo"), sinks=t.get("sinks"))
 
 
 def rope_tables(config: ModelConfig, freq_factors: np.ndarray | None = None) -> np.ndarray:
@@ -176,8 +185,6 @@ def gpu_refusal(c: ModelConfig) -> str | None:
     if c.has_recurrent_state or c.attn_output_gate:
         return (f"{c.arch}: the GPU path has no kernels for Gated DeltaNet layers or the attention output gate "
                 f"yet; this model runs on the CPU")
-    if c.rope_yarn_factor and c.ffn_kind != "moe":
-        return f"{c.arch}: the GPU path has no YaRN rope scaling yet; this model runs on the CPU"
     return gpu_moe_refusal(c)
 
 
