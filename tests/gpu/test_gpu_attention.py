@@ -1,13 +1,16 @@
 """The paged attention kernels (engine/backends/kernels/halo_layer.cu) against a float64 reference: the block
 per (token, head) kernel and the split-KV pair (halo_attention_split + halo_attention_merge) on the same
 cache, with scattered block tables, two sequences at different depths (one past several chunks), GQA
-groups of 1, 4 and 8, a sliding window, and gpt-oss's attention sinks (a per-head logit in the denominator)."""
+groups of 1, 4 and 8, a sliding window and gpt-oss's attention sinks (a per-head logit in the denominator);
+and the tiled prefill kernel (halo_attention_tc) on a mixed prefill step: a whole 37-token prompt, a 150-token
+chunk deep in another sequence, and a token of the first sequence after the chunk (so a block holds two
+sequences, one of them twice), GQA groups of 1, 3, 4 and 8, sinks with gpt-oss's 64/8 heads."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from engine.gpu.forward import ATTN_WARPS, NULL, SKV_WARPS, split_kv_chunks
+from engine.gpu.forward import ATTN_WARPS, FA_ROWS, NULL, SKV_WARPS, split_kv_chunks, tensor_cores_usable
 
 pytestmark = pytest.mark.gpu
 FILE = "halo_layer.cu"
@@ -50,6 +53,18 @@ def reference(q, kc, vc, positions, token_seq, tables, scale, window, sinks=None
     return out
 
 
+def sink_logits(rng, H: int, on: bool):
+    """Sinks around the scores' scale (|s| ~ 1-3): some heads' sink dominates, some barely counts."""
+    return rng.normal(scale=2.0, size=H).astype(np.float32) if on else None
+
+
+def _up_sinks(backend, stream, sinks, bufs):
+    if sinks is None:
+        return NULL
+    bufs.append(_up(backend, stream, sinks))
+    return bufs[-1]
+
+
 @pytest.mark.parametrize("H,Hkv,D,window,sinks", [(8, 2, 128, 0, False), (8, 8, 64, 0, False), (16, 2, 128, 0, False),
                                                    (8, 2, 64, 100, False), (64, 8, 64, 128, True), (16, 8, 64, 0, True)])
 def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks):
@@ -69,16 +84,12 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks):
     kc = rng.normal(size=(num_blocks * BS, Hkv, D)).astype(np.float32)
     vc = rng.normal(size=(num_blocks * BS, Hkv, D)).astype(np.float32)
     scale = 1.0 / np.sqrt(D)
-    # sinks around the scores' scale (|s| ~ 1-3): some heads' sink dominates, some barely counts
-    sink = rng.normal(scale=2.0, size=H).astype(np.float32) if sinks else None
+    sink = sink_logits(rng, H, sinks)
     want = reference(qkv[:, :H * D].reshape(T, H, D), kc, vc, positions, token_seq, tables, scale, window, sink)
     stream = backend.create_stream()
     bufs = [_up(backend, stream, a) for a in (qkv, kc, vc, positions, token_seq, tables)]
     qkv_d, kc_d, vc_d, pos_d, seq_d, tab_d = bufs
-    sink_d = NULL
-    if sinks:
-        sink_d = _up(backend, stream, sink)
-        bufs.append(sink_d)
+    sink_d = _up_sinks(backend, stream, sink, bufs)
     part = backend.alloc(T * H * chunks * (D + 2), np.float32)
     outs = [backend.alloc((T, H * D), np.float32) for _ in range(2)]
     common = (qkv_d, np.int32(ld), kc_d, vc_d, pos_d, seq_d, tab_d, np.int32(tables.shape[1]), np.int32(BS),
@@ -96,5 +107,43 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks):
             np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
     finally:
         for b in bufs + outs + [part]:
+            backend.free(b)
+        backend.destroy_stream(stream)
+
+
+@pytest.mark.parametrize("H,Hkv,D,window,sinks", [(8, 2, 128, 0, False), (8, 8, 64, 0, False), (16, 2, 128, 0, False),
+                                                   (9, 3, 64, 0, False), (8, 2, 64, 100, False), (4, 1, 128, 60, False),
+                                                   (64, 8, 64, 128, True)])
+def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sinks):
+    if not tensor_cores_usable(backend):
+        pytest.skip("halo_attention_tc needs CUDA tensor cores (sm_80+)")
+    rng = np.random.default_rng(H * 7 + D + window)
+    num_blocks = 80
+    tables = np.stack([rng.permutation(num_blocks)[:num_blocks - 8] for _ in range(2)]).astype(np.int32)
+    positions = np.concatenate([np.arange(37), np.arange(850, 1000), [40]]).astype(np.int32)
+    token_seq = np.array([1] * 37 + [0] * 150 + [1], np.int32)
+    T = len(positions)
+    ld = (H + 2 * Hkv) * D
+    qkv = rng.normal(size=(T, ld)).astype(np.float32)
+    kc = rng.normal(size=(num_blocks * BS, Hkv, D)).astype(np.float32)
+    vc = rng.normal(size=(num_blocks * BS, Hkv, D)).astype(np.float32)
+    scale = 1.0 / np.sqrt(D)
+    sink = sink_logits(rng, H, sinks)
+    want = reference(qkv[:, :H * D].reshape(T, H, D), kc, vc, positions, token_seq, tables, scale, window, sink)
+    stream = backend.create_stream()
+    bufs = [_up(backend, stream, a) for a in (qkv, kc, vc, positions, token_seq, tables)]
+    qkv_d, kc_d, vc_d, pos_d, seq_d, tab_d = bufs
+    sink_d = _up_sinks(backend, stream, sink, bufs)
+    out = backend.alloc((T, H * D), np.float32)
+    try:
+        tokens_per_block = FA_ROWS // (H // Hkv)
+        backend.launch(backend.kernel(FILE, "halo_attention_tc"), (-(-T // tokens_per_block), Hkv), 128,
+                       (qkv_d, np.int32(ld), kc_d, vc_d, pos_d, seq_d, tab_d, np.int32(tables.shape[1]),
+                        np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D), np.float32(scale), np.int32(window),
+                        np.int32(T), sink_d, out), stream)
+        got = _down(backend, stream, out, (T, H * D)).reshape(T, H, D)
+        np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
+    finally:
+        for b in bufs + [out]:
             backend.free(b)
         backend.destroy_stream(stream)
