@@ -420,41 +420,7 @@ __device__ __forceinline__ float q6k_row_dot(const unsigned char* row, int K, co
     return acc;
 }
 
-// partial dot of one MXFP4 row with x: lane l takes blocks l, l + 32, ... whole. Blocks sit 17 bytes apart (any
-// alignment), so a block's exponent and 16 code bytes come from five aligned 4-byte loads (funnel-shifted; the
-// fifth word always holds the block's last byte, so it never leaves the allocation); its 32 x values are
-// eight float4 loads. The warp reads 32 neighbouring blocks (544 bytes) per step. The doubled e2m1 values
-// are summed against x first, then scaled once per block.
-__device__ __forceinline__ float mxfp4_row_dot(const unsigned char* row, int K, const float* x) {
-    int lane = threadIdx.x & 31;
-    float acc = 0.0f;
-    int nb = K >> 5;
-    for (int b = lane; b < nb; b += 32) {
-        const unsigned char* p = row + (size_t)b * 17;
-        const u32* a = (const u32*)((size_t)p & ~(size_t)3);
-        u32 sh = (u32)((size_t)p & 3) * 8u;
-        u32 w[5];
-        #pragma unroll
-        for (int i = 0; i < 5; i++) w[i] = __ldg(a + i);
-        u32 e = (w[0] >> sh) & 255u;
-        const float4* xp = (const float4*)(x + 32 * b);
-        float s = 0.0f;
-        #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            u32 q = (u32)(((((u64)w[i + 1]) << 32) | (u64)w[i]) >> (sh + 8u));   // code bytes 4i .. 4i + 3
-            float4 lo = __ldg(xp + i), hi = __ldg(xp + 4 + i);                   // elements 4i.., 16 + 4i..
-            s += e2m1_doubled(q & 15u) * lo.x + e2m1_doubled((q >> 8) & 15u) * lo.y
-               + e2m1_doubled((q >> 16) & 15u) * lo.z + e2m1_doubled((q >> 24) & 15u) * lo.w;
-            s += e2m1_doubled((q >> 4) & 15u) * hi.x + e2m1_doubled((q >> 12) & 15u) * hi.y
-               + e2m1_doubled((q >> 20) & 15u) * hi.z + e2m1_doubled((q >> 28) & 15u) * hi.w;
-        }
-        acc += e8m0_half(e) * s;
-    }
-    return acc;
-}
-
 __device__ __forceinline__ float row_dot_fast(int type, const unsigned char* row, int K, const float* x) {
-    if (type == T_MXFP4) return mxfp4_row_dot(row, K, x);
     if (type == T_Q4_K && (K & 255) == 0) return q4k_row_dot(row, K, x);
     if (type == T_Q6_K && (K & 255) == 0) return q6k_row_dot(row, K, x);
     const unsigned char* rp[1] = {row};
