@@ -90,3 +90,12 @@ HALO_KERNEL void halo_output_gate(float* attn, const float* qg, i32 T, i32 H, i3
     float g = qg[t * 2 * H * D + h * 2 * D + D + d];
     attn[i] *= 1.0f / (1.0f + __expf(-g));
 }
+
+// Gated attention's query, out of attn_q's per-head [q_h | gate_h] rows: q[t, ldq-strided, h*D + d] =
+// qg[t, h*2D + d] (the gate half stays in qg for halo_output_gate). grid ceil(T H D / 256), block 256.
+HALO_KERNEL void halo_split_q_gate(float* q, i32 ldq, const float* qg, i32 T, i32 H, i32 D) {
+    i64 i = HALO_GLOBAL_ID;
+    if (i >= (i64)T * H * D) return;
+    i64 t = i / ((i64)H * D), r = i % ((i64)H * D), h = r / D, d = r % D;
+    q[t * ldq + r] = qg[t * 2 * H * D + h * 2 * D + d];
+}
