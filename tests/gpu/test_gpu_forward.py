@@ -83,11 +83,12 @@ def test_prompt_logits_match_cpu(name, backend):
     prompt = g["prompt_ids"]
     T = len(prompt)
     every = np.arange(T, dtype=np.int32)
-    kv_c = cpu.model.new_kv_cache(2, 16)
-    kv_g = gpu.new_kv_cache(2, 16)
+    nb = -(-T // 16)
+    kv_c = cpu.model.new_kv_cache(nb, 16)
+    kv_g = gpu.new_kv_cache(nb, 16)
     try:
-        want = cpu.model.forward(seq_step(prompt, 0, [0, 1], 16, every), kv_c)
-        got = gpu.forward(seq_step(prompt, 0, [0, 1], 16, every), kv_g)
+        want = cpu.model.forward(seq_step(prompt, 0, list(range(nb)), 16, every), kv_c)
+        got = gpu.forward(seq_step(prompt, 0, list(range(nb)), 16, every), kv_g)
         diff = float(np.abs(got - want).max())
         print(f"\n{name}: max |gpu - cpu| over {T} x {want.shape[1]} logits = {diff:.2e}")
         np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
@@ -110,8 +111,9 @@ def test_greedy_decode_eager_and_graph_match_golden(name, backend):
 def test_chunked_prefill_scrambled_blocks_and_batch_match_cpu(name, backend):
     cpu, gpu, g = models(name, backend)
     prompt = list(g["prompt_ids"])
-    blocks = [5, 2, 7]                                     # scrambled physical blocks, block size 8
-    kv_c, kv_g = cpu.model.new_kv_cache(10, 8), gpu.new_kv_cache(10, 8)
+    n_blk = -(-(len(prompt) + 1) // 8)
+    blocks = [5, 2, 7] + list(range(10, 10 + n_blk - 3))  # scrambled physical blocks, block size 8
+    kv_c, kv_g = cpu.model.new_kv_cache(10 + n_blk, 8), gpu.new_kv_cache(10 + n_blk, 8)
     try:
         for start, stop in ((0, 5), (5, 19), (19, len(prompt))):
             st = seq_step(prompt[start:stop], start, blocks, 8)
@@ -119,7 +121,8 @@ def test_chunked_prefill_scrambled_blocks_and_batch_match_cpu(name, backend):
         # two sequences in one step: A decodes one token after its prompt, B prefills 6 tokens in blocks 4, 9
         a_pos = len(prompt)
         ids = [int(g["greedy_ids"][0])] + prompt[:6]
-        bt = np.array([[5, 2, 7, 3], [4, 9, 0, 0]], np.int32)
+        bt = np.zeros((2, len(blocks)), np.int32)
+        bt[0], bt[1, :2] = blocks, (4, 9)
         positions = np.array([a_pos] + list(range(6)), np.int32)
         slots = np.array([bt[0, a_pos // 8] * 8 + a_pos % 8] + [bt[1, p // 8] * 8 + p % 8 for p in range(6)])
         st = StepInput(token_ids=np.array(ids, np.int32), positions=positions, slot_mapping=slots.astype(np.int64),
