@@ -102,10 +102,11 @@ def enqueue_linear_attention(fwd, L: DeviceLinearLayer, kv, T: int, S: int, laye
     meta = (kv.qsl, kv.state_slots, kv.positions)
     fwd._launch(FILE, "halo_conv_silu", (-(-C // CONV_THREADS), S), CONV_THREADS,
                 (s.lin_qkv, kv.recurrent.conv[layer], L.conv, *meta, np.int32(C), np.int32(c.ssm_conv_kernel)))
-    fwd._launch(FILE, "halo_delta_rule", (hv, S), dv,
+    block = -(-dv // 32) * 32                   # whole warps: block_sum's shuffles span 32 lanes
+    fwd._launch(FILE, "halo_delta_rule", (hv, S), block,
                 (s.lin_qkv, s.ab, kv.recurrent.delta[layer], s.out, L.ssm_a, L.dt_bias, *meta, np.int32(hk),
                  np.int32(hv), np.int32(dk), np.int32(dv), np.float32(c.norm_eps)))
-    fwd._launch(FILE, "halo_gated_norm", (hv, T), dv,
+    fwd._launch(FILE, "halo_gated_norm", (hv, T), block,
                 (s.out, s.z, L.ssm_norm, np.int32(hv), np.int32(dv), np.float32(c.norm_eps)))
     fwd._matmul([L.wo], s.out, T, fwd.o, c.n_embd)
 

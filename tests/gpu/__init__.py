@@ -1,10 +1,6 @@
 """GPU tests. `gpu_tiny_names` lists the tiny golden models the GPU path runs (gpt-oss's biased experts,
 sinks and YaRN have no GPU kernels yet: the engine runs that model on the CPU)."""
-import os
 from pathlib import Path
-
-# qwen35's GPU path is gated until these tests pass on a device (engine.gpu.weights.gpu_refusal)
-os.environ.setdefault("HALO_GPU_HYBRID", "1")
 
 GPU_MISSING_ARCHS = ("gptoss",)
 

@@ -28,7 +28,8 @@ def _step(ids, start):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_host_side_of_a_prefill_and_a_decode_step(name):
+def test_host_side_of_a_prefill_and_a_decode_step(name, monkeypatch):
+    monkeypatch.setenv("HALO_GPU_HYBRID", "1")       # qwen35's gated GPU path (engine.gpu.weights.gpu_refusal)
     backend = registry.create("cpu")
     launched = []
 

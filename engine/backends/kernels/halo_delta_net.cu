@@ -30,8 +30,9 @@ HALO_KERNEL void halo_conv_silu(float* qkv, float* conv, const float* wconv, con
 }
 
 // The delta rule over each sequence's tokens in order (the recurrent form), q/k L2-normalised here.
-// grid (Hv, S), block Dv threads (Dv <= 256, a multiple of 32): thread j holds column j of the head's
-// Dk x Dv state in registers (Dk <= 256). out [T, Hv Dv] gets o_t = S_t^T q_t.
+// grid (Hv, S), block Dv rounded up to a multiple of 32 threads (Dv <= 256): thread j < Dv holds column j of
+// the head's Dk x Dv state in registers (Dk <= 256); the rest only join the reductions. out [T, Hv Dv] gets
+// o_t = S_t^T q_t.
 HALO_KERNEL void halo_delta_rule(const float* qkv, const float* ab, float* state, float* out, const float* ssm_a,
                                  const float* dt_bias, const i32* qsl, const i32* slots, const i32* positions,
                                  i32 Hk, i32 Hv, i32 Dk, i32 Dv, float eps) {
@@ -40,8 +41,8 @@ HALO_KERNEL void halo_delta_rule(const float* qkv, const float* ab, float* state
     int t0 = qsl[s], t1 = qsl[s + 1];
     float* S = state + ((i64)slots[s] * Hv + h) * Dk * Dv;
     float col[256];
-    bool fresh = positions[t0] == 0;
-    for (int i = 0; i < Dk; i++) col[i] = fresh ? 0.0f : S[(i64)i * Dv + j];
+    bool fresh = positions[t0] == 0, live = j < Dv;
+    for (int i = 0; i < Dk; i++) col[i] = (fresh || !live) ? 0.0f : S[(i64)i * Dv + j];
     float qscale = rsqrtf((float)Dk);
     for (int t = t0; t < t1; t++) {
         const float* row = qkv + (i64)t * C;
@@ -53,7 +54,7 @@ HALO_KERNEL void halo_delta_rule(const float* qkv, const float* ab, float* state
         qq = block_sum(qq, red);
         kk = block_sum(kk, red);
         float qn = rsqrtf(qq + eps) * qscale, kn = rsqrtf(kk + eps);
-        float v = row[2 * Hk * Dk + h * Dv + j];
+        float v = live ? row[2 * Hk * Dk + h * Dv + j] : 0.0f;
         float beta = 1.0f / (1.0f + __expf(-ab[(i64)t * 2 * Hv + h]));
         float x = ab[(i64)t * 2 * Hv + Hv + h] + dt_bias[h];
         float sp = x > 20.0f ? x : log1pf(__expf(x));          // softplus
@@ -63,13 +64,15 @@ HALO_KERNEL void halo_delta_rule(const float* qkv, const float* ab, float* state
         float delta = (v - mem * kn) * beta;
         float o = 0.0f;
         for (int i = 0; i < Dk; i++) { col[i] += k[i] * kn * delta; o += col[i] * q[i]; }
-        out[(i64)t * Hv * Dv + h * Dv + j] = o * qn;
+        if (live) out[(i64)t * Hv * Dv + h * Dv + j] = o * qn;
         __syncthreads();                                     // q/k of this token read by every thread
     }
-    for (int i = 0; i < Dk; i++) S[(i64)i * Dv + j] = col[i];
+    if (live)
+        for (int i = 0; i < Dk; i++) S[(i64)i * Dv + j] = col[i];
 }
 
-// Gated RMSNorm per value head, in place: o = o / rms(o) * w * silu(z). grid (Hv, T), block Dv.
+// Gated RMSNorm per value head, in place: o = o / rms(o) * w * silu(z). grid (Hv, T), block Dv rounded up
+// to a multiple of 32.
 HALO_KERNEL void halo_gated_norm(float* o, const float* z, const float* w, i32 Hv, i32 Dv, float eps) {
     __shared__ float red[32];
     int h = blockIdx.x, t = blockIdx.y, j = threadIdx.x;
