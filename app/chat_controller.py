@@ -104,14 +104,26 @@ class ChatController(QObject):
         return user
 
     def regenerate(self, conversation_id: int, message_id: int, sampling: Sampling, system_prompt: str) -> None:
-        """Replaces the conversation's last reply (only the last one: nothing after it is lost)."""
+        """A new answer to the last reply's question, beside it: the earlier one stays as an alternative."""
         messages = self.store.messages(conversation_id)
         if not messages or messages[-1].id != message_id or messages[-1].role != "assistant":
             raise ValueError("only the last reply of a conversation can be regenerated")
         if self.stream_for(conversation_id) is not None:
             return
-        self.store.delete_message(message_id)
+        self._start_reply(conversation_id, sampling, system_prompt, alternative_to=messages[-1])
+
+    def edit_and_resend(self, conversation_id: int, message_id: int, text: str, sampling: Sampling,
+                        system_prompt: str) -> Message:
+        """The edited user message goes beside the original (which keeps its later turns as an alternative
+        branch), then a reply to it starts. Returns the new message."""
+        original = self.store.message(message_id)
+        if original.role != "user" or original.conversation_id != conversation_id:
+            raise ValueError("only a user message of this conversation can be edited")
+        if self.stream_for(conversation_id) is not None:
+            raise ValueError("stop the reply being written before editing")
+        edited = self.store.add_message(conversation_id, "user", text, parent_id=original.parent_id)
         self._start_reply(conversation_id, sampling, system_prompt)
+        return edited
 
     def continue_reply(self, conversation_id: int, message_id: int, sampling: Sampling, system_prompt: str) -> None:
         """Goes on writing the conversation's last reply (cut off by the token limit) into the same message."""
@@ -133,17 +145,20 @@ class ChatController(QObject):
 
     # -- streaming --------------------------------------------------------------------------------
     def _start_reply(self, conversation_id: int, sampling: Sampling, system_prompt: str,
-                     continue_message: Message | None = None) -> None:
+                     continue_message: Message | None = None, alternative_to: Message | None = None) -> None:
         source = self.source
         model = source.model
         history = self.store.messages(conversation_id)
+        if alternative_to is not None:           # the question it answers, without the reply it stands beside
+            history = history[:history.index(alternative_to)]
         request = build_request(history, sampling, system_prompt,
                                 chat=model.has_chat_template if model else True,
                                 template_options=self.store.conversation(conversation_id).template_options,
                                 supported=model.template_options if model else (),
                                 continue_last=continue_message is not None)
         if continue_message is None:
-            reply = self.store.begin_reply(conversation_id, model=model.name if model else "")
+            parent = alternative_to.parent_id if alternative_to is not None else history[-1].id if history else None
+            reply = self.store.begin_reply(conversation_id, model=model.name if model else "", parent_id=parent)
             stream = Stream(conversation_id, reply.id, request.request_id)
         else:
             reply = self.store.resume_reply(continue_message.id)

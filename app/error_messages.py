@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from engine import errors
 from engine.model.arch import ARCHITECTURES
 
-
 OVERFLOW_WAY_OUT = ("Delete or edit earlier messages (each message's menu), start a new chat, or let this chat "
                     "drop its oldest turns: Chat settings → When the chat is too long. A longer context length "
                     "in Settings also helps, if memory allows.")

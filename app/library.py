@@ -17,6 +17,7 @@ from engine.errors import EngineError, short_repr
 from engine.gguf import Meta, open_gguf
 from engine.model.arch import kv_bytes_per_token, memory_estimate
 from engine.model.config import ModelConfig
+from engine.model.loader import display_name as model_display_name
 from engine.paths import models_dir
 
 # general.file_type (llama.cpp's LLAMA_FTYPE) -> the name users know; others fall back to the dominant type.
@@ -55,8 +56,24 @@ class ModelEntry:
         """The KV cache over `context` positions plus one sequence's recurrent state, by the engine's formula."""
         return self.kv_bytes_per_token * context + self.state_bytes
 
-    def memory_estimate(self, context: int) -> int:
-        """Weights + KV cache at min(context, trained length); scratch is small beside them."""
+    def estimate(self, context: int, backend: str = "gpu"):
+        """engine.api.estimate_memory for this file on `backend` ("cpu": weights dequantized to float32),
+        or None when the engine cannot tell (unreadable file, an architecture it does not run)."""
+        from engine.api import estimate_memory
+
+        if not self.ok or not self.kv_bytes_per_token:
+            return None
+        try:
+            return estimate_memory(str(self.path), context, backend)
+        except (EngineError, OSError):
+            return None
+
+    def memory_estimate(self, context: int, backend: str = "gpu") -> int:
+        """Weights + KV cache (+ recurrent state) at min(context, trained length), as the engine allocates
+        them on `backend`; scratch is small beside them."""
+        est = self.estimate(context, backend)
+        if est is not None:
+            return est.total
         ctx = min(context, self.context_length) if self.context_length else context
         return (self.weight_bytes or self.file_size) + self.kv_cache_bytes(ctx)
 
@@ -104,7 +121,7 @@ def _entry_from_metadata(path: Path, size: int, metadata, tensors) -> ModelEntry
         est = memory_estimate(config, 0, "gpu", tensors.values())
         weights, per_token, state = est.weights, kv_bytes_per_token(config, "gpu"), est.recurrent_state
     return ModelEntry(
-        path=path, file_size=size, name=meta.get_str("general.name", "") or path.stem, architecture=arch,
+        path=path, file_size=size, name=model_display_name(meta, path), architecture=arch,
         quantization=_quantization(meta, tensors), context_length=arch_int("context_length"),
         n_layers=arch_int("block_count"), n_kv_heads=n_kv, head_dim=head_dim,
         has_chat_template=bool(meta.get_str("tokenizer.chat_template")), weight_bytes=weights,

@@ -9,9 +9,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
+    QFileDialog,
     QHBoxLayout,
     QInputDialog,
-    QLabel,
     QMainWindow,
     QMessageBox,
     QPushButton,
@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from app.chat_controller import ChatController
 from app.discover import DiscoverActions
 from app.engine_client import EngineClient
+from app.export import FORMATS, export
 from app.model_manager import ModelLibrary
 from app.remote_models import RemoteActions
 from app.server_panel import LocalServerActions
@@ -34,7 +35,7 @@ from app.widgets.chat_view import ChatView
 from app.widgets.composer import Composer
 from app.widgets.conversation_list import ConversationList
 from app.widgets.conversation_settings import ConversationSettingsDialog
-from app.widgets.elided_label import ElidedLabel
+from app.widgets.elided_label import ElidedButton, ElidedLabel
 from app.widgets.load_bar import LoadBar
 from app.widgets.settings_dialog import SettingsDialog
 from app.window_layout import STOP_SHORTCUT, SidebarFolding, fit_to_screen
@@ -83,7 +84,7 @@ class MainWindow(QMainWindow):
         self.title_label = ElidedLabel()
         self.title_label.setObjectName("ChatTitle")
         tl.addWidget(self.title_label, 1)
-        self.model_button = QPushButton("No model loaded")
+        self.model_button = ElidedButton("No model loaded")
         self.model_button.setToolTip("Model library (Ctrl+L)")
         self.conv_settings_button = QPushButton("Chat settings")
         self.conv_settings_button.setToolTip("System prompt and sampling for this conversation")
@@ -132,10 +133,11 @@ class MainWindow(QMainWindow):
         self._action(chat, "Rename…", "F2", lambda: self.rename_conversation(self.current_id))
         self._action(chat, "Delete…", "Ctrl+Shift+Backspace", lambda: self.delete_conversation(self.current_id))
         self._action(chat, "Chat settings…", "Ctrl+Shift+,", self.open_conversation_settings)
+        self._action(chat, "Export…", "Ctrl+Shift+E", self.export_current)
         chat.addSeparator()
         self._action(chat, "Regenerate last reply", "Ctrl+R", self.regenerate_last)
         self.act_stop = self._action(chat, "Stop", STOP_SHORTCUT, self.stop)   # window-wide, any focus
-        self._action(chat, "Search titles", QKeySequence.StandardKey.Find,
+        self._action(chat, "Search chats", QKeySequence.StandardKey.Find,
                      lambda: self.sidebar.search.setFocus())
         self.sidebar_folding = SidebarFolding(self, self.sidebar, bar.addMenu("&View"))
         help_menu = bar.addMenu("&Help")
@@ -163,6 +165,9 @@ class MainWindow(QMainWindow):
         self.composer.stopRequested.connect(self.stop)
         self.chat_view.regenerateRequested.connect(self.regenerate)
         self.chat_view.continueRequested.connect(self.continue_reply)
+        self.chat_view.deleteRequested.connect(self.delete_message)
+        self.chat_view.editRequested.connect(self.edit_message)
+        self.chat_view.alternativeRequested.connect(self.show_alternative)
         self.conv_settings_button.clicked.connect(self.open_conversation_settings)
         self.model_button.clicked.connect(self.models.show_library)
         c.userMessageAdded.connect(self._on_user_message)
@@ -213,6 +218,7 @@ class MainWindow(QMainWindow):
             if m.usage.get("generated_tokens"):
                 view.set_detail(_usage_text(m.usage["generated_tokens"], m.usage.get("decode_tokens_per_s", 0.0)))
             view.set_truncated(m.state == "complete" and m.usage.get("finish_reason") == "length")
+            view.set_alternatives(*self.store.alternatives(m.id))
         self.chat_view.refresh_actions()
         self.chat_view.scroll_to_bottom()
         self._update_busy()
@@ -280,6 +286,58 @@ class MainWindow(QMainWindow):
         self.chat_view.remove_message(message_id)
         self.chat.regenerate(self.current_id, message_id, sampling, prompt)
 
+    def edit_message(self, message_id: int) -> None:
+        """Edit a user message and send it again; the original and the turns after it stay, one ‹ › away."""
+        if self.current_id is None or self.chat.stream_for(self.current_id) is not None:
+            return
+        if self.chat.model is None:
+            self.models.explain_no_model()
+            return
+        original = self.store.message(message_id)
+        text, ok = QInputDialog.getMultiLineText(self, "Edit message", "Send instead:", original.content)
+        if not ok or not text.strip() or text == original.content:
+            return
+        prompt, sampling = self.conversation_settings(self.current_id)
+        self.chat.edit_and_resend(self.current_id, message_id, text, sampling, prompt)
+        self.show_conversation(self.current_id)
+
+    def show_alternative(self, message_id: int, step: int) -> None:
+        if self.current_id is None or self.chat.stream_for(self.current_id) is not None:
+            return
+        self.store.show_alternative(message_id, step)
+        self.show_conversation(self.current_id)
+
+    def delete_message(self, message_id: int) -> None:
+        """One message out of the conversation, after asking (a reply being written is stopped first)."""
+        if self.current_id is None:
+            return
+        answer = QMessageBox.question(self, "Delete message", "Delete this message?\nThis cannot be undone.",
+                                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+                                      QMessageBox.StandardButton.Cancel)
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        stream = self.chat.stream_for(self.current_id)
+        if stream is not None and stream.message_id == message_id:
+            return                                   # Delete is disabled on the streaming reply
+        self.store.delete_message(message_id)
+        self.show_conversation(self.current_id)          # an alternative may take its place
+        self.status.update_context(self)
+
+    def export_conversation(self, conversation_id: int, path) -> None:
+        export(self.store.conversation(conversation_id), self.store.messages(conversation_id), path)
+
+    def export_current(self) -> None:
+        if self.current_id is None:
+            return
+        title = self.store.conversation(self.current_id).title
+        path, _filter = QFileDialog.getSaveFileName(self, "Export chat", f"{title[:40]}.md",
+                                                    ";;".join(FORMATS.values()))
+        if path:
+            try:
+                self.export_conversation(self.current_id, path)
+            except (OSError, ValueError) as e:
+                QMessageBox.warning(self, "Export failed", f"The chat was not exported: {e}")
+
     def continue_reply(self, message_id: int) -> None:
         if self.current_id is None or self.chat.model is None:
             self.models.explain_no_model()
@@ -330,6 +388,7 @@ class MainWindow(QMainWindow):
             view.set_state(msg.state, msg.error)
             view.set_reasoning(msg.reasoning)
             view.set_truncated(msg.state == "complete" and fin.reason == "length")
+            view.set_alternatives(*self.store.alternatives(message_id))
             if fin.usage.generated_tokens:
                 view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s))
             view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s)

@@ -26,21 +26,42 @@ from PySide6.QtWidgets import (
 
 from app.remote_api import RemoteError, RemoteServer, normalize_base_url
 from app.remote_client import ModelLister, RemoteChatClient, RemoteModel
+from engine.keychain import forget_secret, load_secret, save_secret
 
-SETTINGS_KEY = "servers/remote"          # JSON list of {"url": ..., "key": ...}
+SETTINGS_KEY = "servers/remote"          # JSON list of {"url": ...}; keys live in the OS keyring, never here
 ITEM_ROLE = Qt.ItemDataRole.UserRole
+
+
+def _key_account(base_url: str) -> str:
+    return f"server-key:{base_url}"
 
 
 def saved_servers(q) -> list[RemoteServer]:
     try:
         data = json.loads(str(q.value(SETTINGS_KEY, "[]")))
-        return [RemoteServer(normalize_base_url(d["url"]), str(d.get("key", ""))) for d in data]
+        servers = []
+        for d in data:
+            url = normalize_base_url(d["url"])
+            if d.get("key"):                 # written by an older version in plain text: move it to the keyring
+                save_secret(_key_account(url), str(d["key"]))
+            servers.append(RemoteServer(url, load_secret(_key_account(url)) or ""))
     except (ValueError, KeyError, TypeError, RemoteError):
         return []                        # a damaged entry must not stop the app; the user adds it again
+    if any(d.get("key") for d in data):
+        save_servers(q, servers)
+    return servers
 
 
 def save_servers(q, servers: list[RemoteServer]) -> None:
-    q.setValue(SETTINGS_KEY, json.dumps([{"url": s.base_url, "key": s.api_key} for s in servers]))
+    try:
+        before = {d["url"] for d in json.loads(str(q.value(SETTINGS_KEY, "[]")))}
+    except (ValueError, KeyError, TypeError):
+        before = set()
+    for url in before - {s.base_url for s in servers}:          # a removed server's key goes too
+        forget_secret(_key_account(url))
+    for s in servers:
+        save_secret(_key_account(s.base_url), s.api_key)
+    q.setValue(SETTINGS_KEY, json.dumps([{"url": s.base_url} for s in servers]))
 
 
 class AddServerDialog(QDialog):

@@ -125,7 +125,7 @@ class LocalServerPanel(QDialog):
     """The switch, the address, port and key, the LAN choice with its warning, the status and a live log."""
 
     def __init__(self, server: LocalServer, settings, parent=None):
-        from engine.server.guard import DEFAULT_PORT  # the server's modules load when first needed
+        from engine.server import DEFAULT_PORT  # the server's modules load when first needed
 
         super().__init__(parent)
         self.server, self.settings = server, settings

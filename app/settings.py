@@ -6,7 +6,6 @@ Tests point QSettings somewhere else with `QSettings.setPath(IniFormat, UserScop
 from __future__ import annotations
 
 import os
-from engine.context_fit import OVERFLOW_POLICIES
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Literal
@@ -14,6 +13,7 @@ from typing import Literal
 from PySide6.QtCore import QSettings
 
 from engine.api import SamplingParams
+from engine.context_fit import OVERFLOW_POLICIES
 from engine.errors import EngineError
 
 Backend = Literal["auto", "hip", "cuda", "cpu"]

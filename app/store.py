@@ -22,7 +22,7 @@ from app.stream_writers import StreamWriters
 from engine.paths import data_dir
 
 MessageState = Literal["complete", "streaming", "interrupted", "stopped", "error"]
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 DB_NAME = "history.sqlite3"
 
 _SCHEMA_V1 = """
@@ -56,6 +56,33 @@ _SCHEMA_V2 = """
 ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT '';
 ALTER TABLE conversations ADD COLUMN template_options_json TEXT NOT NULL DEFAULT '{}';
 """
+# v3: full-text search over message text (SQLite FTS5, an external-content index kept by triggers; the
+# migration indexes every existing message).
+_SCHEMA_V3 = """
+CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id');
+CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
+"""
+# v4: alternatives. Messages form a tree (parent_id; NULL = first message); among siblings one is `active`,
+# and the conversation shown and sent is the path of active messages from the root. A regenerated reply or an
+# edited user message is a new sibling: the earlier one stays, with everything after it, as an alternative.
+# The migration chains every existing message to the one before it (the single path they were).
+_SCHEMA_V4 = """
+ALTER TABLE messages ADD COLUMN parent_id INTEGER;
+ALTER TABLE messages ADD COLUMN active INTEGER NOT NULL DEFAULT 1;
+UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p
+                                 WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id);
+CREATE INDEX messages_by_parent ON messages(conversation_id, parent_id);
+"""
 
 
 @dataclass(frozen=True)
@@ -81,6 +108,10 @@ class Message:
     error: str = ""
     usage: dict = field(default_factory=dict)
     reasoning: str = ""
+    parent_id: int | None = None       # the message this one follows (None: the first); alternatives share it
+
+
+_END = object()     # a parent_id meaning "after the last message of the shown path"
 
 
 def default_db_path() -> Path:
@@ -117,6 +148,10 @@ class Store:
             self._db.executescript("BEGIN;" + _SCHEMA_V1 + "PRAGMA user_version=1;COMMIT;")
         if version < 2:
             self._db.executescript("BEGIN;" + _SCHEMA_V2 + "PRAGMA user_version=2;COMMIT;")
+        if version < 3:
+            self._db.executescript("BEGIN;" + _SCHEMA_V3 + "PRAGMA user_version=3;COMMIT;")
+        if version < 4:
+            self._db.executescript("BEGIN;" + _SCHEMA_V4 + "PRAGMA user_version=4;COMMIT;")
 
     def _mark_interrupted(self) -> int:
         return self._writers.recover()       # only rows whose writer is gone (app.stream_writers)
@@ -137,11 +172,19 @@ class Store:
         return _conversation(row)
 
     def conversations(self, search: str = "") -> list[Conversation]:
-        """Most recently active first; `search` matches the title, case-insensitively."""
+        """Most recently active first; `search` matches the title (case-insensitive substring) or the text of
+        a message (full-text: every word, each also as a prefix, in any order)."""
         pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        words = search.split()
+        if not words:
+            rows = self._db.execute("SELECT * FROM conversations ORDER BY updated_at DESC, id DESC").fetchall()
+            return [_conversation(r) for r in rows]
+        # Each word quoted (FTS5 syntax in the user's text is taken literally), as a prefix.
+        match = " ".join('"' + w.replace('"', '""') + '"*' for w in words)
         rows = self._db.execute(
-            "SELECT * FROM conversations WHERE title LIKE ? ESCAPE '\\' ORDER BY updated_at DESC, id DESC",
-            (pattern,)).fetchall()
+            "SELECT * FROM conversations WHERE title LIKE ? ESCAPE '\\' OR id IN ("
+            "  SELECT m.conversation_id FROM messages m JOIN messages_fts f ON f.rowid = m.id"
+            "  WHERE messages_fts MATCH ?) ORDER BY updated_at DESC, id DESC", (pattern, match)).fetchall()
         return [_conversation(r) for r in rows]
 
     def rename(self, conversation_id: int, title: str) -> None:
@@ -165,9 +208,55 @@ class Store:
 
     # -- messages ---------------------------------------------------------------------------------
     def messages(self, conversation_id: int) -> list[Message]:
+        """The conversation as shown and sent: the path of active messages from the first one."""
         rows = self._db.execute("SELECT * FROM messages WHERE conversation_id=? ORDER BY id",
                                 (conversation_id,)).fetchall()
-        return [_message(r) for r in rows]
+        children: dict[int | None, list[sqlite3.Row]] = {}
+        for r in rows:
+            children.setdefault(r["parent_id"], []).append(r)
+        path, parent = [], None
+        while kids := children.get(parent):
+            node = next((k for k in reversed(kids) if k["active"]), kids[-1])
+            path.append(_message(node))
+            parent = node["id"]
+        return path
+
+    def _siblings(self, message_id: int) -> list[int]:
+        """Ids of a message and its alternatives (same conversation and parent), oldest first."""
+        m = self._db.execute("SELECT conversation_id, parent_id FROM messages WHERE id=?", (message_id,)).fetchone()
+        return [r[0] for r in self._db.execute(
+            "SELECT id FROM messages WHERE conversation_id=? AND parent_id IS ? ORDER BY id",
+            (m["conversation_id"], m["parent_id"])).fetchall()]
+
+    def alternatives(self, message_id: int) -> tuple[int, int]:
+        """(1-based position, count) of a message among its alternatives (siblings), oldest first."""
+        ids = self._siblings(message_id)
+        return ids.index(message_id) + 1, len(ids)
+
+    def show_alternative(self, message_id: int, step: int) -> int:
+        """Makes the sibling `step` places away (wrapping) the active one; returns its id."""
+        ids = self._siblings(message_id)
+        chosen = ids[(ids.index(message_id) + step) % len(ids)]
+        self._activate(chosen)
+        return chosen
+
+    def _activate(self, message_id: int) -> None:
+        self._db.execute("UPDATE messages SET active = (id = ?) WHERE conversation_id = (SELECT conversation_id "
+                         "FROM messages WHERE id = ?) AND parent_id IS (SELECT parent_id FROM messages WHERE id = ?)",
+                         (message_id, message_id, message_id))
+
+    def _insert(self, conversation_id: int, parent_id, role: str, content: str, state: str,
+                model: str = "") -> int:
+        """A new message under `parent_id` (default: after the path's last message), made the active one."""
+        if parent_id is _END:
+            path = self.messages(conversation_id)
+            parent_id = path[-1].id if path else None
+        cur = self._db.execute(
+            "INSERT INTO messages(conversation_id, role, content, state, created_at, model, parent_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)", (conversation_id, role, content, state, time.time(), model, parent_id))
+        self._activate(cur.lastrowid)
+        self._touch(conversation_id)
+        return cur.lastrowid
 
     def message(self, message_id: int) -> Message:
         row = self._db.execute("SELECT * FROM messages WHERE id=?", (message_id,)).fetchone()
@@ -175,21 +264,17 @@ class Store:
             raise KeyError(message_id)
         return _message(row)
 
-    def add_message(self, conversation_id: int, role: str, content: str) -> Message:
-        """A complete message (the user's): committed before this returns."""
-        cur = self._db.execute(
-            "INSERT INTO messages(conversation_id, role, content, state, created_at) VALUES (?, ?, ?, ?, ?)",
-            (conversation_id, role, content, "complete", time.time()))
-        self._touch(conversation_id)
-        return self.message(cur.lastrowid)
+    def add_message(self, conversation_id: int, role: str, content: str, parent_id=_END) -> Message:
+        """A complete message (the user's): committed before this returns. `parent_id`: the message it follows
+        (an edited message goes beside the original, under the same parent); default the path's end."""
+        return self.message(self._insert(conversation_id, parent_id, role, content, "complete"))
 
-    def begin_reply(self, conversation_id: int, model: str = "") -> Message:
-        cur = self._db.execute(
-            "INSERT INTO messages(conversation_id, role, content, state, created_at, model) "
-            "VALUES (?, 'assistant', '', 'streaming', ?, ?)", (conversation_id, time.time(), model))
-        self._writers.claim(cur.lastrowid)
-        self._touch(conversation_id)
-        return self.message(cur.lastrowid)
+    def begin_reply(self, conversation_id: int, model: str = "", parent_id=_END) -> Message:
+        """A reply row in state "streaming" after `parent_id` (default the path's end; a regenerated reply goes
+        beside the one it replaces)."""
+        rid = self._insert(conversation_id, parent_id, "assistant", "", "streaming", model)
+        self._writers.claim(rid)
+        return self.message(rid)
 
     def resume_reply(self, message_id: int) -> Message:
         """A finished reply streams again (Continue): back to "streaming", its text kept, this writer's."""
@@ -208,13 +293,28 @@ class Store:
         self._writers.release(message_id)
 
     def delete_message(self, message_id: int) -> None:
-        self._db.execute("DELETE FROM messages WHERE id=?", (message_id,))
+        """Removes one message; what followed it follows its parent instead, and an alternative takes its place."""
+        m = self._db.execute("SELECT conversation_id, parent_id, active FROM messages WHERE id=?",
+                             (message_id,)).fetchone()
+        if m is None:
+            return
+        self._db.execute("BEGIN")
+        try:
+            self._db.execute("UPDATE messages SET parent_id=? WHERE parent_id=?", (m["parent_id"], message_id))
+            self._db.execute("DELETE FROM messages WHERE id=?", (message_id,))
+            if m["active"]:
+                other = self._db.execute("SELECT MAX(id) FROM messages WHERE conversation_id=? AND parent_id IS ?",
+                                         (m["conversation_id"], m["parent_id"])).fetchone()[0]
+                if other is not None:
+                    self._activate(other)
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def token_estimate(self, conversation_id: int) -> int:
         """Characters / 4: a rough size of the history, shown before the engine reports real counts."""
-        row = self._db.execute("SELECT COALESCE(SUM(LENGTH(content)), 0) FROM messages WHERE conversation_id=?",
-                               (conversation_id,)).fetchone()
-        return int(row[0]) // 4
+        return sum(len(m.content) for m in self.messages(conversation_id)) // 4
 
 
 def _json_object(text: str | None) -> dict:
@@ -237,4 +337,4 @@ def _message(row: sqlite3.Row) -> Message:
     return Message(id=row["id"], conversation_id=row["conversation_id"], role=row["role"],
                    content=row["content"], state=row["state"], created_at=row["created_at"],
                    model=row["model"], error=row["error"], usage=json.loads(row["usage_json"] or "{}"),
-                   reasoning=row["reasoning"])
+                   reasoning=row["reasoning"], parent_id=row["parent_id"])

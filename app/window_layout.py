@@ -63,5 +63,11 @@ def make_scrollable(dialog: QDialog, content: QWidget, below: QWidget) -> QScrol
     col.addWidget(below)
     screen = dialog.screen() or QGuiApplication.primaryScreen()
     if screen is not None:
-        dialog.setMaximumHeight(int(screen.availableGeometry().height() * SCREEN_SHARE))
+        avail = screen.availableGeometry()
+        dialog.setMaximumHeight(int(avail.height() * SCREEN_SHARE))
+        # open at the content's own size (no sideways scrolling), as far as the screen allows
+        bar = scroll.verticalScrollBar().sizeHint().width()
+        want = content.sizeHint()
+        dialog.resize(min(want.width() + bar + 8, avail.width()),
+                      min(want.height() + below.sizeHint().height() + 16, dialog.maximumHeight()))
     return scroll

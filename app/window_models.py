@@ -3,15 +3,15 @@ the starter model on first run, and engine errors shown as a banner with what to
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import QFileDialog, QProgressDialog
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QFileDialog
 
 from app.backend_notice import BackendFallbackNotice
 from app.error_messages import OVERFLOW_WAY_OUT, describe
 from app.library import ModelEntry, human_size, library_folders
+from app.starter_download import StarterDownload
 from app.widgets.library_dialog import LibraryDialog
 from engine import model_store
 
@@ -23,6 +23,7 @@ class ModelActions(QObject):
         self.library_dialog: LibraryDialog | None = None
         self._pending_path = ""
         self.backend_notice = BackendFallbackNotice(window)
+        self.starter_download = StarterDownload(self, window)
         c = window.client
         c.loadStarted.connect(self._on_load_started)
         c.loadProgress.connect(window.load_bar.set_progress)
@@ -38,6 +39,7 @@ class ModelActions(QObject):
     def show_library(self) -> None:
         if self.library_dialog is None:
             dlg = LibraryDialog(self.w.settings.sampling.context_length, self.w)
+            dlg.backend = "cpu" if self.running_on_cpu() else "gpu"
             dlg.loadRequested.connect(self._load_from_library)
             dlg.openRequested.connect(self.open_path)
             dlg.addFolderRequested.connect(self._add_folder)
@@ -92,7 +94,8 @@ class ModelActions(QObject):
     def load(self, entry: ModelEntry) -> None:
         context = self.w.settings.sampling.context_length
         self._loading_entry = entry
-        self.w.load_bar.start(entry.display_name, human_size(entry.memory_estimate(context)))
+        backend = "cpu" if self.running_on_cpu() else "gpu"
+        self.w.load_bar.start(entry.display_name, human_size(entry.memory_estimate(context, backend)))
         self.w.client.load(entry.path, context)
 
     def load_path_now(self, path: str) -> None:
@@ -215,33 +218,4 @@ class ModelActions(QObject):
                             ("Open GGUF…", self.open_file_dialog)))
 
     def fetch_starter(self) -> None:
-        fetcher = StarterFetch(self)
-        dlg = QProgressDialog("Downloading the starter model…", "Hide", 0, 1000, self.w)
-        dlg.setWindowTitle("Starter model")
-        dlg.setWindowModality(Qt.WindowModality.WindowModal)
-        dlg.setMinimumDuration(0)
-        fetcher.progress.connect(lambda f, what: (dlg.setValue(int(f * 1000)), dlg.setLabelText(what)))
-        fetcher.done.connect(lambda path: (dlg.close(), self.open_path(path)))
-        fetcher.failed.connect(lambda e: (dlg.close(), self._on_load_failed(model_store.STARTER.filename, e)))
-        fetcher.start()
-        self._fetcher = fetcher
-
-
-class StarterFetch(QObject):
-    """engine.model_store.fetch on a thread; its progress and result come back as signals."""
-
-    progress = Signal(float, str)
-    done = Signal(str)
-    failed = Signal(object)
-
-    def start(self) -> None:
-        threading.Thread(target=self._run, name="starter-fetch", daemon=True).start()
-
-    def _run(self) -> None:
-        def report(done: int, total: int, what: str) -> None:
-            self.progress.emit(done / total if total else 0.0, f"Downloading {what}: {human_size(done)}")
-
-        try:
-            self.done.emit(str(model_store.fetch(model_store.STARTER, progress=report)))
-        except Exception as e:   # noqa: BLE001 - shown in the window
-            self.failed.emit(e)
+        self.starter_download.start()

@@ -50,7 +50,6 @@ class StatusBar(QStatusBar):
                                         f"{usage.time_to_first_token_s * 1000:.0f} ms")
 
     def update_context(self, window) -> None:
-        info = window.chat.model
         if window.current_id is None:
             self.context_label.setText("")
             return

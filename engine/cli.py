@@ -282,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .core.setup import DEFAULT_MAX_NUM_SEQS
     from .engine import DEFAULT_MAX_CONTEXT
-    from .server.guard import DEFAULT_PORT
+    from .server import DEFAULT_PORT
     s = sub.add_parser("serve", help="OpenAI-compatible HTTP server for one model (loopback by default)")
     _model_args(s, positional=False)
     s.add_argument("--host", default="127.0.0.1", help="address to bind; anything but loopback exposes the "

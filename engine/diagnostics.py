@@ -21,6 +21,7 @@ from pathlib import Path
 from . import __version__
 from .backends.facts import ProbeResult, SelfTestResult
 from .diagnostics_report import DiagnosticsReport, LogitsCheck, SelfTestRun, SystemInfo, to_markdown
+from .model.host_memory import host_memory
 
 ASYNC_ENV = "HALO_ASYNC_SCHEDULING"
 BACKEND_SETTINGS = ("auto", "hip", "cuda", "cpu")
@@ -40,7 +41,7 @@ def system_info() -> SystemInfo:
                       app_version=_app_version(), libraries=library_versions())
     info.os, info.os_build = _os_name()
     info.cpu = _cpu_name()
-    info.memory_total, info.memory_available = _memory()
+    info.memory_total, info.memory_available = host_memory()
     return info
 
 
@@ -98,30 +99,6 @@ def _cpu_name() -> str:
         except OSError:
             pass
     return platform.processor() or "unknown"
-
-
-def _memory() -> tuple[int | None, int | None]:
-    """(total, available) bytes of host RAM; None where the platform does not say."""
-    if sys.platform == "win32":
-        import ctypes
-
-        class MemoryStatusEx(ctypes.Structure):
-            _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
-                        ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
-                        ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
-                        ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
-                        ("ullAvailExtendedVirtual", ctypes.c_ulonglong)]
-        status = MemoryStatusEx()
-        status.dwLength = ctypes.sizeof(status)
-        if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):
-            return int(status.ullTotalPhys), int(status.ullAvailPhys)
-        return None, None
-    try:
-        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
-        kib = lambda k: int(fields[k].split()[0]) * 1024   # noqa: E731 - "MemTotal:  25000000 kB"
-        return kib("MemTotal"), kib("MemAvailable")
-    except (OSError, KeyError, ValueError):
-        return None, None
 
 
 # -- what the engine would use -------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.api import Event, Finished, GenerateRequest, LoadProgress, ModelInfo, TextDelta, Usage
+from engine.context_fit import OVERFLOW_POLICIES, fit_messages, reply_room
 from engine.core.engine_core import EngineCore
 from engine.core.setup import DEFAULT_MAX_NUM_SEQS, BackendChoice
 from engine.errors import (
@@ -31,7 +32,6 @@ from engine.errors import (
     RequestAborted,
     UnsupportedModelError,
 )
-from engine.context_fit import OVERFLOW_POLICIES, fit_messages, reply_room
 from engine.generation import Generation, encode_prompt
 from engine.prompt import PromptFormat
 from engine.reasoning import reasoning_parser
@@ -271,7 +271,7 @@ class Engine:
                 self._load_cancels.discard(cancel)
 
     def _load_into(self, path: Path, progress, future: Future, cancel: threading.Event, max_context: int) -> None:
-        from engine.core.setup import choose_backend
+        from engine.backend_choice import choose_backend
 
         def on_progress(fraction: float, message: str) -> None:
             if cancel.is_set():
@@ -315,7 +315,7 @@ class Engine:
                 except UnsupportedModelError as e:      # e.g. a layer kind without GPU kernels yet
                     unsupported = e
             if unsupported is not None or not gpu_forward_available():
-                from engine.core.setup import choose_backend
+                from engine.backend_choice import choose_backend
                 why = (f"CPU fallback: {choice.name} was chosen ({choice.reason}) but "
                        + (f"it cannot run this model ({unsupported})" if unsupported else "the GPU forward pass is missing"))
                 cpu = choose_backend("cpu", self._async_setting)

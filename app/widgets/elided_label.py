@@ -1,9 +1,9 @@
-"""A QLabel that never widens its window: long text is cut with "…" to the width it is given, and the
+"""A QLabel (and a QPushButton) that never widens its window: long text is cut with "…" to the width it is given, and the
 whole text stays in the tooltip (unless a tooltip was set on purpose)."""
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtWidgets import QLabel, QSizePolicy
+from PySide6.QtWidgets import QLabel, QPushButton, QSizePolicy, QStyle
 
 
 class ElidedLabel(QLabel):
@@ -53,3 +53,54 @@ class ElidedLabel(QLabel):
             super().setText(shown)
         if not self._own_tooltip:
             QLabel.setToolTip(self, self._full if shown != self._full else "")
+
+
+class ElidedButton(QPushButton):
+    """A push button whose long text (a model's name) is cut with "…" in the middle to the width it gets (at
+    most `max_width` pixels, as little as MIN_WIDTH when the window is narrow), so it never widens its window;
+    the whole text is in the tooltip (else the tooltip set on it)."""
+
+    MIN_WIDTH = 80
+
+    def __init__(self, text: str = "", max_width: int = 320, parent=None):
+        super().__init__(parent)
+        self.setMaximumWidth(max_width)
+        self.setMinimumWidth(self.MIN_WIDTH)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self._full, self._hint = "", ""
+        self.setText(text)
+
+    def setText(self, text: str) -> None:   # noqa: N802 - Qt's name
+        self._full = text or ""
+        self._elide(self.maximumWidth() if not self.isVisible() else self.width())
+        self.updateGeometry()
+
+    def _elide(self, width: int) -> None:
+        room = width - 2 * self.style().pixelMetric(QStyle.PixelMetric.PM_ButtonMargin) - 12
+        super().setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideMiddle, max(20, room)))
+        self._update_tip()
+
+    def sizeHint(self) -> QSize:               # the whole text's width, up to the maximum
+        hint = super().sizeHint()
+        full = self.fontMetrics().horizontalAdvance(self._full) + 28
+        return QSize(min(self.maximumWidth(), max(hint.width(), full)), hint.height())
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(self.MIN_WIDTH, super().minimumSizeHint().height())
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._elide(self.width())
+
+    def setToolTip(self, tip: str) -> None:   # noqa: N802 - Qt's name
+        self._hint = tip
+        self._update_tip()
+
+    def _update_tip(self) -> None:
+        super().setToolTip(self._full if self.shown_text() != self._full else self._hint)
+
+    def text(self) -> str:                   # the whole text, as set
+        return self._full
+
+    def shown_text(self) -> str:
+        return super().text()

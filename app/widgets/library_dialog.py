@@ -34,6 +34,7 @@ class LibraryDialog(QDialog):
         self.setWindowTitle("Model library")
         self.resize(860, 420)
         self._context = context_length
+        self.backend = "gpu"          # where the model would run: "cpu" counts float32 weights
         self._entries: dict[str, ModelEntry] = {}
         col = QVBoxLayout(self)
         intro = QLabel("GGUF models in your model folders. Drop a .gguf file on the main window to add it.")
@@ -122,9 +123,12 @@ class LibraryDialog(QDialog):
             self.estimate.setText(f"<b>This file cannot be used.</b> {_html(e.error)}")
         else:
             ctx = min(self._context, e.context_length) if e.context_length else self._context
+            est = e.estimate(self._context, self.backend)
+            weights = est.weights if est else (e.weight_bytes or e.file_size)
+            kv = est.kv_cache + est.recurrent_state if est else e.kv_cache_bytes(ctx)
             self.estimate.setText(
-                f"Loading needs about <b>{human_size(e.memory_estimate(self._context))}</b>: "
-                f"weights {human_size(e.weight_bytes or e.file_size)} + KV cache {human_size(e.kv_cache_bytes(ctx))} "
+                f"Loading needs about <b>{human_size(e.memory_estimate(self._context, self.backend))}</b>: "
+                f"weights {human_size(weights)} + KV cache {human_size(kv)} "
                 f"for {ctx:,} tokens of context."
                 + ("" if e.has_chat_template else " No chat template: plain completion mode."))
 

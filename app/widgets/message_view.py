@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBro
 from app.code_highlight import highlight_spans
 from app.markdown_prep import COPY_SCHEME, prepare
 from app.theme import current_colors
+from app.widgets.elided_label import ElidedLabel
 
 STREAM_RENDER_MS = 150
 TRUNCATED_TEXT = "Cut off at the token limit"
@@ -188,6 +189,9 @@ class MessageView(QFrame):
     copyRequested = Signal(int)
     regenerateRequested = Signal(int)
     continueRequested = Signal(int)
+    deleteRequested = Signal(int)
+    editRequested = Signal(int)
+    alternativeRequested = Signal(int, int)     # message id, step (-1 previous, +1 next)
 
     def __init__(self, message_id: int, role: str, text: str = "", state: str = "complete",
                  detail: str = "", parent=None):
@@ -207,11 +211,11 @@ class MessageView(QFrame):
         who = QLabel("You" if role == "user" else "Assistant")
         who.setObjectName("MessageRole")
         head.addWidget(who)
-        self.state_badge = QLabel()
+        self.state_badge = ElidedLabel()   # elided: a long badge must not widen a narrow window
         self.state_badge.setObjectName("StateBadge")
         head.addWidget(self.state_badge)
         head.addStretch(1)
-        self.detail_label = QLabel()
+        self.detail_label = ElidedLabel()
         self.detail_label.setObjectName("Muted")
         head.addWidget(self.detail_label)
         self.copy_button = _flat_button("Copy", "Copy this message as Markdown")
@@ -223,11 +227,28 @@ class MessageView(QFrame):
         self.continue_button = _flat_button("Continue", "Go on writing this reply where the token limit cut it")
         self.continue_button.clicked.connect(lambda: self.continueRequested.emit(self.message_id))
         head.addWidget(self.continue_button)
+        self.prev_button = _flat_button("‹", "Previous alternative")
+        self.prev_button.clicked.connect(lambda: self.alternativeRequested.emit(self.message_id, -1))
+        self.alt_label = QLabel()
+        self.alt_label.setObjectName("Muted")
+        self.next_button = _flat_button("›", "Next alternative")
+        self.next_button.clicked.connect(lambda: self.alternativeRequested.emit(self.message_id, 1))
+        for w in (self.prev_button, self.alt_label, self.next_button):
+            head.addWidget(w)
+        self.edit_button = _flat_button("Edit", "Edit this message and send it again (the old turns stay as "
+                                                "an alternative)")
+        self.edit_button.clicked.connect(lambda: self.editRequested.emit(self.message_id))
+        head.addWidget(self.edit_button)
+        self.delete_button = _flat_button("Delete", "Delete this message from the conversation")
+        self.delete_button.clicked.connect(lambda: self.deleteRequested.emit(self.message_id))
+        head.addWidget(self.delete_button)
         outer.addLayout(head)
         # Only after the button has a parent: showing a parentless widget opens a window of its own.
         self.regenerate_button.setVisible(role == "assistant")
         self.continue_button.setVisible(False)
+        self.edit_button.setVisible(role == "user")
         self.truncated = False
+        self.set_alternatives(1, 1)
 
         self.thinking = ThinkingSection(self)
         outer.addWidget(self.thinking)
@@ -278,6 +299,13 @@ class MessageView(QFrame):
         self.detail_label.setText("writing…" if state == "streaming" else "")
         if hasattr(self, "thinking") and self.thinking.reasoning():
             self.thinking.set_reasoning(self.thinking.reasoning(), streaming=state == "streaming")
+
+    def set_alternatives(self, position: int, count: int) -> None:
+        """‹ position/count › when this message has alternatives (regenerated replies, edited messages)."""
+        for w in (self.prev_button, self.alt_label, self.next_button):
+            w.setVisible(count > 1)
+        self.alt_label.setText(f"{position}/{count}")
+        self.alternatives = (position, count)
 
     def set_truncated(self, truncated: bool) -> None:
         """A reply the token limit cut off: said in its badge; ChatView shows Continue on the last one."""

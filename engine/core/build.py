@@ -1,38 +1,22 @@
 """Load a model onto a backend and wrap it in an EngineCore (engine thread; called by Engine.load).
 
 CPU: the dequantized CpuModel + a float32 KVCache + CpuStepExecutor on the CPU backend.
-GPU: engine.gpu's GpuModel (quantized weights on the device) + its KV cache + GpuStepExecutor.
+GPU: engine.gpu.executor: GpuModel (quantized weights on the device) + its KV cache + GpuStepExecutor.
 Both end in the same ModelRunner / ReadbackPool / EngineCore: one code path from the scheduler down.
 """
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-from engine.api import ModelInfo
+from engine.core.built import BuiltModel, kv_blocks
 from engine.core.engine_core import EngineCore
 from engine.core.runner import ModelRunner
 from engine.core.setup import BackendChoice, make_scheduler
 from engine.model.arch import BLOCK_SIZE
 from engine.model.config import ModelConfig
 from engine.prompt import PromptFormat
-
-
-@dataclass
-class BuiltModel:
-    info: ModelInfo
-    prompt_format: PromptFormat
-    vocab_size: int
-    core: EngineCore
-    max_context: int
-
-
-def _kv_blocks(max_context: int, kv_cache_tokens: int | None) -> int:
-    """The KV cache holds at least one full-length sequence; concurrent requests share it (the scheduler
-    preempts when it runs out)."""
-    tokens = max(max_context, kv_cache_tokens or 0)
-    return -(-tokens // BLOCK_SIZE)
 
 
 def build_cpu(path: Path, choice: BackendChoice, on_progress, *, max_context: int, max_num_seqs: int,
@@ -46,7 +30,7 @@ def build_cpu(path: Path, choice: BackendChoice, on_progress, *, max_context: in
     with open_model_file(path) as gguf:      # pre-flight from the header, before anything is dequantized
         config = ModelConfig.from_metadata(gguf.metadata)
         max_context = min(config.context_length, max_context)
-        num_blocks = _kv_blocks(max_context, kv_cache_tokens)
+        num_blocks = kv_blocks(max_context, kv_cache_tokens)
         check_host_fits(plan_host_memory(config, gguf.tensors.values(), num_blocks, BLOCK_SIZE, prefill_chunk,
                                          max_num_seqs), what=Path(path).name)
     loaded = load_model(path, on_progress)
@@ -63,11 +47,11 @@ def build_cpu(path: Path, choice: BackendChoice, on_progress, *, max_context: in
 def gpu_forward_available() -> bool:
     """True once engine.gpu (the GPU forward pass) and our adapter to it are present."""
     return (importlib.util.find_spec("engine.gpu.model") is not None
-            and importlib.util.find_spec("engine.core.gpu_executor") is not None)
+            and importlib.util.find_spec("engine.gpu.executor") is not None)
 
 
 def build_gpu(path: Path, choice: BackendChoice, on_progress, *, max_context: int, max_num_seqs: int,
               prefill_chunk: int, kv_cache_tokens: int | None) -> BuiltModel:
-    from engine.core.gpu_executor import build_gpu_model
+    from engine.gpu.executor import build_gpu_model
     return build_gpu_model(path, choice, on_progress, max_context=max_context, max_num_seqs=max_num_seqs,
                            prefill_chunk=prefill_chunk, kv_cache_tokens=kv_cache_tokens)

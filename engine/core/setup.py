@@ -1,8 +1,7 @@
 """Building an EngineCore for a loaded model: which backend, whether steps overlap, and why.
 
-Async scheduling is decided by engine.diagnostics.async_scheduling_decision from the backend's PROBED
-capability `async_sampled_token_readback` (a safe readback path exists), the app setting and
-HALO_ASYNC_SCHEDULING=0; the reason string is what the diagnostics view and status bar show.
+A BackendChoice is made by engine.backend_choice.choose_backend (from the probe and the diagnostics'
+decisions, which live above core/); here it is only data.
 """
 from __future__ import annotations
 
@@ -21,24 +20,6 @@ class BackendChoice:
     reason: str                # why this backend
     async_scheduling: bool
     async_reason: str
-
-
-def choose_backend(setting: str = "cpu", async_setting: bool = True, env: dict | None = None) -> BackendChoice:
-    """`setting`: "auto", "cpu", "cuda", "hip" (diagnostics.BACKEND_SETTINGS) or a registry name."""
-    from engine.backends.probe import probe, probe_all
-    from engine.backends.registry import BACKENDS
-    from engine.diagnostics import async_scheduling_decision, select_backend
-
-    if setting in BACKENDS:
-        selected = probe(setting, host_read_checks=False)
-        why = f"asked for {setting}" if selected.available else f"{setting} is not available: {selected.reason}"
-        selected = selected if selected.available else None
-    else:
-        selected, why = select_backend(probe_all(host_read_checks=False), setting)
-    if selected is None:                              # fall back to the CPU, saying why
-        selected, why = probe("cpu"), f"CPU fallback: {why}"
-    on, async_why = async_scheduling_decision(selected, async_setting, env)
-    return BackendChoice(selected.backend, why, on, async_why)
 
 
 def make_scheduler(num_kv_blocks: int, block_size: int, max_model_len: int, async_scheduling: bool,

@@ -69,12 +69,13 @@ def copy_bandwidth(backend, nbytes: int = 1 << 30, repeat: int = 5) -> float:
 
 def _roles(times: list[float], names: list[str], n_layers: int, layer_roles=LAYER_ROLES) -> dict[str, float]:
     """Sum kernel times by role. The i-th main launch has a fixed role (len(layer_roles) per layer between the
-    embedding and the LM head + sampler); a split-K sum belongs to the matmul just before it."""
+    embedding and the LM head + sampler); a split-K sum belongs to the matmul just before it, the split-KV
+    merge to the attention before it."""
     roles: dict[str, float] = {}
     i, role = -1, ""
     per = len(layer_roles)
     for us, name in zip(times, names, strict=True):
-        if name != "halo_splitk_sum":
+        if name not in ("halo_splitk_sum", "halo_attention_merge"):
             i += 1
             if i == 0:
                 role = "embedding+norm"
@@ -153,6 +154,8 @@ def kernel_breakdown(gm: GpuModel, kv, T: int = 1, graph: bool = True) -> tuple[
 
 def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int = 128, decode_tokens: int = 64,
               repeat: int = 3, backend=None) -> dict:
+    if prompt_tokens > LONG_PROMPT:
+        return run_long_bench(model_path, backend_name, prompt_tokens, decode_tokens, backend=backend)
     path = Path(model_path)
     own = backend is None
     backend = backend or registry.create(backend_name)
@@ -230,6 +233,73 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
     return result
 
 
+# Prompts longer than this are benchmarked as the engine runs them: prefill in PREFILL_CHUNK-token steps,
+# then decode at that depth. Prefill beyond LONG_PREFILL_MAX is not run (its attention has no tiled kernel
+# yet: a 16k prompt takes minutes); decode then runs at that depth over a zero-filled cache, which reads
+# exactly the same bytes.
+LONG_PROMPT, PREFILL_CHUNK, LONG_PREFILL_MAX = 512, 512, 8192
+
+
+def run_long_bench(model_path, backend_name: str, prompt_tokens: int, decode_tokens: int, backend=None) -> dict:
+    """Prefill of `prompt_tokens` (chunked) and decode at that depth, split-KV attention on and off."""
+    path = Path(model_path)
+    own = backend is None
+    backend = backend or registry.create(backend_name)
+    result: dict = {"model": path.name, "backend": backend.name, "prompt_tokens": prompt_tokens}
+    try:
+        free0 = backend.memory_info().free
+        n_blocks = -(-(prompt_tokens + decode_tokens + 32) // BLOCK_SIZE)
+        gm = GpuModel.load(path, backend, max_tokens=PREFILL_CHUNK, max_seqs=4, kv_blocks=n_blocks)
+        kv = gm.new_kv_cache(n_blocks, BLOCK_SIZE)
+        pool = ReadbackPool(backend, slots=3)
+        result["device_mb"] = (free0 - backend.memory_info().free) / 2**20
+        result["kv_mb"] = kv.nbytes / 2**20
+        result["kv_tokens"] = n_blocks * BLOCK_SIZE
+        c = gm.config
+        prompt = [(i * 7919 + 13) % c.vocab_size for i in range(prompt_tokens)]
+        if prompt_tokens <= LONG_PREFILL_MAX:
+            gm.step(_step(prompt[:PREFILL_CHUNK], 0, n_blocks, BLOCK_SIZE), kv, pool, feed_next=True).get_output()
+            a = time.perf_counter()
+            for s in range(0, prompt_tokens, PREFILL_CHUNK):
+                out = gm.step(_step(prompt[s:s + PREFILL_CHUNK], s, n_blocks, BLOCK_SIZE), kv, pool, feed_next=True)
+                out.get_output()
+            wall = time.perf_counter() - a
+            result["prefill_tok_s"], result["ttft_ms"] = prompt_tokens / wall, wall * 1e3
+        for split in (True, False):
+            gm.fwd.split_kv = split and forward_mod.split_kv_usable(c)
+            gm.drop_graphs()
+            key = "decode_tok_s" if split else "decode_tok_s_no_split_kv"
+            result[key] = _decode(gm, kv, pool, prompt, n_blocks, BLOCK_SIZE, decode_tokens, 2)["decode_tok_s"]
+            if split:
+                result["breakdown_us"], result["breakdown_how"] = kernel_breakdown(gm, kv, 1, graph=False)
+        result["split_kv_chunks"] = forward_mod.split_kv_chunks(n_blocks * BLOCK_SIZE)
+        pool.close()
+        kv.free()
+        gm.close()
+    finally:
+        if own:
+            backend.close()
+    return result
+
+
+def format_long_result(r: dict) -> str:
+    N = r["prompt_tokens"]
+    prefill = (f"prefill {r['prefill_tok_s']:.0f} tok/s ({N} tokens in {PREFILL_CHUNK}-token steps, "
+               f"TTFT {r['ttft_ms']:.0f} ms)" if "prefill_tok_s" in r else
+               f"prefill not run (> {LONG_PREFILL_MAX} tokens: untiled prefill attention)")
+    lines = [f"{r['model']} on {r['backend']}, depth {N}:",
+             f"  device memory used {r['device_mb']:.0f} MiB (KV cache {r['kv_mb']:.0f} MiB for {r['kv_tokens']} tokens)",
+             f"  {prefill}",
+             f"  decode at depth {N}: {r['decode_tok_s']:.0f} tok/s split-KV attention "
+             f"(chunk, chunks = {r['split_kv_chunks']}), {r['decode_tok_s_no_split_kv']:.0f} tok/s without"]
+    if r.get("breakdown_us"):
+        total = sum(r["breakdown_us"].values())
+        parts = ", ".join(f"{k} {v:.0f} us ({100 * v / total:.0f}%)" for k, v in
+                          sorted(r["breakdown_us"].items(), key=lambda kv: -kv[1]))
+        lines.append(f"  one decode step at depth {N} on the GPU: {total:.0f} us = {parts} [{r.get('breakdown_how')}]")
+    return "\n".join(lines)
+
+
 def _median_prefill_s(gm: GpuModel, prefill: StepInput, kv, pool, repeat: int) -> float:
     """Median seconds of one prefill step up to its ids on the host, after one untimed run (which touches
     every kernel and buffer once; warm_up already compiled them)."""
@@ -266,6 +336,8 @@ def _decode(gm: GpuModel, kv, pool, prompt, n_blocks: int, bs: int, n: int, repe
 
 
 def format_result(r: dict) -> str:
+    if "prompt_tokens" in r:
+        return format_long_result(r)
     lines = [f"{r['model']} on {r['backend']}:",
              f"  load {r['load_s']:.2f} s, device memory used {r['device_mb']:.0f} MiB (weights {r['weights_mb']:.0f} MiB)",
              f"  prefill {r['prefill_tok_s']:.0f} tok/s (128 tokens), TTFT {r['ttft_ms']:.2f} ms",

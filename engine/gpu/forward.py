@@ -35,6 +35,7 @@ from engine.model.step import StepInput
 NULL = np.uint64(0)
 MATMUL_WARPS = 4
 GT_ROWS, GT_TOKENS, GT_K = 32, 64, 64      # halo_*_gt prefill tile: rows x tokens per block, k step
+KQ_TOKENS = (4, 8, 16)                     # halo_*_kq_tN: batched decode, weights decoded once for N tokens
 GT_MIN_T = 9                               # T above r4_t8's 8 tokens: the shared-memory tile
 TC_ROWS, TC_TOKENS, TC_K = 32, 64, 32      # halo_*_tc (tensor cores, CUDA sm_80+): same tile, k stage 32
 # Split K until a prefill matmul has this many blocks (~8 per SM on an H200: the last wave stays short).
@@ -50,7 +51,17 @@ SPLIT_MIN_MACS = 1 << 29
 # tensor cores are usable; unset = the best the device has. For comparisons in tests and the benchmark.
 LEGACY_TILES = os.environ.get("HALO_GPU_TILES") == "legacy"
 SIMT_TILES = os.environ.get("HALO_GPU_TILES") == "gt"
+# HALO_GPU_KQ_BATCH=1: steps of 2..16 tokens take halo_*_kq_t{4,8,16} instead of r1_t4 / r4_t8 / the tile.
+# Off by default: on the H200 it did not raise batched decode (engine/gpu/NOTES.md), so the measured path stays.
+KQ_BATCH = os.environ.get("HALO_GPU_KQ_BATCH") == "1"
 ATTN_WARPS = 8
+# Split-KV (flash-decoding) attention, halo_attention_split + halo_attention_merge: for steps of at most
+# SKV_MAX_T tokens (decode batches) where the kernel's limits hold (head_dim <= SKV_MAX_D, GQA group <=
+# SKV_MAX_GROUP); other steps keep halo_attention's block per (token, head). Keys are cut into at most
+# SKV_MAX_CHUNKS chunks of >= SKV_MIN_CHUNK positions, chosen from the cache's capacity (fixed per cache,
+# so a captured graph replays at any depth; chunks past a sequence's end exit at once).
+SKV_MAX_T, SKV_WARPS, SKV_MAX_GROUP, SKV_MAX_D = 16, 4, 8, 128
+SKV_MIN_CHUNK, SKV_MAX_CHUNKS = 128, 64
 STAGING_SLOTS = 4
 
 
@@ -90,6 +101,27 @@ def split_k(base_blocks: int, K: int, partial_floats: int, capacity: int) -> int
            and K // (2 * splits) >= SPLIT_MIN_STAGES * TC_K and 2 * splits * partial_floats <= capacity):
         splits *= 2
     return splits
+
+
+def split_kv_usable(config: ModelConfig) -> bool:
+    c = config
+    return (c.head_dim <= SKV_MAX_D and c.n_head_kv > 0 and c.n_head % c.n_head_kv == 0
+            and c.n_head // c.n_head_kv <= SKV_MAX_GROUP)
+
+
+def split_kv_chunks(capacity_tokens: int) -> tuple[int, int]:
+    """(chunk positions, chunks) covering a cache of `capacity_tokens`: <= SKV_MAX_CHUNKS chunks, each a
+    multiple of 32 positions and >= SKV_MIN_CHUNK."""
+    per = -(-capacity_tokens // SKV_MAX_CHUNKS)
+    chunk = max(SKV_MIN_CHUNK, -(-per // 32) * 32)
+    return chunk, -(-capacity_tokens // chunk)
+
+
+def split_kv_floats(config: ModelConfig, max_tokens: int) -> int:
+    """Capacity of the split-KV partials: (tokens, heads, chunks, head_dim + 2) float32, 0 when unused."""
+    if not split_kv_usable(config):
+        return 0
+    return min(max_tokens, SKV_MAX_T) * config.n_head * SKV_MAX_CHUNKS * (config.head_dim + 2)
 
 
 class GpuKVCache:
@@ -134,6 +166,7 @@ class GpuKVCache:
         self.block_tables = view(self.meta, L.block_tables, max_seqs * num_blocks)
         # the id of the token at each KV slot (-1: never written): the repetition penalty's history
         self.token_at_slot = backend.alloc(num_blocks * block_size, np.int32)
+        self.nbytes += num_blocks * block_size * 4          # counted like arch.kv_bytes_per_token(..., "gpu")
         backend.memset_async(self.token_at_slot, 0xFF, stream)
 
     def upload(self, step: StepInput, sampling: list[SamplingRow] | None, stream, ids_on_device: bool) -> None:
@@ -193,8 +226,10 @@ class GpuForward:
         # split-K partial sums: only the tensor-core tile splits (the pre-flight counts them either way)
         self.partial_cap = splitk_floats(c, max_tokens) if self.use_tc else 0
         self.partial = backend.alloc(max(self.partial_cap, 1), np.float32)
+        self.attn_part = backend.alloc(max(split_kv_floats(c, max_tokens), 1), np.float32)
+        self.split_kv = split_kv_usable(c) and os.environ.get("HALO_SPLIT_KV") != "0"
         self.scratch = [self.x, self.h, self.o, self.qkv, self.attn, self.act, self.logits, self.sampled,
-                        self.partial, self.seen, self.top_ids, self.top_vals]
+                        self.partial, self.attn_part, self.seen, self.top_ids, self.top_vals]
         self.moe = MoeScratch(backend, c, T) if c.ffn_kind == "moe" else None
         self.scratch += self.moe.buffers if self.moe else []
         self.hybrid = HybridScratch(backend, c, T) if c.has_recurrent_state or c.attn_output_gate else None
@@ -212,12 +247,14 @@ class GpuForward:
 
     def warm_up(self) -> None:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
-        for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", "gt") + (("tc",) if self.use_tc else ()):
+        kq = tuple(f"kq_t{n}" for n in KQ_TOKENS)
+        for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + (("tc",) if self.use_tc else ()):
             self.kern("halo_quant.cu", "halo_matmul_" + suffix)
             self.kern("halo_quant.cu", "halo_glu_" + suffix)
         for name in ("halo_embed_norm", "halo_splitk_sum"):
             self.kern("halo_quant.cu", name)
-        for name in ("halo_rope_kv", "halo_attention", "halo_add_norm"):
+        for name in ("halo_rope_kv", "halo_attention", "halo_attention_split", "halo_attention_merge",
+                     "halo_add_norm"):
             self.kern("halo_layer.cu", name)
         self.kern("halo_sample.cu", "halo_sample")
         if self.hybrid:
@@ -234,9 +271,13 @@ class GpuForward:
 
     def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False) -> tuple[int, int, str]:
         """(rows per warp or block, tokens per tile, kernel suffix). kq_t1: warp per row, wide K-quant loads
-        (any type); tc / gt: 32 x 64 shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs."""
+        (any type); kq_tN (HALO_GPU_KQ_BATCH=1): the same for 2..16 tokens, each weight decoded once; tc / gt: 32 x 64
+        shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs."""
         if T == 1:
             return (1, 1, "r1_t1") if LEGACY_TILES else (1, 1, "kq_t1")
+        if T <= KQ_TOKENS[-1] and KQ_BATCH and not LEGACY_TILES:
+            n = next(n for n in KQ_TOKENS if n >= T)
+            return 1, n, f"kq_t{n}"
         if T >= GT_MIN_T and tile_ok and not LEGACY_TILES:
             if self.use_tc and not SIMT_TILES:
                 return TC_ROWS, TC_TOKENS, "tc"
@@ -297,6 +338,23 @@ class GpuForward:
         self._launch("halo_layer.cu", "halo_add_norm", T, 256,
                      (self.x, _ptr(o), _ptr(post_w), next_w, np.float32(c.norm_eps), np.int32(c.n_embd), self.h))
 
+    def _attention(self, kv: GpuKVCache, i: int, T: int, window: int) -> None:
+        """self.attn [T, q_dim] from self.qkv's q heads and layer i's cache (see ATTN_WARPS / SKV_*)."""
+        c = self.config
+        H, Hkv, D = c.n_head, c.n_head_kv, c.head_dim
+        common = (self.qkv, np.int32(self.qkv_width), kv.k[i], kv.v[i], kv.positions, kv.token_seq,
+                  kv.block_tables, np.int32(kv.num_blocks), np.int32(kv.block_size), np.int32(H), np.int32(Hkv),
+                  np.int32(D), np.float32(c.attn_scale), np.int32(window))
+        if self.split_kv and T <= SKV_MAX_T:
+            chunk, chunks = split_kv_chunks(kv.num_blocks * kv.block_size)
+            self._launch("halo_layer.cu", "halo_attention_split", (T, Hkv, chunks), 32 * SKV_WARPS,
+                         common + (np.int32(chunk), self.attn_part), shared=4 * SKV_WARPS * (H // Hkv) * (D + 2))
+            self._launch("halo_layer.cu", "halo_attention_merge", (T, H), 128,
+                         (self.attn_part, np.int32(chunks), np.int32(H), np.int32(D), self.attn))
+            return
+        self._launch("halo_layer.cu", "halo_attention", (T, H), 32 * ATTN_WARPS, common + (self.attn,),
+                     shared=4 * ATTN_WARPS * (D + 2))
+
     # the step body: everything after the metadata upload; graph-capturable ---------------------------
     def enqueue_body(self, kv: GpuKVCache, T: int, n_out: int, sample: bool, feed_next: bool,
                      num_seqs: int | None = None) -> None:
@@ -325,12 +383,7 @@ class GpuForward:
                           _ptr(L.k_norm), np.float32(c.norm_eps), np.int32(H), np.int32(Hkv), np.int32(D),
                           np.int32(c.rope_dim), np.int32(c.rope_style == "neox"),
                           view(w.rope_inv_freq, i * half, half), kv.k[i], kv.v[i]))
-            window = c.sliding_window if c.sliding_layers[i] else 0
-            self._launch("halo_layer.cu", "halo_attention", (T, H), 32 * ATTN_WARPS,
-                         (self.qkv, np.int32(self.qkv_width), kv.k[i], kv.v[i], kv.positions, kv.token_seq,
-                          kv.block_tables, np.int32(kv.num_blocks), np.int32(kv.block_size), np.int32(H),
-                          np.int32(Hkv), np.int32(D), np.float32(c.attn_scale), np.int32(window), self.attn),
-                         shared=4 * ATTN_WARPS * (D + 2))
+            self._attention(kv, i, T, c.sliding_window if c.sliding_layers[i] else 0)
             if c.attn_output_gate:
                 enqueue_output_gate(self, T)
             self._matmul([L.wo], self.attn, T, self.o, E)

@@ -8,12 +8,13 @@ decode step reads its input ids from where the sampler wrote them, never through
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 from engine.backends.async_output import AsyncOutput, ReadbackPool
-from engine.backends.base import Backend
+from engine.backends.base import Backend, DeviceBuffer
 from engine.errors import BackendError
-from engine.gpu.forward import GpuForward, GpuKVCache
+from engine.gpu.forward import GpuForward, GpuKVCache, view
 from engine.gpu.preflight import MemoryPlan, check_fits, kv_bytes, plan_memory
 from engine.gpu.stepmeta import SamplingRow
 from engine.gpu.weights import upload_weights
@@ -96,20 +97,44 @@ class GpuModel:
         """Logits on the host (tests, parity, the CpuModel drop-in)."""
         return self.fwd.forward(step, kv)
 
-    def step(self, step: StepInput, kv: GpuKVCache, pool: ReadbackPool, sampling: list[SamplingRow] | None = None,
-             ids_on_device: bool = False, feed_next: bool = False) -> AsyncOutput:
-        """Run one step and choose its tokens on the device; the ids arrive through `pool`."""
-        n_out = len(step.logits_indices)
-        T = step.num_tokens
+    @property
+    def stream(self):
+        """The compute stream every step is queued on."""
+        return self.fwd.stream
+
+    def enqueue_step(self, step: StepInput, kv: GpuKVCache, sampling: list[SamplingRow] | None = None, *,
+                     ids_on_device: bool = False, feed_next: bool = False, prev_ids: DeviceBuffer | None = None,
+                     placeholders: Iterable[tuple[int, int, int]] = ()) -> None:
+        """Queue one step on `self.stream`, never waiting on the host: the metadata upload (ids too unless
+        `ids_on_device`), then D2D copies of input ids (dst row, src row, count) from `prev_ids` (the
+        previous step's sampled ids), then the body and sampler - a captured graph for pure decode steps
+        (one token and one output per sequence), eager otherwise. `feed_next`: the sampler writes each id
+        as the next step's input. The sampled ids are in `sampled_ids(S)` once the stream gets there."""
+        T, n_out = step.num_tokens, len(step.logits_indices)
         graph = None
         if self.use_graphs and T == step.num_seqs == n_out:
-            graph = self._graph(kv, T, feed_next)
+            graph = self._graph(kv, T, feed_next)          # captured before this step's upload is queued
+        kv.upload(step, sampling, self.stream, ids_on_device)
+        for dst, src, n in placeholders:
+            self.backend.copy_d2d_async(view(kv.ids, dst, n), view(prev_ids, src, n), self.stream)
         if graph is None:
-            self.fwd.enqueue(step, kv, sampling, sample=True, ids_on_device=ids_on_device, feed_next=feed_next)
+            self.fwd.enqueue_body(kv, T, n_out, True, feed_next)
         else:
-            kv.upload(step, sampling, self.fwd.stream, ids_on_device)
-            self.rt.graph_launch(graph.exec, self.fwd.stream.handle)
-        return self.fwd.start_readback(pool, n_out)
+            self.rt.graph_launch(graph.exec, self.stream.handle)
+
+    def sampled_ids(self, n: int) -> DeviceBuffer:
+        """int32 [n]: the last queued step's sampled ids (device memory, overwritten by the next step)."""
+        return view(self.fwd.sampled, 0, n)
+
+    def top_pairs(self, n: int) -> tuple[DeviceBuffer, DeviceBuffer]:
+        """(ids int32, logits float32), each [n]: the last step's reported top logits, TOP_LOGITS_MAX per row."""
+        return view(self.fwd.top_ids, 0, n), view(self.fwd.top_vals, 0, n)
+
+    def step(self, step: StepInput, kv: GpuKVCache, pool: ReadbackPool, sampling: list[SamplingRow] | None = None,
+             ids_on_device: bool = False, feed_next: bool = False) -> AsyncOutput:
+        """enqueue_step, then start the ids' readback through `pool` (the benchmark's and tests' loop)."""
+        self.enqueue_step(step, kv, sampling, ids_on_device=ids_on_device, feed_next=feed_next)
+        return self.fwd.start_readback(pool, len(step.logits_indices))
 
     def launches_per_step(self, kv: GpuKVCache, T: int, feed_next: bool = True) -> int | None:
         g = self._graphs.get((id(kv), T, feed_next))

@@ -57,9 +57,9 @@ def plan_host_memory(config: ModelConfig, tensors, num_blocks: int, block_size: 
                           per_token * max_tokens + scores + logits + experts)
 
 
-def available_host_memory() -> int | None:
-    """Bytes the OS can give this process now without swapping (Linux MemAvailable, Windows ullAvailPhys),
-    or None where it cannot say (the check is then skipped rather than refusing everything)."""
+def host_memory() -> tuple[int | None, int | None]:
+    """(total, available) bytes of host RAM: what the OS can give this process now without swapping (Linux
+    MemAvailable, Windows ullAvailPhys); None where the platform does not say. Diagnostics shows the same."""
     if sys.platform == "win32":
         class MemoryStatusEx(ctypes.Structure):
             _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
@@ -69,19 +69,25 @@ def available_host_memory() -> int | None:
                         ("ullAvailExtendedVirtual", ctypes.c_ulonglong)]
         status = MemoryStatusEx(dwLength=ctypes.sizeof(MemoryStatusEx))
         if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):
-            return int(status.ullAvailPhys)
-        return None
+            return int(status.ullTotalPhys), int(status.ullAvailPhys)
+        return None, None
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return int(fields["MemTotal"].split()[0]) * 1024, int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError, IndexError):
         pass
     try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        page = os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_PHYS_PAGES") * page, os.sysconf("SC_AVPHYS_PAGES") * page
     except (ValueError, OSError, AttributeError):
-        return None
+        return None, None
+
+
+def available_host_memory() -> int | None:
+    """Bytes the OS can give this process now (host_memory), or None where it cannot say (the check is then
+    skipped rather than refusing everything)."""
+    return host_memory()[1]
 
 
 def host_shortfall(plan: HostMemoryPlan, available: int | None = None) -> str | None:

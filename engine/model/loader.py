@@ -1,6 +1,7 @@
 """Open a GGUF file, build its ModelConfig and Weights, and describe it as a ModelInfo."""
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,21 @@ def _type_name(ggml_type) -> str:
     return getattr(ggml_type, "name", str(ggml_type))
 
 
+_QUANT_SUFFIX = re.compile(r"[.\-_](I?Q\d[\w]*|F16|F32|BF16|MXFP4[\w]*)$", re.IGNORECASE)
+
+
+def display_name(meta: Meta, path: Path) -> str:
+    """The name people see: general.name, unless the converter made it by title-casing a finetune label
+    ("Smollm2 135M 8k Lc100K Mix1 Ep2" from finetune "8k-lc100k-mix1-ep2"); then the file's own name without
+    its quantization suffix ("SmolLM2-135M-Instruct"), which keeps the publisher's spelling."""
+    name = meta.get_str("general.name", "")
+    stem = _QUANT_SUFFIX.sub("", path.stem) or path.stem
+    finetune = meta.get_str("general.finetune", "")
+    words = [w for w in re.split(r"[-_ ]+", finetune) if w]
+    mangled = bool(words) and all(w.lower() in name.lower().split() for w in words)
+    return stem if not name or mangled else name
+
+
 def model_info(path: Path, gguf, config: ModelConfig | None = None) -> ModelInfo:
     meta = Meta(gguf.metadata)
     template = meta.get_str("tokenizer.chat_template")
@@ -60,7 +76,7 @@ def model_info(path: Path, gguf, config: ModelConfig | None = None) -> ModelInfo
     arch = meta.get_str("general.architecture", "unknown")
     return ModelInfo(
         path=str(path),
-        name=meta.get_str("general.name", "") or Path(path).stem,
+        name=display_name(meta, Path(path)),
         architecture=arch,
         file_size=Path(path).stat().st_size,
         quantization=quant,

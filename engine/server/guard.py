@@ -14,11 +14,11 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from engine.server import DEFAULT_PORT
 from engine.server.schema import ApiError
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 DEFAULT_MAX_BODY_BYTES = 4 << 20       # a long conversation is well under this
-DEFAULT_PORT = 8080
 
 
 @dataclass(frozen=True)

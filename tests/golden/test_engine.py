@@ -162,3 +162,12 @@ def test_load_progress_cancel_bad_file_and_no_model(smollm2_path, tmp_path):
 def test_engine_import_does_not_pull_qt():
     code = "import sys, engine.engine, engine.cli; assert 'PySide6' not in sys.modules, 'Qt imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_cli_runs_without_the_server_dependencies():
+    # The GPU machine has numpy and a driver binding but no starlette/uvicorn: `engine bench` must still parse.
+    code = ("import sys; sys.modules['starlette'] = sys.modules['uvicorn'] = None; sys.argv = ['engine', 'bench', "
+            "'--help']\nfrom engine import cli\ntry: cli.main()\nexcept SystemExit as e: assert e.code == 0, e.code")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "--prompt-tokens" in out.stdout

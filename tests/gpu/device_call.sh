@@ -7,7 +7,8 @@
 #                 machine is warm: `bash tests/gpu/device_call.sh --stage-only` with that piece alone
 # Builds the shape-alike GGUFs (real shapes and quant types, random weights) in parallel, assembles any real
 # model whose pieces have all arrived (checked against its sha256; the GPU golden tests then use it), then
-# runs every GPU test and benchmark through tests/gpu/run.sh, results under $OUT.
+# runs every GPU test and benchmark through tests/gpu/run.sh (arguments pass through), results under $OUT.
+# --stable: random scales that keep activations finite (qwen35 overflows to NaN without them); speed is the same.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export HALO_MODELS_DIR=/tmp/halo-models
@@ -30,7 +31,7 @@ export HALO_SHAPE_ALIKE_DIR=/tmp/sa
 mkdir -p "$HALO_SHAPE_ALIKE_DIR"
 for skel in .device-carry/*.npz; do
   name=$(basename "$skel" .npz)
-  [ -f "$HALO_SHAPE_ALIKE_DIR/$name.gguf" ] || python3 .device-carry/shape_alike.py build "$skel" "$HALO_SHAPE_ALIKE_DIR/$name.gguf" &
+  [ -f "$HALO_SHAPE_ALIKE_DIR/$name.gguf" ] || python3 .device-carry/shape_alike.py build "$skel" "$HALO_SHAPE_ALIKE_DIR/$name.gguf" --stable &
 done
 wait
 ls -la "$HALO_SHAPE_ALIKE_DIR"

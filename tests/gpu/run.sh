@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The ONE script that runs every GPU test and GPU benchmark on the device machine.
-#   bash tests/gpu/run.sh        (results under $OUT, or ./gpu-out when $OUT is unset)
+#   bash tests/gpu/run.sh                  (results under $OUT, or ./gpu-out when $OUT is unset)
+#   bash tests/gpu/run.sh -k qwen35        (extra arguments go to pytest, to spend a device call on a part)
+#   HALO_BENCHES='tests/gpu/bench_long_*.py' bash tests/gpu/run.sh -k nothing   (which benchmarks run)
 # Installs carried wheels (.whl/*.whl) if any, runs the GPU + backend tests with junit/log output, the
 # probe report, then every tests/gpu/bench_*.py (add a benchmark by adding a file), and prints a summary.
 set -uo pipefail
@@ -30,12 +32,12 @@ echo "diagnose exit code $?; report in diagnose.md" | tee -a "$OUT/summary.txt"
 
 echo "== tests" | tee -a "$OUT/summary.txt"
 "$PY" -m pytest tests/gpu tests/backend -m "gpu or not gpu" -p no:cacheprovider -rA -v -s \
-  --junitxml="$OUT/junit.xml" > "$OUT/pytest.log" 2>&1
+  --junitxml="$OUT/junit.xml" "$@" > "$OUT/pytest.log" 2>&1
 test_rc=$?
 grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|exit -?[0-9]+|self-test:|passed|failed" "$OUT/pytest.log" | tail -60 | tee -a "$OUT/summary.txt"
 
 echo "== benchmarks" | tee -a "$OUT/summary.txt"
-for bench in tests/gpu/bench_*.py; do
+for bench in ${HALO_BENCHES:-tests/gpu/bench_*.py}; do
   [ -e "$bench" ] || continue
   echo "-- $bench" | tee -a "$OUT/summary.txt"
   timeout 300 "$PY" "$bench" 2>&1 | tee -a "$OUT/bench.log" | tee -a "$OUT/summary.txt"

@@ -204,7 +204,8 @@ def test_blocking_launches_give_identical_ids(backend, gpu_name):
         runs.append(json.loads(r.stdout.split("IDS", 1)[1]))
     assert runs[0] == runs[1]
     for name in NAMES:
-        assert runs[0][name] == list(np.load(DATA / f"{name}.golden.npz")["greedy_ids"]), name
+        golden = list(np.load(DATA / f"{name}.golden.npz")["greedy_ids"])     # some goldens run longer than 8
+        assert runs[0][name] == golden[:len(runs[0][name])] and len(runs[0][name]) == 8, name
 
 
 SHAPE_ALIKE = [("smollm2-135m-q4_1.gguf", 3), ("gemma-3-270m-q4_k_m.gguf", 3)]

@@ -140,3 +140,59 @@ def test_glu_tiles_match_float64(fwd, K, T, act, monkeypatch):
     finally:
         for b in (gd, ud, xd, ad):
             fwd.backend.free(b)
+
+
+@pytest.mark.parametrize("ggml_type", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("T", [2, 5, 16])
+def test_batched_decode_matvec_matches_float64(fwd, ggml_type, T, monkeypatch):
+    """2..16 tokens (a decode batch, with KQ_BATCH) take halo_matmul_kq_t{4,8,16}: every output written, float32 accuracy;
+    the rows go through xrow as the LM head's do (a permutation of the tokens)."""
+    rng = np.random.default_rng(T + int(ggml_type))
+    rows, K = 64, 512
+    raw = random_matrix(rng, ggml_type, rows, K)
+    W = dequantize(raw.reshape(-1), ggml_type, rows * K).reshape(rows, K).astype(np.float64)
+    X = rng.standard_normal((T, K)).astype(np.float32)
+    order = rng.permutation(T).astype(np.int32)
+    want = X[order].astype(np.float64) @ W.T
+    bound = np.abs(X[order]).astype(np.float64) @ np.abs(W).T
+    monkeypatch.setattr(fwd_mod, "KQ_BATCH", True)
+    w_dev, x_dev, idx_dev = upload(fwd, raw), upload(fwd, X), upload(fwd, order)
+    y_dev = fwd.backend.alloc((T, rows), np.float32)
+    launched = []
+    original = fwd._launch
+    monkeypatch.setattr(fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
+    try:
+        fwd.backend.memset_async(y_dev, 0xFF, fwd.stream)
+        fwd._matmul([DeviceMatrix(w_dev, int(ggml_type), rows, K)], x_dev, T, y_dev, rows, xrow=idx_dev)
+        got = download(fwd, y_dev, (T, rows))
+        assert launched == [f"halo_matmul_kq_t{next(n for n in fwd_mod.KQ_TOKENS if n >= T)}"]
+        assert float(np.max(np.abs(got - want) / bound)) < BOUND
+    finally:
+        for b in (w_dev, x_dev, idx_dev, y_dev):
+            fwd.backend.free(b)
+
+
+@pytest.mark.parametrize("T", [3, 16])
+def test_batched_decode_glu_matches_float64(fwd, T, monkeypatch):
+    rng = np.random.default_rng(T)
+    n_ff, K = 96, 512
+    raw_g, raw_u = random_matrix(rng, GGMLType.Q4_K, n_ff, K), random_matrix(rng, GGMLType.Q6_K, n_ff, K)
+    G = dequantize(raw_g.reshape(-1), GGMLType.Q4_K, n_ff * K).reshape(n_ff, K).astype(np.float64)
+    U = dequantize(raw_u.reshape(-1), GGMLType.Q6_K, n_ff * K).reshape(n_ff, K).astype(np.float64)
+    X = rng.standard_normal((T, K)).astype(np.float32)
+    g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
+    want = g / (1 + np.exp(-g)) * u
+    ax = np.abs(X).astype(np.float64)
+    scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
+    monkeypatch.setattr(fwd, "config", dataclasses.replace(fwd.config, n_ff=n_ff, n_embd=K, activation="silu"))
+    monkeypatch.setattr(fwd_mod, "KQ_BATCH", True)
+    gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
+    ad = fwd.backend.alloc((T, n_ff), np.float32)
+    try:
+        fwd.backend.memset_async(ad, 0xFF, fwd.stream)
+        fwd._glu(DeviceMatrix(gd, int(GGMLType.Q4_K), n_ff, K), DeviceMatrix(ud, int(GGMLType.Q6_K), n_ff, K), xd, T, ad)
+        got = download(fwd, ad, (T, n_ff))
+        assert float(np.max(np.abs(got - want) / scale)) < 4 * BOUND
+    finally:
+        for b in (gd, ud, xd, ad):
+            fwd.backend.free(b)

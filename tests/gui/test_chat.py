@@ -68,6 +68,34 @@ def test_regenerate_replaces_the_last_reply(qtbot, make_window):
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[1].id == new_id
     assert messages[1].content == first_text   # greedy: the same words again
+    # the earlier answer is kept as an alternative: ‹ 2/2 › pages back to it
+    view = w.chat_view.view(new_id)
+    assert view.alternatives == (2, 2) and view.alt_label.text() == "2/2" and view.prev_button.isVisible()
+    qtbot.mouseClick(view.prev_button, Qt.MouseButton.LeftButton)
+    assert [m.id for m in w.store.messages(w.current_id)][1] == first_id
+    assert w.chat_view.view(first_id).alternatives == (1, 2) and w.chat_view.view(new_id) is None
+
+
+def test_editing_a_message_resends_it_and_keeps_the_old_turns_as_a_branch(qtbot, make_window, monkeypatch):
+    from PySide6.QtWidgets import QInputDialog
+
+    w = make_window()
+    _cid, reply1, _fin = send(qtbot, w, "Name a color.")
+    send(qtbot, w, "And another one?")
+    original_path = [m.id for m in w.store.messages(w.current_id)]
+    first_user = original_path[0]
+    monkeypatch.setattr(QInputDialog, "getMultiLineText", lambda *a, **k: ("Name a fruit.", True))
+    with qtbot.waitSignal(w.chat.streamFinished, timeout=30_000) as done:
+        qtbot.mouseClick(w.chat_view.view(first_user).edit_button, Qt.MouseButton.LeftButton)
+    path = w.store.messages(w.current_id)
+    assert [m.role for m in path] == ["user", "assistant"] and path[0].content == "Name a fruit."
+    assert path[1].id == done.args[1] and path[0].id != first_user
+    edited_view = w.chat_view.view(path[0].id)
+    assert edited_view.alternatives == (2, 2)
+    # back to the original question: its whole branch (4 messages) is there, untouched
+    qtbot.mouseClick(edited_view.prev_button, Qt.MouseButton.LeftButton)
+    assert [m.id for m in w.store.messages(w.current_id)] == original_path
+    assert [v.message_id for v in w.chat_view.views()] == original_path
 
 
 def test_switching_conversations_while_one_streams(qtbot, make_window):

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 from PySide6.QtCore import Qt
 
+from app.library import inspect_model
 from engine.api import estimate_memory
 
 pytestmark = [pytest.mark.gui, pytest.mark.golden, pytest.mark.qt_log_ignore("This plugin does not support")]
@@ -27,6 +28,9 @@ def test_context_setting_reaches_the_engine_and_the_estimate_is_what_it_allocate
     est = estimate_memory(str(smollm2_path), 512, "cpu")
     assert stats.kv_cache_bytes > 0
     assert est.kv_cache + est.recurrent_state == stats.kv_cache_bytes
+    # The app's figures are the engine's, for where the model runs (CPU: float32 weights).
+    entry = inspect_model(smollm2_path)
+    assert entry.memory_estimate(512, "cpu") == est.total > entry.memory_estimate(512, "gpu")
 
     # The same small context, overflowed: "drop the oldest turns" answers, with prompt progress on the way.
     _long_chat(window, "drop_oldest", repeat=6)

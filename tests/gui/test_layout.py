@@ -21,6 +21,11 @@ def test_the_window_fits_600_px_with_long_labels_and_a_folding_sidebar(make_wind
     window.store.rename(window.current_id, LONG_TITLE)
     window.refresh_conversations()
     window.status.flash("Reading " + "a-very-long-file-name-" * 20 + ".gguf…")
+    long_model = "Some-Very-Long-Model-Name-" * 8 + "Q4_K_M  ▾"
+    window.model_button.setText(long_model)                    # a long model name does not widen it either
+    assert window.model_button.text() == long_model and "…" in window.model_button.shown_text()
+    assert window.model_button.toolTip() == long_model
+    assert window.model_button.sizeHint().width() <= window.model_button.maximumWidth()
     window.resize(600, 560)
     qtbot.waitUntil(lambda: window.width() == 600)
     QApplication.processEvents()

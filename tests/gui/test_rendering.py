@@ -105,3 +105,21 @@ def test_titles_and_prepared_markdown():
 def test_palette_files_name_both_code_backgrounds():
     for dark in (False, True):
         assert {"code_bg", "code_bg_user"} <= palette_colors(dark).keys()
+
+
+@pytest.mark.qt_log_ignore("This plugin does not support")
+def test_a_full_message_header_fits_a_narrow_window(qtbot):
+    # Every header item at once: the cut-off badge, the speed detail, Continue and the ‹ 2/2 › pager.
+    # Unelided, these made one message 743 px wide, wider than a 640 px window (its right side was cut).
+    view = MessageView(1, "assistant", "hello")
+    qtbot.addWidget(view)
+    view.set_truncated(True)
+    view.set_detail("160 tokens · 17.4 tok/s")
+    view.set_alternatives(2, 2)
+    view.continue_button.setVisible(True)
+    view.show()
+    assert view.minimumSizeHint().width() <= 560
+    view.resize(560, view.height())
+    badge = view.state_badge   # the whole text is kept: shown, or in the tooltip when elided
+    assert badge.shown_text() == badge.text() or badge.toolTip() == badge.text()
+    assert view.detail_label.text() == "160 tokens · 17.4 tok/s"

@@ -62,11 +62,11 @@ def tokenizer_metadata(ref=None) -> dict:
 GOLDEN_DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
 
 
-def write_real_vocab_model(path: Path):
-    """The tiny qwen35 model's layers with the REAL 248k vocabulary and Qwen3.5's chat template, at `path`
-    (too big to commit: tests write it). Returns (path, the reference tokenizer)."""
+def real_vocab_writer(path: Path, ref, overrides: dict | None = None):
+    """A GGUFWriter at `path` holding the tiny qwen35 model's metadata (`overrides`: key -> value instead) with
+    the REAL 248k-token tokenizer block of `ref` and Qwen3.5's chat template; the caller adds the tensors.
+    Returns (writer, the tiny model's GGUFReader, whose tensors the caller copies or replaces)."""
     import gguf
-    import numpy as np
 
     src = gguf.GGUFReader(GOLDEN_DATA / "tiny-qwen35-f32.gguf")
     w = gguf.GGUFWriter(path, "qwen35")
@@ -74,8 +74,7 @@ def write_real_vocab_model(path: Path):
         if key.startswith(("GGUF.", "tokenizer.")) or key == "general.architecture":
             continue
         sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(key, field.contents(), field.types[0], sub)
-    ref = reference_tokenizer()
+        w.add_key_value(key, (overrides or {}).get(key, field.contents()), field.types[0], sub)
     meta = tokenizer_metadata(ref)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen35")
@@ -87,6 +86,17 @@ def write_real_vocab_model(path: Path):
     w.add_bos_token_id(meta["tokenizer.ggml.bos_token_id"])
     w.add_add_bos_token(False)
     w.add_chat_template((GOLDEN_DATA / "qwen35-chat-template.jinja").read_text(encoding="utf-8"))
+    return w, src
+
+
+def write_real_vocab_model(path: Path):
+    """The tiny qwen35 model's layers with the REAL 248k vocabulary and Qwen3.5's chat template, at `path`
+    (too big to commit: tests write it). Returns (path, the reference tokenizer)."""
+    import gguf
+    import numpy as np
+
+    ref = reference_tokenizer()
+    w, src = real_vocab_writer(path, ref)
     rng = np.random.default_rng(0)
     for t in src.tensors:
         shape = [int(d) for d in reversed(t.shape)]

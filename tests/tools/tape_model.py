@@ -17,9 +17,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from qwen35_vocab import N_VOCAB, reference_tokenizer, tokenizer_metadata  # noqa: E402
+from qwen35_vocab import N_VOCAB, real_vocab_writer, reference_tokenizer  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
 ZEROED = ("ssm_out.weight", "attn_output.weight", "ffn_down.weight")
 OUTPUT_GAIN = 5.0
 CONTEXT = 4096
@@ -77,24 +76,7 @@ def write_tape_model(path: Path, tape: list[int], ref=None) -> Path:
     ref = ref or reference_tokenizer()
     if len(tape) - 1 > 64 or len(set(tape)) != len(tape):
         raise ValueError("a tape is at most 65 distinct tokens (one basis row of 64 each but the last)")
-    src = gguf.GGUFReader(DATA / "tiny-qwen35-f32.gguf")
-    w = gguf.GGUFWriter(path, "qwen35")
-    for key, field in src.fields.items():
-        if key.startswith(("GGUF.", "tokenizer.")) or key == "general.architecture":
-            continue
-        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(key, CONTEXT if key == "qwen35.context_length" else field.contents(), field.types[0], sub)
-    meta = tokenizer_metadata(ref)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen35")
-    w.add_token_list(meta["tokenizer.ggml.tokens"])
-    w.add_token_types(meta["tokenizer.ggml.token_type"])
-    w.add_token_merges(meta["tokenizer.ggml.merges"])
-    w.add_eos_token_id(meta["tokenizer.ggml.eos_token_id"])
-    w.add_pad_token_id(meta["tokenizer.ggml.padding_token_id"])
-    w.add_bos_token_id(meta["tokenizer.ggml.bos_token_id"])
-    w.add_add_bos_token(False)
-    w.add_chat_template((DATA / "qwen35-chat-template.jinja").read_text(encoding="utf-8"))
+    w, src = real_vocab_writer(path, ref, {"qwen35.context_length": CONTEXT})
     rng = np.random.default_rng(0)
     dim = 64
     basis = np.linalg.qr(rng.normal(size=(dim, dim)))[0].T.astype(np.float32)     # orthonormal rows

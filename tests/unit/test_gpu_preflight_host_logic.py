@@ -55,10 +55,31 @@ def test_host_side_of_a_prefill_and_a_decode_step(name, monkeypatch):
             # linear: qkv, z, beta|alpha matmuls, conv, delta rule, gated norm, ssm_out + 4 of the FFN;
             # gated attention: q|gate, k|v matmuls, q split, rope, attention, output gate, wo + 4 of the FFN
             per_layer = 11
-        assert len(launched) == per_layer * m.config.n_layers + 3
+        n_attention = sum(kind != "linear_attention" for kind in m.config.layer_kinds)
+        split_merges = n_attention if m.fwd.split_kv else 0       # split-KV attention: + the merge of chunks
+        assert len(launched) == per_layer * m.config.n_layers + split_merges + 3
         assert launched[0] == "halo_embed_norm" and launched[-1] == "halo_sample"
         assert m.fwd.w.nbytes < 2 * (DATA / f"{name}.gguf").stat().st_size    # still quantized on the device
     finally:
         pool.close()
+        kv.free()
+        m.close()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_gpu_kv_cache_allocates_what_the_one_formula_estimates(name):
+    """What the engine reports as allocated (Engine.stats().kv_cache_bytes reads GpuKVCache.nbytes) equals
+    engine.model.arch's estimate on the GPU: K and V float32 plus the token id at every slot."""
+    from engine.model.arch import kv_cache_bytes
+
+    backend = registry.create("cpu")
+    backend.kernel = lambda file, function: Kernel(function, None)
+    backend.launch = lambda *a, **k: None
+    m = GpuModel.load(DATA / f"{name}.gguf", backend, max_tokens=32, max_seqs=4, kv_blocks=6)
+    kv = m.new_kv_cache(6, 16)
+    try:
+        assert kv.nbytes == kv_cache_bytes(m.config, 6, 16, "gpu")
+        assert kv.nbytes == kv.storage.nbytes + kv.token_at_slot.nbytes
+    finally:
         kv.free()
         m.close()

@@ -21,6 +21,8 @@ from engine.backends.selftest import run_self_test
 from engine.gpu.model import GpuModel
 
 DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
+# qkv bias (qwen2), q/k norms (qwen3), post norms + sliding window (gemma3), plain (llama)
+GPU_MODELS = ("tiny-qwen3-q4_k_m.gguf", "tiny-qwen2-q8_0.gguf", "tiny-gemma3-q4_k_m.gguf", "tiny-llama-q4_1.gguf")
 
 
 @pytest.fixture(scope="module")
@@ -70,22 +72,23 @@ def test_the_checks_catch_wrong_arch_missing_kernels_and_undefined_symbols(manif
 
 # --- the engine's launches against the objects' metadata ------------------------------------------------------
 def _recorded_launches(monkeypatch) -> list[tuple[str, str, tuple]]:
-    """(file, kernel, args) of every launch of the GPU forward on a tiny Qwen3 (decode, small and large
-    prefill, legacy tiles, with sampling) and of the self-test, recorded on the CPU backend."""
+    """(file, kernel, args) of every launch of the GPU forward on tiny models of each layer layout (decode,
+    small and large prefill, legacy tiles, with sampling) and of the self-test, recorded on the CPU backend."""
     backend = registry.create("cpu")
     launched = []
     backend.kernel = lambda file, function: Kernel(function, file)
     backend.launch = lambda k, grid, block, args, stream, shared_bytes=0: launched.append((k.handle, k.name, args))
-    m = GpuModel.load(DATA / "tiny-qwen3-q4_k_m.gguf", backend, max_tokens=32, max_seqs=4, kv_blocks=4)
-    kv = m.new_kv_cache(4, 16)
-    try:
-        for legacy in (False, True):
-            monkeypatch.setattr(fwd_mod, "LEGACY_TILES", legacy)
-            for T in (1, 3, 8, 20):
-                m.fwd.enqueue_body(kv, T, 1, True, False)
-    finally:
-        kv.free()
-        m.close()
+    for model in GPU_MODELS:
+        m = GpuModel.load(DATA / model, backend, max_tokens=32, max_seqs=4, kv_blocks=4)
+        kv = m.new_kv_cache(4, 16)
+        try:
+            for legacy in (False, True):
+                monkeypatch.setattr(fwd_mod, "LEGACY_TILES", legacy)
+                for T in (1, 3, 8, 20):
+                    m.fwd.enqueue_body(kv, T, 1, True, False)
+        finally:
+            kv.free()
+            m.close()
     run_self_test(backend, steps=1)          # its outcome does not matter here: only what it launched
     return launched
 

@@ -85,7 +85,7 @@ def test_output_is_read_once_and_slots_are_bounded(tiny):
 
 
 def test_placeholder_runs_coalesce_steady_decode_into_one_copy():
-    from engine.core.gpu_executor import placeholder_runs
+    from engine.gpu.executor import placeholder_runs
     assert placeholder_runs(np.array([0, 1, 2, 3]), np.array([0, 1, 2, 3])) == [(0, 0, 4)]
     assert placeholder_runs(np.array([4, 5, 9]), np.array([0, 1, 3])) == [(4, 0, 2), (9, 3, 1)]
     assert placeholder_runs(np.array([], np.int32), np.array([], np.int32)) == []

@@ -181,5 +181,80 @@ def test_a_version_1_file_migrates_to_reasoning_and_template_options_losing_noth
     again = Store(db_path)
     assert again.conversation(1).template_options == {"enable_thinking": False}
     assert again.message(new.id).reasoning == "because" and again.message(new.id).content == "answer"
-    assert sqlite3.connect(db_path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert sqlite3.connect(db_path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     again.close()
+
+
+def test_search_finds_message_text_with_fts5_and_keeps_up_with_edits(db_path):
+    store = Store(db_path)
+    trip = store.create_conversation("Trip")
+    store.add_message(trip.id, "user", "Which train goes from Lyon to Marseille?")
+    reply = store.begin_reply(trip.id)
+    store.save_partial(reply.id, "The TGV runs hourly")
+    store.finish_reply(reply.id, "The TGV runs hourly from Part-Dieu.")
+    cake = store.create_conversation("Cake")
+    store.add_message(cake.id, "user", "A recipe with chocolate, please")
+    ids = lambda q: [c.id for c in store.conversations(q)]          # noqa: E731
+    assert ids("marseille") == [trip.id]              # a word of a message, any case
+    assert ids("part-dieu tgv") == [trip.id]          # every word, in any order; FTS syntax taken literally
+    assert ids("choc") == [cake.id]                   # prefixes
+    assert ids("Cak") == [cake.id]                    # titles still match as substrings
+    assert ids('"') == [] and ids("NEAR(") == []      # no query error from the user's text
+    assert ids("hourly") == [trip.id]                 # the finished text is indexed ...
+    store.delete_message(reply.id)
+    assert ids("hourly") == []                        # ... and a deleted message leaves the index
+    assert set(ids("")) == {trip.id, cake.id}
+    store.close()
+
+
+def test_migration_indexes_messages_written_before_search_existed(db_path):
+    from app.store import _SCHEMA_V1, _SCHEMA_V2
+
+    raw = sqlite3.connect(db_path)
+    raw.executescript(_SCHEMA_V1 + _SCHEMA_V2 + "PRAGMA user_version=2;")
+    raw.execute("INSERT INTO conversations(title, created_at, updated_at) VALUES ('Old', 1, 1)")
+    raw.execute("INSERT INTO messages(conversation_id, role, content, created_at) VALUES (1, 'user', "
+                "'penguins of Patagonia', 1)")
+    raw.commit()
+    raw.close()
+    store = Store(db_path)
+    assert [c.title for c in store.conversations("patagonia")] == ["Old"]
+    store.close()
+
+
+def test_alternatives_form_a_tree_whose_active_path_is_the_conversation(db_path):
+    store = Store(db_path)
+    c = store.create_conversation().id
+    q = store.add_message(c, "user", "q")
+    a1 = store.begin_reply(c)
+    store.finish_reply(a1.id, "a1")
+    q2 = store.add_message(c, "user", "q2")
+    a2 = store.begin_reply(c, parent_id=q.id)                 # a regenerated answer to q, beside a1
+    store.finish_reply(a2.id, "a2")
+    assert [m.id for m in store.messages(c)] == [q.id, a2.id]   # the new one is shown; a1 and q2 wait behind
+    assert store.alternatives(a2.id) == (2, 2) and store.alternatives(q.id) == (1, 1)
+    assert store.show_alternative(a2.id, -1) == a1.id
+    assert [m.id for m in store.messages(c)] == [q.id, a1.id, q2.id]
+    assert store.token_estimate(c) == len("q" + "a1" + "q2") // 4
+    store.delete_message(a1.id)                                # its follower moves up; a2 takes its place
+    assert [m.id for m in store.messages(c)] == [q.id, a2.id]
+    assert store.message(q2.id).parent_id == q.id
+    store.close()
+
+
+def test_migration_chains_old_messages_into_one_path(db_path):
+    from app.store import _SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3
+
+    raw = sqlite3.connect(db_path)
+    raw.executescript(_SCHEMA_V1 + _SCHEMA_V2 + _SCHEMA_V3 + "PRAGMA user_version=3;")
+    raw.execute("INSERT INTO conversations(title, created_at, updated_at) VALUES ('Old', 1, 1)")
+    for i, role in enumerate(["user", "assistant", "user", "assistant"]):
+        raw.execute("INSERT INTO messages(conversation_id, role, content, created_at) VALUES (1, ?, ?, ?)",
+                    (role, f"m{i}", i))
+    raw.commit()
+    raw.close()
+    store = Store(db_path)
+    path = store.messages(1)
+    assert [m.content for m in path] == ["m0", "m1", "m2", "m3"]
+    assert [m.parent_id for m in path] == [None, path[0].id, path[1].id, path[2].id]
+    store.close()

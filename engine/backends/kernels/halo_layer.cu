@@ -116,6 +116,118 @@ HALO_KERNEL void halo_attention(const float* qkv, i32 ld, const float* kcache, c
     }
 }
 
+// Split-KV (flash-decoding) attention for steps of few tokens at any depth: the keys of token t's sequence are
+// cut into chunks of `chunk` positions; block (t, kv head hk, chunk c) walks its chunk once for all G = H / Hkv
+// query heads of that kv head (each K/V row is read once per group, not once per head). Warps take keys
+// j = j0 + warp, j0 + warp + SKV_WARPS, ... with an online softmax per head; the block merges its warps and
+// writes, per (t, h, c), the unnormalised partial part[((t * H + h) * nc + c) * (D + 2)] = acc[D] | m | l
+// (a chunk with no allowed key writes m = -inf, l = 0). halo_attention_merge combines the chunks.
+// Limits (the caller checks): D <= 32 * SKV_PER_LANE, G <= SKV_MAX_GROUP. Shared: SKV_WARPS * G * (D + 2) floats.
+#define SKV_WARPS 4
+#define SKV_MAX_GROUP 8
+#define SKV_PER_LANE 4          // D <= 128
+HALO_KERNEL void halo_attention_split(const float* qkv, i32 ld, const float* kcache, const float* vcache,
+                                      const i32* positions, const i32* token_seq, const i32* block_tables,
+                                      i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window,
+                                      i32 chunk, float* part) {
+    extern __shared__ float sm[];
+    int t = blockIdx.x, hk = blockIdx.y, c = blockIdx.z, nc = gridDim.z;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int G = H / Hkv;
+    int pos = positions[t], s = token_seq[t];
+    int lo = window > 0 ? max(0, pos - window + 1) : 0;
+    int j0 = max(lo, c * chunk), j1 = min(pos + 1, (c + 1) * chunk);
+    const i32* table = block_tables + (size_t)s * bt_width;
+    float qr[SKV_MAX_GROUP][SKV_PER_LANE], acc[SKV_MAX_GROUP][SKV_PER_LANE], m[SKV_MAX_GROUP], l[SKV_MAX_GROUP];
+    #pragma unroll
+    for (int g = 0; g < SKV_MAX_GROUP; g++) {
+        const float* q = qkv + (size_t)t * ld + (size_t)(hk * G + g) * D;
+        m[g] = NEG_INF;
+        l[g] = 0.0f;
+        #pragma unroll
+        for (int i = 0; i < SKV_PER_LANE; i++) {
+            int d = lane + 32 * i;
+            qr[g][i] = (g < G && d < D) ? q[d] * scale : 0.0f;
+            acc[g][i] = 0.0f;
+        }
+    }
+    for (int j = j0 + warp; j < j1; j += SKV_WARPS) {
+        size_t slot = (size_t)table[j / bs] * bs + (j % bs);
+        const float* kr = kcache + (slot * Hkv + hk) * D;
+        const float* vr = vcache + (slot * Hkv + hk) * D;
+        float kv_k[SKV_PER_LANE], kv_v[SKV_PER_LANE];
+        #pragma unroll
+        for (int i = 0; i < SKV_PER_LANE; i++) {
+            int d = lane + 32 * i;
+            kv_k[i] = d < D ? kr[d] : 0.0f;
+            kv_v[i] = d < D ? vr[d] : 0.0f;
+        }
+        #pragma unroll
+        for (int g = 0; g < SKV_MAX_GROUP; g++) {
+            if (g >= G) break;
+            float p = 0.0f;
+            #pragma unroll
+            for (int i = 0; i < SKV_PER_LANE; i++) p += qr[g][i] * kv_k[i];
+            float sc = warp_sum(p);
+            float mn = fmaxf(m[g], sc);
+            float corr = __expf(m[g] - mn), e = __expf(sc - mn);
+            l[g] = l[g] * corr + e;
+            #pragma unroll
+            for (int i = 0; i < SKV_PER_LANE; i++) acc[g][i] = acc[g][i] * corr + e * kv_v[i];
+            m[g] = mn;
+        }
+    }
+    int W = D + 2;
+    #pragma unroll
+    for (int g = 0; g < SKV_MAX_GROUP; g++) {
+        if (g >= G) break;
+        float* wa = sm + (size_t)(warp * G + g) * W;
+        #pragma unroll
+        for (int i = 0; i < SKV_PER_LANE; i++) {
+            int d = lane + 32 * i;
+            if (d < D) wa[d] = acc[g][i];
+        }
+        if (lane == 0) { wa[D] = m[g]; wa[D + 1] = l[g]; }
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < G * W; k += blockDim.x) {     // k = g * W + (d | D: m | D + 1: l)
+        int g = k / W, d = k - g * W;
+        float M = NEG_INF;
+        for (int w = 0; w < SKV_WARPS; w++) M = fmaxf(M, sm[(size_t)(w * G + g) * W + D]);
+        float v = 0.0f;
+        if (d == D) v = M;
+        else if (M != NEG_INF) {
+            for (int w = 0; w < SKV_WARPS; w++) {
+                const float* wa = sm + (size_t)(w * G + g) * W;
+                if (wa[D] != NEG_INF) v += wa[d] * __expf(wa[D] - M);
+            }
+        }
+        int h = hk * G + g;
+        part[((size_t)(t * H + h) * nc + c) * W + d] = v;
+    }
+}
+
+// out[t, h*D:(h+1)*D] from halo_attention_split's nc partials of (t, h). Grid: (T, H); block: >= 32 threads.
+HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, float* out) {
+    int t = blockIdx.x, h = blockIdx.y, W = D + 2;
+    const float* p = part + (size_t)(t * H + h) * nc * W;
+    float M = NEG_INF;
+    for (int c = 0; c < nc; c++) M = fmaxf(M, p[(size_t)c * W + D]);
+    float L = 0.0f;
+    for (int c = 0; c < nc; c++) {
+        float mc = p[(size_t)c * W + D];
+        if (mc != NEG_INF) L += p[(size_t)c * W + D + 1] * __expf(mc - M);
+    }
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float o = 0.0f;
+        for (int c = 0; c < nc; c++) {
+            float mc = p[(size_t)c * W + D];
+            if (mc != NEG_INF) o += p[(size_t)c * W + d] * __expf(mc - M);
+        }
+        out[(size_t)t * H * D + (size_t)h * D + d] = o / L;
+    }
+}
+
 // Residual and the next norm in one pass over a token's row (grid: T blocks):
 //   if o:  x += post_w ? rmsnorm(o) * post_w : o
 //   h = rmsnorm(x) * next_w

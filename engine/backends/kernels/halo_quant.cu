@@ -431,6 +431,165 @@ HALO_KERNEL void halo_glu_kq_t1(const unsigned char* wg, i32 tg, const unsigned 
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Batched decode (2 <= T <= 16 tokens, e.g. one token of each of T requests): kq_t1's warp per row and wide
+// K-quant loads, each weight decoded once into registers and dotted with NT activation rows, so a step of up
+// to NT tokens reads the weights once. acc[t] is this lane's share for token tok0 + t (reduce over the warp);
+// rows past T are clamped to T - 1 (read twice, never written).
+template <int NT>
+__device__ __forceinline__ void x_rows(const float* X, const i32* xrow, int K, int tok0, int T, const float** xr) {
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        int tt = tok0 + t < T ? tok0 + t : T - 1;
+        xr[t] = X + (size_t)(xrow ? xrow[tt] : tt) * K;
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void q4k_row_dot_nt(const unsigned char* row, int K, const float* const* xr, float* acc) {
+    int lane = threadIdx.x & 31, grp = lane >> 3, m = lane & 7;
+    int c = m >> 1, l = 16 * (m & 1);
+    int nsb = K >> 8;
+    for (int sb = grp; sb < nsb; sb += 4) {
+        const unsigned char* b = row + (size_t)sb * 144;
+        uint4 hdr = __ldg((const uint4*)b);
+        uint4 q = __ldg((const uint4*)(b + 16 + 16 * m));
+        float d = h2f(hdr.x & 0xffffu), dmin = h2f(hdr.x >> 16), s1, m1, s2, m2;
+        scale_min_k4_reg(2 * c, hdr.y, hdr.z, hdr.w, &s1, &m1);
+        scale_min_k4_reg(2 * c + 1, hdr.y, hdr.z, hdr.w, &s2, &m2);
+        u32 qw[4] = {q.x, q.y, q.z, q.w};
+        #pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float4* xl = (const float4*)(xr[t] + sb * 256 + 64 * c + l);
+            const float4* xh = xl + 8;
+            float dl = 0.0f, sl = 0.0f, dh = 0.0f, sh = 0.0f;
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float4 a = __ldg(xl + i), h = __ldg(xh + i);
+                u32 lo = qw[i] & 0x0f0f0f0fu, hi = (qw[i] >> 4) & 0x0f0f0f0fu;
+                dl += byte_f(lo, 0) * a.x + byte_f(lo, 1) * a.y + byte_f(lo, 2) * a.z + byte_f(lo, 3) * a.w;
+                dh += byte_f(hi, 0) * h.x + byte_f(hi, 1) * h.y + byte_f(hi, 2) * h.z + byte_f(hi, 3) * h.w;
+                sl += (a.x + a.y) + (a.z + a.w);
+                sh += (h.x + h.y) + (h.z + h.w);
+            }
+            acc[t] += d * (s1 * dl + s2 * dh) - dmin * (m1 * sl + m2 * sh);
+        }
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void q6k_row_dot_nt(const unsigned char* row, int K, const float* const* xr, float* acc) {
+    int lane = threadIdx.x & 31, grp = lane >> 3, m = lane & 7;
+    int h = m >> 2, kk = (m >> 1) & 1, l = 16 * (m & 1);
+    int nsb = K >> 8;
+    for (int sb = grp; sb < nsb; sb += 4) {
+        const unsigned char* b = row + (size_t)sb * 210;
+        u32 ql[4], qh[4];
+        ld16_a2(b + 16 * m, ql);
+        ld16_a2(b + 128 + 32 * h + l, qh);
+        float d = h2f(ld_u16(b + 208));
+        int si = 8 * h + 2 * kk + (l >> 4);
+        float sc_lo = d * (float)(signed char)ld_u8(b + 192 + si);
+        float sc_hi = d * (float)(signed char)ld_u8(b + 192 + si + 4);
+        u32 s_lo = 2u * (u32)kk, s_hi = s_lo + 4u;
+        u32 lo[4], hi[4];
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            lo[i] = (ql[i] & 0x0f0f0f0fu) | (((qh[i] >> s_lo) & 0x03030303u) << 4);
+            hi[i] = ((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> s_hi) & 0x03030303u) << 4);
+        }
+        #pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float4* xl = (const float4*)(xr[t] + sb * 256 + 128 * h + 32 * kk + l);
+            const float4* xh = xl + 16;
+            float dl = 0.0f, dh = 0.0f;
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float4 a = __ldg(xl + i), e = __ldg(xh + i);
+                dl += (byte_f(lo[i], 0) - 32.0f) * a.x + (byte_f(lo[i], 1) - 32.0f) * a.y
+                    + (byte_f(lo[i], 2) - 32.0f) * a.z + (byte_f(lo[i], 3) - 32.0f) * a.w;
+                dh += (byte_f(hi[i], 0) - 32.0f) * e.x + (byte_f(hi[i], 1) - 32.0f) * e.y
+                    + (byte_f(hi[i], 2) - 32.0f) * e.z + (byte_f(hi[i], 3) - 32.0f) * e.w;
+            }
+            acc[t] += sc_lo * dl + sc_hi * dh;
+        }
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void row_dot_fast_nt(int type, const unsigned char* row, int K, const float* X,
+                                                const i32* xrow, int tok0, int T, float* acc) {
+    const float* xr[NT];
+    x_rows<NT>(X, xrow, K, tok0, T, xr);
+    if (type == T_Q4_K && (K & 255) == 0) { q4k_row_dot_nt<NT>(row, K, xr, acc); return; }
+    if (type == T_Q6_K && (K & 255) == 0) { q6k_row_dot_nt<NT>(row, K, xr, acc); return; }
+    const unsigned char* rp[1] = {row};
+    float a[1][NT];
+    #pragma unroll
+    for (int t = 0; t < NT; t++) a[0][t] = 0.0f;
+    rows_dot_any<1, NT>(type, rp, K, X, xrow, tok0, T, a);
+    #pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] += a[0][t];
+}
+
+// Grid: (ceil(rows / warps), ceil(T / NT)); block: warps * 32. Arguments as halo_matmul_r1_t1.
+template <int NT>
+__device__ void matmul_kq_nt(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
+                             i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
+                             const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy) {
+    int row0 = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), tok0 = blockIdx.y * NT;
+    if (row0 >= n0 + n1 + n2) return;
+    const unsigned char* base; int type, rb, local;
+    if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
+    else if (row0 < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row0 - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
+    float acc[NT];
+    #pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    row_dot_fast_nt<NT>(type, base + (size_t)local * rb, K, X, xrow, tok0, T, acc);
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float v = warp_sum(acc[t]);
+        if ((threadIdx.x & 31) == 0 && tok0 + t < T) Y[(size_t)(tok0 + t) * ldy + row0] = v + (bias ? bias[row0] : 0.0f);
+    }
+}
+
+// Grid and block as matmul_kq_nt; arguments as halo_glu_r1_t1.
+template <int NT>
+__device__ void glu_kq_nt(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+                          i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), tok0 = blockIdx.y * NT;
+    if (r >= n_ff) return;
+    float g[NT], u[NT];
+    #pragma unroll
+    for (int t = 0; t < NT; t++) { g[t] = 0.0f; u[t] = 0.0f; }
+    row_dot_fast_nt<NT>(tg, wg + (size_t)r * rb_g, K, X, 0, tok0, T, g);
+    row_dot_fast_nt<NT>(tu, wu + (size_t)r * rb_u, K, X, 0, tok0, T, u);
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float gs = warp_sum(g[t]), us = warp_sum(u[t]);
+        if ((threadIdx.x & 31) == 0 && tok0 + t < T) A[(size_t)(tok0 + t) * n_ff + r] = act_fn(gs, act) * us;
+    }
+}
+
+#define KQ_MATMUL_ENTRY(NAME, NT)                                                                          \
+HALO_KERNEL void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1, i32 t1,    \
+                      i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2, const float* bias, \
+                      const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy) {                  \
+    matmul_kq_nt<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy);      \
+}
+#define KQ_GLU_ENTRY(NAME, NT)                                                                             \
+HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,  \
+                      i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {                         \
+    glu_kq_nt<NT>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A);                                      \
+}
+KQ_MATMUL_ENTRY(halo_matmul_kq_t4, 4)
+KQ_MATMUL_ENTRY(halo_matmul_kq_t8, 8)
+KQ_MATMUL_ENTRY(halo_matmul_kq_t16, 16)
+KQ_GLU_ENTRY(halo_glu_kq_t4, 4)
+KQ_GLU_ENTRY(halo_glu_kq_t8, 8)
+KQ_GLU_ENTRY(halo_glu_kq_t16, 16)
+
+// ---------------------------------------------------------------------------------------------------------
 // Prefill tile (T > 8): a block of 128 threads computes 32 weight rows x 64 tokens. Per 64-wide k step it
 // dequantizes the weight tile once into shared memory (Ws[k][row], any type through dq8) and stages the
 // activations (Xs[k][token]); each thread then accumulates a 4 rows x 4 tokens micro-tile from shared

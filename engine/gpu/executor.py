@@ -20,7 +20,7 @@ import numpy as np
 
 from engine.api import TOP_LOGITS_MAX
 from engine.backends.base import DeviceBuffer
-from engine.core.build import BLOCK_SIZE, BuiltModel, _kv_blocks
+from engine.core.built import BuiltModel, kv_blocks
 from engine.core.engine_core import EngineCore
 from engine.core.runner import DeviceTopLogits, ModelRunner
 from engine.core.sched_types import ScheduledSeq
@@ -28,6 +28,7 @@ from engine.core.setup import BackendChoice, make_scheduler
 from engine.core.step_batch import StepBatch
 from engine.gpu.forward import view
 from engine.gpu.stepmeta import SamplingRow
+from engine.model.arch import BLOCK_SIZE
 
 
 def placeholder_runs(dst: np.ndarray, src: np.ndarray) -> list[tuple[int, int, int]]:
@@ -46,7 +47,7 @@ class GpuStepExecutor:
         self.model = model                      # engine.gpu.model.GpuModel
         self.kv = kv                            # its GpuKVCache
         self.backend = model.backend
-        self.stream = model.fwd.stream
+        self.stream = model.stream
         self._drawn: dict[str, int] = {}        # request id -> tokens sampled so far (RNG position)
 
     def run(self, batch: StepBatch, seqs: Sequence[ScheduledSeq], prev_ids: DeviceBuffer | None,
@@ -62,20 +63,15 @@ class GpuStepExecutor:
                 extras[seq.request_id] = DeviceTopLogits(seq.row * TOP_LOGITS_MAX, row.report_top)
             if seq.samples:
                 self._drawn[seq.request_id] = drawn + 1
-        T, S = batch.num_tokens, batch.num_seqs
-        graph = m._graph(kv, T, False) if m.use_graphs and T == S else None   # before the upload: capture
-        kv.upload(batch, sampling, stream, ids_on_device=False)
-        for dst, src, n in placeholder_runs(batch.prev_token_dst, batch.prev_token_src):
-            self.backend.copy_d2d_async(view(kv.ids, dst, n), view(prev_ids, src, n), stream)
-        if graph is not None:
-            m.rt.graph_launch(graph.exec, stream.handle)
-        else:
-            m.fwd.enqueue_body(kv, T, S, True, False)
-        self.backend.copy_d2d_async(view(out["ids"], 0, S), view(m.fwd.sampled, 0, S), stream)
+        S = batch.num_seqs
+        m.enqueue_step(batch, kv, sampling, prev_ids=prev_ids,
+                       placeholders=placeholder_runs(batch.prev_token_dst, batch.prev_token_src))
+        self.backend.copy_d2d_async(view(out["ids"], 0, S), m.sampled_ids(S), stream)
         if extras:
             n = S * TOP_LOGITS_MAX
-            self.backend.copy_d2d_async(view(out["top_ids"], 0, n), view(m.fwd.top_ids, 0, n), stream)
-            self.backend.copy_d2d_async(view(out["top_vals"], 0, n), view(m.fwd.top_vals, 0, n), stream)
+            top_ids, top_vals = m.top_pairs(n)
+            self.backend.copy_d2d_async(view(out["top_ids"], 0, n), top_ids, stream)
+            self.backend.copy_d2d_async(view(out["top_vals"], 0, n), top_vals, stream)
         return extras
 
     def forget(self, request_ids: Iterable[str]) -> None:
@@ -110,7 +106,7 @@ def build_gpu_model(path: Path, choice: BackendChoice, on_progress, *, max_conte
         config = ModelConfig.from_metadata(gguf.metadata)
         metadata, info = dict(gguf.metadata), model_info(Path(path), gguf, config)
     max_context = min(config.context_length, max_context)
-    num_blocks = _kv_blocks(max_context, kv_cache_tokens)
+    num_blocks = kv_blocks(max_context, kv_cache_tokens)
     budget = max(prefill_chunk, max_num_seqs)
     backend = create(choice.name)
     try:
