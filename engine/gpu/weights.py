@@ -8,7 +8,6 @@ the kernels take up to three matrices per launch instead, so fusion costs no cop
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,10 +178,6 @@ def rope_tables(config: ModelConfig, freq_factors: np.ndarray | None = None) -> 
 
 def gpu_refusal(c: ModelConfig) -> str | None:
     """Why the GPU path cannot run this model (None: it can). Asked by the uploader and by `inspect`."""
-    if (c.has_recurrent_state or c.attn_output_gate) and os.environ.get("HALO_GPU_HYBRID") != "1":
-        return (f"{c.arch}: the GPU path for Gated DeltaNet layers and the attention output gate is wired "
-                f"(engine.gpu.hybrid) but not yet verified on a device (HALO_GPU_HYBRID=1 enables it); this "
-                f"model runs on the CPU")
     if c.rope_yarn_factor and c.ffn_kind != "moe":
         return f"{c.arch}: the GPU path has no YaRN rope scaling yet; this model runs on the CPU"
     return gpu_moe_refusal(c)

@@ -38,8 +38,3 @@ def backend(gpu_name):
     yield b
     b.close()
 
-
-@pytest.fixture(autouse=True)
-def _hybrid_gpu_path(monkeypatch):
-    """qwen35's GPU path stays gated (engine.gpu.weights.gpu_refusal) until these tests pass on a device."""
-    monkeypatch.setenv("HALO_GPU_HYBRID", "1")

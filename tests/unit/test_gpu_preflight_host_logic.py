@@ -28,8 +28,7 @@ def _step(ids, start):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_host_side_of_a_prefill_and_a_decode_step(name, monkeypatch):
-    monkeypatch.setenv("HALO_GPU_HYBRID", "1")       # qwen35's gated GPU path (engine.gpu.weights.gpu_refusal)
+def test_host_side_of_a_prefill_and_a_decode_step(name):
     backend = registry.create("cpu")
     launched = []
 
@@ -69,8 +68,9 @@ def test_host_side_of_a_prefill_and_a_decode_step(name, monkeypatch):
 @pytest.mark.parametrize("name", NAMES)
 def test_the_gpu_kv_cache_allocates_what_the_one_formula_estimates(name):
     """What the engine reports as allocated (Engine.stats().kv_cache_bytes reads GpuKVCache.nbytes) equals
-    engine.model.arch's estimate on the GPU: K and V float32 plus the token id at every slot."""
-    from engine.model.arch import kv_cache_bytes
+    engine.model.arch's estimate on the GPU: K and V float32 plus the token id at every slot, plus (hybrid
+    models) the recurrent state of every state slot (max_seqs by default)."""
+    from engine.model.arch import kv_cache_bytes, recurrent_state_bytes
 
     backend = registry.create("cpu")
     backend.kernel = lambda file, function: Kernel(function, None)
@@ -78,8 +78,10 @@ def test_the_gpu_kv_cache_allocates_what_the_one_formula_estimates(name):
     m = GpuModel.load(DATA / f"{name}.gguf", backend, max_tokens=32, max_seqs=4, kv_blocks=6)
     kv = m.new_kv_cache(6, 16)
     try:
-        assert kv.nbytes == kv_cache_bytes(m.config, 6, 16, "gpu")
-        assert kv.nbytes == kv.storage.nbytes + kv.token_at_slot.nbytes
+        assert kv.nbytes == kv_cache_bytes(m.config, 6, 16, "gpu") + 4 * recurrent_state_bytes(m.config)
+        recurrent = kv.recurrent.storage.nbytes if kv.recurrent else 0
+        assert (recurrent > 0) == m.config.has_recurrent_state
+        assert kv.nbytes == kv.storage.nbytes + kv.token_at_slot.nbytes + recurrent
     finally:
         kv.free()
         m.close()
