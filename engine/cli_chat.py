@@ -1,10 +1,12 @@
-"""`python -m engine chat`: an interactive streaming REPL over the Engine. /exit quits; Ctrl-C stops a reply."""
+"""`python -m engine chat`: an interactive streaming REPL over the Engine. /exit quits; Ctrl-C stops a reply.
+A reply's thinking (TextDelta.reasoning) streams after a "thinking:" label, then the answer after "answer:"; only
+the answer goes into the history (the templates leave past thinking out of the prompt)."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from .api import ChatMessage, Finished, GenerateRequest, SamplingParams
+from .api import ChatMessage, Finished, GenerateRequest, SamplingParams, TextDelta
 from .engine import Engine
 
 
@@ -41,6 +43,7 @@ def _stream(engine: Engine, request: GenerateRequest) -> str:
     handle = engine.submit(request)
     parts: list[str] = []
     events = handle.events()
+    thinking = False
     while True:
         try:
             event = next(events)
@@ -56,7 +59,18 @@ def _stream(engine: Engine, request: GenerateRequest) -> str:
             elif event.reason == "abort":
                 print("\n[stopped]", file=sys.stderr)
             break
-        parts.append(event.text)
-        print(event.text, end="", flush=True)
+        if not isinstance(event, TextDelta):
+            continue
+        if event.reasoning:
+            if not thinking:
+                print("thinking: ", end="")
+                thinking = True
+            print(event.reasoning, end="", flush=True)
+        if event.text:
+            if thinking:
+                print("\nanswer: ", end="")
+                thinking = False
+            parts.append(event.text)
+            print(event.text, end="", flush=True)
     print()
     return "".join(parts)

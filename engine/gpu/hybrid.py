@@ -1,10 +1,12 @@
 """Qwen3.5's layer kinds on the GPU: Gated-DeltaNet linear attention and gated full attention.
 
 Kernels: engine/backends/kernels/halo_delta_net.cu (engine.model.delta_net is the float32 reference).
-A linear-attention layer, T tokens of S sequences (7 launches):
+A linear-attention layer, T tokens of S sequences (8 launches, 9 when a sequence has >= CHUNKED_MIN tokens):
     [wqkv] -> lin_qkv [T, C]; [wz] -> z [T, Hv Dv]; [w_beta, w_alpha] -> ab [T, 2 Hv]
-    -> conv + SiLU (in place, rolls the conv state) -> delta rule (token-serial per sequence and value head,
-    the recurrent form for prefill and decode alike) -> gated RMSNorm -> ssm_out into the residual input.
+    -> conv + SiLU (in place, rolls the conv state) -> prep (q/k L2-normalised, beta and the log decay, in
+    place) -> delta rule: the recurrent form (token by token) for sequences with few tokens this step, the
+    chunked form (chunks of DC_CHUNK tokens, a few small matrix products each) for the others; both launch,
+    each skips the other's sequences -> gated RMSNorm -> ssm_out into the residual input.
 The recurrent state lives in GpuRecurrentState, one slot per scheduler StateSlot: a sequence whose first
 token this step is at position 0 starts from zeros (kernel-side), so a preempted sequence's slot needs no
 clearing and recompute rebuilds it, exactly as on the CPU.
@@ -13,6 +15,7 @@ into the fused qkv buffer (halo_split_q_gate), and the attention output is multi
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,8 +25,20 @@ from engine.model.arch import recurrent_state_shapes
 from engine.model.config import ModelConfig
 
 FILE = "halo_delta_net.cu"
-KERNELS = ("halo_conv_silu", "halo_delta_rule", "halo_gated_norm", "halo_output_gate", "halo_split_q_gate")
+KERNELS = ("halo_conv_silu", "halo_delta_prep", "halo_delta_rule", "halo_delta_chunked", "halo_gated_norm",
+           "halo_output_gate", "halo_split_q_gate")
 CONV_THREADS = 128
+CONV_MAX_K = 8                # halo_conv_silu's register window
+DELTA_THREADS = 256           # 8 warps: halo_delta_rule's DR_WARPS, halo_delta_chunked's 8 warps
+CHUNKED_MIN = 16              # a sequence with this many tokens in a step takes the chunked delta rule
+CHUNKED_MAX_DK = 128          # halo_delta_chunked's DC_MAX_DK (its shared memory); above it, recurrent only
+RECURRENT_MAX_DK = 256        # halo_delta_rule: DR_WARPS x DR_ROWS state rows
+NEVER = 2**31 - 1
+
+
+def chunked_usable(config: ModelConfig) -> bool:
+    """The chunked kernel runs this model's prefill (HALO_DELTA_CHUNKED=0 turns it off, for comparison)."""
+    return config.ssm_k_dim <= CHUNKED_MAX_DK and os.environ.get("HALO_DELTA_CHUNKED") != "0"
 
 
 @dataclass(frozen=True)
@@ -88,24 +103,40 @@ class HybridScratch:
         self.out = backend.alloc((T, max(1, value_dim)), np.float32)
         self.qg = backend.alloc((T, 2 * c.q_dim if c.attn_output_gate else 1), np.float32)
         self.buffers = [self.lin_qkv, self.z, self.ab, self.out, self.qg]
+        self.chunked = c.has_recurrent_state and chunked_usable(c)
+
+
+def enqueue_delta_net(launch, c: ModelConfig, T: int, S: int, qkv, ab, conv_state, delta_state, out, conv_w,
+                      ssm_a, dt_bias, meta, chunked: bool) -> None:
+    """conv + SiLU, prep, delta rule (recurrent, and chunked when `chunked` and some sequence may have
+    CHUNKED_MIN tokens) for T tokens of S sequences: qkv [T, C] and ab [T, 2 Hv] are rewritten in place, out
+    [T, Hv Dv] gets the rule's output (before the gated norm). launch(name, grid, block, args); meta: the
+    device qsl, state slots and positions."""
+    hk, hv, dk, dv = c.ssm_k_heads, c.ssm_v_heads, c.ssm_k_dim, c.ssm_v_dim
+    C, dims = c.conv_dim, (np.int32(hk), np.int32(hv), np.int32(dk), np.int32(dv))
+    launch("halo_conv_silu", (-(-C // CONV_THREADS), S), CONV_THREADS,
+           (qkv, conv_state, conv_w, *meta, np.int32(C), np.int32(c.ssm_conv_kernel)))
+    launch("halo_delta_prep", (T, hk), 128, (qkv, ab, ssm_a, dt_bias, *dims, np.float32(c.norm_eps)))
+    chunked = chunked and T - (S - 1) >= CHUNKED_MIN       # the longest sequence has at most T - (S - 1) tokens
+    grid = (hv, -(-dv // 32), S)
+    rule_args = (qkv, ab, delta_state, out, *meta, *dims, np.int32(CHUNKED_MIN if chunked else NEVER))
+    launch("halo_delta_rule", grid, DELTA_THREADS, rule_args)
+    if chunked:
+        launch("halo_delta_chunked", grid, DELTA_THREADS, rule_args)
 
 
 def enqueue_linear_attention(fwd, L: DeviceLinearLayer, kv, T: int, S: int, layer: int) -> None:
     """fwd.h (normed input) -> fwd.o (the mixer's output, before the residual add). S: this step's sequences
     (exactly: the kernels' grid walks qsl[0..S])."""
     c, s = fwd.config, fwd.hybrid
-    hk, hv, dk, dv = c.ssm_k_heads, c.ssm_v_heads, c.ssm_k_dim, c.ssm_v_dim
-    C = c.conv_dim
-    fwd._matmul([L.wqkv], fwd.h, T, s.lin_qkv, C)
+    hv, dv = c.ssm_v_heads, c.ssm_v_dim
+    fwd._matmul([L.wqkv], fwd.h, T, s.lin_qkv, c.conv_dim)
     fwd._matmul([L.wz], fwd.h, T, s.z, hv * dv)
     fwd._matmul([L.w_beta, L.w_alpha], fwd.h, T, s.ab, 2 * hv)
-    meta = (kv.qsl, kv.state_slots, kv.positions)
-    fwd._launch(FILE, "halo_conv_silu", (-(-C // CONV_THREADS), S), CONV_THREADS,
-                (s.lin_qkv, kv.recurrent.conv[layer], L.conv, *meta, np.int32(C), np.int32(c.ssm_conv_kernel)))
+    enqueue_delta_net(lambda name, grid, block, args: fwd._launch(FILE, name, grid, block, args), c, T, S,
+                      s.lin_qkv, s.ab, kv.recurrent.conv[layer], kv.recurrent.delta[layer], s.out, L.conv, L.ssm_a,
+                      L.dt_bias, (kv.qsl, kv.state_slots, kv.positions), s.chunked)
     block = -(-dv // 32) * 32                   # whole warps: block_sum's shuffles span 32 lanes
-    fwd._launch(FILE, "halo_delta_rule", (hv, S), block,
-                (s.lin_qkv, s.ab, kv.recurrent.delta[layer], s.out, L.ssm_a, L.dt_bias, *meta, np.int32(hk),
-                 np.int32(hv), np.int32(dk), np.int32(dv), np.float32(c.norm_eps)))
     fwd._launch(FILE, "halo_gated_norm", (hv, T), block,
                 (s.out, s.z, L.ssm_norm, np.int32(hv), np.int32(dv), np.float32(c.norm_eps)))
     fwd._matmul([L.wo], s.out, T, fwd.o, c.n_embd)

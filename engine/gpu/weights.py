@@ -15,7 +15,7 @@ import numpy as np
 from engine.backends.base import Backend, DeviceBuffer, Stream
 from engine.errors import InvalidModelError, UnsupportedModelError
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
-from engine.gpu.hybrid import DeviceLinearLayer
+from engine.gpu.hybrid import CONV_MAX_K, RECURRENT_MAX_DK, DeviceLinearLayer
 from engine.gpu.moe import DeviceExperts, DeviceMoe, decode_bytes, gpu_moe_refusal
 from engine.model.arch import TensorSpec, global_tensor_specs, layer_tensor_specs, rope_inv_freq
 from engine.model.config import ModelConfig
@@ -178,6 +178,9 @@ def rope_tables(config: ModelConfig, freq_factors: np.ndarray | None = None) -> 
 
 def gpu_refusal(c: ModelConfig) -> str | None:
     """Why the GPU path cannot run this model (None: it can). Asked by the uploader and by `inspect`."""
+    if c.has_recurrent_state and (c.ssm_conv_kernel > CONV_MAX_K or c.ssm_k_dim > RECURRENT_MAX_DK):
+        return (f"{c.arch}: the GPU's Gated DeltaNet kernels take conv kernels <= {CONV_MAX_K} and key heads "
+                f"<= {RECURRENT_MAX_DK} wide (this model: {c.ssm_conv_kernel}, {c.ssm_k_dim}); it runs on the CPU")
     if c.rope_yarn_factor and c.ffn_kind != "moe":
         return f"{c.arch}: the GPU path has no YaRN rope scaling yet; this model runs on the CPU"
     return gpu_moe_refusal(c)

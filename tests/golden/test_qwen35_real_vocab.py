@@ -54,3 +54,27 @@ def test_the_engine_chats_with_the_real_vocabulary(real_vocab_model, thinking):
     assert reasoning + answer == (whole.replace("</think>", "", 1) if thinking else whole)
     if thinking and "</think>" not in whole:
         assert answer == "" and reasoning == whole        # the reply never left the opened think block
+
+
+def test_the_cli_chat_prints_the_thinking_then_the_answer(real_vocab_model, monkeypatch, capsys):
+    """`python -m engine chat` on the same model: the reply (all thinking here: the template opened the block
+    and random weights do not close it) is printed after a "thinking:" label, exactly as the engine streams it."""
+    import io
+
+    from engine.cli_chat import run_chat
+
+    path, _ref = real_vocab_model
+    params = SamplingParams.greedy(max_tokens=12)
+    eng = Engine(backend="cpu", max_context=256)
+    try:
+        eng.load(path).result(300)
+        events = list(eng.submit(GenerateRequest(messages=(ChatMessage("user", "Hello"),), params=params)).events(120))
+    finally:
+        eng.shutdown()
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    reasoning, answer = "".join(d.reasoning for d in deltas), "".join(d.text for d in deltas)
+    assert reasoning.strip()
+    monkeypatch.setattr("sys.stdin", io.StringIO("Hello\n/exit\n"))
+    assert run_chat(path, params, None) == 0
+    printed = capsys.readouterr().out
+    assert ("thinking: " + reasoning + ("\nanswer: " + answer if answer else "")) in printed

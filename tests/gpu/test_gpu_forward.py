@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "golden" / "data"
 NAMES = gpu_tiny_names(DATA)
 ATOL = 1e-3          # float32 vs float32 in another summation order; observed ~1e-5
+# the longest golden prompt (tiny qwen35's) is 80 tokens, its logits read at every position
+CAPACITY = dict(max_tokens=128, max_seqs=96, kv_blocks=16)
 
 
 def seq_step(ids, start: int, blocks: list[int], bs: int, logits_at=None) -> StepInput:
@@ -50,7 +52,7 @@ def models(name: str, backend):
     if key not in _models:
         _models.clear()
         cpu = load_model(DATA / f"{name}.gguf")
-        gpu = GpuModel.load(DATA / f"{name}.gguf", backend, max_tokens=64, max_seqs=32, kv_blocks=16)
+        gpu = GpuModel.load(DATA / f"{name}.gguf", backend, **CAPACITY)
         _models[key] = (cpu, gpu, dict(np.load(DATA / f"{name}.golden.npz")))
     return _models[key]
 
@@ -180,11 +182,11 @@ import numpy as np
 sys.path.insert(0, {root!r})
 from engine.backends import registry
 from engine.gpu.model import GpuModel
-from tests.gpu.test_gpu_forward import DATA, NAMES, greedy_ids
+from tests.gpu.test_gpu_forward import CAPACITY, DATA, NAMES, greedy_ids
 b = registry.create({backend!r})
 out = {{}}
 for name in NAMES:
-    m = GpuModel.load(DATA / f"{{name}}.gguf", b, max_tokens=64, max_seqs=32, kv_blocks=16)
+    m = GpuModel.load(DATA / f"{{name}}.gguf", b, **CAPACITY)
     g = np.load(DATA / f"{{name}}.golden.npz")
     out[name] = greedy_ids(m, b, g["prompt_ids"], 8, graphs=True)
     m.close()

@@ -50,13 +50,16 @@ def test_host_side_of_a_prefill_and_a_decode_step(name):
         out = m.step(_step([3], 10), kv, pool, ids_on_device=True, feed_next=True).get_output()
         assert out["ids"].shape == (1,)
         per_layer = 10 if m.config.ffn_kind == "moe" else 8      # MoE: router, route, glu, down for glu, down
-        if m.config.has_recurrent_state:
-            # linear: qkv, z, beta|alpha matmuls, conv, delta rule, gated norm, ssm_out + 4 of the FFN;
-            # gated attention: q|gate, k|v matmuls, q split, rope, attention, output gate, wo + 4 of the FFN
-            per_layer = 11
         n_attention = sum(kind != "linear_attention" for kind in m.config.layer_kinds)
+        n_linear = m.config.n_layers - n_attention
+        if m.config.has_recurrent_state:
+            # gated attention: q|gate, k|v matmuls, q split, rope, attention, output gate, wo + 4 of the FFN;
+            # linear (a decode step: the recurrent delta rule only): qkv, z, beta|alpha matmuls, conv, prep,
+            # delta rule, gated norm, ssm_out + 4 of the FFN
+            per_layer = 11
         split_merges = n_attention if m.fwd.split_kv else 0       # split-KV attention: + the merge of chunks
-        assert len(launched) == per_layer * m.config.n_layers + split_merges + 3
+        assert len(launched) == per_layer * m.config.n_layers + n_linear * (m.config.has_recurrent_state) \
+            + split_merges + 3
         assert launched[0] == "halo_embed_norm" and launched[-1] == "halo_sample"
         assert m.fwd.w.nbytes < 2 * (DATA / f"{name}.gguf").stat().st_size    # still quantized on the device
     finally:
