@@ -1,12 +1,13 @@
 """Qwen3.5's layer kinds on the GPU: Gated-DeltaNet linear attention and gated full attention.
 
 Kernels: engine/backends/kernels/halo_delta_net.cu (engine.model.delta_net is the float32 reference).
-A linear-attention layer, T tokens of S sequences (8 launches, 9 when a sequence has >= CHUNKED_MIN tokens):
+A linear-attention layer, T tokens of S sequences (8 launches; 9 when the chunked kernel runs too):
     [wqkv] -> lin_qkv [T, C]; [wz] -> z [T, Hv Dv]; [w_beta, w_alpha] -> ab [T, 2 Hv]
     -> conv + SiLU (in place, rolls the conv state) -> prep (q/k L2-normalised, beta and the log decay, in
-    place) -> delta rule: the recurrent form (token by token) for sequences with few tokens this step, the
-    chunked form (chunks of DC_CHUNK tokens, a few small matrix products each) for the others; both launch,
-    each skips the other's sequences -> gated RMSNorm -> ssm_out into the residual input.
+    place) -> delta rule: the recurrent form (token by token, the state in registers) - or, with
+    HALO_DELTA_CHUNKED=1 (see chunked_usable), the chunked form (chunks of DC_CHUNK tokens, a few small matrix
+    products each) for sequences with >= CHUNKED_MIN tokens this step: then both launch, each skipping the
+    other's sequences -> gated RMSNorm -> ssm_out into the residual input.
 The recurrent state lives in GpuRecurrentState, one slot per scheduler StateSlot: a sequence whose first
 token this step is at position 0 starts from zeros (kernel-side), so a preempted sequence's slot needs no
 clearing and recompute rebuilds it, exactly as on the CPU.
@@ -37,8 +38,10 @@ NEVER = 2**31 - 1
 
 
 def chunked_usable(config: ModelConfig) -> bool:
-    """The chunked kernel runs this model's prefill (HALO_DELTA_CHUNKED=0 turns it off, for comparison)."""
-    return config.ssm_k_dim <= CHUNKED_MAX_DK and os.environ.get("HALO_DELTA_CHUNKED") != "0"
+    """Whether long sequences take the chunked kernel: only with HALO_DELTA_CHUNKED=1. It gives the same
+    numbers (tests/gpu/test_gpu_delta_net.py) but is slower as written: on the H200, 4B shapes, a 128-token
+    prefill spent ~10 ms in it over 24 layers against ~4.4 ms in the recurrent kernel (engine/gpu/NOTES.md)."""
+    return config.ssm_k_dim <= CHUNKED_MAX_DK and os.environ.get("HALO_DELTA_CHUNKED") == "1"
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,7 @@ def test_chunked_prefill_scrambled_blocks_and_batch_match_cpu(name, backend):
     prompt = list(g["prompt_ids"])
     n_blk = -(-(len(prompt) + 1) // 8)
     blocks = [5, 2, 7] + list(range(10, 10 + n_blk - 3))  # scrambled physical blocks, block size 8
-    kv_c, kv_g = cpu.model.new_kv_cache(10 + n_blk, 8), gpu.new_kv_cache(10 + n_blk, 8)
+    kv_c, kv_g = cpu.model.new_kv_cache(10 + n_blk, 8, state_slots=2), gpu.new_kv_cache(10 + n_blk, 8)
     try:
         for start, stop in ((0, 5), (5, 19), (19, len(prompt))):
             st = seq_step(prompt[start:stop], start, blocks, 8)

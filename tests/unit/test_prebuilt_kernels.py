@@ -77,6 +77,7 @@ def _recorded_launches(monkeypatch) -> list[tuple[str, str, tuple]]:
     small and large prefill, legacy tiles, with sampling) and of the self-test, recorded on the CPU backend."""
     backend = registry.create("cpu")
     launched = []
+    monkeypatch.setenv("HALO_DELTA_CHUNKED", "1")         # the opt-in chunked delta rule launches too
     backend.kernel = lambda file, function: Kernel(function, file)
     backend.launch = lambda k, grid, block, args, stream, shared_bytes=0: launched.append((k.handle, k.name, args))
     for model in GPU_MODELS:

@@ -147,6 +147,8 @@ HALO_KERNEL void halo_delta_rule(const float* qkv, const float* ab, float* state
 // block owns 32 state columns of one head in shared memory (Dk <= 128); products over Dk run as one warp per
 // pair (lanes over Dk) or one lane per column. DC_CHUNK 32 (the CPU reference uses 64; the same numbers
 // within float32 rounding) keeps the shared memory under 48 KB (CUDA's static limit; RDNA has 64 KB).
+// Opt-in (engine.gpu.hybrid.chunked_usable): as written it is slower than halo_delta_rule at 128-token prompts
+// (one warp does the forward substitution; the pair products reduce across lanes, 5 shuffles each).
 #define DC_CHUNK 32
 #define DC_MAX_DK 128
 HALO_KERNEL void halo_delta_chunked(const float* qkv, const float* ab, float* state, float* out, const i32* qsl,
