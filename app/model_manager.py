@@ -1,13 +1,22 @@
-"""The library's state for the window: scans folders off the GUI thread and remembers each file's entry."""
+"""The library's state for the window: scans folders off the GUI thread and remembers each file's entry.
+
+A scan thread never emits on the ModelLibrary itself: the window (and the library with it) may be gone by the
+time a scan ends ("Signal source has been deleted" in the thread). It emits on a small carrier object of its
+own, which its closure keeps alive; the carrier's queued connection to the library dies with the library."""
 from __future__ import annotations
 
 import os
 import threading
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Signal, Slot
 
 from app.library import ModelEntry, find_gguf_files, inspect_model, library_folders
+
+
+class _Carrier(QObject):
+    """One result from a worker thread to the GUI thread (made on the GUI thread, emitted from the worker)."""
+    done = Signal(object)
 
 
 class ModelLibrary(QObject):
@@ -21,13 +30,13 @@ class ModelLibrary(QObject):
         self.entries: list[ModelEntry] = []
         self._cache: dict[tuple[str, int, float], ModelEntry] = {}
         self._lock = threading.Lock()
+        self._carriers: set[_Carrier] = set()     # in flight (each also held by its thread) until delivered
         self.scanned.connect(self._remember)
 
     def scan(self, extra_folders: list[str]) -> None:
         """Non-blocking; `scanned` follows (queued to the GUI thread)."""
         folders = library_folders(extra_folders)
-        threading.Thread(target=lambda: self.scanned.emit(self._inspect_all(folders)), name="library-scan",
-                         daemon=True).start()
+        self._in_thread("library-scan", lambda: self._inspect_all(folders), self._scan_done)
 
     def scan_now(self, extra_folders: list[str]) -> list[ModelEntry]:
         """Blocking variant for start-up decisions and the screenshot script."""
@@ -36,8 +45,27 @@ class ModelLibrary(QObject):
         return entries
 
     def inspect(self, path: str) -> None:
-        threading.Thread(target=lambda: self.inspected.emit(self._inspect_one(Path(path))),
-                         name="library-inspect", daemon=True).start()
+        self._in_thread("library-inspect", lambda: self._inspect_one(Path(path)), self._inspect_done)
+
+    def _in_thread(self, name: str, work, deliver) -> None:
+        """Run `work()` on a daemon thread; `deliver((carrier, result))` runs on the GUI thread, unless this
+        library was deleted meanwhile (then the result is dropped)."""
+        carrier = _Carrier()
+        carrier.done.connect(deliver)           # a slot of this library: queued, and cut when it is deleted
+        self._carriers.add(carrier)
+        threading.Thread(target=lambda: carrier.done.emit((carrier, work())), name=name, daemon=True).start()
+
+    @Slot(object)
+    def _scan_done(self, carried) -> None:
+        carrier, entries = carried
+        self._carriers.discard(carrier)
+        self.scanned.emit(entries)
+
+    @Slot(object)
+    def _inspect_done(self, carried) -> None:
+        carrier, entry = carried
+        self._carriers.discard(carrier)
+        self.inspected.emit(entry)
 
     def entry(self, path: str) -> ModelEntry | None:
         return next((e for e in self.entries if os.path.normcase(str(e.path)) == os.path.normcase(path)), None)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from . import model_store
-from .api import ChatMessage, Finished, GenerateRequest, SamplingParams
+from .api import REASONING_EFFORTS, ChatMessage, Finished, GenerateRequest, SamplingParams
 from .errors import EngineError
 
 
@@ -174,9 +174,11 @@ def cmd_generate(args) -> int:
 
 
 def cmd_chat(args) -> int:
-    from .cli_chat import run_chat
+    from .cli_chat import TemplateSwitches, run_chat
 
-    return run_chat(resolve_model(args), _sampling(args), args.system)
+    thinking = None if args.thinking is None else args.thinking == "on"
+    return run_chat(resolve_model(args), _sampling(args), args.system,
+                    TemplateSwitches(enable_thinking=thinking, reasoning_effort=args.reasoning_effort))
 
 
 def cmd_bench(args) -> int:
@@ -265,6 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("chat", help="interactive chat (/exit to quit, Ctrl-C stops a reply)")
     _model_args(c, positional=True)
     _sampling_args(c, temperature=0.7)
+    c.add_argument("--thinking", choices=("on", "off"), help="the template's thinking switch (Qwen3, Qwen3.5)")
+    c.add_argument("--reasoning-effort", choices=REASONING_EFFORTS, help="gpt-oss's reasoning effort")
     c.set_defaults(func=cmd_chat)
 
     b = sub.add_parser("bench", help="load time, prefill and decode speed, time to first token, peak RSS")

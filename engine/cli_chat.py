@@ -1,21 +1,39 @@
 """`python -m engine chat`: an interactive streaming REPL over the Engine. /exit quits; Ctrl-C stops a reply.
-A reply's thinking (TextDelta.reasoning) streams after a "thinking:" label, then the answer after "answer:"; only
-the answer goes into the history (the templates leave past thinking out of the prompt)."""
+
+A reply's reasoning (a <think> block, gpt-oss's analysis channel: engine.reasoning) streams under a
+"Thinking:" line and is kept out of the history, as the app keeps it out of the next turn's prompt."""
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from .api import ChatMessage, Finished, GenerateRequest, SamplingParams, TextDelta
+from .api import ChatMessage, Finished, GenerateRequest, SamplingParams
 from .engine import Engine
 
+THINKING_HEADER = "Thinking:"
+ANSWER_HEADER = "Answer:"
 
-def run_chat(path: Path, params: SamplingParams, system: str | None) -> int:
+
+@dataclass
+class TemplateSwitches:
+    """The chat-template switches given on the command line; None: the template's default."""
+    enable_thinking: bool | None = None
+    reasoning_effort: str | None = None
+
+
+def run_chat(path: Path, params: SamplingParams, system: str | None,
+             switches: TemplateSwitches | None = None) -> int:
+    switches = switches or TemplateSwitches()
     engine = Engine()
     try:
         info = engine.load(path).result()
         mode = "chat" if info.has_chat_template else "completion (no chat template: each line is continued)"
         print(f"{info.name} ({info.architecture}, {info.quantization}) - {mode}. /exit to quit, Ctrl-C stops a reply.")
+        for name in ("enable_thinking", "reasoning_effort"):
+            if getattr(switches, name) is not None and name not in info.template_options:
+                print(f"note: this model's chat template does not read {name}; the switch is ignored",
+                      file=sys.stderr)
         history: list[ChatMessage] = [ChatMessage("system", system)] if system else []
         while True:
             try:
@@ -29,7 +47,9 @@ def run_chat(path: Path, params: SamplingParams, system: str | None) -> int:
                 continue
             if info.has_chat_template:
                 history.append(ChatMessage("user", line))
-                request = GenerateRequest(messages=tuple(history), params=params)
+                request = GenerateRequest(messages=tuple(history), params=params,
+                                          enable_thinking=switches.enable_thinking,
+                                          reasoning_effort=switches.reasoning_effort)
             else:
                 request = GenerateRequest(prompt=line, params=params)
             reply = _stream(engine, request)
@@ -39,11 +59,36 @@ def run_chat(path: Path, params: SamplingParams, system: str | None) -> int:
         engine.shutdown()
 
 
+class _ReplyPrinter:
+    """Prints reasoning under THINKING_HEADER and the answer after it (under ANSWER_HEADER when there was
+    reasoning), as the pieces stream."""
+
+    def __init__(self):
+        self.thinking = self.answering = False
+
+    def reasoning(self, text: str) -> None:
+        if not text:
+            return
+        if not self.thinking:
+            self.thinking = True
+            print(THINKING_HEADER)
+        print(text, end="", flush=True)
+
+    def answer(self, text: str) -> None:
+        if not text:
+            return
+        if self.thinking and not self.answering:
+            print(f"\n{ANSWER_HEADER}")
+        self.answering = True
+        print(text, end="", flush=True)
+
+
 def _stream(engine: Engine, request: GenerateRequest) -> str:
+    """Stream one reply; returns its answer (the reasoning is shown, never returned)."""
     handle = engine.submit(request)
     parts: list[str] = []
+    out = _ReplyPrinter()
     events = handle.events()
-    thinking = False
     while True:
         try:
             event = next(events)
@@ -59,18 +104,8 @@ def _stream(engine: Engine, request: GenerateRequest) -> str:
             elif event.reason == "abort":
                 print("\n[stopped]", file=sys.stderr)
             break
-        if not isinstance(event, TextDelta):
-            continue
-        if event.reasoning:
-            if not thinking:
-                print("thinking: ", end="")
-                thinking = True
-            print(event.reasoning, end="", flush=True)
-        if event.text:
-            if thinking:
-                print("\nanswer: ", end="")
-                thinking = False
-            parts.append(event.text)
-            print(event.text, end="", flush=True)
+        out.reasoning(event.reasoning)
+        out.answer(event.text)
+        parts.append(event.text)
     print()
     return "".join(parts)

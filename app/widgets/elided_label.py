@@ -13,7 +13,9 @@ class ElidedLabel(QLabel):
         super().__init__(parent)
         self._full = ""
         self._own_tooltip = False
-        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # Preferred: as wide as the whole text when there is room, down to minimumSizeHint (MIN_CHARS) when not.
+        # (Ignored would let a layout squeeze it to 0 px: the text set but nothing shown.)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         self.setText(text)
 
     def setText(self, text: str) -> None:   # noqa: N802 - Qt's name

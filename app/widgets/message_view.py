@@ -211,13 +211,18 @@ class MessageView(QFrame):
         who = QLabel("You" if role == "user" else "Assistant")
         who.setObjectName("MessageRole")
         head.addWidget(who)
-        self.state_badge = ElidedLabel()   # elided: a long badge must not widen a narrow window
-        self.state_badge.setObjectName("StateBadge")
-        head.addWidget(self.state_badge)
         head.addStretch(1)
+        # The state badge and the detail (speed, prompt progress) have a row of their own under the header: in
+        # the header's row the buttons left them a few pixels at 640 px. Elided: never widen a narrow window.
+        self.state_badge = ElidedLabel()
+        self.state_badge.setObjectName("StateBadge")
         self.detail_label = ElidedLabel()
         self.detail_label.setObjectName("Muted")
-        head.addWidget(self.detail_label)
+        notes = QHBoxLayout()
+        notes.setSpacing(6)
+        notes.addWidget(self.state_badge)
+        notes.addStretch(1)
+        notes.addWidget(self.detail_label)
         self.copy_button = _flat_button("Copy", "Copy this message as Markdown")
         self.copy_button.clicked.connect(self._copy)
         head.addWidget(self.copy_button)
@@ -243,6 +248,7 @@ class MessageView(QFrame):
         self.delete_button.clicked.connect(lambda: self.deleteRequested.emit(self.message_id))
         head.addWidget(self.delete_button)
         outer.addLayout(head)
+        outer.addLayout(notes)             # takes no room while both are hidden
         # Only after the button has a parent: showing a parentless widget opens a window of its own.
         self.regenerate_button.setVisible(role == "assistant")
         self.continue_button.setVisible(False)
@@ -296,7 +302,7 @@ class MessageView(QFrame):
         self.state_badge.setText(label)
         self.state_badge.setVisible(bool(label))
         self.state_badge.setToolTip(detail)
-        self.detail_label.setText("writing…" if state == "streaming" else "")
+        self.set_detail("writing…" if state == "streaming" else "")
         if hasattr(self, "thinking") and self.thinking.reasoning():
             self.thinking.set_reasoning(self.thinking.reasoning(), streaming=state == "streaming")
 
@@ -316,6 +322,7 @@ class MessageView(QFrame):
 
     def set_detail(self, text: str) -> None:
         self.detail_label.setText(text)
+        self.detail_label.setVisible(bool(text))
 
     def set_regenerate_enabled(self, enabled: bool) -> None:
         self.regenerate_button.setEnabled(enabled)

@@ -239,10 +239,11 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
 
 
 # Prompts longer than this are benchmarked as the engine runs them: prefill in PREFILL_CHUNK-token steps,
-# then decode at that depth. Prefill beyond LONG_PREFILL_MAX is not run (its attention has no tiled kernel
-# yet: a 16k prompt takes minutes); decode then runs at that depth over a zero-filled cache, which reads
-# exactly the same bytes.
-LONG_PROMPT, PREFILL_CHUNK, LONG_PREFILL_MAX = 512, 512, 8192
+# then decode at that depth. Prefill beyond the limit is not run: LONG_PREFILL_MAX with the tiled prefill
+# attention (halo_attention_tc), UNTILED_PREFILL_MAX with halo_attention (a 16k prompt takes minutes there);
+# decode then runs at that depth over a zero-filled cache, which reads exactly the same bytes.
+# Prefills up to COMPARE_PREFILL_MAX also run with the untiled kernel, for the before/after figure.
+LONG_PROMPT, PREFILL_CHUNK, LONG_PREFILL_MAX, UNTILED_PREFILL_MAX, COMPARE_PREFILL_MAX = 512, 512, 16384, 8192, 4096
 
 
 def run_long_bench(model_path, backend_name: str, prompt_tokens: int, decode_tokens: int, backend=None) -> dict:
@@ -262,14 +263,18 @@ def run_long_bench(model_path, backend_name: str, prompt_tokens: int, decode_tok
         result["kv_tokens"] = n_blocks * BLOCK_SIZE
         c = gm.config
         prompt = [(i * 7919 + 13) % c.vocab_size for i in range(prompt_tokens)]
-        if prompt_tokens <= LONG_PREFILL_MAX:
+        flash = gm.fwd.flash
+        result["prefill_attention"] = "tiled (halo_attention_tc)" if flash else "untiled (halo_attention)"
+        if prompt_tokens <= (LONG_PREFILL_MAX if flash else UNTILED_PREFILL_MAX):
             gm.step(_step(prompt[:PREFILL_CHUNK], 0, n_blocks, BLOCK_SIZE), kv, pool, feed_next=True).get_output()
-            a = time.perf_counter()
-            for s in range(0, prompt_tokens, PREFILL_CHUNK):
-                out = gm.step(_step(prompt[s:s + PREFILL_CHUNK], s, n_blocks, BLOCK_SIZE), kv, pool, feed_next=True)
-                out.get_output()
-            wall = time.perf_counter() - a
+            wall = _chunked_prefill_s(gm, prompt, kv, pool, n_blocks)
             result["prefill_tok_s"], result["ttft_ms"] = prompt_tokens / wall, wall * 1e3
+            # the last chunk again (its metadata is the last uploaded): where a prefill step at depth goes
+            result["prefill_breakdown_us"], _ = kernel_breakdown(gm, kv, min(PREFILL_CHUNK, prompt_tokens), graph=False)
+            if flash and prompt_tokens <= COMPARE_PREFILL_MAX:
+                gm.fwd.flash = False
+                result["untiled_prefill_tok_s"] = prompt_tokens / _chunked_prefill_s(gm, prompt, kv, pool, n_blocks)
+                gm.fwd.flash = True
         for split in (True, False):
             gm.fwd.split_kv = split and forward_mod.split_kv_usable(c)
             gm.drop_graphs()
@@ -287,21 +292,36 @@ def run_long_bench(model_path, backend_name: str, prompt_tokens: int, decode_tok
     return result
 
 
+def _chunked_prefill_s(gm: GpuModel, prompt: list[int], kv, pool, n_blocks: int) -> float:
+    """Seconds to prefill `prompt` in PREFILL_CHUNK-token steps, each up to its sampled id on the host."""
+    a = time.perf_counter()
+    for s in range(0, len(prompt), PREFILL_CHUNK):
+        gm.step(_step(prompt[s:s + PREFILL_CHUNK], s, n_blocks, BLOCK_SIZE), kv, pool, feed_next=True).get_output()
+    return time.perf_counter() - a
+
+
+def _breakdown_line(what: str, parts_us: dict[str, float]) -> str:
+    total = sum(parts_us.values())
+    parts = ", ".join(f"{k} {v:.0f} us ({100 * v / total:.0f}%)" for k, v in sorted(parts_us.items(), key=lambda kv: -kv[1]))
+    return f"  {what} on the GPU: {total:.0f} us = {parts}"
+
+
 def format_long_result(r: dict) -> str:
     N = r["prompt_tokens"]
     prefill = (f"prefill {r['prefill_tok_s']:.0f} tok/s ({N} tokens in {PREFILL_CHUNK}-token steps, "
-               f"TTFT {r['ttft_ms']:.0f} ms)" if "prefill_tok_s" in r else
-               f"prefill not run (> {LONG_PREFILL_MAX} tokens: untiled prefill attention)")
+               f"TTFT {r['ttft_ms']:.0f} ms, {r['prefill_attention']} attention)" if "prefill_tok_s" in r else
+               f"prefill not run ({N} tokens: too long for {r['prefill_attention']} attention)")
+    if "untiled_prefill_tok_s" in r:
+        prefill += f"; with the untiled attention {r['untiled_prefill_tok_s']:.0f} tok/s"
     lines = [f"{r['model']} on {r['backend']}, depth {N}:",
              f"  device memory used {r['device_mb']:.0f} MiB (KV cache {r['kv_mb']:.0f} MiB for {r['kv_tokens']} tokens)",
              f"  {prefill}",
              f"  decode at depth {N}: {r['decode_tok_s']:.0f} tok/s split-KV attention "
              f"(chunk, chunks = {r['split_kv_chunks']}), {r['decode_tok_s_no_split_kv']:.0f} tok/s without"]
+    if r.get("prefill_breakdown_us"):
+        lines.append(_breakdown_line(f"the last {PREFILL_CHUNK}-token prefill step", r["prefill_breakdown_us"]))
     if r.get("breakdown_us"):
-        total = sum(r["breakdown_us"].values())
-        parts = ", ".join(f"{k} {v:.0f} us ({100 * v / total:.0f}%)" for k, v in
-                          sorted(r["breakdown_us"].items(), key=lambda kv: -kv[1]))
-        lines.append(f"  one decode step at depth {N} on the GPU: {total:.0f} us = {parts} [{r.get('breakdown_how')}]")
+        lines.append(_breakdown_line(f"one decode step at depth {N}", r["breakdown_us"]) + f" [{r.get('breakdown_how')}]")
     return "\n".join(lines)
 
 

@@ -62,6 +62,11 @@ ATTN_WARPS = 8
 # so a captured graph replays at any depth; chunks past a sequence's end exit at once).
 SKV_MAX_T, SKV_WARPS, SKV_MAX_GROUP, SKV_MAX_D = 16, 4, 8, 128
 SKV_MIN_CHUNK, SKV_MAX_CHUNKS = 128, 64
+# Tiled prefill attention on tensor cores (halo_attention_tc, CUDA sm_80+): steps of more than SKV_MAX_T tokens
+# where head_dim % 8 == 0, head_dim <= FA_MAX_D and the GQA group fits the FA_ROWS query rows of a block (a block
+# takes FA_ROWS // group tokens x the group's heads). HALO_GPU_FLASH=0 keeps halo_attention (for comparisons).
+FA_ROWS, FA_MAX_D = 64, 128
+FLASH = os.environ.get("HALO_GPU_FLASH") != "0"
 STAGING_SLOTS = 4
 
 
@@ -107,6 +112,12 @@ def split_kv_usable(config: ModelConfig) -> bool:
     c = config
     return (c.head_dim <= SKV_MAX_D and c.n_head_kv > 0 and c.n_head % c.n_head_kv == 0
             and c.n_head // c.n_head_kv <= SKV_MAX_GROUP)
+
+
+def flash_usable(config: ModelConfig) -> bool:
+    c = config
+    return (c.head_dim % 8 == 0 and c.head_dim <= FA_MAX_D and c.n_head_kv > 0 and c.n_head % c.n_head_kv == 0
+            and c.n_head // c.n_head_kv <= FA_ROWS)
 
 
 def split_kv_chunks(capacity_tokens: int) -> tuple[int, int]:
@@ -228,6 +239,7 @@ class GpuForward:
         self.partial = backend.alloc(max(self.partial_cap, 1), np.float32)
         self.attn_part = backend.alloc(max(split_kv_floats(c, max_tokens), 1), np.float32)
         self.split_kv = split_kv_usable(c) and os.environ.get("HALO_SPLIT_KV") != "0"
+        self.flash = self.use_tc and FLASH and flash_usable(c)
         self.scratch = [self.x, self.h, self.o, self.qkv, self.attn, self.act, self.logits, self.sampled,
                         self.partial, self.attn_part, self.seen, self.top_ids, self.top_vals]
         self.moe = MoeScratch(backend, c, T) if c.ffn_kind == "moe" else None
@@ -256,6 +268,8 @@ class GpuForward:
         for name in ("halo_rope_kv", "halo_attention", "halo_attention_split", "halo_attention_merge",
                      "halo_add_norm"):
             self.kern("halo_layer.cu", name)
+        if self.flash:
+            self.kern("halo_layer.cu", "halo_attention_tc")
         self.kern("halo_sample.cu", "halo_sample")
         if self.hybrid:
             for name in HYBRID_KERNELS:
@@ -339,7 +353,8 @@ class GpuForward:
                      (self.x, _ptr(o), _ptr(post_w), next_w, np.float32(c.norm_eps), np.int32(c.n_embd), self.h))
 
     def _attention(self, kv: GpuKVCache, i: int, T: int, window: int) -> None:
-        """self.attn [T, q_dim] from self.qkv's q heads and layer i's cache (see ATTN_WARPS / SKV_*)."""
+        """self.attn [T, q_dim] from self.qkv's q heads and layer i's cache: split-KV for decode batches, the
+        tensor-core tile for prefill steps where usable, else halo_attention (see SKV_*, FA_*, ATTN_WARPS)."""
         c = self.config
         H, Hkv, D = c.n_head, c.n_head_kv, c.head_dim
         common = (self.qkv, np.int32(self.qkv_width), kv.k[i], kv.v[i], kv.positions, kv.token_seq,
@@ -351,6 +366,11 @@ class GpuForward:
                          common + (np.int32(chunk), self.attn_part), shared=4 * SKV_WARPS * (H // Hkv) * (D + 2))
             self._launch("halo_layer.cu", "halo_attention_merge", (T, H), 128,
                          (self.attn_part, np.int32(chunks), np.int32(H), np.int32(D), self.attn))
+            return
+        if self.flash and T > SKV_MAX_T:
+            rows_tokens = FA_ROWS // (H // Hkv)                # tokens per block: x the group's heads = rows
+            self._launch("halo_layer.cu", "halo_attention_tc", (-(-T // rows_tokens), Hkv), 128,
+                         common + (np.int32(T), self.attn))
             return
         self._launch("halo_layer.cu", "halo_attention", (T, H), 32 * ATTN_WARPS, common + (self.attn,),
                      shared=4 * ATTN_WARPS * (D + 2))

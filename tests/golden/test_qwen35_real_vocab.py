@@ -5,6 +5,8 @@ The prompt the engine feeds is Qwen's own tokenization of the rendered template,
 the template, and the streamed reasoning and answer together are the reply."""
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -56,25 +58,40 @@ def test_the_engine_chats_with_the_real_vocabulary(real_vocab_model, thinking):
         assert answer == "" and reasoning == whole        # the reply never left the opened think block
 
 
-def test_the_cli_chat_prints_the_thinking_then_the_answer(real_vocab_model, monkeypatch, capsys):
-    """`python -m engine chat` on the same model: the reply (all thinking here: the template opened the block
-    and random weights do not close it) is printed after a "thinking:" label, exactly as the engine streams it."""
-    import io
+def _cli(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, cwd=root,
+                          timeout=300, input=input, env={**os.environ, "PYTHONPATH": str(root)})
 
-    from engine.cli_chat import run_chat
+
+def test_inspect_says_it_runs_here_on_the_cpu(real_vocab_model):
+    proc = _cli("inspect", str(real_vocab_model[0]))
+    assert proc.returncode == 0, proc.stderr
+    verdict = next(line for line in proc.stdout.splitlines() if line.startswith("runs here:"))
+    assert "architecture:  qwen35" in proc.stdout and "3 Gated DeltaNet + 1 attention layers" in proc.stdout
+    assert verdict.split(":", 1)[1].strip().startswith("yes") and "CPU" in verdict, verdict
+
+
+def test_the_cli_chat_streams_the_thinking_apart_from_the_answer(real_vocab_model):
+    """`python -m engine chat` on the model prints what the Engine streams for the same request: the reasoning
+    under "Thinking:", the answer (if the model closed the block) after "Answer:"."""
+    from engine.cli_chat import ANSWER_HEADER, THINKING_HEADER
 
     path, _ref = real_vocab_model
-    params = SamplingParams.greedy(max_tokens=12)
     eng = Engine(backend="cpu", max_context=256)
     try:
         eng.load(path).result(300)
-        events = list(eng.submit(GenerateRequest(messages=(ChatMessage("user", "Hello"),), params=params)).events(120))
+        events = list(eng.submit(GenerateRequest(messages=(ChatMessage("user", "Hello there"),),
+                                                 params=SamplingParams.greedy(max_tokens=12),
+                                                 enable_thinking=True)).events(120))
     finally:
         eng.shutdown()
     deltas = [e for e in events if isinstance(e, TextDelta)]
     reasoning, answer = "".join(d.reasoning for d in deltas), "".join(d.text for d in deltas)
-    assert reasoning.strip()
-    monkeypatch.setattr("sys.stdin", io.StringIO("Hello\n/exit\n"))
-    assert run_chat(path, params, None) == 0
-    printed = capsys.readouterr().out
-    assert ("thinking: " + reasoning + ("\nanswer: " + answer if answer else "")) in printed
+    assert reasoning
+
+    proc = _cli("chat", str(path), "--temperature", "0", "--max-tokens", "12", "--thinking", "on",
+                input="Hello there\n/exit\n")
+    assert proc.returncode == 0, proc.stderr
+    reply = proc.stdout.split("\n> ", 1)[1].rsplit("\n> ", 1)[0]     # between the first and the second prompt
+    assert reply == f"{THINKING_HEADER}\n{reasoning}" + (f"\n{ANSWER_HEADER}\n{answer}" if answer else "")

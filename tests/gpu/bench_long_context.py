@@ -3,7 +3,8 @@
     python tests/gpu/bench_long_context.py [BACKEND]
 Needs HALO_SHAPE_ALIKE_DIR/qwen3-4b-shaped-q4_k.gguf (tests/gpu/device_call.sh builds it from the staged
 skeleton). Prints, per depth, prefill (chunked as the engine runs it) and decode at that depth with split-KV
-attention on and off, then aggregate decode through the Engine at 1/4/8/16 concurrent requests.
+attention on and off, then one request through the Engine with async scheduling off and aggregate decode
+with it on at 1/4/8/16 concurrent requests.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def main() -> int:
         return 0
     for depth in DEPTHS:
         print(format_long_result(run_long_bench(path, backend, depth, 64)), flush=True)
+    print(format_engine_result(run_engine_bench(path, False, 1, 128, 64, backend)), flush=True)   # async off
     for n in CONCURRENCY:
         print(format_engine_result(run_engine_bench(path, True, n, 128, 64, backend)), flush=True)
     return 0

@@ -1,13 +1,15 @@
 """The paged attention kernels (engine/backends/kernels/halo_layer.cu) against a float64 reference: the block
 per (token, head) kernel and the split-KV pair (halo_attention_split + halo_attention_merge) on the same
 cache, with scattered block tables, two sequences at different depths (one past several chunks), GQA
-groups of 1, 4 and 8, and a sliding window."""
+groups of 1, 4 and 8, and a sliding window; and the tiled prefill kernel (halo_attention_tc) on a mixed
+prefill step: a whole 37-token prompt, a 150-token chunk deep in another sequence, and a token of the first
+sequence after the chunk (so a block holds two sequences, one of them twice), GQA groups of 1, 3, 4 and 8."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from engine.gpu.forward import ATTN_WARPS, SKV_WARPS, split_kv_chunks
+from engine.gpu.forward import ATTN_WARPS, FA_ROWS, SKV_WARPS, split_kv_chunks, tensor_cores_usable
 
 pytestmark = pytest.mark.gpu
 FILE = "halo_layer.cu"
@@ -86,5 +88,40 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window):
             np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
     finally:
         for b in bufs + outs + [part]:
+            backend.free(b)
+        backend.destroy_stream(stream)
+
+
+@pytest.mark.parametrize("H,Hkv,D,window", [(8, 2, 128, 0), (8, 8, 64, 0), (16, 2, 128, 0), (9, 3, 64, 0),
+                                            (8, 2, 64, 100), (4, 1, 128, 60)])
+def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window):
+    if not tensor_cores_usable(backend):
+        pytest.skip("halo_attention_tc needs CUDA tensor cores (sm_80+)")
+    rng = np.random.default_rng(H * 7 + D + window)
+    num_blocks = 80
+    tables = np.stack([rng.permutation(num_blocks)[:num_blocks - 8] for _ in range(2)]).astype(np.int32)
+    positions = np.concatenate([np.arange(37), np.arange(850, 1000), [40]]).astype(np.int32)
+    token_seq = np.array([1] * 37 + [0] * 150 + [1], np.int32)
+    T = len(positions)
+    ld = (H + 2 * Hkv) * D
+    qkv = rng.normal(size=(T, ld)).astype(np.float32)
+    kc = rng.normal(size=(num_blocks * BS, Hkv, D)).astype(np.float32)
+    vc = rng.normal(size=(num_blocks * BS, Hkv, D)).astype(np.float32)
+    scale = 1.0 / np.sqrt(D)
+    want = reference(qkv[:, :H * D].reshape(T, H, D), kc, vc, positions, token_seq, tables, scale, window)
+    stream = backend.create_stream()
+    bufs = [_up(backend, stream, a) for a in (qkv, kc, vc, positions, token_seq, tables)]
+    qkv_d, kc_d, vc_d, pos_d, seq_d, tab_d = bufs
+    out = backend.alloc((T, H * D), np.float32)
+    try:
+        tokens_per_block = FA_ROWS // (H // Hkv)
+        backend.launch(backend.kernel(FILE, "halo_attention_tc"), (-(-T // tokens_per_block), Hkv), 128,
+                       (qkv_d, np.int32(ld), kc_d, vc_d, pos_d, seq_d, tab_d, np.int32(tables.shape[1]),
+                        np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D), np.float32(scale), np.int32(window),
+                        np.int32(T), out), stream)
+        got = _down(backend, stream, out, (T, H * D)).reshape(T, H, D)
+        np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
+    finally:
+        for b in bufs + [out]:
             backend.free(b)
         backend.destroy_stream(stream)

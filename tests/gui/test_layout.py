@@ -92,3 +92,26 @@ def test_esc_stops_a_reply_from_anywhere_and_the_marker_survives_long_titles(mak
         qtbot.keyClick(window.sidebar.list, Qt.Key.Key_Escape)
     assert blocker.args[2].reason == "abort"
     assert not window.sidebar.list.currentItem().text().startswith("●")
+
+
+def test_a_cut_off_replys_badge_and_speed_stay_readable_in_a_640_px_window(make_window, qtbot):
+    """The header's elided labels get their room from the layout: at 640 px the badge showed nothing at all
+    (a label the layout could squeeze to 0 px), now it shows as much of its words as fits."""
+    window = make_window(engine="own")
+    cid = window.current_id
+    window.store.add_message(cid, "user", "Tell me about harbours")
+    reply = window.store.begin_reply(cid)
+    window.store.finish_reply(reply.id, "Harbours are sheltered waters", usage={
+        "finish_reason": "length", "generated_tokens": 160, "decode_tokens_per_s": 17.4})
+    window.show_conversation(cid)
+    for width in (1000, 640):
+        window.resize(width, 560)
+        qtbot.waitUntil(lambda width=width: window.width() == width)
+        QApplication.processEvents()
+        view = window.chat_view.view(reply.id)
+        badge = view.state_badge
+        assert badge.text() == "Cut off at the token limit" and badge.isVisible()
+        assert badge.width() >= badge.minimumSizeHint().width() > 0
+        shown = badge.shown_text().removesuffix("…")
+        assert len(shown) >= 3 and badge.text().startswith(shown), badge.shown_text()
+        assert view.detail_label.width() > 0 and view.detail_label.shown_text().removesuffix("…")

@@ -26,3 +26,43 @@ def test_upload_progress_counts_bytes_up_to_the_whole_file():
         assert seen[-1][1].startswith("uploading weights: ") and seen[-1][1].endswith(" GiB")
     finally:
         m.close()
+
+
+def test_the_upload_streams_matrices_from_the_map_without_a_host_copy(tmp_path):
+    """Models larger than half the RAM must reach the device without a host copy of the model: every matrix
+    goes from the file's read-only map straight into its copy (the runtime stages pageable memory through
+    its own bounded buffers), only vectors are made as float32 on the host. Measured with tracemalloc on the
+    CPU backend, whose device buffers are host arrays: the peak over the upload, less the device bytes still
+    allocated at its end, is what the upload held on the host besides them."""
+    import tracemalloc
+
+    from test_host_memory_preflight import write_sparse_llama
+
+    from engine.gguf import GGMLType, open_gguf
+    from engine.gpu.weights import upload_weights
+    from engine.model.config import ModelConfig
+
+    path = tmp_path / "sparse-f16.gguf"
+    write_sparse_llama(path, n_embd=1024, n_ff=4096, matrix_type=GGMLType.F16)   # 8 MiB FFN matrices
+    backend = registry.create("cpu")
+    with open_gguf(path) as gguf:
+        config = ModelConfig.from_metadata(gguf.metadata)
+        largest = max(t.nbytes for t in gguf.tensors.values())
+        assert largest == 8 << 20
+        sources = []
+        copy = backend.copy_h2d_async
+        backend.copy_h2d_async = lambda dst, src, stream: (sources.append(src), copy(dst, src, stream))
+        tracemalloc.start()
+        try:
+            weights = upload_weights(backend, gguf, config, backend.null_stream)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        device = sum(b.nbytes for b in weights.buffers)
+        assert device >= sum(t.nbytes for t in gguf.tensors.values())      # everything went up ...
+        held = peak - device
+        assert held < 1 << 20, f"the upload held {held / 2**20:.1f} MiB on the host beside the device buffers"
+        mapped = [s for s in sources if s.nbytes >= 1 << 20]
+        assert mapped and all(s.base is not None and not s.flags.owndata and not s.flags.writeable
+                              for s in mapped)                          # ... big ones straight from the map
+        weights.free(backend)

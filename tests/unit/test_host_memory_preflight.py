@@ -20,9 +20,10 @@ DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
 ALIGN = 32
 
 
-def write_sparse_llama(path: Path, n_embd: int, n_ff: int, n_layers: int = 2) -> int:
+def write_sparse_llama(path: Path, n_embd: int, n_ff: int, n_layers: int = 2, matrix_type=GGMLType.F32) -> int:
     """A self-consistent llama whose tensors hold hundreds of GiB, written as a sparse file: the header is
-    real, the data region is a hole the filesystem does not store. Returns the file's apparent size."""
+    real, the data region is a hole the filesystem does not store (zeros: valid F32/F16 values). Matrices are
+    `matrix_type` (F32 or F16), vectors F32. Returns the file's apparent size."""
     b = minimal_model(llama__block_count=(V.UINT32, n_layers), llama__embedding_length=(V.UINT32, n_embd),
                       llama__feed_forward_length=(V.UINT32, n_ff), llama__attention__head_count=(V.UINT32, 64),
                       llama__attention__head_count_kv=(V.UINT32, 8))
@@ -38,11 +39,12 @@ def write_sparse_llama(path: Path, n_embd: int, n_ff: int, n_layers: int = 2) ->
                    p + "ffn_down.weight": [n_ff, n_embd]}
     offset = 0
     for name, ne in shapes.items():
-        b.tensor(name, ne, GGMLType.F32, offset=offset)
+        ggml_type = matrix_type if len(ne) == 2 else GGMLType.F32
+        b.tensor(name, ne, ggml_type, offset=offset)
         n = 1
         for d in ne:
             n *= d
-        offset = -(-(offset + 4 * n) // ALIGN) * ALIGN
+        offset = -(-(offset + (2 if ggml_type == GGMLType.F16 else 4) * n) // ALIGN) * ALIGN
     head = b.build(header_only=True)          # the real sizes live in the tensor infos; the data is a hole
     with open(path, "wb") as f:
         f.write(head)

@@ -74,7 +74,8 @@ def test_the_checks_catch_wrong_arch_missing_kernels_and_undefined_symbols(manif
 # --- the engine's launches against the objects' metadata ------------------------------------------------------
 def _recorded_launches(monkeypatch) -> list[tuple[str, str, tuple]]:
     """(file, kernel, args) of every launch of the GPU forward on tiny models of each layer layout (decode,
-    small and large prefill, legacy tiles, with sampling) and of the self-test, recorded on the CPU backend."""
+    small and large prefill, legacy tiles, tensor-core tiles, with sampling) and of the self-test, recorded on
+    the CPU backend."""
     backend = registry.create("cpu")
     launched = []
     monkeypatch.setenv("HALO_DELTA_CHUNKED", "1")         # the opt-in chunked delta rule launches too
@@ -88,6 +89,10 @@ def _recorded_launches(monkeypatch) -> list[tuple[str, str, tuple]]:
                 monkeypatch.setattr(fwd_mod, "LEGACY_TILES", legacy)
                 for T in (1, 3, 8, 20):
                     m.fwd.enqueue_body(kv, T, 1, True, False)
+            # the CUDA tensor-core kernels too where the shapes allow (their HIP objects are empty but keep the
+            # signature): halo_attention_tc on every model, the matmul tiles where rows % 32 == 0
+            m.fwd.use_tc, m.fwd.flash = True, fwd_mod.flash_usable(m.config)
+            m.fwd.enqueue_body(kv, 20, 1, True, False)
         finally:
             kv.free()
             m.close()
@@ -114,7 +119,8 @@ def test_engine_launch_arguments_match_every_objects_metadata(manifest, infos, m
     launches = _recorded_launches(monkeypatch)
     names = {n for _, n, _ in launches}
     assert {"halo_embed_norm", "halo_rope_kv", "halo_attention", "halo_add_norm", "halo_sample",
-            "halo_matmul_kq_t1", "halo_matmul_gt", "halo_matmul_r1_t1", "halo_write_ids"} <= names
+            "halo_matmul_kq_t1", "halo_matmul_gt", "halo_matmul_r1_t1", "halo_write_ids",
+            "halo_attention_tc"} <= names
     assert {"halo_conv_silu", "halo_delta_prep", "halo_delta_rule", "halo_delta_chunked", "halo_gated_norm",
             "halo_output_gate", "halo_split_q_gate"} <= names
     for target in TARGETS:

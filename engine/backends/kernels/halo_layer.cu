@@ -228,6 +228,192 @@ HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, f
     }
 }
 
+// Tiled prefill attention (flash-attention style) on tensor cores, for steps of many tokens: a block takes
+// FA_ROWS query rows = up to FA_ROWS / G consecutive tokens of the step x the G = H / Hkv query heads of kv head
+// blockIdx.y (row r: token tok0 + r / G, head hk G + r % G), so each K/V tile is read once for the whole GQA
+// group and 64 rows. Per tile of FA_KEYS keys (read through the sequence's block table into shared memory):
+// S = Q K^T and O += P V on mma.sync m16n8k8 in 3xTF32 (float32-level products, prelude.h), online softmax in
+// float32 with S and every tile's P V promoted into float32 registers (the MMA's own accumulation is not IEEE;
+// see tc_mma in halo_quant.cu). Warp w owns rows 16 w .. 16 w + 15; Q stays in registers (pre-scaled, split
+// per use), P goes through a per-warp shared buffer from the C to the A fragment layout.
+// Keys allowed for a row: those of its own sequence with lo <= j <= pos (causal; lo = pos - window + 1 when
+// window > 0). A block whose tokens belong to several sequences (a mixed batch step) walks each sequence's keys
+// in turn, masking the other sequences' rows. Same contract and output as halo_attention.
+// Limits (the caller checks): D % 8 == 0, D <= FA_MAX_D, G <= FA_ROWS. Grid: (ceil(T / (FA_ROWS / G)), Hkv);
+// block: 128 threads. Compiles to nothing without HALO_TC (see prelude.h).
+#define FA_ROWS 64
+#define FA_KEYS 32
+#define FA_MAX_D 128
+#define FA_KLD (FA_MAX_D + 4)      // row strides in words: the B-fragment loads K[g][q] / V[q][g] and the A
+#define FA_VLD (FA_MAX_D + 8)      // fragment loads P[g][q] of a warp each hit 32 distinct banks
+#define FA_PLD (FA_KEYS + 4)
+HALO_KERNEL __launch_bounds__(128) void halo_attention_tc(const float* qkv, i32 ld, const float* kcache,
+        const float* vcache, const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width,
+        i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window, i32 T, float* out) {
+#if HALO_TC
+    __shared__ __align__(16) float Ks[FA_KEYS * FA_KLD];
+    __shared__ __align__(16) float Vs[FA_KEYS * FA_VLD];
+    __shared__ __align__(16) float Ps[4][16 * FA_PLD];
+    __shared__ i32 s_pos[FA_ROWS], s_lo[FA_ROWS], s_seq[FA_ROWS];
+    int G = H / Hkv, BT = FA_ROWS / G, hk = blockIdx.y, tok0 = blockIdx.x * BT;
+    int ntok = min(BT, T - tok0);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    if (threadIdx.x < ntok) {
+        int tok = tok0 + threadIdx.x, pos = positions[tok];
+        s_pos[threadIdx.x] = pos;
+        s_lo[threadIdx.x] = window > 0 ? max(0, pos - window + 1) : 0;
+        s_seq[threadIdx.x] = token_seq[tok];
+    }
+    __syncthreads();
+    // this lane's two rows (fragment rows g and g + 8 of the warp's 16)
+    int rt[2], rpos[2], rlo[2], rseq[2];
+    const float* qrow[2];
+    #pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int r = 16 * warp + g + 8 * i;
+        rt[i] = r / G;
+        bool valid = rt[i] < ntok;
+        rpos[i] = valid ? s_pos[rt[i]] : -1;
+        rlo[i] = valid ? s_lo[rt[i]] : 0;
+        rseq[i] = valid ? s_seq[rt[i]] : -1;
+        qrow[i] = valid ? qkv + (size_t)(tok0 + rt[i]) * ld + (size_t)(hk * G + r % G) * D : 0;
+    }
+    float qf[FA_MAX_D / 8][4], of[FA_MAX_D / 8][4];      // [k slice | d tile][A | C fragment]
+    #pragma unroll
+    for (int ks = 0; ks < FA_MAX_D / 8; ks++) {
+        int d = 8 * ks + q;
+        bool in = 8 * ks < D;
+        qf[ks][0] = in && qrow[0] ? qrow[0][d] * scale : 0.0f;
+        qf[ks][1] = in && qrow[1] ? qrow[1][d] * scale : 0.0f;
+        qf[ks][2] = in && qrow[0] ? qrow[0][d + 4] * scale : 0.0f;
+        qf[ks][3] = in && qrow[1] ? qrow[1][d + 4] * scale : 0.0f;
+        #pragma unroll
+        for (int e = 0; e < 4; e++) of[ks][e] = 0.0f;
+    }
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};     // l: this lane's part of the row sum
+    float* P = Ps[warp];
+    int D4 = D >> 2;
+    for (int i = 0; i < ntok; i++) {                          // each sequence of the block once
+        int s = s_seq[i];
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++) seen = s_seq[j] == s;
+        if (seen) continue;
+        int jlo = 0x7fffffff, jhi = -1;
+        for (int j = i; j < ntok; j++)
+            if (s_seq[j] == s) { jlo = min(jlo, s_lo[j]); jhi = max(jhi, s_pos[j]); }
+        const i32* table = block_tables + (size_t)s * bt_width;
+        for (int j0 = jlo; j0 <= jhi; j0 += FA_KEYS) {
+            __syncthreads();                                  // the last tile's readers are done
+            for (int idx = threadIdx.x; idx < FA_KEYS * D4; idx += blockDim.x) {
+                int kr = idx / D4, c = idx - kr * D4, j = j0 + kr;
+                float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
+                if (j <= jhi) {
+                    size_t off = (((size_t)table[j / bs] * bs + (j % bs)) * Hkv + hk) * D + 4 * c;
+                    kv = *(const float4*)(kcache + off);
+                    vv = *(const float4*)(vcache + off);
+                }
+                *(float4*)(Ks + kr * FA_KLD + 4 * c) = kv;
+                *(float4*)(Vs + kr * FA_VLD + 4 * c) = vv;
+            }
+            __syncthreads();
+            bool need = false;
+            #pragma unroll
+            for (int r = 0; r < 2; r++) need |= rseq[r] == s && rpos[r] >= j0 && rlo[r] < j0 + FA_KEYS;
+            if (!__any_sync(0xffffffffu, need)) continue;     // the whole warp masked (past its diagonal)
+            float sf[FA_KEYS / 8][4];
+            #pragma unroll
+            for (int n = 0; n < FA_KEYS / 8; n++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) sf[n][e] = 0.0f;
+            #pragma unroll
+            for (int ks = 0; ks < FA_MAX_D / 8; ks++) {
+                if (8 * ks >= D) break;
+                u32 ah[4], al[4];
+                #pragma unroll
+                for (int e = 0; e < 4; e++) tf32_split_v(qf[ks][e], &ah[e], &al[e]);   // split per tile, not hoisted
+                #pragma unroll
+                for (int n = 0; n < FA_KEYS / 8; n++) {
+                    const float* kb = Ks + (8 * n + g) * FA_KLD + 8 * ks + q;
+                    mma_3xtf32(sf[n], ah, al, kb[0], kb[4]);
+                }
+            }
+            float mx[2] = {NEG_INF, NEG_INF};
+            #pragma unroll
+            for (int n = 0; n < FA_KEYS / 8; n++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = e >> 1, j = j0 + 8 * n + 2 * q + (e & 1);
+                    bool ok = rseq[r] == s && j >= rlo[r] && j <= rpos[r];
+                    sf[n][e] = ok ? sf[n][e] : NEG_INF;
+                    mx[r] = fmaxf(mx[r], sf[n][e]);
+                }
+            float base[2], corr[2];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], SHFL_XOR(mx[r], 1));
+                mx[r] = fmaxf(mx[r], SHFL_XOR(mx[r], 2));
+                float mn = fmaxf(m[r], mx[r]);
+                base[r] = mn == NEG_INF ? 0.0f : mn;          // no allowed key yet: keep every term 0
+                corr[r] = __expf(m[r] - base[r]);
+                m[r] = mn;
+                l[r] *= corr[r];
+            }
+            #pragma unroll
+            for (int n = 0; n < FA_KEYS / 8; n++) {
+                float p0 = __expf(sf[n][0] - base[0]), p1 = __expf(sf[n][1] - base[0]);
+                float p2 = __expf(sf[n][2] - base[1]), p3 = __expf(sf[n][3] - base[1]);
+                l[0] += p0 + p1;
+                l[1] += p2 + p3;
+                *(float2*)(P + g * FA_PLD + 8 * n + 2 * q) = make_float2(p0, p1);
+                *(float2*)(P + (g + 8) * FA_PLD + 8 * n + 2 * q) = make_float2(p2, p3);
+            }
+            __syncwarp();
+            u32 ph[FA_KEYS / 8][4], pl[FA_KEYS / 8][4];
+            #pragma unroll
+            for (int ks = 0; ks < FA_KEYS / 8; ks++) {
+                const float* pa = P + g * FA_PLD + 8 * ks + q;
+                tf32_split(pa[0], &ph[ks][0], &pl[ks][0]);
+                tf32_split(pa[8 * FA_PLD], &ph[ks][1], &pl[ks][1]);
+                tf32_split(pa[4], &ph[ks][2], &pl[ks][2]);
+                tf32_split(pa[8 * FA_PLD + 4], &ph[ks][3], &pl[ks][3]);
+            }
+            __syncwarp();                                     // P is read; the next tile may overwrite it
+            #pragma unroll
+            for (int n = 0; n < FA_MAX_D / 8; n++) {
+                if (8 * n >= D) break;
+                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                #pragma unroll
+                for (int ks = 0; ks < FA_KEYS / 8; ks++) {
+                    const float* vb = Vs + (8 * ks + q) * FA_VLD + 8 * n + g;
+                    mma_3xtf32(part, ph[ks], pl[ks], vb[0], vb[4 * FA_VLD]);
+                }
+                of[n][0] = of[n][0] * corr[0] + part[0];
+                of[n][1] = of[n][1] * corr[0] + part[1];
+                of[n][2] = of[n][2] * corr[1] + part[2];
+                of[n][3] = of[n][3] * corr[1] + part[3];
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += SHFL_XOR(l[r], 1);
+        l[r] += SHFL_XOR(l[r], 2);
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (!qrow[r]) continue;
+        int r16 = 16 * warp + g + 8 * r;
+        float* o = out + (size_t)(tok0 + rt[r]) * H * D + (size_t)(hk * G + r16 % G) * D + 2 * q;
+        float inv = 1.0f / l[r];
+        #pragma unroll
+        for (int n = 0; n < FA_MAX_D / 8; n++) {
+            if (8 * n >= D) break;
+            *(float2*)(o + 8 * n) = make_float2(of[n][2 * r] * inv, of[n][2 * r + 1] * inv);
+        }
+    }
+#endif
+}
+
 // Residual and the next norm in one pass over a token's row (grid: T blocks):
 //   if o:  x += post_w ? rmsnorm(o) * post_w : o
 //   h = rmsnorm(x) * next_w

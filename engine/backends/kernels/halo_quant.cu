@@ -761,32 +761,7 @@ HALO_KERNEL void halo_glu_gt(const unsigned char* wg, i32 tg, const unsigned cha
 #define TC_BK 32
 #define TC_LD (TC_BK + 4)          // row stride in words: the fragment loads of a warp hit 32 distinct banks
 
-#if !defined(__HIPCC_RTC__) && !defined(__HIP__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define HALO_TC 1
-#else
-#define HALO_TC 0
-#endif
-
-#if HALO_TC
-__device__ __forceinline__ u32 tf32_round(float x) {
-    u32 r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-__device__ __forceinline__ void tf32_split(float x, u32* head, u32* tail) {
-    *head = tf32_round(x);
-    *tail = tf32_round(x - __uint_as_float(*head));
-}
-
-// c[0..3] += A (16 x 8, row-major fragment a[0..3]) * B (8 x 8, column fragment b0, b1)
-__device__ __forceinline__ void mma_tf32(float* c, const u32* a, u32 b0, u32 b1) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
+#if HALO_TC  // (HALO_TC, tf32_split and mma_tf32: prelude.h)
 __device__ __forceinline__ void st_split8(const float* v, u32* head, u32* tail) {
     u32 h[8], l[8];
     #pragma unroll

@@ -41,3 +41,58 @@ __device__ float block_sum(float v, float* red) {
     for (int i = 0; i < nw; i++) s += red[i];
     return s;
 }
+
+// NVIDIA tensor cores with TF32 operands (sm_80 and newer), shared by the prefill matmul tile (halo_quant.cu)
+// and the prefill attention tile (halo_layer.cu). "3xTF32": every operand is split into a TF32 head and a TF32
+// tail (x = head + tail, both exact in 10 mantissa bits) and a*b is taken as al*bh + ah*bl + ah*bh, about 21
+// bits: float32 tolerances still hold. Fragment layouts of mma.m16n8k8 (PTX ISA, "mma.m16n8k8 .tf32"), lane =
+// 4 g + q: A (16 x 8, row-major) a0 = A[g][q], a1 = A[g + 8][q], a2 = A[g][q + 4], a3 = A[g + 8][q + 4];
+// B (8 x 8) b0 = B[q][g], b1 = B[q + 4][g]; C (16 x 8) c0 = C[g][2q], c1 = C[g][2q + 1], c2/c3: row g + 8.
+// Elsewhere (HIP, older NVIDIA GPUs) HALO_TC is 0: the kernels that need it compile to nothing and the host
+// never launches them.
+#if !defined(__HIPCC_RTC__) && !defined(__HIP__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define HALO_TC 1
+#else
+#define HALO_TC 0
+#endif
+
+#if HALO_TC
+__device__ __forceinline__ u32 tf32_round(float x) {
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void tf32_split(float x, u32* head, u32* tail) {
+    *head = tf32_round(x);
+    *tail = tf32_round(x - __uint_as_float(*head));
+}
+
+// The same split that the compiler may not hoist out of a loop (volatile): for loop-invariant operands held in
+// registers, where keeping both halves live would double their registers (halo_attention_tc's Q)
+__device__ __forceinline__ void tf32_split_v(float x, u32* head, u32* tail) {
+    u32 h, t;
+    asm volatile("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(x));
+    asm volatile("cvt.rna.tf32.f32 %0, %1;" : "=r"(t) : "f"(x - __uint_as_float(h)));
+    *head = h;
+    *tail = t;
+}
+
+// c[0..3] += A (16 x 8, row-major fragment a[0..3]) * B (8 x 8, column fragment b0, b1)
+__device__ __forceinline__ void mma_tf32(float* c, const u32* a, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// c += a * b in 3xTF32 (a: head/tail A fragments, b: one B fragment's two floats, split here)
+__device__ __forceinline__ void mma_3xtf32(float* c, const u32* ah, const u32* al, float b0, float b1) {
+    u32 bh0, bl0, bh1, bl1;
+    tf32_split(b0, &bh0, &bl0);
+    tf32_split(b1, &bh1, &bl1);
+    mma_tf32(c, al, bh0, bh1);
+    mma_tf32(c, ah, bl0, bl1);
+    mma_tf32(c, ah, bh0, bh1);
+}
+#endif
