@@ -14,8 +14,8 @@ Per quant type two kernels, built from one block decoder:
 
 Compiled code is cached on disk under NUMBA_CACHE_DIR, which this module points at the app's cache folder
 (engine.paths) unless the environment already sets it (a frozen app's own folder is read-only). numba's
-cache needs this file's source on disk; where it is missing (a frozen app), kernels compile once per
-process instead. OpenMP threads wait passively (OMP_WAIT_POLICY) unless set otherwise:
+cache is keyed by this file's source; in a frozen app (no source) numba keeps it in its own user-wide
+cache folder keyed by the executable instead. OpenMP threads wait passively (OMP_WAIT_POLICY) unless set otherwise:
 spinning threads made each parallel product ~10x slower on cores shared with other programs (measured).
 Importing this module raises ImportError when numba is missing (engine.model.quant_matrix then keeps the
 numpy float32 path).
@@ -23,6 +23,7 @@ numpy float32 path).
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
@@ -31,7 +32,9 @@ from engine.paths import cache_dir
 
 os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-_CACHE = __file__.endswith(".py") and os.path.isfile(__file__)      # False in a frozen app (no source)
+# numba's cache is keyed by the source file; a frozen app has none, and numba then caches in its user-wide
+# folder keyed by the executable (its frozen-app locator)
+_CACHE = bool(getattr(sys, "frozen", False)) or (__file__.endswith(".py") and os.path.isfile(__file__))
 
 from numba import njit, prange  # noqa: E402  (after NUMBA_CACHE_DIR is set: numba reads it at import)
 

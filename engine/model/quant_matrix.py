@@ -34,9 +34,26 @@ def _load() -> tuple[object | None, str]:
         return None, "HALO_CPU_KERNELS=numpy"
     try:
         from engine.model import quant_kernels
-    except ImportError as e:
-        return None, f"numba unavailable: {e}"
+        _smoke_test(quant_kernels)
+    except Exception as e:  # noqa: BLE001 - any failure (no numba, no LLVM, a frozen app's packaging) -> numpy
+        return None, f"numba kernels unavailable: {type(e).__name__}: {e}"
     return quant_kernels, ""
+
+
+def _smoke_test(k) -> None:
+    """Run one kernel pair on a tiny Q8_0 matrix (the specialisation real models use, so it is compiled or
+    read from the cache once) and check it: a broken install falls back to numpy here, not mid-forward."""
+    raw = np.zeros((2, 34), np.uint8)
+    raw[:, 1] = 0x3C                          # scale 1.0 (float16 0x3C00)
+    raw[:, 2:] = np.arange(32, dtype=np.uint8)
+    raw.flags.writeable = False
+    x = np.ones(32, np.float32)
+    out, rows = np.empty(2, np.float32), np.empty((2, 32), np.float32)
+    _, _, matvec, dequant = k.KERNELS[GGMLType.Q8_0]
+    matvec(raw, x, out, k.F16_TABLE)
+    dequant(raw, rows, k.F16_TABLE)
+    if not (np.all(out == 496.0) and np.array_equal(rows[1], np.arange(32, dtype=np.float32))):
+        raise RuntimeError(f"the Q8_0 kernels computed {out} on a known block")
 
 
 def _kernels():
