@@ -184,25 +184,21 @@ def _q5_k(row, srow, b, out, k, f16, x, put):
 
 @njit(inline="always")
 def _q6_k(row, srow, b, out, k, f16, x, put):
+    # ql[128] | qh[64] | scales[16] int8 | d f16. Element 128h + 32c + p (half h, chunk c, p < 32): low 4 bits
+    # from ql[64h + 32(c & 1) + p] (high nibble when c >= 2), high 2 bits (qh[32h + p] >> 2c) & 3, minus 32;
+    # scale scales[8h + 2c + p // 16]. One contiguous run of 16 per scale, so the inner loop vectorizes.
     o = b * 210
     d = _half(row, o + 208, f16)
-    for h in range(2):                                   # two halves of 128 elements
-        for half in range(2):                            # 16 positions share each of the four scales
-            s = o + 192 + 8 * h + half
-            d0 = d * np.float32(srow[s])
-            d1 = d * np.float32(srow[s + 2])
-            d2 = d * np.float32(srow[s + 4])
-            d3 = d * np.float32(srow[s + 6])
-            for i in range(16):
-                p = 16 * half + i
-                ql0 = row[o + 64 * h + p]
-                ql1 = row[o + 64 * h + p + 32]
-                qh = row[o + 128 + 32 * h + p]
-                e = 128 * h + p
-                put(out, k, e, d0 * np.float32(np.int32((ql0 & 15) | ((qh & 3) << 4)) - 32), x)
-                put(out, k, e + 32, d1 * np.float32(np.int32((ql1 & 15) | (((qh >> 2) & 3) << 4)) - 32), x)
-                put(out, k, e + 64, d2 * np.float32(np.int32((ql0 >> 4) | (((qh >> 4) & 3) << 4)) - 32), x)
-                put(out, k, e + 96, d3 * np.float32(np.int32((ql1 >> 4) | (((qh >> 6) & 3) << 4)) - 32), x)
+    for h in range(2):
+        for c in range(4):
+            lo = o + 64 * h + 32 * (c & 1)
+            shift = 4 * (c >> 1)
+            for half in range(2):
+                dl = d * np.float32(srow[o + 192 + 8 * h + 2 * c + half])
+                for i in range(16):
+                    p = 16 * half + i
+                    q = ((row[lo + p] >> shift) & 15) | (((row[o + 128 + 32 * h + p] >> (2 * c)) & 3) << 4)
+                    put(out, k, 128 * h + 32 * c + p, dl * np.float32(np.int32(q) - 32), x)
 
 
 F16_BLOCK = 64           # F16 matrices are decoded in runs of 64 values (cols must be a multiple)
