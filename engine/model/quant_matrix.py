@@ -83,8 +83,18 @@ def describe_kernels() -> str:
 def kernel_blocks() -> dict[GGMLType, int]:
     """Types a QuantMatrix can hold on this machine -> elements per kernel block (a row's length must be a
     multiple); empty on the numpy path. engine.model.arch.cpu_keeps_quantized decides with it."""
+    return dict(_kernel_blocks())
+
+
+def kernel_block(ggml_type: GGMLType) -> int | None:
+    """Elements per kernel block of `ggml_type`, or None when no kernel holds it here."""
+    return dict(_kernel_blocks()).get(ggml_type)
+
+
+@cache
+def _kernel_blocks() -> tuple[tuple[GGMLType, int], ...]:     # asked per routed expert in MoE decode
     k = _kernels()
-    return {t: v[0] for t, v in k.KERNELS.items()} if k is not None else {}
+    return tuple((t, v[0]) for t, v in k.KERNELS.items()) if k is not None else ()
 
 
 @dataclass(frozen=True, eq=False)
