@@ -590,6 +590,180 @@ KQ_GLU_ENTRY(halo_glu_kq_t8, 8)
 KQ_GLU_ENTRY(halo_glu_kq_t16, 16)
 
 // ---------------------------------------------------------------------------------------------------------
+// Batched decode from shared activations (2 <= T <= 16 tokens, Q4_K / Q6_K rows, K % 256 == 0; the host checks):
+// a block of BQ_WARPS warps takes BQ_ROWS rows, 4 per warp with kq_t1's 8 lanes per super-block (lane m of
+// row group grp = lane / 8 takes 16 quant bytes with wide loads). Per super-block the block stages the NT
+// tokens' 256 activations in shared memory once; the 4 row groups of a warp read the same addresses
+// (broadcast), so every activation a block loads from L2 serves BQ_ROWS rows, where kq_tN made every warp
+// re-read all NT rows of X through L1 for each weight row (the traffic that bounded batched decode).
+// Scales are applied per 16/32 weights as in kq_t1. Tokens past T read zeros and are never written.
+// Grid: (ceil(rows / BQ_ROWS), ceil(T / NT)); block: 32 * BQ_WARPS. Arguments as halo_matmul_kq_tN.
+#define BQ_WARPS 4
+#define BQ_ROWS (4 * BQ_WARPS)
+#define BQ_XLD (256 + 16)          // a token's 256 activations, 4 floats of padding per 64: Q4_K's 8 lanes of a
+__device__ __forceinline__ int bq_pos(int k) { return k + 4 * (k >> 6); }   // group hit distinct banks
+
+// xs[t][bq_pos(k)] = X[xrow(tok0 + t)][256 sb + k] (0 past T)
+template <int NT>
+__device__ __forceinline__ void bq_stage(const float* X, const i32* xrow, int K, int T, int tok0, int sb, float* xs) {
+    for (int i = threadIdx.x; i < NT * 64; i += blockDim.x) {
+        int t = i >> 6, c = i & 63, tok = tok0 + t;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (tok < T) v = __ldg((const float4*)(X + (size_t)(xrow ? xrow[tok] : tok) * K + 256 * sb) + c);
+        *(float4*)(xs + t * BQ_XLD + bq_pos(4 * c)) = v;
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void q4k_sb_nt(const unsigned char* b, int m, const float* xs, float* acc) {
+    int c = m >> 1, l = 16 * (m & 1);
+    uint4 hdr = __ldg((const uint4*)b);
+    uint4 q = __ldg((const uint4*)(b + 16 + 16 * m));
+    float d = h2f(hdr.x & 0xffffu), dmin = h2f(hdr.x >> 16), s1, m1, s2, m2;
+    scale_min_k4_reg(2 * c, hdr.y, hdr.z, hdr.w, &s1, &m1);
+    scale_min_k4_reg(2 * c + 1, hdr.y, hdr.z, hdr.w, &s2, &m2);
+    u32 qw[4] = {q.x, q.y, q.z, q.w};
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float4* xl = (const float4*)(xs + t * BQ_XLD + bq_pos(64 * c + l));
+        const float4* xh = xl + 8;                             // + 32 elements (same 64-run: same padding)
+        float dl = 0.0f, sl = 0.0f, dh = 0.0f, sh = 0.0f;
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float4 a = xl[i], h = xh[i];
+            u32 lo = qw[i] & 0x0f0f0f0fu, hi = (qw[i] >> 4) & 0x0f0f0f0fu;
+            dl += byte_f(lo, 0) * a.x + byte_f(lo, 1) * a.y + byte_f(lo, 2) * a.z + byte_f(lo, 3) * a.w;
+            dh += byte_f(hi, 0) * h.x + byte_f(hi, 1) * h.y + byte_f(hi, 2) * h.z + byte_f(hi, 3) * h.w;
+            sl += (a.x + a.y) + (a.z + a.w);
+            sh += (h.x + h.y) + (h.z + h.w);
+        }
+        acc[t] += d * (s1 * dl + s2 * dh) - dmin * (m1 * sl + m2 * sh);
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void q6k_sb_nt(const unsigned char* b, int m, const float* xs, float* acc) {
+    int h = m >> 2, kk = (m >> 1) & 1, l = 16 * (m & 1);
+    u32 ql[4], qh[4];
+    ld16_a2(b + 16 * m, ql);
+    ld16_a2(b + 128 + 32 * h + l, qh);
+    float d = h2f(ld_u16(b + 208));
+    int si = 8 * h + 2 * kk + (l >> 4);
+    float sc_lo = d * (float)(signed char)ld_u8(b + 192 + si);
+    float sc_hi = d * (float)(signed char)ld_u8(b + 192 + si + 4);
+    u32 s_lo = 2u * (u32)kk, s_hi = s_lo + 4u;
+    u32 lo[4], hi[4];
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        lo[i] = (ql[i] & 0x0f0f0f0fu) | (((qh[i] >> s_lo) & 0x03030303u) << 4);
+        hi[i] = ((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> s_hi) & 0x03030303u) << 4);
+    }
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float4* xl = (const float4*)(xs + t * BQ_XLD + bq_pos(128 * h + 32 * kk + l));
+        const float4* xh = (const float4*)(xs + t * BQ_XLD + bq_pos(128 * h + 32 * kk + l + 64));
+        float dl = 0.0f, dh = 0.0f;
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float4 a = xl[i], e = xh[i];
+            dl += (byte_f(lo[i], 0) - 32.0f) * a.x + (byte_f(lo[i], 1) - 32.0f) * a.y
+                + (byte_f(lo[i], 2) - 32.0f) * a.z + (byte_f(lo[i], 3) - 32.0f) * a.w;
+            dh += (byte_f(hi[i], 0) - 32.0f) * e.x + (byte_f(hi[i], 1) - 32.0f) * e.y
+                + (byte_f(hi[i], 2) - 32.0f) * e.z + (byte_f(hi[i], 3) - 32.0f) * e.w;
+        }
+        acc[t] += sc_lo * dl + sc_hi * dh;
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void bq_sb(int type, const unsigned char* row, int sb, int m, const float* xs, float* acc) {
+    if (type == T_Q4_K) q4k_sb_nt<NT>(row + (size_t)sb * 144, m, xs, acc);
+    else q6k_sb_nt<NT>(row + (size_t)sb * 210, m, xs, acc);
+}
+
+// sum over the 8 lanes of a row group (every lane gets it)
+__device__ __forceinline__ float group8_sum(float v) {
+    v += SHFL_XOR(v, 1);
+    v += SHFL_XOR(v, 2);
+    v += SHFL_XOR(v, 4);
+    return v;
+}
+
+template <int NT>
+__device__ void matmul_bq(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
+                          i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
+                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy) {
+    __shared__ __align__(16) float xs[NT * BQ_XLD];
+    int lane = threadIdx.x & 31, m = lane & 7;
+    int row = blockIdx.x * BQ_ROWS + 4 * (threadIdx.x >> 5) + (lane >> 3), tok0 = blockIdx.y * NT;
+    bool valid = row < n0 + n1 + n2;
+    const unsigned char* base; int type, rb, local;
+    if (row < n0) { base = w0; type = t0_; rb = rb0; local = row; }
+    else if (row < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = row - n0 - n1; }
+    const unsigned char* rp = valid ? base + (size_t)local * rb : 0;
+    float acc[NT];
+    #pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    for (int sb = 0; sb < (K >> 8); sb++) {
+        __syncthreads();
+        bq_stage<NT>(X, xrow, K, T, tok0, sb, xs);
+        __syncthreads();
+        if (valid) bq_sb<NT>(type, rp, sb, m, xs, acc);
+    }
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float v = group8_sum(acc[t]);
+        if (valid && m == 0 && tok0 + t < T) Y[(size_t)(tok0 + t) * ldy + row] = v + (bias ? bias[row] : 0.0f);
+    }
+}
+
+// Grid and block as matmul_bq; arguments as halo_glu_kq_tN.
+template <int NT>
+__device__ void glu_bq(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+                       i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {
+    __shared__ __align__(16) float xs[NT * BQ_XLD];
+    int lane = threadIdx.x & 31, m = lane & 7;
+    int r = blockIdx.x * BQ_ROWS + 4 * (threadIdx.x >> 5) + (lane >> 3), tok0 = blockIdx.y * NT;
+    bool valid = r < n_ff;
+    const unsigned char* rg = valid ? wg + (size_t)r * rb_g : 0;
+    const unsigned char* ru = valid ? wu + (size_t)r * rb_u : 0;
+    float g[NT], u[NT];
+    #pragma unroll
+    for (int t = 0; t < NT; t++) { g[t] = 0.0f; u[t] = 0.0f; }
+    for (int sb = 0; sb < (K >> 8); sb++) {
+        __syncthreads();
+        bq_stage<NT>(X, 0, K, T, tok0, sb, xs);
+        __syncthreads();
+        if (valid) {
+            bq_sb<NT>(tg, rg, sb, m, xs, g);
+            bq_sb<NT>(tu, ru, sb, m, xs, u);
+        }
+    }
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float gs = group8_sum(g[t]), us = group8_sum(u[t]);
+        if (valid && m == 0 && tok0 + t < T) A[(size_t)(tok0 + t) * n_ff + r] = act_fn(gs, act) * us;
+    }
+}
+
+#define BQ_MATMUL_ENTRY(NAME, NT)                                                                          \
+HALO_KERNEL void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1, i32 t1,    \
+                      i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2, const float* bias, \
+                      const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy) {                  \
+    matmul_bq<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy);         \
+}
+#define BQ_GLU_ENTRY(NAME, NT)                                                                             \
+HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,  \
+                      i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {                         \
+    glu_bq<NT>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A);                                         \
+}
+BQ_MATMUL_ENTRY(halo_matmul_bq_t8, 8)
+BQ_MATMUL_ENTRY(halo_matmul_bq_t16, 16)
+BQ_GLU_ENTRY(halo_glu_bq_t8, 8)
+BQ_GLU_ENTRY(halo_glu_bq_t16, 16)
+
+// ---------------------------------------------------------------------------------------------------------
 // Prefill tile (T > 8): a block of 128 threads computes 32 weight rows x 64 tokens. Per 64-wide k step it
 // dequantizes the weight tile once into shared memory (Ws[k][row], any type through dq8) and stages the
 // activations (Xs[k][token]); each thread then accumulates a 4 rows x 4 tokens micro-tile from shared
