@@ -352,7 +352,7 @@ def _steps_ms(gm: GpuModel, step: StepInput, kv, pool, n: int) -> float:
 def run_batch_bench(model_path, backend_name: str, batches=(1, 4, 8, 16), depth: int = BATCH_DEPTH, steps: int = 32,
                     backend=None) -> dict:
     """Decode steps of T sequences (one token each), replayed as the engine replays them (one graph per T): ms per
-    step with the batched-decode kernels (bq_tN) and without (r1_t4 / r4_t8 / the prefill tile, what ran before),
+    step (9..16 tokens: with the batched-decode kernels bq_t16 and without, i.e. the prefill tile as before),
     and where a step goes on the GPU (kernel roles, eager; the LM head on one row)."""
     path = Path(model_path)
     own = backend is None
@@ -368,7 +368,7 @@ def run_batch_bench(model_path, backend_name: str, batches=(1, 4, 8, 16), depth:
         for T in batches:
             st = _batch_step(T, depth, bps)
             row = {}
-            for bq in ((True, False) if T > 1 else (True,)):
+            for bq in ((True, False) if T >= forward_mod.BQ_MIN_T else (True,)):
                 forward_mod.BQ_BATCH = bq
                 gm.drop_graphs()
                 row["ms" if bq else "ms_without_bq"] = _steps_ms(gm, st, kv, pool, steps)
@@ -392,7 +392,7 @@ def format_batch_result(r: dict) -> str:
     for T, row in r["rows"].items():
         line = f"  T={T}: {row['ms']:.2f} ms/step = {T / row['ms'] * 1e3:.0f} tok/s"
         if "ms_without_bq" in row:
-            line += f" (without bq_tN: {row['ms_without_bq']:.2f} ms = {T / row['ms_without_bq'] * 1e3:.0f} tok/s)"
+            line += f" (without bq_t16: {row['ms_without_bq']:.2f} ms = {T / row['ms_without_bq'] * 1e3:.0f} tok/s)"
         lines.append(line)
         if row.get("breakdown_us"):
             lines.append("  " + _breakdown_line(f"T={T} step", row["breakdown_us"]))

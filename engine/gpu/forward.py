@@ -46,10 +46,12 @@ SIMT_TILES = os.environ.get("HALO_GPU_TILES") == "gt"
 # HALO_GPU_KQ_BATCH=1: steps of 2..16 tokens take halo_*_kq_t{4,8,16} instead of r1_t4 / r4_t8 / the tile.
 # Off by default: on the H200 it did not raise batched decode (engine/gpu/NOTES.md), so the measured path stays.
 KQ_BATCH = os.environ.get("HALO_GPU_KQ_BATCH") == "1"
-# halo_*_bq_t{8,16}: steps of 2..16 tokens (batched decode) where every matrix is Q4_K or Q6_K and K % 256 == 0:
-# BQ_ROWS rows per block share each activation staged once in shared memory. HALO_GPU_BQ=0 keeps r1_t4 / r4_t8
-# / the prefill tile there (for comparisons).
-BQ_TOKENS, BQ_ROWS, BQ_TYPES = (8, 16), 16, frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
+# halo_*_bq_t16: steps of BQ_MIN_T..16 tokens (batched decode) where every matrix is Q4_K or Q6_K and K % 256 == 0:
+# BQ_ROWS rows per block share each activation staged once in shared memory. H200, Qwen3-4B shapes, graph step
+# (docs/results/h200-batched-decode-bq.txt): 16 tokens 40.6 -> 24.5 ms; at 4 and 8 tokens the same scheme
+# (bq_t8) lost to r1_t4 / r4_t8 (8.2 -> 13.0 ms, 13.1 -> 14.4 ms), so those keep them. HALO_GPU_BQ=0 keeps the
+# prefill tile for 9..16 tokens too (for comparisons).
+BQ_TOKENS, BQ_MIN_T, BQ_ROWS, BQ_TYPES = (16,), 9, 16, frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 BQ_BATCH = os.environ.get("HALO_GPU_BQ") != "0"
 ATTN_WARPS = 8
 # Split-KV (flash-decoding) attention, halo_attention_split + halo_attention_merge: for steps of at most
@@ -262,12 +264,12 @@ class GpuForward:
 
     def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False, bq_ok: bool = False) -> tuple[int, int, str]:
         """(rows per warp or block, tokens per tile, kernel suffix). kq_t1: warp per row, wide K-quant loads
-        (any type); bq_tN: BQ_ROWS rows per block for 2..16 tokens, activations staged in shared memory
+        (any type); bq_t16: BQ_ROWS rows per block for 9..16 tokens, activations staged in shared memory
         (Q4_K / Q6_K); kq_tN (HALO_GPU_KQ_BATCH=1): warp per row for 2..16 tokens, each weight decoded once;
         tc / gt: 32 x 64 shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs."""
         if T == 1:
             return (1, 1, "r1_t1") if LEGACY_TILES else (1, 1, "kq_t1")
-        if T <= BQ_TOKENS[-1] and bq_ok and BQ_BATCH and not LEGACY_TILES:
+        if BQ_MIN_T <= T <= BQ_TOKENS[-1] and bq_ok and BQ_BATCH and not LEGACY_TILES:
             n = next(n for n in BQ_TOKENS if n >= T)
             return BQ_ROWS, n, f"bq_t{n}"
         if T <= KQ_TOKENS[-1] and KQ_BATCH and not LEGACY_TILES:

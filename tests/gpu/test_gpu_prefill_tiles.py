@@ -6,7 +6,7 @@ for K = 2560, which is below the size the forward splits at) or runs one block o
 Precision: the tensor-core tile splits each operand into two TF32 parts (3xTF32), so its error must stay at
 float32 level: max |Y - Y64| / (|X| |W|^T) below 2e-6, which a single TF32 product (~1e-5 at these K) would
 fail. The SIMT tile (gt, what HIP runs) is held to the same bound, and so are the batched-decode kernels
-(bq_tN for Q4_K / Q6_K, kq_tN behind HALO_GPU_KQ_BATCH=1).
+(bq_t16 for Q4_K / Q6_K, kq_tN behind HALO_GPU_KQ_BATCH=1).
 """
 from __future__ import annotations
 
@@ -146,13 +146,13 @@ def test_glu_tiles_match_float64(fwd, K, T, act, monkeypatch):
 
 @pytest.mark.parametrize("kernel", ["kq", "bq"])
 @pytest.mark.parametrize("ggml_type", TYPES, ids=lambda t: t.name)
-@pytest.mark.parametrize("T", [2, 5, 16])
+@pytest.mark.parametrize("T", [2, 5, 12, 16])
 def test_batched_decode_matvec_matches_float64(fwd, ggml_type, T, kernel, monkeypatch):
-    """2..16 tokens (a decode batch) take halo_matmul_bq_t{8,16} (Q4_K / Q6_K, the default) or, with KQ_BATCH,
+    """9..16 tokens (a decode batch) take halo_matmul_bq_t16 (Q4_K / Q6_K, the default), 2..16 with KQ_BATCH
     halo_matmul_kq_t{4,8,16}: every output written, float32 accuracy; the rows go through xrow as the LM
     head's do (a permutation of the tokens). bq gets a row count that leaves its last block part empty."""
-    if kernel == "bq" and ggml_type not in fwd_mod.BQ_TYPES:
-        pytest.skip("halo_matmul_bq_tN takes Q4_K and Q6_K rows only")
+    if kernel == "bq" and (ggml_type not in fwd_mod.BQ_TYPES or T < fwd_mod.BQ_MIN_T):
+        pytest.skip("halo_matmul_bq_t16 takes 9..16 tokens of Q4_K and Q6_K rows")
     monkeypatch.setattr(fwd_mod, "BQ_BATCH", kernel == "bq")
     rng = np.random.default_rng(T + int(ggml_type))
     rows, K = (64, 512) if kernel == "kq" else (72, 768)
@@ -181,8 +181,10 @@ def test_batched_decode_matvec_matches_float64(fwd, ggml_type, T, kernel, monkey
 
 
 @pytest.mark.parametrize("kernel", ["kq", "bq"])
-@pytest.mark.parametrize("T", [3, 16])
+@pytest.mark.parametrize("T", [3, 12, 16])
 def test_batched_decode_glu_matches_float64(fwd, T, kernel, monkeypatch):
+    if kernel == "bq" and T < fwd_mod.BQ_MIN_T:
+        pytest.skip("halo_glu_bq_t16 takes 9..16 tokens")
     monkeypatch.setattr(fwd_mod, "BQ_BATCH", kernel == "bq")
     rng = np.random.default_rng(T)
     n_ff, K = (96, 512) if kernel == "kq" else (88, 1024)

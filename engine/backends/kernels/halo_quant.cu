@@ -590,7 +590,7 @@ KQ_GLU_ENTRY(halo_glu_kq_t8, 8)
 KQ_GLU_ENTRY(halo_glu_kq_t16, 16)
 
 // ---------------------------------------------------------------------------------------------------------
-// Batched decode from shared activations (2 <= T <= 16 tokens, Q4_K / Q6_K rows, K % 256 == 0; the host checks):
+// Batched decode from shared activations (9 <= T <= 16 tokens, Q4_K / Q6_K rows, K % 256 == 0; the host checks):
 // a block of BQ_WARPS warps takes BQ_ROWS rows, 4 per warp with kq_t1's 8 lanes per super-block (lane m of
 // row group grp = lane / 8 takes 16 quant bytes with wide loads). Per super-block the block stages the NT
 // tokens' 256 activations in shared memory once; the 4 row groups of a warp read the same addresses
@@ -758,9 +758,7 @@ HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, 
                       i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {                         \
     glu_bq<NT>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A);                                         \
 }
-BQ_MATMUL_ENTRY(halo_matmul_bq_t8, 8)
 BQ_MATMUL_ENTRY(halo_matmul_bq_t16, 16)
-BQ_GLU_ENTRY(halo_glu_bq_t8, 8)
 BQ_GLU_ENTRY(halo_glu_bq_t16, 16)
 
 // ---------------------------------------------------------------------------------------------------------
