@@ -5,7 +5,8 @@ for K = 2560, which is below the size the forward splits at) or runs one block o
 
 Precision: the tensor-core tile splits each operand into two TF32 parts (3xTF32), so its error must stay at
 float32 level: max |Y - Y64| / (|X| |W|^T) below 2e-6, which a single TF32 product (~1e-5 at these K) would
-fail. The SIMT tile (gt, what HIP runs) is held to the same bound, and so are the batched-decode kernels
+fail. The SIMT tile (gt, what HIP runs) is held to the same bound, so is the RDNA WMMA tile (wm, 3xF16 with
+power-of-two tile scaling) on a gfx11 GPU (none has run it yet), and so are the batched-decode kernels
 (bq_t16 for Q4_K / Q6_K, kq_tN behind HALO_GPU_KQ_BATCH=1).
 """
 from __future__ import annotations
@@ -57,7 +58,9 @@ def fwd(gpu_name):
 
 
 def modes(fwd):
-    return (["tc"] if fwd.use_tc else []) + ["gt"]
+    """The prefill tiles this device runs: tc (CUDA tensor cores), wm (RDNA3 / 3.5 WMMA, opt-in in the engine,
+    tested wherever the arch has it), gt (FMAs, everywhere)."""
+    return (["tc"] if fwd.use_tc else []) + (["wm"] if fwd_mod.wmma_usable(fwd.backend) else []) + ["gt"]
 
 
 def upload(fwd, host: np.ndarray):
@@ -97,6 +100,7 @@ def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
     try:
         for mode in modes(fwd):
             monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
+            monkeypatch.setattr(fwd, "use_wmma", mode == "wm")
             launched.clear()
             fwd.backend.memset_async(y_dev, 0xFF, fwd.stream)          # NaN: every output must be written
             fwd._matmul([m], x_dev, T, y_dev, rows)
@@ -132,6 +136,7 @@ def test_glu_tiles_match_float64(fwd, K, T, act, monkeypatch):
     try:
         for mode in modes(fwd):
             monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
+            monkeypatch.setattr(fwd, "use_wmma", mode == "wm")
             fwd.backend.memset_async(ad, 0xFF, fwd.stream)
             fwd._glu(DeviceMatrix(gd, int(GGMLType.Q4_K), n_ff, K), DeviceMatrix(ud, int(GGMLType.Q6_K), n_ff, K),
                      xd, T, ad)

@@ -914,6 +914,196 @@ HALO_KERNEL void halo_glu_gt(const unsigned char* wg, i32 tg, const unsigned cha
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Prefill on RDNA3 / RDNA3.5 WMMA (gfx1100-1102, gfx1150, gfx1151 = Strix Halo): the gt tile (same grid, block,
+// contract and shared-memory staging: 32 rows x 64 tokens, k stage 64) with the products on
+// v_wmma_f32_16x16x16_f16 instead of FMAs. RDNA's WMMA takes f16 / bf16 operands only, so for float32-level
+// results both operands are split in two f16 parts (x = hi + lo, 11 + 11 bits) and a*b is taken as
+// alo*bhi + ahi*blo + ahi*bhi ("3xF16", the 3xTF32 scheme of the tc tile). f16's range (max 65504, normal
+// down to 6e-5) would not hold raw activations or weights, so every stage's weight tile and activation tile are
+// scaled by a power of two that puts their largest magnitude just below 2^15 (exact: only exponents change);
+// the stage's products, accumulated in a fresh f32 fragment, are scaled back when added to the f32 accumulator.
+// Elements far below their tile's largest keep ~2^-22 of that largest, the float32-level bound the tile tests
+// use (|Y - Y64| / (|X| |W|)). Wave w (4 waves of 32) owns rows 16 (w & 1) .. +16 and tokens 32 (w >> 1) .. +32
+// (two 16 x 16 tiles). Fragments (wave32, 16x16x16): A lane l holds row l % 16, k 0..15; B lane l holds token
+// column l % 16, k 0..15 (lanes 16-31 repeat 0-15); C/D lane l holds column l % 16, rows 2 i + l / 16, i < 8.
+// Only compiled (gfx11 targets of the prebuilt build): no AMD GPU has run it, so the host takes it only when
+// asked (HALO_GPU_TILES=wmma); elsewhere it compiles to nothing.
+#if defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || defined(__gfx1150__) || \
+    defined(__gfx1151__)
+#define HALO_WMMA 1
+typedef _Float16 halo_h16 __attribute__((ext_vector_type(16)));
+typedef float halo_f8 __attribute__((ext_vector_type(8)));
+
+// max |v| over the block (128 threads); red: >= 32 floats of shared memory
+__device__ float block_max_abs(float v, float* red) {
+    v = warp_max(v);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float m = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, red[i]);
+    return m;
+}
+
+// 2^e with max * 2^e in [2^14, 2^15) (1 for an all-zero tile)
+__device__ __forceinline__ float wm_scale(float max_abs) {
+    if (!(max_abs > 0.0f)) return 1.0f;
+    int e;
+    frexpf(max_abs, &e);                       // max_abs = m 2^e, m in [0.5, 1)
+    return ldexpf(1.0f, 15 - e);
+}
+
+// hi / lo f16 parts of 16 values read with stride `stride` from p, scaled by s
+__device__ __forceinline__ void wm_split16(const float* p, int stride, float s, halo_h16* hi, halo_h16* lo) {
+    #pragma unroll
+    for (int i = 0; i < 16; i++) {
+        float v = p[i * stride] * s;
+        _Float16 h = (_Float16)v;
+        (*hi)[i] = h;
+        (*lo)[i] = (_Float16)(v - (float)h);
+    }
+}
+
+// acc[j][i] += (W tile rows of this wave) x (token tile j) over one 64-k stage, undoing the scales
+__device__ __forceinline__ void wm_mma(const float* Ws, const float* Xs, float sw, float sx, float (*acc)[8]) {
+    int wave = threadIdx.x >> 5, lane = threadIdx.x & 31, c = lane & 15;
+    int r0 = 16 * (wave & 1), n0 = 32 * (wave >> 1);
+    halo_f8 part[2];
+    #pragma unroll
+    for (int j = 0; j < 2; j++)
+        #pragma unroll
+        for (int i = 0; i < 8; i++) part[j][i] = 0.0f;
+    #pragma unroll
+    for (int kk = 0; kk < GT_BK; kk += 16) {
+        halo_h16 ah, al;
+        wm_split16(Ws + kk * GT_WS + r0 + c, GT_WS, sw, &ah, &al);
+        #pragma unroll
+        for (int j = 0; j < 2; j++) {
+            halo_h16 bh, bl;
+            wm_split16(Xs + kk * GT_XS + n0 + 16 * j + c, GT_XS, sx, &bh, &bl);
+            part[j] = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(al, bh, part[j]);
+            part[j] = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(ah, bl, part[j]);
+            part[j] = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(ah, bh, part[j]);
+        }
+    }
+    float undo = 1.0f / (sw * sx);             // a power of two: exact
+    #pragma unroll
+    for (int j = 0; j < 2; j++)
+        #pragma unroll
+        for (int i = 0; i < 8; i++) acc[j][i] += part[j][i] * undo;
+}
+
+// the largest |.| this thread wrote into the stage's tiles: gt_load_w's 16 weights and gt_load_x's 32 values
+__device__ __forceinline__ float wm_local_max_w(const float* Ws) {
+    int t = threadIdx.x, r = t >> 2;
+    float m = 0.0f;
+    #pragma unroll
+    for (int j = 0; j < 2; j++) {
+        int gi = (t & 3) + 4 * j;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) m = fmaxf(m, fabsf(Ws[(8 * gi + i) * GT_WS + r]));
+    }
+    return m;
+}
+
+__device__ __forceinline__ float wm_local_max_x(const float* Xs) {
+    int t = threadIdx.x, n = t & 63;
+    float m = 0.0f;
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int k8 = (t >> 6) + 2 * j;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) m = fmaxf(m, fabsf(Xs[(8 * k8 + i) * GT_XS + n]));
+    }
+    return m;
+}
+
+// (row, token) in the block's tile of element i of this lane's fragment for token tile j
+__device__ __forceinline__ int wm_row(int i) { return 16 * ((threadIdx.x >> 5) & 1) + 2 * i + ((threadIdx.x & 31) >> 4); }
+__device__ __forceinline__ int wm_tok(int j) { return 32 * (threadIdx.x >> 6) + 16 * j + (threadIdx.x & 15); }
+#else
+#define HALO_WMMA 0
+#endif
+
+// Arguments, grid and block as halo_matmul_gt.
+HALO_KERNEL void halo_matmul_wm(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+                                const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
+                                const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
+                                const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
+                                float* Y, i32 ldy) {
+#if HALO_WMMA
+    __shared__ __align__(16) float Ws[GT_BK * GT_WS];
+    __shared__ __align__(16) float Xs[GT_BK * GT_XS];
+    __shared__ float red[32];
+    int row0 = blockIdx.x * GT_BM, tok0 = blockIdx.y * GT_BN;
+    const unsigned char* base; int type, rb, local;
+    if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
+    else if (row0 < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row0 - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
+    const unsigned char* rows = base + (size_t)local * rb;
+    float acc[2][8];
+    #pragma unroll
+    for (int j = 0; j < 2; j++)
+        #pragma unroll
+        for (int i = 0; i < 8; i++) acc[j][i] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += GT_BK) {
+        __syncthreads();
+        gt_load_w(type, rows, rb, k0, Ws);
+        gt_load_x(X, xrow, K, T, tok0, k0, Xs);
+        __syncthreads();                      // (block_max_abs syncs again before its shared writes)
+        float sw = wm_scale(block_max_abs(wm_local_max_w(Ws), red));
+        float sx = wm_scale(block_max_abs(wm_local_max_x(Xs), red));
+        wm_mma(Ws, Xs, sw, sx, acc);
+    }
+    #pragma unroll
+    for (int j = 0; j < 2; j++)
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int row = row0 + wm_row(i), tok = tok0 + wm_tok(j);
+            if (tok < T) Y[(size_t)tok * ldy + row] = acc[j][i] + (bias ? bias[row] : 0.0f);
+        }
+#endif
+}
+
+// GLU on the same tile: arguments, grid and block as halo_glu_gt.
+HALO_KERNEL void halo_glu_wm(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+                             i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {
+#if HALO_WMMA
+    __shared__ __align__(16) float Wg[GT_BK * GT_WS];
+    __shared__ __align__(16) float Wu[GT_BK * GT_WS];
+    __shared__ __align__(16) float Xs[GT_BK * GT_XS];
+    __shared__ float red[32];
+    int row0 = blockIdx.x * GT_BM, tok0 = blockIdx.y * GT_BN;
+    const unsigned char* rg = wg + (size_t)row0 * rb_g;
+    const unsigned char* ru = wu + (size_t)row0 * rb_u;
+    float ag[2][8], au[2][8];
+    #pragma unroll
+    for (int j = 0; j < 2; j++)
+        #pragma unroll
+        for (int i = 0; i < 8; i++) { ag[j][i] = 0.0f; au[j][i] = 0.0f; }
+    for (int k0 = 0; k0 < K; k0 += GT_BK) {
+        __syncthreads();
+        gt_load_w(tg, rg, rb_g, k0, Wg);
+        gt_load_w(tu, ru, rb_u, k0, Wu);
+        gt_load_x(X, 0, K, T, tok0, k0, Xs);
+        __syncthreads();
+        float sg = wm_scale(block_max_abs(wm_local_max_w(Wg), red));
+        float su = wm_scale(block_max_abs(wm_local_max_w(Wu), red));
+        float sx = wm_scale(block_max_abs(wm_local_max_x(Xs), red));
+        wm_mma(Wg, Xs, sg, sx, ag);
+        wm_mma(Wu, Xs, su, sx, au);
+    }
+    #pragma unroll
+    for (int j = 0; j < 2; j++)
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int row = row0 + wm_row(i), tok = tok0 + wm_tok(j);
+            if (tok < T) A[(size_t)tok * n_ff + row] = act_fn(ag[j][i], act) * au[j][i];
+        }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Prefill on NVIDIA tensor cores (sm_80 and newer): the gt tile's scheme (each weight dequantized once per 64
 // tokens into shared memory) with the products done by mma.sync m16n8k8 TF32 instead of FMAs.
 // Precision ("3xTF32"): every operand is split into a TF32 head and a TF32 tail (a = ah + al, both exact in
