@@ -215,8 +215,8 @@ class MainWindow(QMainWindow):
             live = stream is not None and m.id == stream.message_id
             view = self.chat_view.add_message(m.id, m.role, stream.text if live else m.content, m.state, m.error,
                                               reasoning=stream.reasoning if live else m.reasoning)
-            if m.usage.get("generated_tokens"):
-                view.set_detail(_usage_text(m.usage["generated_tokens"], m.usage.get("decode_tokens_per_s", 0.0)))
+            view.set_detail(_usage_text(m.usage.get("generated_tokens", 0), m.usage.get("decode_tokens_per_s", 0.0),
+                                        m.usage.get("turns_left_out", 0)))
             view.set_truncated(m.state == "complete" and m.usage.get("finish_reason") == "length")
             view.set_alternatives(*self.store.alternatives(m.id))
         self.chat_view.refresh_actions()
@@ -389,10 +389,7 @@ class MainWindow(QMainWindow):
             view.set_reasoning(msg.reasoning)
             view.set_truncated(msg.state == "complete" and fin.reason == "length")
             view.set_alternatives(*self.store.alternatives(message_id))
-            if fin.usage.generated_tokens:
-                view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s))
-            view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s)
-                            if fin.usage.generated_tokens else "")
+            view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s, fin.turns_left_out))
         if fin.reason == "error":
             self.models.show_generation_error(fin.error or "unknown error", getattr(fin, "error_type", ""))
         self._update_busy()
@@ -469,5 +466,10 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
 
-def _usage_text(tokens: int, tokens_per_s: float) -> str:
-    return f"{tokens} tokens · {tokens_per_s:.1f} tok/s"
+def _usage_text(tokens: int, tokens_per_s: float, turns_left_out: int = 0) -> str:
+    """A reply's detail line: its length and speed, and the earlier turns the context overflow policy left out
+    of its prompt (engine.context_fit); "" when there is nothing to say."""
+    parts = [f"{tokens} tokens · {tokens_per_s:.1f} tok/s"] if tokens else []
+    if turns_left_out:
+        parts.append(f"{turns_left_out} earlier turn{'s' if turns_left_out != 1 else ''} left out")
+    return " · ".join(parts)

@@ -118,6 +118,7 @@ class Finished:
     first_top_logits: tuple[tuple[int, float], ...] = ()
     error: str | None = None      # set when reason == "error": what happened and what to do
     error_type: str = ""          # the engine.errors class of that error (e.g. "ContextOverflowError"), if any
+    turns_left_out: int = 0       # earlier turns the context overflow policy left out of the prompt
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,9 @@ def cmd_inspect(args) -> int:
                 kept = sum(t.nbytes for t in gguf.tensors.values() if is_expert_tensor(t.name))
                 print(f"experts:       {c.n_expert} per layer, {c.n_expert_used} used per token, FFN "
                       f"{c.n_ff_exp}; {kept / 2**20:.1f} MiB of them stay quantized on the CPU too")
+            from .model.quant_matrix import describe_kernels
+            cpu_w = memory_estimate(c, c.context_length, "cpu", gguf.tensors.values()).weights
+            print(f"memory (CPU):  weights {cpu_w / 2**20:.1f} MiB ({describe_kernels()})")
             refusal = gpu_refusal(c)
             print(f"runs here:     yes - {'CPU only (' + refusal + ')' if refusal else 'CPU and GPU'}")
         except EngineError as e:

@@ -9,7 +9,7 @@ newest user message is always kept. The prompt must leave room for the reply (`r
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from engine.api import ChatMessage
 
@@ -22,23 +22,33 @@ def reply_room(max_context: int, max_tokens: int) -> int:
     return max(1, min(max_tokens, max_context // 4))
 
 
+class Fitted(NamedTuple):
+    ids: list[int]          # the prompt
+    dropped: int            # messages left out (the oldest ones after any kept system prompt)
+    turns_dropped: int      # of them, the turns: a user message and the replies after it
+
+
 def fit_messages(encode: Callable[[Sequence[ChatMessage]], list[int]], messages: Sequence[ChatMessage],
-                 policy: str, budget: int) -> tuple[list[int], int]:
-    """(prompt ids, messages left out). `encode(messages)` renders and tokenizes; `budget`: the most prompt
-    tokens allowed. Under "stop", or when even the newest turn alone is too long, the ids may exceed it
-    (the scheduler then refuses the request with its own error)."""
+                 policy: str, budget: int) -> Fitted:
+    """The prompt and what was left out of it. `encode(messages)` renders and tokenizes; `budget`: the most
+    prompt tokens allowed. Under "stop", or when even the newest turn alone is too long, the ids may exceed
+    it (the scheduler then refuses the request with its own error)."""
     ids = encode(messages)
     if len(ids) <= budget or policy == "stop":
-        return ids, 0
+        return Fitted(ids, 0, 0)
     head = list(messages[:1]) if policy == "drop_oldest" and messages and messages[0].role == "system" else []
     body = list(messages[len(head):])
     cuts = [k for k in range(1, len(body)) if body[k].role == "user"]   # kept part starts at a user turn
+
+    def fitted(cut: int, cut_ids: list[int]) -> Fitted:
+        return Fitted(cut_ids, cut, sum(m.role == "user" for m in body[:cut]))
+
     if not cuts:
-        return ids, 0
+        return Fitted(ids, 0, 0)
     best = cuts[-1]
     best_ids = encode(head + body[best:])
     if len(best_ids) > budget:
-        return best_ids, best
+        return fitted(best, best_ids)
     lo, hi = 0, len(cuts) - 1              # the fewest dropped that fits: fitting is monotone in the cut
     while lo < hi:
         mid = (lo + hi) // 2
@@ -47,4 +57,4 @@ def fit_messages(encode: Callable[[Sequence[ChatMessage]], list[int]], messages:
             hi, best, best_ids = mid, cuts[mid], mid_ids
         else:
             lo = mid + 1
-    return best_ids, best
+    return fitted(best, best_ids)

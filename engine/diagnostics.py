@@ -29,7 +29,7 @@ BACKEND_SETTINGS = ("auto", "hip", "cuda", "cpu")
 LIBRARIES: tuple[tuple[str, ...], ...] = (
     ("numpy",), ("tokenizers",), ("jinja2", "Jinja2"), ("gguf",), ("platformdirs",),
     ("PySide6-Essentials", "PySide6"), ("shiboken6",), ("cuda-python",), ("cuda-bindings",),
-    ("hip-python", "rocm-bindings-hip"),
+    ("hip-python", "rocm-bindings-hip"), ("numba",), ("llvmlite",),
 )
 
 
@@ -42,6 +42,8 @@ def system_info() -> SystemInfo:
     info.os, info.os_build = _os_name()
     info.cpu = _cpu_name()
     info.memory_total, info.memory_available = host_memory()
+    from engine.model.quant_matrix import describe_kernels
+    info.cpu_kernels = describe_kernels()
     return info
 
 

@@ -46,6 +46,7 @@ class SystemInfo(Record):
     machine: str = ""              # "AMD64", "x86_64"
     cpu: str = ""
     cpu_count: int | None = None
+    cpu_kernels: str = ""          # the CPU backend's products: numba quantized kernels or numpy float32
     memory_total: int | None = None
     memory_available: int | None = None
     python: str = ""
@@ -143,6 +144,7 @@ def system_rows(s: SystemInfo) -> list[tuple[str, str]]:
     py_extra = join(s.python_executable, "frozen bundle" if s.frozen else "")
     return [("OS", f"{s.os or 'unknown'}" + (f" ({os_extra})" if os_extra else "")),
             ("CPU", f"{s.cpu or 'unknown'}" + (f" ({s.cpu_count} logical cores)" if s.cpu_count else "")),
+            ("CPU kernels", s.cpu_kernels or "unknown"),
             ("Memory", f"{fmt_bytes(s.memory_total)} total, {fmt_bytes(s.memory_available)} available"),
             ("Python", f"{s.python or 'unknown'}" + (f" ({py_extra})" if py_extra else "")),
             ("Halo Chat", s.app_version or "unknown")]

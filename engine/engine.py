@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.api import Event, Finished, GenerateRequest, LoadProgress, ModelInfo, TextDelta, Usage
-from engine.context_fit import OVERFLOW_POLICIES, fit_messages, reply_room
+from engine.context_fit import OVERFLOW_POLICIES, Fitted, fit_messages, reply_room
 from engine.core.engine_core import EngineCore
 from engine.core.setup import DEFAULT_MAX_NUM_SEQS, BackendChoice
 from engine.errors import (
@@ -394,7 +394,7 @@ class Engine:
     def _encode(self, m: _Loaded, request: GenerateRequest) -> None:
         """Encoder thread: template + tokenizer, then back to the engine thread as an "encoded" command."""
         try:
-            result: list[int] | Exception = _encode_fitted(m, request)
+            result: Fitted | Exception = _encode_fitted(m, request)
         except Exception as e:   # noqa: BLE001 - handed to the engine thread, which fails this request alone
             result = e
         if not self._stopped:
@@ -405,7 +405,7 @@ class Engine:
         kind = type(error).__name__ if isinstance(error, EngineError) else ""
         self._finish_unstarted(request.request_id, "error", message, kind)
 
-    def _admit(self, encoded_for: _Loaded, request: GenerateRequest, result: list[int] | Exception) -> None:
+    def _admit(self, encoded_for: _Loaded, request: GenerateRequest, result: Fitted | Exception) -> None:
         """Checks the encoded request and hands it to the core; any problem finishes it with "error"."""
         if self._handles.get(request.request_id) is None:
             return                                   # aborted (or the model dropped) while it was encoded
@@ -415,27 +415,28 @@ class Engine:
                 raise ModelNotLoadedError("The model changed while the request was prepared; send it again.")
             if isinstance(result, Exception):
                 raise result
-            prompt_ids = result
+            prompt_ids = result.ids
             if not prompt_ids:
                 raise EngineError("The prompt is empty.")
             if max(prompt_ids) >= m.vocab_size or min(prompt_ids) < 0:
                 raise EngineError("The prompt has token ids outside the model's vocabulary.")
             tokenizer = m.prompt_format.tokenizer
             generation = Generation(request, prompt_ids, tokenizer, tokenizer.stop_ids, self._emit,
-                                    reasoning_parser(m.prompt_format.template_source, tokenizer, prompt_ids))
+                                    reasoning_parser(m.prompt_format.template_source, tokenizer, prompt_ids),
+                                    turns_left_out=result.turns_dropped)
             m.core.add_request(generation, prompt_ids, tokenizer.stop_ids)
         except Exception as e:   # noqa: BLE001 - a bad request fails alone
             self._fail_request(request, e)
 
 
-def _encode_fitted(m: _Loaded, request: GenerateRequest) -> list[int]:
-    """The prompt's ids; a chat over the context is shortened by its overflow policy (engine.context_fit)."""
+def _encode_fitted(m: _Loaded, request: GenerateRequest) -> Fitted:
+    """The prompt's ids; a chat over the context is shortened by its overflow policy (engine.context_fit),
+    and the result says how many turns that left out."""
     if request.messages is None or request.context_overflow == "stop":
-        return encode_prompt(m.prompt_format, request)
+        return Fitted(encode_prompt(m.prompt_format, request), 0, 0)
     budget = m.max_context - reply_room(m.max_context, request.params.max_tokens)
-    ids, _dropped = fit_messages(lambda msgs: encode_prompt(m.prompt_format, replace(request, messages=tuple(msgs))),
-                                 request.messages, request.context_overflow, budget)
-    return ids
+    return fit_messages(lambda msgs: encode_prompt(m.prompt_format, replace(request, messages=tuple(msgs))),
+                        request.messages, request.context_overflow, budget)
 
 
 def _check_prompt_size(m: _Loaded, request: GenerateRequest) -> None:

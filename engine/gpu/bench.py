@@ -21,7 +21,7 @@ from engine.model.arch import BLOCK_SIZE
 from engine.model.step import StepInput
 
 # llama.cpp on an H200, same shapes (../shared/reference/README.md): (prefill pp128, decode tg64) tok/s
-LLAMA_CPP_H200 = {"smollm2": (16754, 921), "gemma": (24339, 975), "qwen3-4b": (7439, 338),
+LLAMA_CPP_H200 = {"qwen35-4b": (6060, 282), "smollm2": (16754, 921), "gemma": (24339, 975), "qwen3-4b": (7439, 338),
                   "qwen3moe-30b": (4334, 299)}
 LAYER_ROLES = ("qkv matmul", "rope+kv write", "attention", "wo matmul", "add+norm", "gate/up glu",
                "down matmul", "add+norm")
@@ -142,6 +142,11 @@ def kernel_breakdown(gm: GpuModel, kv, T: int = 1, graph: bool = True) -> tuple[
             finally:
                 backend.free(a)
                 backend.free(b)
+        if gm.config.has_recurrent_state:      # two layer kinds of different launch counts: time per kernel name
+            by_name: dict[str, float] = {}
+            for us, name in zip(times, names, strict=True):
+                by_name[name] = by_name.get(name, 0.0) + us
+            return by_name, how
         layer_roles = LAYER_ROLES if gm.config.ffn_kind != "moe" else MOE_LAYER_ROLES if T == 1 else MOE_PREFILL_ROLES
         return _roles(times, names, gm.config.n_layers, layer_roles), how
     except Exception as e:  # noqa: BLE001 - no breakdown at all

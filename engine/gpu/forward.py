@@ -18,6 +18,15 @@ from engine.api import TOP_LOGITS_MAX
 from engine.backends.async_output import AsyncOutput, ReadbackPool
 from engine.backends.base import Backend, DeviceBuffer, PinnedHostBuffer
 from engine.gguf.types import GGMLType
+from engine.gpu.hybrid import KERNELS as HYBRID_KERNELS
+from engine.gpu.hybrid import (
+    DeviceLinearLayer,
+    GpuRecurrentState,
+    HybridScratch,
+    enqueue_gated_qkv,
+    enqueue_linear_attention,
+    enqueue_output_gate,
+)
 from engine.gpu.moe import MoeScratch, enqueue_moe_ffn
 from engine.gpu.stepmeta import MetaLayout, SamplingRow
 from engine.gpu.weights import DeviceMatrix, DeviceWeights
@@ -144,18 +153,26 @@ def split_kv_floats(config: ModelConfig, max_tokens: int) -> int:
 
 
 class GpuKVCache:
-    """Per layer K and V, [num_blocks, block_size, n_kv, head_dim] float32, in one allocation, plus the
+    """Per attention layer K and V, [num_blocks, block_size, n_kv, head_dim] float32, in one allocation (None
+    for linear-attention layers, whose recurrent state of `state_slots` sequences is `recurrent`), plus the
     step metadata buffers sized by this cache (block-table width = num_blocks)."""
 
     def __init__(self, backend: Backend, config: ModelConfig, num_blocks: int, block_size: int,
-                 max_tokens: int, max_seqs: int, stream):
+                 max_tokens: int, max_seqs: int, stream, state_slots: int = 0):
         self.backend, self.num_blocks, self.block_size = backend, num_blocks, block_size
         per = num_blocks * block_size * config.kv_dim
-        self.nbytes = 2 * config.n_layers * per * 4
-        self.storage = backend.alloc(2 * config.n_layers * per, np.float32)
+        attn = [i for i, kind in enumerate(config.layer_kinds) if kind == "attention"]
+        self.nbytes = 2 * len(attn) * per * 4
+        self.storage = backend.alloc(max(1, 2 * len(attn) * per), np.float32)
         backend.memset_async(self.storage, 0, stream)
-        self.k = [view(self.storage, (2 * i) * per, per) for i in range(config.n_layers)]
-        self.v = [view(self.storage, (2 * i + 1) * per, per) for i in range(config.n_layers)]
+        self.k: list[DeviceBuffer | None] = [None] * config.n_layers
+        self.v: list[DeviceBuffer | None] = [None] * config.n_layers
+        for j, i in enumerate(attn):
+            self.k[i] = view(self.storage, (2 * j) * per, per)
+            self.v[i] = view(self.storage, (2 * j + 1) * per, per)
+        self.recurrent = GpuRecurrentState(backend, config, state_slots, stream) if len(attn) < config.n_layers \
+            else None
+        self.nbytes += self.recurrent.nbytes if self.recurrent else 0
         self.layout = MetaLayout(max_tokens, max_seqs, num_blocks)
         self.meta = backend.alloc(self.layout.words, np.int32)
         backend.memset_async(self.meta, 0, stream)
@@ -172,6 +189,8 @@ class GpuKVCache:
         self.samp_i = view(self.meta, L.samp_i, 4 * max_seqs)
         self.samp_f = view(self.meta, L.samp_f, 4 * max_seqs, np.float32)
         self.seq_lens = view(self.meta, L.seq_lens, max_seqs)
+        self.qsl = view(self.meta, L.qsl, max_seqs + 1)
+        self.state_slots = view(self.meta, L.state_slots, max_seqs)
         self.block_tables = view(self.meta, L.block_tables, max_seqs * num_blocks)
         # the id of the token at each KV slot (-1: never written): the repetition penalty's history
         self.token_at_slot = backend.alloc(num_blocks * block_size, np.int32)
@@ -180,6 +199,9 @@ class GpuKVCache:
 
     def upload(self, step: StepInput, sampling: list[SamplingRow] | None, stream, ids_on_device: bool) -> None:
         """Pack `step` into the next pinned staging slot and queue its H2D copy on `stream`."""
+        if self.recurrent is not None and step.num_seqs and int(np.max(step.state_slots)) >= self.recurrent.slots:
+            raise ValueError(f"recurrent-state slot {int(np.max(step.state_slots))} beyond the cache's "
+                             f"{self.recurrent.slots} slots")
         i = self._next
         self._next = (i + 1) % STAGING_SLOTS
         if self.staged_used[i]:
@@ -198,6 +220,8 @@ class GpuKVCache:
         b.free(self.storage)
         b.free(self.meta)
         b.free(self.token_at_slot)
+        if self.recurrent is not None:
+            self.recurrent.free()
         for p in self.staging:
             b.free_pinned(p)
         for e in self.staged:
@@ -238,6 +262,8 @@ class GpuForward:
                         self.partial, self.attn_part, self.seen, self.top_ids, self.top_vals]
         self.moe = MoeScratch(backend, c, T) if c.ffn_kind == "moe" else None
         self.scratch += self.moe.buffers if self.moe else []
+        self.hybrid = HybridScratch(backend, c, T) if c.has_recurrent_state or c.attn_output_gate else None
+        self.scratch += self.hybrid.buffers if self.hybrid else []
         self._k: dict[str, object] = {}
         self.launches = 0                 # kernels launched by the last enqueue_body
         self._logits_host: PinnedHostBuffer | None = None
@@ -264,6 +290,9 @@ class GpuForward:
         if self.flash:
             self.kern("halo_layer.cu", "halo_attention_tc")
         self.kern("halo_sample.cu", "halo_sample")
+        if self.hybrid:
+            for name in HYBRID_KERNELS:
+                self.kern("halo_delta_net.cu", name)
         if self.moe:
             for name in ("halo_moe_route", "halo_moe_glu", "halo_moe_down", "halo_moe_sort", "halo_moe_glu_grouped",
                          "halo_moe_down_grouped", "halo_moe_combine"):
@@ -375,8 +404,11 @@ class GpuForward:
                      shared=4 * ATTN_WARPS * (D + 2))
 
     # the step body: everything after the metadata upload; graph-capturable ---------------------------
-    def enqueue_body(self, kv: GpuKVCache, T: int, n_out: int, sample: bool, feed_next: bool) -> None:
+    def enqueue_body(self, kv: GpuKVCache, T: int, n_out: int, sample: bool, feed_next: bool,
+                     num_seqs: int | None = None) -> None:
+        """num_seqs: the step's sequences (default n_out: a graph-captured decode step has one of each)."""
         c, w = self.config, self.w
+        S = n_out if num_seqs is None else num_seqs
         self.launches = 0
         E, H, Hkv, D = c.n_embd, c.n_head, c.n_head_kv, c.head_dim
         emb = w.token_embd
@@ -386,22 +418,24 @@ class GpuForward:
                       kv.slots, kv.token_at_slot))
         half = c.rope_dim // 2
         for i, L in enumerate(w.layers):
-            self._matmul([L.wq, L.wk, L.wv], self.h, T, self.qkv, self.qkv_width, bias=L.bqkv)
+            if isinstance(L, DeviceLinearLayer):
+                enqueue_linear_attention(self, L, kv, T, S, i)
+                self._ffn(L, T, i)
+                continue
+            if c.attn_output_gate:
+                enqueue_gated_qkv(self, L, T)
+            else:
+                self._matmul([L.wq, L.wk, L.wv], self.h, T, self.qkv, self.qkv_width, bias=L.bqkv)
             self._launch("halo_layer.cu", "halo_rope_kv", (T, H + Hkv), max(32, -(-D // 32) * 32),
                          (self.qkv, np.int32(self.qkv_width), kv.positions, kv.slots, _ptr(L.q_norm),
                           _ptr(L.k_norm), np.float32(c.norm_eps), np.int32(H), np.int32(Hkv), np.int32(D),
                           np.int32(c.rope_dim), np.int32(c.rope_style == "neox"),
                           view(w.rope_inv_freq, i * half, half), kv.k[i], kv.v[i]))
             self._attention(kv, i, T, c.sliding_window if c.sliding_layers[i] else 0)
+            if c.attn_output_gate:
+                enqueue_output_gate(self, T)
             self._matmul([L.wo], self.attn, T, self.o, E)
-            self._add_norm(T, self.o, L.post_attn_norm, L.ffn_norm)
-            if L.moe is not None:
-                enqueue_moe_ffn(self, L.moe, self.moe, T, self.h, self.o)
-            else:
-                self._glu(L.w_gate, L.w_up, self.h, T, self.act)
-                self._matmul([L.w_down], self.act, T, self.o, E)
-            nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.output_norm
-            self._add_norm(T, self.o, L.post_ffn_norm, nxt)
+            self._ffn(L, T, i)
         self._matmul([w.output], self.h, n_out, self.logits, c.vocab_size, xrow=kv.logits_idx)
         if sample:
             self._launch("halo_sample.cu", "halo_sample", n_out, 1024,
@@ -410,11 +444,23 @@ class GpuForward:
                           kv.block_tables, np.int32(kv.num_blocks), np.int32(kv.block_size), kv.token_at_slot,
                           self.seen, self.top_ids, self.top_vals, np.int32(TOP_LOGITS_MAX)))
 
+    def _ffn(self, L, T: int, i: int) -> None:
+        """self.o (the mixer's output) -> residual, FFN norm, FFN, residual, the next layer's input norm."""
+        w, E = self.w, self.config.n_embd
+        self._add_norm(T, self.o, L.post_attn_norm, L.ffn_norm)
+        if L.moe is not None:
+            enqueue_moe_ffn(self, L.moe, self.moe, T, self.h, self.o)
+        else:
+            self._glu(L.w_gate, L.w_up, self.h, T, self.act)
+            self._matmul([L.w_down], self.act, T, self.o, E)
+        nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.output_norm
+        self._add_norm(T, self.o, L.post_ffn_norm, nxt)
+
     # entry points ------------------------------------------------------------------------------------
     def enqueue(self, step: StepInput, kv: GpuKVCache, sampling: list[SamplingRow] | None = None,
                 sample: bool = True, ids_on_device: bool = False, feed_next: bool = False) -> None:
         kv.upload(step, sampling, self.stream, ids_on_device)
-        self.enqueue_body(kv, step.num_tokens, len(step.logits_indices), sample, feed_next)
+        self.enqueue_body(kv, step.num_tokens, len(step.logits_indices), sample, feed_next, step.num_seqs)
 
     def forward(self, step: StepInput, kv: GpuKVCache) -> np.ndarray:
         """CpuModel.forward's contract: logits [len(logits_indices), vocab] float32 (blocks the host)."""

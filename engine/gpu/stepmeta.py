@@ -6,7 +6,7 @@ graph keep valid pointers for every later step of the same shape:
     ids [T_cap] | positions [T_cap] | slots [T_cap] | token_seq [T_cap] | logits_idx [S_cap]
     | samp_i [S_cap, 4] (top_k, seed, counter, top pairs to report)
     | samp_f [S_cap, 4] (temperature, top_p, min_p, repetition penalty; float32 bits)
-    | seq_lens [S_cap] | block_tables [S_cap, W]
+    | seq_lens [S_cap] | query_start_loc [S_cap + 1] | state_slots [S_cap] | block_tables [S_cap, W]
 
 Only the prefix up to the last used block-table row is copied. When the step's input ids were written
 on the device by the previous step's sampler, the copy starts after the ids (at `positions`).
@@ -83,8 +83,18 @@ class MetaLayout:
         return 4 * self.t_cap + 9 * self.s_cap
 
     @property
-    def block_tables(self) -> int:
+    def qsl(self) -> int:
+        """query_start_loc [S + 1] (the delta-net kernels walk each sequence's tokens in order)"""
         return 4 * self.t_cap + 10 * self.s_cap
+
+    @property
+    def state_slots(self) -> int:
+        """[S] each sequence's recurrent-state slot (hybrid models)"""
+        return 4 * self.t_cap + 11 * self.s_cap + 1
+
+    @property
+    def block_tables(self) -> int:
+        return 4 * self.t_cap + 12 * self.s_cap + 1
 
     @property
     def words(self) -> int:
@@ -121,6 +131,8 @@ class MetaLayout:
             si[r] = (p.top_k, seed, p.counter & 0x7FFFFFFF, p.report_top)
             sf[r] = (p.temperature, p.top_p, p.min_p, p.repetition_penalty)
         out[self.seq_lens:self.seq_lens + S] = step.seq_lens
+        out[self.qsl:self.qsl + S + 1] = qsl
+        out[self.state_slots:self.state_slots + S] = step.state_slots
         bt = out[self.block_tables:self.block_tables + S * self.width].reshape(S, self.width)
         W = step.block_tables.shape[1]
         bt[:, :W] = step.block_tables

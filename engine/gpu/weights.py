@@ -15,6 +15,7 @@ import numpy as np
 from engine.backends.base import Backend, DeviceBuffer, Stream
 from engine.errors import InvalidModelError, UnsupportedModelError
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
+from engine.gpu.hybrid import CONV_MAX_K, RECURRENT_MAX_DK, DeviceLinearLayer
 from engine.gpu.moe import DeviceExperts, DeviceMoe, decode_bytes, gpu_moe_refusal
 from engine.model.arch import TensorSpec, global_tensor_specs, layer_tensor_specs, rope_inv_freq
 from engine.model.config import ModelConfig
@@ -111,12 +112,14 @@ class _Uploader:
         buf = self._alloc_copy(raw, raw.shape, np.uint8)
         return DeviceMatrix(buf, int(info.ggml_type), rows, cols)
 
-    def vector(self, name: str, n: int) -> DeviceBuffer:
-        self.info(name, (n,))
-        host = np.ascontiguousarray(self.gguf.dequantize(name), dtype=np.float32)
+    def vector(self, name: str, n: int | tuple[int, ...]) -> DeviceBuffer:
+        """A float32 tensor of shape `n` (a length, or a small 2-D shape such as the conv weight [C, K])."""
+        shape = (n,) if isinstance(n, int) else tuple(n)
+        self.info(name, shape)
+        host = np.ascontiguousarray(self.gguf.dequantize(name), dtype=np.float32).reshape(shape)
         if not np.isfinite(host).all():
             raise InvalidModelError(f"tensor {name} holds NaN or infinite values", field=name)
-        return self._alloc_copy(host, (n,), np.float32)
+        return self._alloc_copy(host, shape, np.float32)
 
     def optional_vector(self, name: str, n: int) -> DeviceBuffer | None:
         return self.vector(name, n) if name in self.gguf.tensors else None
@@ -143,14 +146,16 @@ class _Uploader:
             return np.asarray(self.gguf.dequantize(spec.name), np.float32)
         if spec.matrix:
             return self.matrix(spec.name, *spec.shape)
-        return self.vector(spec.name, spec.shape[0])
+        return self.vector(spec.name, spec.shape)
 
 
 _BIAS_ROLES = ("bq", "bk", "bv")
 
 
-def _layer(up: _Uploader, t: dict) -> DeviceLayer:
-    """An attention layer from its tensors by role (engine.model.arch's specs)."""
+def _layer(up: _Uploader, t: dict) -> DeviceLayer | DeviceLinearLayer:
+    """A layer from its tensors by role (engine.model.arch's specs, which already chose them by layer kind)."""
+    if "wqkv" in t:
+        return DeviceLinearLayer(**t)
     bias = None
     if any(t[r] is not None for r in _BIAS_ROLES):
         if any(t[r] is None for r in _BIAS_ROLES):
@@ -173,9 +178,9 @@ def rope_tables(config: ModelConfig, freq_factors: np.ndarray | None = None) -> 
 
 def gpu_refusal(c: ModelConfig) -> str | None:
     """Why the GPU path cannot run this model (None: it can). Asked by the uploader and by `inspect`."""
-    if c.has_recurrent_state or c.attn_output_gate:
-        return (f"{c.arch}: the GPU path has no kernels for Gated DeltaNet layers or the attention output gate "
-                f"yet; this model runs on the CPU")
+    if c.has_recurrent_state and (c.ssm_conv_kernel > CONV_MAX_K or c.ssm_k_dim > RECURRENT_MAX_DK):
+        return (f"{c.arch}: the GPU's Gated DeltaNet kernels take conv kernels <= {CONV_MAX_K} and key heads "
+                f"<= {RECURRENT_MAX_DK} wide (this model: {c.ssm_conv_kernel}, {c.ssm_k_dim}); it runs on the CPU")
     if c.rope_yarn_factor and c.ffn_kind != "moe":
         return f"{c.arch}: the GPU path has no YaRN rope scaling yet; this model runs on the CPU"
     return gpu_moe_refusal(c)
@@ -222,7 +227,8 @@ def upload_weights(backend: Backend, gguf, config: ModelConfig, stream: Stream, 
         for b in up.buffers:
             backend.free(b)
         raise
-    per_layer = [m for L in layers for m in (L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down) if m is not None]
+    per_layer = [m for L in layers for m in (L.matrices if isinstance(L, DeviceLinearLayer) else
+                                             (L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down)) if m is not None]
     matrix_bytes = sum(m.rows * m.row_bytes for m in per_layer) + output.rows * output.row_bytes
     matrix_bytes += sum(decode_bytes(L.moe, c.n_expert_used) for L in layers if L.moe is not None)
     return DeviceWeights(embd, layers, output_norm, output, rope, up.buffers, up.nbytes, matrix_bytes)

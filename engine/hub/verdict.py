@@ -1,21 +1,29 @@
 """Does a (remote) model fit this machine? Answered from the header alone with the engine's own numbers:
 `ModelConfig.from_metadata` (can the engine run the architecture at all), `gpu_unsupported_reason` (can the
-GPU path run it) and `memory_estimate` (what loading it costs on each backend). Nothing is recomputed here.
+GPU path run it), the load pre-flights' plans (`engine.gpu.preflight.plan_memory`,
+`engine.model.host_memory.plan_host_memory`, with the Engine's defaults: the numbers a load refuses with,
+so a file said to fit here does not fail its load on scratch and reserve) and the words of
+`engine.model.memory_fit.fit_verdict` (where it fits, and on an integrated GPU how its dedicated and shared
+memory limit that, and what to change). Nothing is recomputed here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from engine.errors import EngineError
 from engine.gguf import GGUFHeader
+from engine.gpu.preflight import plan_memory
 from engine.gpu.weights import gpu_unsupported_reason  # imports no driver
-from engine.model.arch import memory_estimate
+from engine.model.arch import BLOCK_SIZE
 from engine.model.config import ModelConfig
+from engine.model.host_memory import plan_host_memory
+from engine.model.memory_fit import MemoryFacts, amd_dedicated_bytes
+from engine.model.memory_fit import fit_verdict as memory_verdict
 
 Fit = Literal["gpu", "cpu", "too_large", "unsupported"]
 VERDICT_CONTEXT = 4096          # the context a verdict assumes (the app's default chat length)
-GIB = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -25,6 +33,19 @@ class Machine:
     ram_free: int
     gpu_free: int | None = None
     gpu_name: str = ""
+    gpu_total: int = 0                  # what the GPU runtime reports in all (0: not known; taken as gpu_free)
+    integrated: bool = False            # an integrated GPU, its memory carved from and borrowed from the RAM
+    dedicated: int | None = None        # integrated: the firmware's carve-out (None: not known)
+    ram_total: int = 0                  # 0: not known (taken as ram_free)
+    platform: str = sys.platform
+
+    def facts(self) -> MemoryFacts:
+        gpu = self.gpu_free is not None
+        return MemoryFacts(host_total=self.ram_total or self.ram_free, host_available=self.ram_free,
+                           gpu_name=(self.gpu_name or "the GPU") if gpu else "",
+                           gpu_total=(self.gpu_total or self.gpu_free or 0) if gpu else 0,
+                           gpu_free=self.gpu_free or 0, integrated=self.integrated and gpu, dedicated=self.dedicated,
+                           platform=self.platform)
 
 
 @dataclass(frozen=True)
@@ -32,7 +53,7 @@ class Verdict:
     fit: Fit
     words: str                     # one line for the user, with the numbers
     architecture: str = ""
-    gpu_bytes: int = 0             # memory_estimate(...).total on each backend; 0 when not computed
+    gpu_bytes: int = 0             # the pre-flight plan's total on each backend (needs); 0 when not computed
     cpu_bytes: int = 0
 
 
@@ -40,16 +61,34 @@ def current_machine() -> Machine:
     """Asks the backend probe (never raises; ~1 s: call once, off the GUI thread)."""
     from engine.backends.probe import probe_all
 
-    ram, gpu, name = 0, None, ""
+    ram, ram_total, best = 0, 0, None
     for r in probe_all(host_read_checks=False):
         if not r.available or r.facts is None:
             continue
         free = r.facts.free_memory or 0
         if r.facts.api == "cpu":
-            ram = max(ram, free)
-        elif free > (gpu or 0):
-            gpu, name = free, r.facts.name
-    return Machine(ram_free=ram, gpu_free=gpu, gpu_name=name)
+            ram, ram_total = max(ram, free), max(ram_total, r.facts.total_memory or 0)
+        elif best is None or free > (best.free_memory or 0):
+            best = r.facts
+    if best is None:
+        return Machine(ram_free=ram, ram_total=ram_total)
+    integrated = bool(best.integrated)
+    return Machine(ram_free=ram, gpu_free=best.free_memory or 0, gpu_name=best.name, ram_total=ram_total,
+                   gpu_total=best.total_memory or 0, integrated=integrated, platform=best.platform,
+                   dedicated=amd_dedicated_bytes() if integrated and best.platform == "linux" else None)
+
+
+def planned_needs(config: ModelConfig, tensors, context: int) -> tuple[int, int]:
+    """(GPU, CPU) bytes the load pre-flights plan for a `context`-token cache with the Engine's defaults (the
+    batch of sequences and the prefill chunk it is built with)."""
+    from engine.core.setup import DEFAULT_MAX_NUM_SEQS
+    from engine.engine import DEFAULT_PREFILL_CHUNK
+
+    blocks = -(-min(context, config.context_length) // BLOCK_SIZE)
+    gpu = plan_memory(config, tensors, blocks, BLOCK_SIZE, max(DEFAULT_PREFILL_CHUNK, DEFAULT_MAX_NUM_SEQS),
+                      DEFAULT_MAX_NUM_SEQS).total
+    cpu = plan_host_memory(config, tensors, blocks, BLOCK_SIZE, DEFAULT_PREFILL_CHUNK, DEFAULT_MAX_NUM_SEQS).total
+    return gpu, cpu
 
 
 def fit_verdict(header: GGUFHeader, machine: Machine, context: int = VERDICT_CONTEXT) -> Verdict:
@@ -60,21 +99,15 @@ def fit_verdict(header: GGUFHeader, machine: Machine, context: int = VERDICT_CON
     except EngineError as e:
         return Verdict("unsupported", f"cannot run here: {e}", arch)
     tensors = list(header.tensors.values())
-    cpu = memory_estimate(config, context, "cpu", tensors).total
-    gpu = memory_estimate(config, context, "gpu", tensors).total
+    gpu, cpu = planned_needs(config, tensors, context)
     gpu_refusal = gpu_unsupported_reason(config, tensors)
-    need = f"needs {_gib(gpu)} on the GPU, {_gib(cpu)} on the CPU at {context} tokens"
-    if machine.gpu_free is not None and gpu_refusal is None and gpu <= machine.gpu_free:
-        return Verdict("gpu", f"fits on the GPU: {need}; {_gib(machine.gpu_free)} free on {machine.gpu_name}",
-                       arch, gpu, cpu)
-    if cpu <= machine.ram_free:
-        why = ("no usable GPU" if machine.gpu_free is None else gpu_refusal
-               or f"{_gib(machine.gpu_free)} free on the GPU")
-        return Verdict("cpu", f"fits on the CPU only ({why}): {need}; {_gib(machine.ram_free)} RAM free",
-                       arch, gpu, cpu)
-    gpu_free = "no usable GPU" if machine.gpu_free is None else f"{_gib(machine.gpu_free)} free on the GPU"
-    return Verdict("too_large", f"too large: {need}; {gpu_free}, {_gib(machine.ram_free)} RAM free", arch, gpu, cpu)
+    facts = machine.facts()
+    if gpu_refusal is not None:
+        facts = replace(facts, gpu_name="")          # the GPU cannot run it: only the CPU is weighed
+    v = memory_verdict(facts, gpu, cpu)
+    fit: Fit = "too_large" if v.where is None else v.where
+    words = v.words + f" (At a {context:,}-token context.)"
+    if gpu_refusal is not None and machine.gpu_free is not None:
+        words = f"Not on the GPU: {gpu_refusal}. " + words
+    return Verdict(fit, words, arch, gpu, cpu)
 
-
-def _gib(n: int) -> str:
-    return f"{n / GIB:.1f} GiB"

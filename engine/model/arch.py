@@ -262,12 +262,31 @@ def recurrent_state_bytes(config: ModelConfig) -> int:
     return n_linear * 4 * (int(np.prod(conv)) + int(np.prod(ssm)))
 
 
-def weight_bytes(tensors, backend: Backend) -> int:
+CPU_FLOAT32_MATRICES = ("ffn_gate_inp",)   # the MoE router: a small product the CPU does in float32
+
+
+def cpu_keeps_quantized(t, kernel_blocks) -> bool:
+    """Whether the CPU holds TensorInfo `t` in the file's type rather than as float32: stacked experts always;
+    other matrices when a compiled kernel exists for their type (`kernel_blocks`: type -> elements per
+    kernel block, engine.model.quant_matrix.kernel_blocks(); empty on the numpy path) and the row length is
+    a whole number of its blocks. Vectors, F32 tensors and the MoE router are float32."""
+    if is_expert_tensor(t.name):
+        return True
+    if len(t.shape) != 2 or any(k in t.name for k in VECTOR_NAMES + CPU_FLOAT32_MATRICES):
+        return False
+    block = kernel_blocks.get(t.ggml_type)
+    return block is not None and t.shape[-1] % block == 0
+
+
+def weight_bytes(tensors, backend: Backend, kernel_blocks=None) -> int:
     """`tensors`: the GGUF's TensorInfos. GPU: quantized matrices upload as they are in the file, vectors as
-    float32, each allocation rounded up. CPU: everything is dequantized to float32, except stacked experts,
-    which stay in the file's type (read from the memory map) and are dequantized an expert at a time."""
+    float32, each allocation rounded up. CPU: tensors it keeps quantized (cpu_keeps_quantized; `kernel_blocks`
+    defaults to this machine's) at their file size, the rest as float32."""
     if backend == "cpu":
-        return sum(t.nbytes if is_expert_tensor(t.name) else t.n_elements * 4 for t in tensors)
+        if kernel_blocks is None:
+            from engine.model.quant_matrix import kernel_blocks as available
+            kernel_blocks = available()
+        return sum(t.nbytes if cpu_keeps_quantized(t, kernel_blocks) else t.n_elements * 4 for t in tensors)
     total = 0
     for t in tensors:
         if len(t.shape) == 1 or any(k in t.name for k in VECTOR_NAMES):

@@ -12,8 +12,9 @@ from engine.model.blas import default_threads, set_blas_threads
 from engine.model.config import ModelConfig
 from engine.model.delta_net import gated_delta_net
 from engine.model.moe import moe_ffn
+from engine.model.quant_matrix import QuantLinear
 from engine.model.step import KVCache, StepInput
-from engine.model.weights import LayerWeights, LinearLayerWeights, Weights
+from engine.model.weights import LayerWeights, Linear, LinearLayerWeights, Weights
 
 _SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
 
@@ -35,12 +36,20 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 _ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
 
 
-def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    """x [T, in] @ weight[out, in].T -> [T, out]. One token: BLAS sgemv over W's rows (a few % faster than
-    an sgemm with one row); more: one sgemm with W transposed in place (no copy)."""
+def linear(x: np.ndarray, weight: Linear) -> np.ndarray:
+    """x [T, in] @ weight[out, in].T -> [T, out]. Quantized weights: engine.model.quant_matrix's kernels.
+    Float32, one token: BLAS sgemv over W's rows (a few % faster than an sgemm with one row); more: one
+    sgemm with W transposed in place (no copy)."""
+    if isinstance(weight, QuantLinear):
+        return weight(x)
     if len(x) == 1:
         return (weight @ x[0])[None, :]
     return x @ weight.T
+
+
+def embed(table: Linear, ids: np.ndarray) -> np.ndarray:
+    """Rows `ids` of the token embedding as a new float32 [T, E] array."""
+    return table.take(ids) if isinstance(table, QuantLinear) else table[ids]
 
 
 class Rope:
@@ -106,7 +115,7 @@ class CpuModel:
             # e.g. engine.core's PLACEHOLDER_TOKEN_ID (-1): it must be filled in before a CPU step
             raise ValueError(f"step has token ids outside 0..{c.vocab_size - 1} (unresolved placeholders?)")
         set_blas_threads(self.threads if step.num_tokens >= self.MIN_TOKENS_FOR_THREADS else 1)
-        x = w.token_embd[step.token_ids]                         # [T, E] (a copy)
+        x = embed(w.token_embd, step.token_ids)                  # [T, E] (a copy)
         if c.embed_scale != 1.0:
             x *= np.float32(c.embed_scale)
         tables = {id(r): r.tables(step.positions) for r in self._ropes.values()}

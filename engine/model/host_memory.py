@@ -6,7 +6,8 @@ numpy allocation failure halfway through dequantizing, and the GPU pre-flight's 
 pointed users at that. The formulas are engine.model.arch's (one place); this module only adds the CPU's
 scratch and compares.
 
-weights: every tensor dequantized to float32 (arch.weight_bytes, "cpu");
+weights: what the CPU path holds (arch.weight_bytes, "cpu"): quantized matrices at their file size where
+         compiled kernels exist (engine.model.quant_matrix), everything else as float32;
 kv:      the float32 KV cache of `num_blocks` blocks + `max_seqs` sequences' recurrent state;
 scratch: one prefill chunk's activations and attention scores over the whole context, and the logits;
 reserve: the interpreter, numpy and BLAS themselves.
@@ -38,7 +39,7 @@ class HostMemoryPlan:
         return self.weights + self.kv + self.scratch + self.reserve
 
     def describe(self) -> str:
-        return (f"weights as float32 {self.weights / GIB:.2f} GiB + KV cache {self.kv / GIB:.2f} GiB + scratch "
+        return (f"weights {self.weights / GIB:.2f} GiB + KV cache {self.kv / GIB:.2f} GiB + scratch "
                 f"{self.scratch / GIB:.2f} GiB + reserve {self.reserve / GIB:.2f} GiB = {self.total / GIB:.2f} GiB")
 
 
@@ -50,8 +51,8 @@ def plan_host_memory(config: ModelConfig, tensors, num_blocks: int, block_size: 
     per_token = 4 * (3 * c.n_embd + 2 * c.q_dim + 2 * c.kv_dim + 2 * c.n_ff)     # x, h, qkv, attn, gate/up
     scores = 4 * c.n_head * max_tokens * context                                  # [H, T, L] of one layer
     logits = 4 * max(max_seqs, max_tokens) * c.vocab_size
-    # MoE: one expert's gate, up and down decoded to float32 at a time (engine.model.moe), plus the router's
-    # logits and the experts' hidden activations of the step
+    # MoE: at most one expert's gate, up and down decoded to float32 at a time (engine.model.moe; the numpy
+    # path), plus the router's logits and the experts' hidden activations of the step
     experts = 4 * (3 * c.n_ff_exp * c.n_embd + max_tokens * (c.n_expert + 2 * c.n_ff_exp)) if c.n_expert else 0
     return HostMemoryPlan(arch.weight_bytes(tensors, "cpu"), kv,
                           per_token * max_tokens + scores + logits + experts)
@@ -103,7 +104,7 @@ def check_host_fits(plan: HostMemoryPlan, what: str, available: int | None = Non
     """Raise OutOfHostMemoryError naming every figure when `plan` does not fit in the available RAM."""
     short = host_shortfall(plan, available)
     if short is not None:
-        err = OutOfHostMemoryError(f"{what} {short}; pick a smaller model or quantization (the CPU path holds "
-                                   f"weights as float32) or a shorter context, or close other programs")
+        err = OutOfHostMemoryError(f"{what} {short}; pick a smaller model or quantization or a "
+                                   f"shorter context, or close other programs")
         err.plan = plan
         raise err

@@ -10,9 +10,10 @@ Qwen3-MoE's reference takes softmax over all experts, the top k of those, then d
 one routing function serves both.
 
 Expert weights stay as the file stores them (ExpertStack: a read-only view of the memory map, in the
-file's quant type); a step dequantizes each expert it routes to once, for all of that step's tokens that
-chose it. So a 17 GB model never becomes 70 GB of float32, at the price of dequantizing k experts per
-token in decode.
+file's quant type), so a 17 GB model never becomes 70 GB of float32. Each expert a step routes to runs
+once for all of that step's tokens that chose it: through the compiled quantized kernels
+(engine.model.quant_matrix: only that expert's rows are read), or, on the numpy path, dequantized to
+float32 first.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from engine.gguf.dequant import dequantize
 from engine.gguf.types import GGMLType
+from engine.model.quant_matrix import QuantLinear, QuantMatrix, kernel_blocks
 
 # gpt-oss's clamped SwiGLU (transformers GptOssExperts, llama.cpp swiglu_oai): fixed by the model, not in GGUF
 OAI_ALPHA = np.float32(1.702)
@@ -48,6 +50,15 @@ class ExpertStack:
     def expert(self, e: int) -> np.ndarray:
         """Expert `e` as float32 [rows, cols]."""
         return dequantize(self.raw[e], self.ggml_type, self.rows * self.cols).reshape(self.rows, self.cols)
+
+    def project(self, e: int, x: np.ndarray) -> np.ndarray:
+        """x [n, cols] @ expert(e).T -> [n, rows]: a quantized product over expert e's bytes when a kernel
+        exists for the type, else through the float32 expert."""
+        block = kernel_blocks().get(self.ggml_type)
+        if block is None or self.cols % block:
+            return x @ self.expert(e).T
+        return QuantLinear((QuantMatrix(self.raw[e].reshape(self.rows, -1), self.ggml_type, self.rows,
+                                        self.cols),))(x)
 
 
 @dataclass(frozen=True)
@@ -100,7 +111,7 @@ def _bias(b: np.ndarray | None, e: int):
 
 
 def moe_ffn(h: np.ndarray, mw: MoeWeights, k: int, activation: str) -> np.ndarray:
-    """h [T, E] (after the pre-FFN norm) -> [T, E]. Each routed expert is decoded once per call."""
+    """h [T, E] (after the pre-FFN norm) -> [T, E]. Each routed expert runs once per call."""
     act = EXPERT_ACTIVATIONS[activation]
     logits = h @ mw.router.T                                       # [T, n_expert]
     if mw.router_bias is not None:
@@ -110,8 +121,8 @@ def moe_ffn(h: np.ndarray, mw: MoeWeights, k: int, activation: str) -> np.ndarra
     for e in np.unique(ids).tolist():
         tokens, slot = np.nonzero(ids == e)                        # tokens that chose e, at rank `slot`
         x = h[tokens]                                              # [n, E]
-        gate = x @ mw.gate.expert(e).T + _bias(mw.gate_bias, e)    # [n, F]
-        up = x @ mw.up.expert(e).T + _bias(mw.up_bias, e)
-        y = act(gate, up) @ mw.down.expert(e).T + _bias(mw.down_bias, e)   # [n, E]
+        gate = mw.gate.project(e, x) + _bias(mw.gate_bias, e)      # [n, F]
+        up = mw.up.project(e, x) + _bias(mw.up_bias, e)
+        y = mw.down.project(e, act(gate, up)) + _bias(mw.down_bias, e)     # [n, E]
         out[tokens] += weights[tokens, slot][:, None] * y
     return out

@@ -1,6 +1,11 @@
-"""Weights: the model's parameters as read-only float32 arrays, laid out once for fast CPU matmuls.
+"""Weights: the model's parameters, laid out once for fast CPU products.
 
-Layout (all C-contiguous float32, never written after load):
+Projection matrices (TensorSpec.matrix) stay in the file's quant type when compiled kernels exist for it
+(engine.model.quant_matrix: QuantMatrix views of the memory map, fused as QuantLinear); everything else,
+and every matrix on the numpy path (engine.model.quant_matrix.kernel_path() == "numpy", the reference),
+is read-only float32.
+
+Float32 layout (all C-contiguous float32, never written after load):
 - matrices stay in GGUF's [out, in] row order, so a projection is `x @ W.T` with x [T, in]: numpy hands
   that to BLAS sgemm/sgemv with a transpose flag and streams W's rows once, which is what decode is
   bound by (memory bandwidth);
@@ -19,9 +24,12 @@ import numpy as np
 
 from engine.errors import InvalidModelError, UnsupportedModelError
 from engine.gguf.dequant import DECODERS
-from engine.model.arch import TensorSpec, global_tensor_specs, layer_tensor_specs
+from engine.model.arch import TensorSpec, cpu_keeps_quantized, global_tensor_specs, layer_tensor_specs
 from engine.model.config import ModelConfig
 from engine.model.moe import ExpertStack, MoeWeights
+from engine.model.quant_matrix import QuantLinear, QuantMatrix, fuse, kernel_blocks
+
+Linear = np.ndarray | QuantLinear     # a projection: float32 [out, in] or quantized parts
 
 LoadCallback = Callable[[float, str], None]   # (fraction 0..1, message); may raise to cancel
 
@@ -29,15 +37,15 @@ LoadCallback = Callable[[float, str], None]   # (fraction 0..1, message); may ra
 @dataclass(frozen=True)
 class LayerWeights:
     attn_norm: np.ndarray            # [n_embd]
-    wqkv: np.ndarray                 # [q_dim + 2*kv_dim, n_embd]
+    wqkv: Linear                     # [q_dim + 2*kv_dim, n_embd]
     bqkv: np.ndarray | None          # [q_dim + 2*kv_dim] (qwen2)
     q_norm: np.ndarray | None        # [head_dim] (gemma3, qwen3)
     k_norm: np.ndarray | None        # [head_dim]
-    wo: np.ndarray                   # [n_embd, q_dim]
+    wo: Linear                       # [n_embd, q_dim]
     post_attn_norm: np.ndarray | None   # [n_embd] (gemma3)
     ffn_norm: np.ndarray             # [n_embd]
-    w_gate_up: np.ndarray | None     # [2*n_ff, n_embd]: rows 0..n_ff are the gate (None: a MoE FFN)
-    w_down: np.ndarray | None        # [n_embd, n_ff]
+    w_gate_up: Linear | None         # [2*n_ff, n_embd]: rows 0..n_ff are the gate (None: a MoE FFN)
+    w_down: Linear | None            # [n_embd, n_ff]
     post_ffn_norm: np.ndarray | None    # [n_embd] (gemma3)
     moe: MoeWeights | None = None    # the mixture-of-experts FFN instead of w_gate_up / w_down
     bo: np.ndarray | None = None     # [n_embd] attn_output bias (gpt-oss)
@@ -48,23 +56,23 @@ class LayerWeights:
 class LinearLayerWeights:
     """A Gated DeltaNet layer (qwen35). C = 2 Hk Dk + Hv Dv conv channels (q | k | v)."""
     attn_norm: np.ndarray            # [n_embd]
-    w_in: np.ndarray                 # [C + Hv Dv + 2 Hv, n_embd]: qkv | z | beta | alpha rows, one matmul
+    w_in: Linear                     # [C + Hv Dv + 2 Hv, n_embd]: qkv | z | beta | alpha rows, one matmul
     conv: np.ndarray                 # [C, kernel]
     dt_bias: np.ndarray              # [Hv]
     ssm_a: np.ndarray                # [Hv] = -exp(A_log)
     ssm_norm: np.ndarray             # [Dv]
-    wo: np.ndarray                   # [n_embd, Hv Dv]
+    wo: Linear                       # [n_embd, Hv Dv]
     ffn_norm: np.ndarray             # [n_embd]
-    w_gate_up: np.ndarray            # [2*n_ff, n_embd]
-    w_down: np.ndarray               # [n_embd, n_ff]
+    w_gate_up: Linear                # [2*n_ff, n_embd]
+    w_down: Linear                   # [n_embd, n_ff]
 
 
 @dataclass(frozen=True)
 class Weights:
-    token_embd: np.ndarray           # [vocab, n_embd]
+    token_embd: Linear               # [vocab, n_embd]
     layers: tuple[LayerWeights | LinearLayerWeights, ...]
     output_norm: np.ndarray          # [n_embd]
-    output: np.ndarray               # [vocab, n_embd]; `is token_embd` when tied
+    output: Linear                   # [vocab, n_embd]; `is token_embd` when tied
     rope_freqs: np.ndarray | None = None   # [rope_dim/2] frequency divisors (Llama 3.1+), else None
 
     @property
@@ -89,7 +97,9 @@ def checked_tensor(gguf, name: str, shape: tuple[int, ...]):
     return info
 
 
-def _readonly(a: np.ndarray) -> np.ndarray:
+def _readonly(a):
+    if isinstance(a, QuantLinear):
+        return a
     a = np.ascontiguousarray(a, dtype=np.float32)
     a.flags.writeable = False
     return a
@@ -100,6 +110,7 @@ class _Loader:
         self.gguf = gguf
         self.config = config
         self.progress = progress
+        self.kernel_blocks = kernel_blocks()
         self.done = 0                          # bytes of the file read so far: progress is in bytes, since a
         self.total = max(1, sum(t.nbytes for t in gguf.tensors.values()))   # MoE's experts are a few huge tensors
 
@@ -122,6 +133,15 @@ class _Loader:
             self.progress(min(1.0, self.done / self.total), f"{verb} {name} ({self.done / 2**30:.2f} of "
                                                             f"{self.total / 2**30:.2f} GiB)")
 
+    def matrix(self, name: str, shape: tuple[int, ...]) -> np.ndarray | QuantMatrix:
+        """A projection matrix: kept as the file stores it (a QuantMatrix over the map) when a kernel exists
+        for its type, else float32."""
+        info = checked_tensor(self.gguf, name, shape)
+        if not hasattr(self.gguf, "raw") or not cpu_keeps_quantized(info, self.kernel_blocks):
+            return self.get(name, shape)
+        self._advance(name, "mapping")
+        return QuantMatrix(self.gguf.raw(name).reshape(shape[0], -1), info.ggml_type, *shape)
+
     def optional(self, name: str, shape: tuple[int, ...]) -> np.ndarray | None:
         return self.get(name, shape) if self.has(name) else None
 
@@ -140,26 +160,28 @@ class _Loader:
         optional and absent."""
         if spec.experts:
             return self.experts(spec)
-        if spec.required:
-            return self.get(spec.name, spec.shape)
-        return self.optional(spec.name, spec.shape)
+        if not spec.required and not self.has(spec.name):
+            return None
+        if spec.matrix:
+            return self.matrix(spec.name, spec.shape)
+        return self.get(spec.name, spec.shape)
 
 
 def load_weights(gguf, config: ModelConfig, progress: LoadCallback | None = None) -> Weights:
-    """Dequantize every tensor of `gguf` (an engine.gguf.GGUFFile) to float32 and check each shape against
+    """Map or dequantize every tensor of `gguf` (an engine.gguf.GGUFFile) and check each shape against
     `config`. Tensors come from engine.model.arch's specs. Raises InvalidModelError naming the tensor on a
-    missing tensor or a shape mismatch."""
+    missing tensor or a shape mismatch. Quantized matrices are views of the file's map: they keep it open."""
     ld = _Loader(gguf, config, progress)
     g = {s.role: ld.spec(s) for s in global_tensor_specs(config)}
     layers = tuple(_LAYER_BUILDERS[config.layer_kinds[i]](config, {s.role: ld.spec(s)
                                                                    for s in layer_tensor_specs(config, i)})
                    for i in range(config.n_layers))
-    token_embd = _readonly(g["token_embd"])
+    token_embd = _readonly(fuse([g["token_embd"]]))
     rope_freqs = g["rope_freqs"]
     if rope_freqs is not None and (rope_freqs <= 0).any():
         raise InvalidModelError("rope_freqs.weight holds non-positive frequency factors", field="rope_freqs.weight")
     return Weights(token_embd=token_embd, layers=layers, output_norm=_readonly(g["output_norm"]),
-                   output=token_embd if g["output"] is None else _readonly(g["output"]),
+                   output=token_embd if g["output"] is None else _readonly(fuse([g["output"]])),
                    rope_freqs=None if rope_freqs is None else _readonly(rope_freqs))
 
 
@@ -177,15 +199,15 @@ def _layer(c: ModelConfig, t: dict[str, np.ndarray | None]) -> LayerWeights:
     dense = "w_gate" in t
     return LayerWeights(
         attn_norm=_readonly(t["attn_norm"]),
-        wqkv=_readonly(np.concatenate([t["wq"], t["wk"], t["wv"]], axis=0)),
+        wqkv=_readonly(fuse([t["wq"], t["wk"], t["wv"]])),
         bqkv=_maybe(bias),
         q_norm=_maybe(t.get("q_norm")),
         k_norm=_maybe(t.get("k_norm")),
-        wo=_readonly(t["wo"]),
+        wo=_readonly(fuse([t["wo"]])),
         post_attn_norm=_maybe(t.get("post_attn_norm")),
         ffn_norm=_readonly(t["ffn_norm"]),
-        w_gate_up=_readonly(np.concatenate([t["w_gate"], t["w_up"]], axis=0)) if dense else None,
-        w_down=_readonly(t["w_down"]) if dense else None,
+        w_gate_up=_readonly(fuse([t["w_gate"], t["w_up"]])) if dense else None,
+        w_down=_readonly(fuse([t["w_down"]])) if dense else None,
         post_ffn_norm=_maybe(t.get("post_ffn_norm")),
         moe=None if dense else _moe(t),
         bo=_maybe(t.get("bo")),
@@ -204,10 +226,10 @@ def _linear_layer(c: ModelConfig, t: dict[str, np.ndarray]) -> LinearLayerWeight
     """A Gated DeltaNet layer from its tensors by role (engine.model.arch._linear_attention_specs)."""
     return LinearLayerWeights(
         attn_norm=_readonly(t["attn_norm"]),
-        w_in=_readonly(np.concatenate([t["wqkv"], t["wz"], t["w_beta"], t["w_alpha"]], axis=0)),
+        w_in=_readonly(fuse([t["wqkv"], t["wz"], t["w_beta"], t["w_alpha"]])),
         conv=_readonly(t["conv"]), dt_bias=_readonly(t["dt_bias"]), ssm_a=_readonly(t["ssm_a"]),
-        ssm_norm=_readonly(t["ssm_norm"]), wo=_readonly(t["wo"]), ffn_norm=_readonly(t["ffn_norm"]),
-        w_gate_up=_readonly(np.concatenate([t["w_gate"], t["w_up"]], axis=0)), w_down=_readonly(t["w_down"]))
+        ssm_norm=_readonly(t["ssm_norm"]), wo=_readonly(fuse([t["wo"]])), ffn_norm=_readonly(t["ffn_norm"]),
+        w_gate_up=_readonly(fuse([t["w_gate"], t["w_up"]])), w_down=_readonly(fuse([t["w_down"]])))
 
 
 _LAYER_BUILDERS = {"attention": _layer, "linear_attention": _linear_layer}

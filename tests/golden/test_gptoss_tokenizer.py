@@ -52,3 +52,18 @@ def test_harmony_special_tokens_are_single_ids(pair):
                     ("<|message|>", 200008), ("<|call|>", 200012)):
         assert ours.token_to_id[name] == i
     assert {200002, 200012} <= ours.stop_ids and 200007 not in ours.stop_ids      # <|end|> does not stop
+
+
+def test_600_varied_strings_give_tiktokens_ids(pair):
+    """The same 600 strings as Qwen3.5's tokenizer golden (ASCII, CJK, emoji, code, numbers, whitespace runs,
+    contractions), on o200k's own pre-tokenizer pattern: ordinary text, and with harmony's specials parsed."""
+    from tests.unit.test_qwen35_tokenizer import FIXED, generated
+
+    enc, ours = pair
+    strings = FIXED + TEXTS + generated(600 - len(FIXED) - len(TEXTS), seed=1)
+    assert len(strings) == 600
+    wrong = [s for s in strings if ours.encode(s, parse_special=False) != enc.encode_ordinary(s)]
+    assert not wrong, [(s, ours.encode(s, parse_special=False), enc.encode_ordinary(s)) for s in wrong[:3]]
+    framed = [f"<|start|>user<|message|>{s}<|end|><|start|>assistant<|channel|>analysis<|message|>" for s in strings]
+    wrong = [s for s in framed if ours.encode(s, parse_special=True) != enc.encode(s, allowed_special="all")]
+    assert not wrong, wrong[:3]

@@ -37,3 +37,4 @@ def backend(gpu_name):
     b = registry.create(gpu_name)
     yield b
     b.close()
+

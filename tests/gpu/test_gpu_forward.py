@@ -6,6 +6,7 @@ CUDA_LAUNCH_BLOCKING=1, and the shape-alike real-size models when HALO_SHAPE_ALI
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -29,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "golden" / "data"
 NAMES = gpu_tiny_names(DATA)
 ATOL = 1e-3          # float32 vs float32 in another summation order; observed ~1e-5
+# the longest golden prompt (tiny qwen35's) is 80 tokens, its logits read at every position
+CAPACITY = dict(max_tokens=128, max_seqs=96, kv_blocks=16)
 
 
 def seq_step(ids, start: int, blocks: list[int], bs: int, logits_at=None) -> StepInput:
@@ -49,7 +52,7 @@ def models(name: str, backend):
     if key not in _models:
         _models.clear()
         cpu = load_model(DATA / f"{name}.gguf")
-        gpu = GpuModel.load(DATA / f"{name}.gguf", backend, max_tokens=64, max_seqs=32, kv_blocks=16)
+        gpu = GpuModel.load(DATA / f"{name}.gguf", backend, **CAPACITY)
         _models[key] = (cpu, gpu, dict(np.load(DATA / f"{name}.golden.npz")))
     return _models[key]
 
@@ -83,11 +86,12 @@ def test_prompt_logits_match_cpu(name, backend):
     prompt = g["prompt_ids"]
     T = len(prompt)
     every = np.arange(T, dtype=np.int32)
-    kv_c = cpu.model.new_kv_cache(2, 16)
-    kv_g = gpu.new_kv_cache(2, 16)
+    nb = -(-T // 16)
+    kv_c = cpu.model.new_kv_cache(nb, 16)
+    kv_g = gpu.new_kv_cache(nb, 16)
     try:
-        want = cpu.model.forward(seq_step(prompt, 0, [0, 1], 16, every), kv_c)
-        got = gpu.forward(seq_step(prompt, 0, [0, 1], 16, every), kv_g)
+        want = cpu.model.forward(seq_step(prompt, 0, list(range(nb)), 16, every), kv_c)
+        got = gpu.forward(seq_step(prompt, 0, list(range(nb)), 16, every), kv_g)
         diff = float(np.abs(got - want).max())
         print(f"\n{name}: max |gpu - cpu| over {T} x {want.shape[1]} logits = {diff:.2e}")
         np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
@@ -110,8 +114,9 @@ def test_greedy_decode_eager_and_graph_match_golden(name, backend):
 def test_chunked_prefill_scrambled_blocks_and_batch_match_cpu(name, backend):
     cpu, gpu, g = models(name, backend)
     prompt = list(g["prompt_ids"])
-    blocks = [5, 2, 7]                                     # scrambled physical blocks, block size 8
-    kv_c, kv_g = cpu.model.new_kv_cache(10, 8), gpu.new_kv_cache(10, 8)
+    n_blk = -(-(len(prompt) + 1) // 8)
+    blocks = [5, 2, 7] + list(range(10, 10 + n_blk - 3))  # scrambled physical blocks, block size 8
+    kv_c, kv_g = cpu.model.new_kv_cache(10 + n_blk, 8, state_slots=2), gpu.new_kv_cache(10 + n_blk, 8)
     try:
         for start, stop in ((0, 5), (5, 19), (19, len(prompt))):
             st = seq_step(prompt[start:stop], start, blocks, 8)
@@ -119,7 +124,8 @@ def test_chunked_prefill_scrambled_blocks_and_batch_match_cpu(name, backend):
         # two sequences in one step: A decodes one token after its prompt, B prefills 6 tokens in blocks 4, 9
         a_pos = len(prompt)
         ids = [int(g["greedy_ids"][0])] + prompt[:6]
-        bt = np.array([[5, 2, 7, 3], [4, 9, 0, 0]], np.int32)
+        bt = np.zeros((2, len(blocks)), np.int32)
+        bt[0], bt[1, :2] = blocks, (4, 9)
         positions = np.array([a_pos] + list(range(6)), np.int32)
         slots = np.array([bt[0, a_pos // 8] * 8 + a_pos % 8] + [bt[1, p // 8] * 8 + p % 8 for p in range(6)])
         st = StepInput(token_ids=np.array(ids, np.int32), positions=positions, slot_mapping=slots.astype(np.int64),
@@ -176,11 +182,11 @@ import numpy as np
 sys.path.insert(0, {root!r})
 from engine.backends import registry
 from engine.gpu.model import GpuModel
-from tests.gpu.test_gpu_forward import DATA, NAMES, greedy_ids
+from tests.gpu.test_gpu_forward import CAPACITY, DATA, NAMES, greedy_ids
 b = registry.create({backend!r})
 out = {{}}
 for name in NAMES:
-    m = GpuModel.load(DATA / f"{{name}}.gguf", b, max_tokens=64, max_seqs=32, kv_blocks=16)
+    m = GpuModel.load(DATA / f"{{name}}.gguf", b, **CAPACITY)
     g = np.load(DATA / f"{{name}}.golden.npz")
     out[name] = greedy_ids(m, b, g["prompt_ids"], 8, graphs=True)
     m.close()
@@ -205,7 +211,14 @@ def test_blocking_launches_give_identical_ids(backend, gpu_name):
         assert runs[0][name] == golden[:len(runs[0][name])] and len(runs[0][name]) == 8, name
 
 
-SHAPE_ALIKE = [("smollm2-135m-q4_1.gguf", 3), ("gemma-3-270m-q4_k_m.gguf", 3)]
+SHAPE_ALIKE = [("smollm2-135m-q4_1.gguf", 3), ("gemma-3-270m-q4_k_m.gguf", 3),
+               ("qwen35-4b-shaped-q4_k_m.gguf", 1)]    # real Gated-DeltaNet shapes: Dk = Dv = 128, 32 value heads
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_model(path: Path):
+    """One CPU load per file across both bindings (the 4B one dequantizes to ~16 GB of float32)."""
+    return load_model(path)
 
 
 @pytest.mark.parametrize("file,prompts", SHAPE_ALIKE)
@@ -214,7 +227,7 @@ def test_shape_alike_models_first_tokens_match_cpu(file, prompts, backend):
     path = Path(d) / file if d else None
     if path is None or not path.exists():
         pytest.skip("HALO_SHAPE_ALIKE_DIR does not hold " + file)
-    cpu = load_model(path)
+    cpu = cpu_model(path)
     gpu = GpuModel.load(path, backend, max_tokens=64, max_seqs=4, kv_blocks=8)
     rng = np.random.default_rng(5)
     try:

@@ -50,6 +50,13 @@ def test_context_setting_reaches_the_engine_and_the_estimate_is_what_it_allocate
     assert [p for p, _, _ in seen] == sorted(p for p, _, _ in seen)
     processed, total, shown = seen[-1]
     assert shown == f"Reading the conversation: {processed:,} / {total:,} tokens"
+    # The reply says how many earlier turns were left out: all but the newest that fit (each turn ~110 tokens)
+    mid = blocker.args[1]
+    assert 5 <= fin.turns_left_out < 10
+    said = f"{fin.turns_left_out} earlier turns left out"
+    assert window.chat_view.view(mid).detail_label.text().endswith(said)
+    window.show_conversation(window.current_id)                  # kept with the reply
+    assert window.chat_view.view(mid).detail_label.text().endswith(said)
 
 
 def test_context_counter_counts_a_message_as_soon_as_it_is_sent(make_window, qtbot):

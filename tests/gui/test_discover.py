@@ -62,9 +62,9 @@ def test_search_verdicts_download_pause_resume_into_the_library(qtbot, make_wind
     page.files.selectRow(_row(page.files, "Big-Q8_0"))
     assert "split into 2 files" in page.verdict.text() and not page.download_button.isEnabled()
     page.files.selectRow(_row(page.files, "Huge"))
-    assert "too large" in page.verdict.text() and "GiB" in page.verdict.text()
+    assert "Does not fit on Test GPU" in page.verdict.text() and "does not fit there either" in page.verdict.text()
     page.files.selectRow(_row(page.files, SMALL))
-    assert page.verdict.text().startswith("fits on the GPU") and "Test GPU" in page.verdict.text()
+    assert page.verdict.text().startswith("Fits on Test GPU: needs") and "GiB" in page.verdict.text()
 
     hub.throttle_bps = 10e6
     qtbot.mouseClick(page.download_button, Qt.MouseButton.LeftButton)

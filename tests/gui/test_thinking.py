@@ -1,7 +1,9 @@
 """A reply's reasoning in the real window: a random-weight Qwen3.5 with the real vocabulary and chat template
 (tests/tools/qwen35_vocab.py) through the real Engine. With thinking on, the template opens a <think> block
 and what the model writes streams into a collapsed "Thinking" section, is stored beside the answer, shows
-again after a restart, and is left out of the next turn's prompt; the per-chat switch turns it off."""
+again after a restart, and is left out of the next turn's prompt; the per-chat switch turns it off.
+gpt-oss (harmony format, real o200k vocabulary): the analysis channel is the Thinking section, and the per-chat
+reasoning effort reaches the template."""
 from __future__ import annotations
 
 import sys
@@ -121,3 +123,74 @@ def test_reasoning_effort_is_offered_only_where_the_template_reads_it(qtbot, set
     plain = ConversationSettingsDialog("c", "", GREEDY_24, settings.sampling, "", None)
     qtbot.addWidget(plain)
     assert plain.thinking is None and plain.effort is None and plain.template_options() == {}
+
+
+# ---- gpt-oss: the harmony format's analysis channel as the Thinking section, the reasoning effort per chat ----
+ANALYSIS = "The user greets me; I should answer briefly about harbours."
+
+
+@pytest.fixture(scope="module")
+def harmony_engine(tmp_path_factory):
+    """The tiny gpt-oss model with the real o200k_harmony vocabulary and a harmony-format template, made to
+    reply with one analysis message (a bigram "tape": tests/tools/gptoss_vocab.py, tests/tools/tape_model.py;
+    a bigram cannot say <|channel|> twice, so the reply returns after its analysis)."""
+    pytest.importorskip("tiktoken")
+    pytest.importorskip("bpe_openai")
+    from gptoss_vocab import reference_encoding, write_harmony_tape_model
+    from tape_model import tape_ids
+
+    from engine.engine import Engine
+
+    enc = reference_encoding()
+    special = enc._special_tokens
+    start = enc.encode("<|start|>assistant", allowed_special="all")[-1:]       # the prompt ends with it
+    tape = tape_ids([special["<|channel|>"], "analysis", special["<|message|>"], ANALYSIS, special["<|return|>"]],
+                    start, enc)
+    path = write_harmony_tape_model(tmp_path_factory.mktemp("harmony") / "gptoss-harmony-tape.gguf", tape, enc)
+    engine = Engine(backend="cpu", max_context=512)
+    engine.load(path).result(timeout=300)
+    engine.reference_tokenizer = enc            # tiktoken, to read the prompts back
+    yield engine
+    engine.shutdown()
+
+
+def _choose_effort(qtbot, w, engine, effort: str) -> None:
+    """The per-chat settings dialog, as the user meets it: an effort box (no thinking switch), set and OK'd."""
+    conv = w.store.conversation(w.current_id)
+    dlg = ConversationSettingsDialog(conv.title, "", GREEDY_24, GREEDY_24, "", w, template_options=conv.template_options,
+                                     supported=engine.model_info.template_options)
+    qtbot.addWidget(dlg)
+    assert dlg.thinking is None and dlg.effort is not None
+    dlg.effort.setCurrentText(effort)
+    dlg.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok).click()
+    w.store.set_template_options(w.current_id, dlg.template_options())
+
+
+def test_harmony_analysis_shows_as_thinking_and_the_effort_reaches_the_template(qtbot, settings, db_path,
+                                                                                 harmony_engine):
+    assert harmony_engine.model_info.template_options == ("reasoning_effort",)
+    w = _window(qtbot, settings, db_path, harmony_engine)
+    w.new_conversation()
+    w.store.set_conversation_settings(w.current_id, "", GREEDY_24.to_dict())
+    _choose_effort(qtbot, w, harmony_engine, "low")
+    live = []
+    w.chat.streamReasoning.connect(lambda cid, mid, text: live.append(text))
+    _cid, mid, fin = send(qtbot, w, "Hello, who are you?", timeout=120_000)
+    assert fin.reason == "stop", fin.error
+    prompt = harmony_engine.reference_tokenizer.decode(list(fin.prompt_token_ids))
+    assert "\nReasoning: low\n" in prompt and prompt.endswith("<|start|>user<|message|>Hello, who are you?<|end|>"
+                                                                "<|start|>assistant")
+    stored = w.store.message(mid)
+    assert stored.reasoning == ANALYSIS and stored.content == ""        # headers and markers are not text
+    assert live and live[-1] == ANALYSIS
+    section = w.chat_view.view(mid).thinking
+    assert section.isVisible() and not section.is_expanded() and section.toggle.text().startswith("Thinking (")
+    qtbot.mouseClick(section.toggle, Qt.MouseButton.LeftButton)
+    assert section.is_expanded() and section.reasoning() == ANALYSIS
+
+    _choose_effort(qtbot, w, harmony_engine, "high")                       # per chat, changed mid-chat
+    _cid, _mid, fin = send(qtbot, w, "And the lighthouse?", timeout=120_000)
+    prompt = harmony_engine.reference_tokenizer.decode(list(fin.prompt_token_ids))
+    assert "\nReasoning: high\n" in prompt and ANALYSIS not in prompt     # the analysis is not sent back
+    w.close()
+    w.store.close()

@@ -65,3 +65,56 @@ def tokenizer_metadata(enc) -> dict:
             "tokenizer.ggml.eos_token_id": specials["<|return|>"],
             "tokenizer.ggml.padding_token_id": specials["<|endoftext|>"],
             "tokenizer.ggml.add_bos_token": False}
+
+
+GOLDEN_DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
+HARMONY_TEMPLATE = GOLDEN_DATA / "harmony-test-template.jinja"
+# What a bigram tape must zero so the residual stream stays the token's embedding (tests/tools/tape_model.py)
+_ZEROED = ("attn_output.weight", "attn_output.bias", "ffn_down_exps.weight", "ffn_down_exps.bias")
+
+
+def write_harmony_tape_model(path: Path, tape: list[int], enc) -> Path:
+    """The tiny gpt-oss model (tests/golden/data/tiny-gptoss-q8_0.gguf) with the REAL o200k_harmony vocabulary
+    of `enc`, the harmony test template, and its layers' outputs zeroed so that greedy decoding walks `tape`
+    (tests/tools/tape_model.py explains the bigram construction)."""
+    import gguf
+    import numpy as np
+    from tape_model import tape_matrices
+
+    meta = tokenizer_metadata(enc)
+    n_vocab = len(meta["tokenizer.ggml.tokens"])
+    src = gguf.GGUFReader(GOLDEN_DATA / "tiny-gptoss-q8_0.gguf")
+    w = gguf.GGUFWriter(path, "gpt-oss")
+    for key, field in src.fields.items():
+        if key.startswith(("GGUF.", "tokenizer.")) or key == "general.architecture":
+            continue
+        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        value = 4096 if key == "gpt-oss.context_length" else field.contents()
+        w.add_key_value(key, value, field.types[0], sub)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-4o")
+    w.add_token_list(meta["tokenizer.ggml.tokens"])
+    w.add_token_types(meta["tokenizer.ggml.token_type"])
+    w.add_token_merges(meta["tokenizer.ggml.merges"])
+    w.add_bos_token_id(meta["tokenizer.ggml.bos_token_id"])
+    w.add_eos_token_id(meta["tokenizer.ggml.eos_token_id"])
+    w.add_pad_token_id(meta["tokenizer.ggml.padding_token_id"])
+    w.add_add_bos_token(False)
+    w.add_chat_template(HARMONY_TEMPLATE.read_text(encoding="utf-8"))
+    emb, out = tape_matrices(tape, n_vocab)
+    for t in src.tensors:
+        if t.name in ("token_embd.weight", "output.weight"):         # F16: quick to write, exact enough
+            w.add_tensor(t.name, (emb if t.name == "token_embd.weight" else out).astype(np.float16))
+        elif t.name == "output_norm.weight":
+            w.add_tensor(t.name, np.ones(t.data.shape, np.float32))
+        elif t.tensor_type == gguf.GGMLQuantizationType.F32:
+            data = np.zeros_like(t.data) if t.name.endswith(_ZEROED) else t.data
+            w.add_tensor(t.name, np.asarray(data, np.float32))
+        else:                                     # quantized (Q8_0, MXFP4): the bytes as they are, or zeros
+            data = np.zeros_like(t.data) if t.name.endswith(_ZEROED) else t.data
+            w.add_tensor(t.name, np.asarray(data, np.uint8), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

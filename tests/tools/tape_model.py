@@ -68,23 +68,29 @@ def tape_ids(pieces: list[str | int], start: list[int], ref) -> list[int]:
     return ids
 
 
+def tape_matrices(tape: list[int], n_vocab: int, dim: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """(token embedding, output matrix), each [n_vocab, dim] float32, of a bigram model walking `tape`: token
+    k's embedding is basis row k (times 4), and so is its successor's output row (times OUTPUT_GAIN)."""
+    if len(tape) - 1 > dim or len(set(tape)) != len(tape):
+        raise ValueError(f"a tape is at most {dim + 1} distinct tokens (one basis row of {dim} each but the last)")
+    rng = np.random.default_rng(0)
+    basis = np.linalg.qr(rng.normal(size=(dim, dim)))[0].T.astype(np.float32)     # orthonormal rows
+    emb = rng.normal(0, 0.5, (n_vocab, dim)).astype(np.float32)
+    out = np.zeros((n_vocab, dim), np.float32)
+    for k, (token, successor) in enumerate(zip(tape[:-1], tape[1:], strict=True)):
+        emb[token] = basis[k] * 4.0
+        out[successor] = basis[k] * OUTPUT_GAIN
+    return emb, out
+
+
 def write_tape_model(path: Path, tape: list[int], ref=None) -> Path:
     """Writes the model: greedy decoding from any id of `tape` continues along `tape` (the last id should be
     the end-of-turn token, which stops generation)."""
     import gguf
 
     ref = ref or reference_tokenizer()
-    if len(tape) - 1 > 64 or len(set(tape)) != len(tape):
-        raise ValueError("a tape is at most 65 distinct tokens (one basis row of 64 each but the last)")
     w, src = real_vocab_writer(path, ref, {"qwen35.context_length": CONTEXT})
-    rng = np.random.default_rng(0)
-    dim = 64
-    basis = np.linalg.qr(rng.normal(size=(dim, dim)))[0].T.astype(np.float32)     # orthonormal rows
-    emb = rng.normal(0, 0.5, (N_VOCAB, dim)).astype(np.float32)
-    out = np.zeros((N_VOCAB, dim), np.float32)
-    for k, (token, successor) in enumerate(zip(tape[:-1], tape[1:], strict=True)):
-        emb[token] = basis[k] * 4.0
-        out[successor] = basis[k] * OUTPUT_GAIN
+    emb, out = tape_matrices(tape, N_VOCAB)
     q8 = gguf.GGMLQuantizationType.Q8_0
     for t in src.tensors:
         shape = [int(d) for d in reversed(t.shape)]

@@ -6,9 +6,10 @@ import pytest
 
 from app.library import inspect_model
 from engine.gguf import open_gguf
-from engine.gpu.preflight import kv_bytes, weight_bytes
+from engine.gpu.preflight import kv_bytes, plan_memory, weight_bytes
 from engine.model import arch
 from engine.model.config import ModelConfig
+from engine.model.loader import load_model
 from engine.model.step import KVCache
 
 DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
@@ -41,7 +42,7 @@ def test_memory_figures_come_from_one_formula(name):
         assert est.weights == weight_bytes(tensors)
         assert est.kv_cache == kv_bytes(config, 7, arch.BLOCK_SIZE)        # ceil(100 / 16) = 7 blocks
         cpu = arch.memory_estimate(config, 100, "cpu", tensors)
-        assert cpu.weights == sum(4 * t.n_elements for t in tensors)
+        assert cpu.weights == load_model(path).weights.nbytes       # what the CPU loader holds
     kv = KVCache.allocate(config, 7)
     assert kv.nbytes == cpu.kv_cache and kv.block_size == arch.BLOCK_SIZE
     entry = inspect_model(path)
@@ -49,3 +50,25 @@ def test_memory_figures_come_from_one_formula(name):
     # capped at the trained length
     assert arch.memory_estimate(config, 10**9, "gpu", tensors).kv_cache == arch.kv_cache_bytes(
         config, -(-config.context_length // arch.BLOCK_SIZE), backend="gpu")
+
+
+def test_the_recurrent_state_is_counted_wherever_memory_is_planned():
+    """Qwen3.5's per-sequence recurrent state (conv + delta-rule state of each Gated DeltaNet layer): the CPU
+    cache allocates what the formula says, and the CPU and GPU pre-flights and the estimate count it per
+    sequence. The tiny model: 3 DeltaNet layers, conv 4 over 2*2*16 + 4*16 = 128 channels, 4 value heads of
+    16 x 16."""
+    from engine.model.host_memory import plan_host_memory
+
+    with open_gguf(DATA / "tiny-qwen35-q8_0.gguf") as g:
+        config = ModelConfig.from_metadata(g.metadata)
+        tensors = list(g.tensors.values())
+    per_seq = 3 * 4 * ((4 - 1) * 128 + 4 * 16 * 16)
+    assert arch.recurrent_state_bytes(config) == per_seq
+    kv = arch.kv_cache_bytes(config, 7, arch.BLOCK_SIZE, "cpu")
+    assert kv == 7 * arch.BLOCK_SIZE * 2 * 1 * config.kv_dim * 4            # one attention layer holds K/V
+    assert KVCache.allocate(config, 7, state_slots=3).nbytes == kv + 3 * per_seq
+    assert plan_host_memory(config, tensors, 7, arch.BLOCK_SIZE, 64, 3).kv == kv + 3 * per_seq
+    assert plan_memory(config, tensors, 7, arch.BLOCK_SIZE, 64, 3).kv == kv_bytes(config, 7, arch.BLOCK_SIZE) \
+        + 3 * per_seq
+    est = arch.memory_estimate(config, 112, "cpu", tensors, num_seqs=3)
+    assert est.kv_cache == kv and est.recurrent_state == 3 * per_seq

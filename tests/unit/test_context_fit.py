@@ -13,26 +13,28 @@ CHAT.append(ChatMessage("user", "last question"))
 
 
 def test_stop_keeps_everything():
-    ids, dropped = fit_messages(encode, CHAT, "stop", 40)
-    assert dropped == 0 and len(ids) == len(encode(CHAT)) > 40
+    ids, dropped, turns = fit_messages(encode, CHAT, "stop", 40)
+    assert dropped == turns == 0 and len(ids) == len(encode(CHAT)) > 40
 
 
 def test_drop_oldest_keeps_the_system_prompt_and_drops_whole_turns():
-    ids, dropped = fit_messages(encode, CHAT, "drop_oldest", 60)
+    ids, dropped, turns = fit_messages(encode, CHAT, "drop_oldest", 60)
     kept = [SYSTEM] + CHAT[1 + dropped:]
     assert 0 < dropped and len(ids) == len(encode(kept)) <= 60
     assert kept[1].role == "user" and kept[-1].content == "last question"
+    assert turns == dropped // 2 > 0                               # whole user + assistant turns
     assert len(encode([SYSTEM] + CHAT[1 + dropped - 2:])) > 60     # the fewest turns dropped
 
 
 def test_rolling_drops_the_system_prompt_too():
-    ids, dropped = fit_messages(encode, CHAT, "rolling", 60)
+    ids, dropped, turns = fit_messages(encode, CHAT, "rolling", 60)
     kept = CHAT[dropped:]
     assert dropped > 1 and len(ids) == len(encode(kept)) <= 60
     assert kept[0].role == "user" and SYSTEM not in kept
+    assert turns == sum(m.role == "user" for m in CHAT[:dropped]) == (dropped - 1) // 2   # the system prompt too
     assert len(encode(CHAT[dropped - 2:])) > 60
 
 
 def test_the_newest_turn_is_kept_even_when_it_alone_is_too_long():
-    ids, dropped = fit_messages(encode, CHAT, "drop_oldest", 5)
-    assert len(ids) == len(encode([SYSTEM, CHAT[-1]])) and dropped == len(CHAT) - 2
+    ids, dropped, turns = fit_messages(encode, CHAT, "drop_oldest", 5)
+    assert len(ids) == len(encode([SYSTEM, CHAT[-1]])) and dropped == len(CHAT) - 2 and turns == 4

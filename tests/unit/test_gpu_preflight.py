@@ -88,6 +88,8 @@ def test_step_metadata_packing():
     assert list(out[lay.logits_idx:lay.logits_idx + 2]) == [0, 2]
     assert list(out[lay.samp_i:lay.samp_i + 4]) == [40, -1, 3, 0]
     np.testing.assert_allclose(out[lay.samp_f:lay.samp_f + 3].view(np.float32), [0.7, 0.9, 0.05], rtol=1e-6)
+    assert list(out[lay.qsl:lay.qsl + 3]) == [0, 1, 3]
+    assert list(out[lay.state_slots:lay.state_slots + 2]) == [0, 1]      # StepInput's default slots
     assert list(out[lay.block_tables:lay.block_tables + 10]) == [1, 0, 0, 0, 0, 2, 0, 0, 0, 0]
     with pytest.raises(ValueError):
         lay.pack(st, rows[:1], out)                                   # one sampling row per logits row

@@ -50,8 +50,16 @@ def test_host_side_of_a_prefill_and_a_decode_step(name):
         out = m.step(_step([3], 10), kv, pool, ids_on_device=True, feed_next=True).get_output()
         assert out["ids"].shape == (1,)
         per_layer = 10 if m.config.ffn_kind == "moe" else 8      # MoE: router, route, glu, down for glu, down
-        per_layer += 1 if m.fwd.split_kv else 0                   # split-KV attention: + the merge of chunks
-        assert len(launched) == per_layer * m.config.n_layers + 3
+        n_attention = sum(kind != "linear_attention" for kind in m.config.layer_kinds)
+        n_linear = m.config.n_layers - n_attention
+        if m.config.has_recurrent_state:
+            # gated attention: q|gate, k|v matmuls, q split, rope, attention, output gate, wo + 4 of the FFN;
+            # linear (a decode step: the recurrent delta rule only): qkv, z, beta|alpha matmuls, conv, prep,
+            # delta rule, gated norm, ssm_out + 4 of the FFN
+            per_layer = 11
+        split_merges = n_attention if m.fwd.split_kv else 0       # split-KV attention: + the merge of chunks
+        assert len(launched) == per_layer * m.config.n_layers + n_linear * (m.config.has_recurrent_state) \
+            + split_merges + 3
         assert launched[0] == "halo_embed_norm" and launched[-1] == "halo_sample"
         assert m.fwd.w.nbytes < 2 * (DATA / f"{name}.gguf").stat().st_size    # still quantized on the device
     finally:
@@ -63,8 +71,9 @@ def test_host_side_of_a_prefill_and_a_decode_step(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_the_gpu_kv_cache_allocates_what_the_one_formula_estimates(name):
     """What the engine reports as allocated (Engine.stats().kv_cache_bytes reads GpuKVCache.nbytes) equals
-    engine.model.arch's estimate on the GPU: K and V float32 plus the token id at every slot."""
-    from engine.model.arch import kv_cache_bytes
+    engine.model.arch's estimate on the GPU: K and V float32 plus the token id at every slot, plus (hybrid
+    models) the recurrent state of every state slot (max_seqs by default)."""
+    from engine.model.arch import kv_cache_bytes, recurrent_state_bytes
 
     backend = registry.create("cpu")
     backend.kernel = lambda file, function: Kernel(function, None)
@@ -72,8 +81,10 @@ def test_the_gpu_kv_cache_allocates_what_the_one_formula_estimates(name):
     m = GpuModel.load(DATA / f"{name}.gguf", backend, max_tokens=32, max_seqs=4, kv_blocks=6)
     kv = m.new_kv_cache(6, 16)
     try:
-        assert kv.nbytes == kv_cache_bytes(m.config, 6, 16, "gpu")
-        assert kv.nbytes == kv.storage.nbytes + kv.token_at_slot.nbytes
+        assert kv.nbytes == kv_cache_bytes(m.config, 6, 16, "gpu") + 4 * recurrent_state_bytes(m.config)
+        recurrent = kv.recurrent.storage.nbytes if kv.recurrent else 0
+        assert (recurrent > 0) == m.config.has_recurrent_state
+        assert kv.nbytes == kv.storage.nbytes + kv.token_at_slot.nbytes + recurrent
     finally:
         kv.free()
         m.close()

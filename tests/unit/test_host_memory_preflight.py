@@ -70,16 +70,18 @@ def test_the_cpu_path_refuses_a_model_larger_than_ram_from_its_header(huge_llama
         engine.shutdown()
     msg = str(e.value)
     assert msg.startswith("huge-llama.gguf needs ") and "GiB of RAM on the CPU but only" in msg
-    for part in ("weights as float32", "KV cache", "scratch", "reserve", "smaller model"):
+    for part in ("weights", "KV cache", "scratch", "reserve", "smaller model"):
         assert part in msg
 
 
-def test_the_host_plan_counts_float32_weights_kv_and_scratch():
+def test_the_host_plan_counts_the_weights_the_loader_holds_kv_and_scratch():
+    from engine.model.loader import load_model
+
     with open_gguf(DATA / "tiny-llama-q4_1.gguf") as g:
         config = ModelConfig.from_metadata(g.metadata)
         tensors = list(g.tensors.values())
     small = plan_host_memory(config, tensors, 4, BLOCK_SIZE, 64, 1)
-    assert small.weights == sum(4 * t.n_elements for t in tensors)
+    assert small.weights == load_model(DATA / "tiny-llama-q4_1.gguf").weights.nbytes
     longer = plan_host_memory(config, tensors, 40, BLOCK_SIZE, 64, 1)
     assert longer.kv == 10 * small.kv and longer.scratch > small.scratch
     check_host_fits(small, "tiny", available=small.total)                  # exactly enough: fine

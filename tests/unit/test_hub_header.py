@@ -10,6 +10,7 @@ from engine.errors import DownloadError, InvalidModelError
 from engine.gguf import open_gguf, parse_header
 from engine.hub import HubClient, HubUnreachableError, Machine, current_machine, fit_verdict
 from engine.hub.client import FIRST_HEADER_READ
+from engine.hub.verdict import planned_needs
 from engine.model.arch import memory_estimate
 from engine.model.config import ModelConfig
 from tests.fake_hub import FakeHub, header_only_gguf
@@ -57,11 +58,15 @@ def test_large_header_read_in_more_than_one_range_and_verdicts_from_the_engine_e
         huge_file = _file(hub, client, "t/models-GGUF", "huge-Q4_K_M.gguf")
         assert huge_file.size > 30 * GIB
         head = client.read_header(huge_file)
-        verdict = fit_verdict(head, BIG_MACHINE)
+        # ~40 GiB of Q4_K: neither the 24 GB GPU nor 32 GB of RAM holds it (the CPU keeps it quantized, so
+        # 64 GB of RAM would)
+        verdict = fit_verdict(head, Machine(ram_free=32 * GIB, gpu_free=24 * GIB, gpu_name="Test GPU"))
         config = ModelConfig.from_metadata(head.metadata)
         assert verdict.fit == "too_large" and verdict.architecture == "llama"
-        assert verdict.gpu_bytes == memory_estimate(config, 4096, "gpu", head.tensors.values()).total
-        assert "too large" in verdict.words and "GiB" in verdict.words
+        assert fit_verdict(head, BIG_MACHINE).fit == "cpu"
+        assert (verdict.gpu_bytes, verdict.cpu_bytes) == planned_needs(config, list(head.tensors.values()), 4096)
+        assert verdict.gpu_bytes > memory_estimate(config, 4096, "gpu", head.tensors.values()).total   # + scratch
+        assert "Does not fit on Test GPU" in verdict.words and "does not fit there either" in verdict.words
         assert fit_verdict(head, Machine(ram_free=64 * GIB, gpu_free=80 * GIB, gpu_name="H")).fit == "gpu"
 
         verdict = fit_verdict(client.read_header(_file(hub, client, "t/models-GGUF", "rwkv-Q4_0.gguf")),

@@ -35,6 +35,7 @@ MACHINES = {   # what the OS and a GPU runtime that counts dedicated + shared re
     "strix-128-05ded-linux-vram-only": MemoryFacts(_gib(127), _gib(115), HALO, _gib(0.5), _gib(0.4), True,
                                                    _gib(0.5)),
     "strix-128-96ded-no-gpu-runtime": MemoryFacts(_gib(31), _gib(27), "", 0, 0, True, _gib(96), platform="win32"),
+    "strix-128-112ded-no-gpu-runtime": MemoryFacts(_gib(15), _gib(12), "", 0, 0, True, _gib(112), platform="win32"),
     "discrete-24gb-ram-64": MemoryFacts(_gib(62.8), _gib(55), "RTX 4090", _gib(23.6), _gib(23.4)),
     "h200": MemoryFacts(_gib(125), _gib(120), "NVIDIA H200", _gib(139.8), _gib(139)),
 }
@@ -52,10 +53,13 @@ TABLE = [
      ["Does not fit on Radeon 8060S: needs 24.1 GiB", "0.5 GiB of RAM is dedicated", "counts none of the shared system memory",
       "Raise the dedicated memory in the firmware setup (UMA frame buffer / iGPU memory) or the GTT limit",
       "115.0 GiB are available: it runs on the CPU instead"]),
-    ("strix-128-96ded-no-gpu-runtime", "30b", None,
-     ["CPU path needs 31.0 GiB", "27.0 GiB are available", "does not fit",
-      "96.0 GiB dedicated to the integrated GPU is invisible to the CPU"]),
-    ("strix-128-96ded-no-gpu-runtime", "20b", "cpu", ["CPU path needs 24.2 GiB", "runs on the CPU instead"]),
+    # the CPU path holds quantized weights at their file size (engine.model.quant_matrix)
+    ("strix-128-96ded-no-gpu-runtime", "30b", "cpu", ["CPU path needs 26.1 GiB", "27.0 GiB are available",
+                                                       "runs on the CPU instead"]),
+    ("strix-128-96ded-no-gpu-runtime", "20b", "cpu", ["CPU path needs 19.3 GiB", "runs on the CPU instead"]),
+    ("strix-128-112ded-no-gpu-runtime", "30b", None,
+     ["CPU path needs 26.1 GiB", "12.0 GiB are available", "does not fit",
+      "112.0 GiB dedicated to the integrated GPU is invisible to the CPU"]),
     ("discrete-24gb-ram-64", "30b", "cpu", ["Does not fit on RTX 4090: needs 24.1 GiB", "23.4 GiB free of 23.6 GiB",
                                              "runs on the CPU instead"]),
     ("discrete-24gb-ram-64", "20b", "gpu", ["Fits on RTX 4090: needs 14.9 GiB"]),
@@ -120,3 +124,29 @@ def test_the_dedicated_part_is_read_from_amdgpu_sysfs(tmp_path):
         (d / "mem_info_vram_total").write_text(f"{vram}\n")
         (d / "mem_info_gtt_total").write_text(f"{gtt}\n")
     assert amd_dedicated_bytes(str(tmp_path)) == 512 << 20
+
+
+@pytest.mark.parametrize("machine,model,where,phrases", [
+    ("strix-128-96ded-linux", "30b", "gpu", ["Fits on Radeon 8060S", "96.0 GiB of RAM is dedicated", "GTT size"]),
+    ("strix-128-05ded-linux-vram-only", "30b", "cpu",
+     ["0.5 GiB of RAM is dedicated", "Raise the dedicated memory in the firmware setup", "runs on the CPU instead"]),
+    ("strix-128-112ded-no-gpu-runtime", "30b", "too_large", ["112.0 GiB dedicated to the integrated GPU is invisible"]),
+    ("discrete-24gb-ram-64", "30b", "cpu", ["Does not fit on RTX 4090", "runs on the CPU instead"]),
+])
+def test_the_app_shows_these_words_before_a_download(machine, model, where, phrases):
+    """The Discover page's verdict (engine.hub.fit_verdict, from a remote file's header) speaks the same
+    words, from the same machine facts: one verdict, not a second wording."""
+    from engine.gguf.file import GGUFHeader
+    from engine.hub import Machine, fit_verdict
+
+    f = MACHINES[machine]
+    meta, tensors = MODELS[model]
+    infos = tensors()
+    header = GGUFHeader(3, 32, 0, sum(t.nbytes for t in infos), meta, {t.name: t for t in infos})
+    shown = Machine(ram_free=f.host_available, gpu_free=f.gpu_free if f.gpu_name else None, gpu_name=f.gpu_name,
+                    gpu_total=f.gpu_total, integrated=f.integrated, dedicated=f.dedicated, ram_total=f.host_total,
+                    platform=f.platform)
+    verdict = fit_verdict(header, shown, CONTEXT)
+    assert verdict.fit == where, verdict.words
+    for phrase in phrases:
+        assert phrase in verdict.words, (phrase, verdict.words)

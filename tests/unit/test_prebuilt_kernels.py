@@ -22,7 +22,8 @@ from engine.gpu.model import GpuModel
 
 DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
 # qkv bias (qwen2), q/k norms (qwen3), post norms + sliding window (gemma3), plain (llama)
-GPU_MODELS = ("tiny-qwen3-q4_k_m.gguf", "tiny-qwen2-q8_0.gguf", "tiny-gemma3-q4_k_m.gguf", "tiny-llama-q4_1.gguf")
+GPU_MODELS = ("tiny-qwen3-q4_k_m.gguf", "tiny-qwen2-q8_0.gguf", "tiny-gemma3-q4_k_m.gguf", "tiny-llama-q4_1.gguf",
+              "tiny-qwen35-q8_0.gguf")        # hybrid: T = 20 takes the chunked delta rule too
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +78,7 @@ def _recorded_launches(monkeypatch) -> list[tuple[str, str, tuple]]:
     the CPU backend."""
     backend = registry.create("cpu")
     launched = []
+    monkeypatch.setenv("HALO_DELTA_CHUNKED", "1")         # the opt-in chunked delta rule launches too
     backend.kernel = lambda file, function: Kernel(function, file)
     backend.launch = lambda k, grid, block, args, stream, shared_bytes=0: launched.append((k.handle, k.name, args))
     for model in GPU_MODELS:
@@ -122,6 +124,8 @@ def test_engine_launch_arguments_match_every_objects_metadata(manifest, infos, m
     assert {"halo_embed_norm", "halo_rope_kv", "halo_attention", "halo_add_norm", "halo_sample",
             "halo_matmul_kq_t1", "halo_matmul_gt", "halo_matmul_r1_t1", "halo_write_ids",
             "halo_attention_tc", "halo_matmul_tc", "halo_glu_tc", "halo_matmul_wm", "halo_glu_wm"} <= names
+    assert {"halo_conv_silu", "halo_delta_prep", "halo_delta_rule", "halo_delta_chunked", "halo_gated_norm",
+            "halo_output_gate", "halo_split_q_gate"} <= names
     for target in TARGETS:
         for file, name, args in launches:
             kernel = infos[(target, file)].kernels.get(name)

@@ -4,7 +4,8 @@ recurrent state lives in a slot taken on admission and given back on finish/abor
 
 Checks: 32 greedy ids equal transformers' in sync and async mode; requests of different lengths batched
 (prompts chunked across steps, so the chunked and the recurrent delta rule meet) equal each run alone;
-preempted-and-recomputed requests keep their ids; no KV block or state slot is left in use.
+preempted-and-recomputed requests keep their ids; an abort mid-stream gives its slot back and leaves the others
+identical; no KV block or state slot is left in use. On the f32 model and its quantized variant.
 """
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ from tests.unit.test_engine_core import Harness
 DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    lm = load_model(DATA / "tiny-qwen35-f32.gguf")
-    golden = dict(np.load(DATA / "tiny-qwen35-f32.golden.npz"))
+@pytest.fixture(scope="module", params=["f32", "q8_0"])
+def tiny(request):
+    """The float32 model and its quantized variant (Q8_0 / Q4_0 matrices), each with transformers' golden."""
+    lm = load_model(DATA / f"tiny-qwen35-{request.param}.gguf")
+    golden = dict(np.load(DATA / f"tiny-qwen35-{request.param}.golden.npz"))
     return lm, PromptFormat.from_metadata(lm.metadata).tokenizer, golden
 
 
@@ -83,4 +85,29 @@ def test_preemption_drops_and_recomputes_the_recurrent_state(tiny, async_on):
     assert {r: h.ids(r) for r in alone} == alone
     starts = [s.request_id for p in h.plans for s in p.seqs if s.start_position == 0]
     assert len(starts) > len(set(starts))                               # someone was preempted and recomputed
+    assert all_free(h)
+
+
+@pytest.mark.parametrize("async_on", [False, True])
+def test_abort_mid_stream_gives_the_state_slot_back_and_leaves_the_others_identical(tiny, async_on):
+    ps = prompts(tiny[2], 4)
+    ref = Harness(tiny, async_on, max_num_seqs=4)
+    for i, p in enumerate(ps):
+        ref.submit(f"r{i}", p, max_tokens=10)
+    ref.run()
+    h = Harness(tiny, async_on, max_num_seqs=4)
+    for i, p in enumerate(ps):
+        h.submit(f"r{i}", p, max_tokens=10)
+    freed = []
+
+    def abort_when_streaming(_):
+        if len(h.events["r1"]) == 3 and "r1" in h.core.generations:
+            before = h.core.scheduler.state_slots.num_free
+            assert h.core.abort("r1")
+            freed.append(h.core.scheduler.state_slots.num_free - before)
+    h.run(on_step=abort_when_streaming)
+    assert freed == [1]                                  # its slot came back at once
+    assert h.finished("r1").reason == "abort" and h.ids("r1") == ref.ids("r1")[:3]
+    for r in ("r0", "r2", "r3"):
+        assert h.ids(r) == ref.ids(r)
     assert all_free(h)

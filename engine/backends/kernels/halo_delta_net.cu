@@ -8,68 +8,229 @@
 // Value head h reads key head h % Hk (llama.cpp's tiled order).
 
 // Causal depthwise conv + SiLU, in place on qkv, and the conv state rolled forward.
-// grid (ceil(C / 128), S), block 128: one thread per (channel, sequence), tokens in order.
+// grid (ceil(C / 128), S), block 128: one thread per (channel, sequence), tokens in order, loaded CONV_BATCH
+// at a time so their loads are in flight together (the in-place stores would otherwise serialize them).
+#define CONV_BATCH 8
 HALO_KERNEL void halo_conv_silu(float* qkv, float* conv, const float* wconv, const i32* qsl, const i32* slots,
                                 const i32* positions, i32 C, i32 K) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
     if (c >= C) return;
     int t0 = qsl[s], t1 = qsl[s + 1];
     float* st = conv + (i64)slots[s] * (K - 1) * C;
-    float win[8];                                            // K <= 8 (Qwen3.5: 4)
+    float win[7], w[7];                                      // K <= 8 (Qwen3.5: 4); registers (unrolled)
+    float wlast = wconv[(i64)c * K + K - 1];
     bool fresh = positions[t0] == 0;
-    for (int j = 0; j < K - 1; j++) win[j] = fresh ? 0.0f : st[(i64)j * C + c];
-    for (int t = t0; t < t1; t++) {
-        float x = qkv[(i64)t * C + c];
-        float acc = x * wconv[(i64)c * K + K - 1];
-        for (int j = 0; j < K - 1; j++) acc += win[j] * wconv[(i64)c * K + j];
-        for (int j = 0; j + 1 < K - 1; j++) win[j] = win[j + 1];
-        if (K > 1) win[K - 2] = x;
-        qkv[(i64)t * C + c] = acc / (1.0f + __expf(-acc));
+    #pragma unroll
+    for (int j = 0; j < 7; j++) {
+        w[j] = j < K - 1 ? wconv[(i64)c * K + j] : 0.0f;
+        win[j] = (j < K - 1 && !fresh) ? st[(i64)j * C + c] : 0.0f;
     }
-    for (int j = 0; j < K - 1; j++) st[(i64)j * C + c] = win[j];
-}
-
-// The delta rule over each sequence's tokens in order (the recurrent form), q/k L2-normalised here.
-// grid (Hv, S), block Dv threads (Dv <= 256, a multiple of 32): thread j holds column j of the head's
-// Dk x Dv state in registers (Dk <= 256). out [T, Hv Dv] gets o_t = S_t^T q_t.
-HALO_KERNEL void halo_delta_rule(const float* qkv, const float* ab, float* state, float* out, const float* ssm_a,
-                                 const float* dt_bias, const i32* qsl, const i32* slots, const i32* positions,
-                                 i32 Hk, i32 Hv, i32 Dk, i32 Dv, float eps) {
-    __shared__ float q[256], k[256], red[32];
-    int h = blockIdx.x, s = blockIdx.y, j = threadIdx.x, kh = h % Hk, C = 2 * Hk * Dk + Hv * Dv;
-    int t0 = qsl[s], t1 = qsl[s + 1];
-    float* S = state + ((i64)slots[s] * Hv + h) * Dk * Dv;
-    float col[256];
-    bool fresh = positions[t0] == 0;
-    for (int i = 0; i < Dk; i++) col[i] = fresh ? 0.0f : S[(i64)i * Dv + j];
-    float qscale = rsqrtf((float)Dk);
-    for (int t = t0; t < t1; t++) {
-        const float* row = qkv + (i64)t * C;
-        float qq = 0.0f, kk = 0.0f;
-        for (int i = j; i < Dk; i += blockDim.x) {
-            float a = row[kh * Dk + i], b = row[Hk * Dk + kh * Dk + i];
-            q[i] = a; k[i] = b; qq += a * a; kk += b * b;
+    for (int t = t0; t < t1; t += CONV_BATCH) {
+        float x[CONV_BATCH];
+        #pragma unroll
+        for (int u = 0; u < CONV_BATCH; u++) x[u] = t + u < t1 ? qkv[(i64)(t + u) * C + c] : 0.0f;
+        #pragma unroll
+        for (int u = 0; u < CONV_BATCH; u++) {
+            if (t + u >= t1) break;
+            float acc = x[u] * wlast;
+            #pragma unroll
+            for (int j = 0; j < 7; j++) if (j < K - 1) acc += win[j] * w[j];
+            #pragma unroll
+            for (int j = 0; j < 6; j++) if (j + 1 < K - 1) win[j] = win[j + 1];
+            #pragma unroll
+            for (int j = 0; j < 7; j++) if (j == K - 2) win[j] = x[u];
+            qkv[(i64)(t + u) * C + c] = acc / (1.0f + __expf(-acc));
         }
-        qq = block_sum(qq, red);
-        kk = block_sum(kk, red);
-        float qn = rsqrtf(qq + eps) * qscale, kn = rsqrtf(kk + eps);
-        float v = row[2 * Hk * Dk + h * Dv + j];
-        float beta = 1.0f / (1.0f + __expf(-ab[(i64)t * 2 * Hv + h]));
-        float x = ab[(i64)t * 2 * Hv + Hv + h] + dt_bias[h];
-        float sp = x > 20.0f ? x : log1pf(__expf(x));          // softplus
-        float decay = __expf(ssm_a[h] * sp);
-        float mem = 0.0f;
-        for (int i = 0; i < Dk; i++) { col[i] *= decay; mem += col[i] * k[i]; }
-        float delta = (v - mem * kn) * beta;
-        float o = 0.0f;
-        for (int i = 0; i < Dk; i++) { col[i] += k[i] * kn * delta; o += col[i] * q[i]; }
-        out[(i64)t * Hv * Dv + h * Dv + j] = o * qn;
-        __syncthreads();                                     // q/k of this token read by every thread
     }
-    for (int i = 0; i < Dk; i++) S[(i64)i * Dv + j] = col[i];
+    #pragma unroll
+    for (int j = 0; j < 7; j++) if (j < K - 1) st[(i64)j * C + c] = win[j];
 }
 
-// Gated RMSNorm per value head, in place: o = o / rms(o) * w * silu(z). grid (Hv, T), block Dv.
+// Before the delta rule, every token at once: q and k of each key head L2-normalised in place (q also
+// scaled by 1/sqrt(Dk)), and ab's halves replaced by beta = sigmoid(b) and the log decay
+// g = ssm_a * softplus(alpha + dt_bias). grid (T, Hk), block 128.
+HALO_KERNEL void halo_delta_prep(float* qkv, float* ab, const float* ssm_a, const float* dt_bias, i32 Hk, i32 Hv,
+                                 i32 Dk, i32 Dv, float eps) {
+    __shared__ float red[32];
+    int t = blockIdx.x, h = blockIdx.y;
+    float* q = qkv + (i64)t * (2 * Hk * Dk + Hv * Dv) + h * Dk;
+    float* k = q + Hk * Dk;
+    float qq = 0.0f, kk = 0.0f;
+    for (int i = threadIdx.x; i < Dk; i += blockDim.x) { qq += q[i] * q[i]; kk += k[i] * k[i]; }
+    qq = block_sum(qq, red);
+    kk = block_sum(kk, red);
+    float qn = rsqrtf(qq + eps) * rsqrtf((float)Dk), kn = rsqrtf(kk + eps);
+    for (int i = threadIdx.x; i < Dk; i += blockDim.x) { q[i] *= qn; k[i] *= kn; }
+    if (h != 0) return;
+    float* r = ab + (i64)t * 2 * Hv;
+    for (int i = threadIdx.x; i < Hv; i += blockDim.x) {
+        float x = r[Hv + i] + dt_bias[i];
+        r[i] = 1.0f / (1.0f + __expf(-r[i]));
+        r[Hv + i] = ssm_a[i] * (x > 20.0f ? x : log1pf(__expf(x)));     // softplus
+    }
+}
+
+// The delta rule over each sequence's tokens in order (the recurrent form), after halo_delta_prep, for the
+// sequences with fewer than chunked_min tokens this step (halo_delta_chunked takes the others).
+// grid (Hv, ceil(Dv / 32), S), block 32 x DR_WARPS: lane = one of the block's 32 state columns, warp w holds
+// rows w R .. w R + R - 1 (R = ceil(Dk / DR_WARPS) <= DR_ROWS, so Dk <= 256) of them in registers; the
+// column sums over Dk meet in shared memory. The next token's q, k, v, beta, g are loaded while this one is
+// computed. out [T, Hv Dv] gets o_t = S_t^T q_t.
+#define DR_WARPS 8
+#define DR_ROWS 32
+HALO_KERNEL void halo_delta_rule(const float* qkv, const float* ab, float* state, float* out, const i32* qsl,
+                                 const i32* slots, const i32* positions, i32 Hk, i32 Hv, i32 Dk, i32 Dv,
+                                 i32 chunked_min) {
+    __shared__ float qs[256], ks[256], red[2][DR_WARPS][32];
+    int h = blockIdx.x, s = blockIdx.z, lane = threadIdx.x & 31, w = threadIdx.x >> 5, x = threadIdx.x;
+    int j = blockIdx.y * 32 + lane, kh = h % Hk, C = 2 * Hk * Dk + Hv * Dv;
+    int R = (Dk + DR_WARPS - 1) / DR_WARPS, r0 = w * R;
+    int t0 = qsl[s], t1 = qsl[s + 1];
+    if (t0 >= t1 || t1 - t0 >= chunked_min) return;        // the chunked kernel's sequence
+    bool live = j < Dv, fresh = positions[t0] == 0;
+    float* S = state + ((i64)slots[s] * Hv + h) * Dk * Dv;
+    float col[DR_ROWS];
+    #pragma unroll
+    for (int r = 0; r < DR_ROWS; r++)
+        col[r] = (r < R && r0 + r < Dk && live && !fresh) ? S[(i64)(r0 + r) * Dv + j] : 0.0f;
+    // this thread's share of the token's inputs: q[x], k[x] (x < Dk), v of its column, beta, g
+    const float* row = qkv + (i64)t0 * C;
+    float pq = x < Dk ? row[kh * Dk + x] : 0.0f, pk = x < Dk ? row[Hk * Dk + kh * Dk + x] : 0.0f;
+    float pv = live ? row[2 * Hk * Dk + h * Dv + j] : 0.0f;
+    float pb = ab[(i64)t0 * 2 * Hv + h], pg = ab[(i64)t0 * 2 * Hv + Hv + h];
+    for (int t = t0; t < t1; t++) {
+        if (x < Dk) { qs[x] = pq; ks[x] = pk; }
+        float v = pv, beta = pb, decay = __expf(pg);
+        if (t + 1 < t1) {
+            row = qkv + (i64)(t + 1) * C;
+            pq = x < Dk ? row[kh * Dk + x] : 0.0f;
+            pk = x < Dk ? row[Hk * Dk + kh * Dk + x] : 0.0f;
+            pv = live ? row[2 * Hk * Dk + h * Dv + j] : 0.0f;
+            pb = ab[(i64)(t + 1) * 2 * Hv + h];
+            pg = ab[(i64)(t + 1) * 2 * Hv + Hv + h];
+        }
+        __syncthreads();                                     // q, k in shared; last token's reads are done
+        float mem = 0.0f;
+        #pragma unroll
+        for (int r = 0; r < DR_ROWS; r++)
+            if (r < R && r0 + r < Dk) { col[r] *= decay; mem += col[r] * ks[r0 + r]; }
+        red[0][w][lane] = mem;
+        __syncthreads();
+        mem = 0.0f;
+        #pragma unroll
+        for (int u = 0; u < DR_WARPS; u++) mem += red[0][u][lane];
+        float delta = (v - mem) * beta, o = 0.0f;
+        #pragma unroll
+        for (int r = 0; r < DR_ROWS; r++)
+            if (r < R && r0 + r < Dk) { col[r] += ks[r0 + r] * delta; o += col[r] * qs[r0 + r]; }
+        red[1][w][lane] = o;
+        __syncthreads();                                     // also: every read of qs/ks for this token is done
+        if (w == 0 && live) {
+            float acc = 0.0f;
+            #pragma unroll
+            for (int u = 0; u < DR_WARPS; u++) acc += red[1][u][lane];
+            out[(i64)t * Hv * Dv + h * Dv + j] = acc;
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < DR_ROWS; r++)
+        if (r < R && r0 + r < Dk && live) S[(i64)(r0 + r) * Dv + j] = col[r];
+}
+
+// The chunked form of the same rule (engine.model.delta_net.delta_rule_chunked, the WY/UT representation), for
+// sequences with >= chunked_min tokens this step; halo_delta_rule takes the others. Per chunk of n <= DC_CHUNK
+// tokens, with G_i the log decay summed from the chunk start and A_ij = beta_i e^(G_i - G_j) k_i.k_j (j < i):
+//   (I + A) v_new = beta (v - e^G (K S))                        forward substitution, 32 columns at once
+//   o_i = e^(G_i) q_i.S + sum_(j <= i) e^(G_i - G_j) q_i.k_j v_new_j   (S before the chunk)
+//   S <- e^(G_last) S + sum_i e^(G_last - G_i) k_i v_new_i^T
+// Every exponent is <= 0 (G falls), so nothing overflows. grid (Hv, ceil(Dv / 32), S), block 256 (8 warps): a
+// block owns 32 state columns of one head in shared memory (Dk <= 128); products over Dk run as one warp per
+// pair (lanes over Dk) or one lane per column. DC_CHUNK 32 (the CPU reference uses 64; the same numbers
+// within float32 rounding) keeps the shared memory under 48 KB (CUDA's static limit; RDNA has 64 KB).
+// Opt-in (engine.gpu.hybrid.chunked_usable): as written it is slower than halo_delta_rule at 128-token prompts
+// (one warp does the forward substitution; the pair products reduce across lanes, 5 shuffles each).
+#define DC_CHUNK 32
+#define DC_MAX_DK 128
+HALO_KERNEL void halo_delta_chunked(const float* qkv, const float* ab, float* state, float* out, const i32* qsl,
+                                    const i32* slots, const i32* positions, i32 Hk, i32 Hv, i32 Dk, i32 Dv,
+                                    i32 chunked_min) {
+    __shared__ float Ss[DC_MAX_DK][32], Ks[DC_CHUNK][DC_MAX_DK], U[DC_CHUNK][32];
+    __shared__ float A[DC_CHUNK][DC_CHUNK + 1], QK[DC_CHUNK][DC_CHUNK + 1];
+    __shared__ float G[DC_CHUNK], B[DC_CHUNK], Eg[DC_CHUNK], El[DC_CHUNK];
+    int h = blockIdx.x, s = blockIdx.z, lane = threadIdx.x & 31, w = threadIdx.x >> 5, x = threadIdx.x;
+    int nw = blockDim.x >> 5, j = blockIdx.y * 32 + lane, kh = h % Hk;
+    i64 C = 2 * Hk * Dk + Hv * Dv;
+    int t0 = qsl[s], t1 = qsl[s + 1];
+    if (t1 - t0 < chunked_min) return;
+    bool live = j < Dv, fresh = positions[t0] == 0;
+    float* S = state + ((i64)slots[s] * Hv + h) * Dk * Dv;
+    for (int d = w; d < Dk; d += nw) Ss[d][lane] = (live && !fresh) ? S[(i64)d * Dv + j] : 0.0f;
+    const i64 qoff = kh * Dk, koff = Hk * Dk + kh * Dk, voff = 2 * Hk * Dk + h * Dv + j;
+    for (int c0 = t0; c0 < t1; c0 += DC_CHUNK) {
+        int n = min(DC_CHUNK, t1 - c0);
+        __syncthreads();                                     // the last chunk's reads are done, Ss is set
+        for (int e = x; e < n * Dk; e += blockDim.x) Ks[e / Dk][e % Dk] = qkv[(c0 + e / Dk) * C + koff + e % Dk];
+        if (x < n) { B[x] = ab[(i64)(c0 + x) * 2 * Hv + h]; G[x] = ab[(i64)(c0 + x) * 2 * Hv + Hv + h]; }
+        __syncthreads();
+        if (x == 0) for (int i = 1; i < n; i++) G[i] += G[i - 1];
+        __syncthreads();
+        if (x < n) { Eg[x] = __expf(G[x]); El[x] = __expf(G[n - 1] - G[x]); }
+        for (int p = w; p < n * n; p += nw) {                // A: one warp per pair j < i
+            int i = p / n, jj = p % n;
+            if (jj >= i) continue;
+            float acc = 0.0f;
+            for (int d = lane; d < Dk; d += 32) acc += Ks[i][d] * Ks[jj][d];
+            acc = warp_sum(acc);
+            if (lane == 0) A[i][jj] = B[i] * __expf(G[i] - G[jj]) * acc;
+        }
+        __syncthreads();
+        for (int i = w; i < n; i += nw) {                    // right-hand side, lane = column
+            float p = 0.0f;
+            for (int d = 0; d < Dk; d++) p += Ks[i][d] * Ss[d][lane];
+            float v = live ? qkv[(c0 + i) * C + voff] : 0.0f;
+            U[i][lane] = B[i] * (v - Eg[i] * p);
+        }
+        __syncthreads();
+        if (w == 0) {                                        // forward substitution, in place in U
+            for (int i = 1; i < n; i++) {
+                float acc = U[i][lane];
+                for (int jj = 0; jj < i; jj++) acc -= A[i][jj] * U[jj][lane];
+                U[i][lane] = acc;
+            }
+        } else {                                             // meanwhile QK: one warp per pair j <= i
+            for (int p = w - 1; p < n * n; p += nw - 1) {
+                int i = p / n, jj = p % n;
+                if (jj > i) continue;
+                const float* q = qkv + (c0 + i) * C + qoff;
+                float acc = 0.0f;
+                for (int d = lane; d < Dk; d += 32) acc += q[d] * Ks[jj][d];
+                acc = warp_sum(acc);
+                if (lane == 0) QK[i][jj] = __expf(G[i] - G[jj]) * acc;
+            }
+        }
+        __syncthreads();
+        for (int i = w; i < n; i += nw) {                    // outputs, from the chunk's starting state
+            const float* q = qkv + (c0 + i) * C + qoff;
+            float p = 0.0f;
+            for (int d = 0; d < Dk; d++) p += q[d] * Ss[d][lane];
+            float o = Eg[i] * p;
+            for (int jj = 0; jj <= i; jj++) o += QK[i][jj] * U[jj][lane];
+            if (live) out[(i64)(c0 + i) * Hv * Dv + h * Dv + j] = o;
+        }
+        __syncthreads();                                     // every read of the starting state is done
+        float last = Eg[n - 1];
+        for (int d = w; d < Dk; d += nw) {
+            float acc = last * Ss[d][lane];
+            for (int i = 0; i < n; i++) acc += El[i] * Ks[i][d] * U[i][lane];
+            Ss[d][lane] = acc;
+        }
+    }
+    __syncthreads();
+    if (live) for (int d = w; d < Dk; d += nw) S[(i64)d * Dv + j] = Ss[d][lane];
+}
+
+// Gated RMSNorm per value head, in place: o = o / rms(o) * w * silu(z). grid (Hv, T), block Dv rounded up
+// to a multiple of 32.
 HALO_KERNEL void halo_gated_norm(float* o, const float* z, const float* w, i32 Hv, i32 Dv, float eps) {
     __shared__ float red[32];
     int h = blockIdx.x, t = blockIdx.y, j = threadIdx.x;
@@ -89,4 +250,13 @@ HALO_KERNEL void halo_output_gate(float* attn, const float* qg, i32 T, i32 H, i3
     i64 t = i / ((i64)H * D), r = i % ((i64)H * D), h = r / D, d = r % D;
     float g = qg[t * 2 * H * D + h * 2 * D + D + d];
     attn[i] *= 1.0f / (1.0f + __expf(-g));
+}
+
+// Gated attention's query, out of attn_q's per-head [q_h | gate_h] rows: q[t, ldq-strided, h*D + d] =
+// qg[t, h*2D + d] (the gate half stays in qg for halo_output_gate). grid ceil(T H D / 256), block 256.
+HALO_KERNEL void halo_split_q_gate(float* q, i32 ldq, const float* qg, i32 T, i32 H, i32 D) {
+    i64 i = HALO_GLOBAL_ID;
+    if (i >= (i64)T * H * D) return;
+    i64 t = i / ((i64)H * D), r = i % ((i64)H * D), h = r / D, d = r % D;
+    q[t * ldq + r] = qg[t * 2 * H * D + h * 2 * D + d];
 }

@@ -1,0 +1,369 @@
+"""Compiled (numba) kernels over GGUF's quantized block layouts, reading the file's memory map directly.
+
+Per quant type two kernels, built from one block decoder:
+- `matvec(raw, x, out, f16)`: out[rows] = W @ x, W given as `raw` [rows, bytes per row] in the file's
+  layout. Each block of a row is decoded to float32 (the same arithmetic as engine.gguf.dequant) and
+  multiplied by the activations in float32 into per-position partial sums: activations are never quantized,
+  so the results are float32 math on the dequantized weights (only the summation order differs from BLAS).
+  Parallel over chunks of rows (numba prange).
+- `dequant(raw, out, f16)`: out[rows, cols] float32, bit-exact with engine.gguf.dequantize (no fast-math,
+  no fused multiply-add): used for prefill (decode a chunk of rows, then one BLAS sgemm) and embeddings.
+  Serial.
+
+`f16` is F16_TABLE: float32 value of every float16 bit pattern (256 KB, exact for subnormals, inf, NaN).
+
+Compiled code is cached on disk under NUMBA_CACHE_DIR, which this module points at the app's cache folder
+(engine.paths) unless the environment already sets it (a frozen app's own folder is read-only). numba's
+cache needs this file's source on disk; where it is missing (a frozen app), kernels compile once per
+process instead. OpenMP threads wait passively (OMP_WAIT_POLICY) unless set otherwise:
+spinning threads made each parallel product ~10x slower on cores shared with other programs (measured).
+Importing this module raises ImportError when numba is missing (engine.model.quant_matrix then keeps the
+numpy float32 path).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from engine.gguf.types import BLOCK_LAYOUT, GGMLType
+from engine.paths import cache_dir
+
+os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+_CACHE = __file__.endswith(".py") and os.path.isfile(__file__)      # False in a frozen app (no source)
+
+from numba import njit, prange  # noqa: E402  (after NUMBA_CACHE_DIR is set: numba reads it at import)
+
+F16_TABLE = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+_E2M1_DOUBLED = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)
+# MXFP4's shared exponent byte e -> 2^(e - 128) (engine.gguf.dequant._e8m0_half, as a table)
+_E8M0_HALF = np.where(np.arange(256) < 2, np.uint32(0x00200000) << np.arange(256, dtype=np.uint32),
+                      (np.arange(256, dtype=np.uint32) - 1) << np.uint32(23)).astype(np.uint32).view(np.float32)
+ROWS_PER_TASK = 16       # rows one prange iteration handles: amortizes the per-iteration scratch allocation
+
+
+# ---- block decoders: block `b` of `row` (1-D uint8) -> out[k:k + block elements], float32 ---------------
+# Each follows ggml's dequantize_row_* (and engine.gguf.dequant) operation by operation.
+
+# Where a decoded value goes (the decoders' `put`): stored at out[k + i] (dequantize), or multiplied by the
+# activation x[k + i] and added to the per-position partial sum out[i] (a dot product; x is never quantized).
+@njit(inline="always")
+def _store(out, k, i, value, x):
+    out[k + i] = value
+
+
+@njit(inline="always")
+def _accumulate(out, k, i, value, x):
+    out[i] += value * x[k + i]
+
+
+@njit(inline="always")
+def _half(row, o, f16):
+    return f16[np.int64(row[o]) | (np.int64(row[o + 1]) << 8)]
+
+
+@njit(inline="always")
+def _q4_0(row, srow, b, out, k, f16, x, put):
+    o = b * 18
+    d = _half(row, o, f16)
+    for j in range(16):
+        q = row[o + 2 + j]
+        put(out, k, j, d * np.float32(np.int32(q & 15) - 8), x)
+        put(out, k, j + 16, d * np.float32(np.int32(q >> 4) - 8), x)
+
+
+@njit(inline="always")
+def _q4_1(row, srow, b, out, k, f16, x, put):
+    o = b * 20
+    d = _half(row, o, f16)
+    m = _half(row, o + 2, f16)
+    for j in range(16):
+        q = row[o + 4 + j]
+        put(out, k, j, d * np.float32(q & 15) + m, x)
+        put(out, k, j + 16, d * np.float32(q >> 4) + m, x)
+
+
+@njit(inline="always")
+def _qh32(row, o):
+    return (np.uint32(row[o]) | (np.uint32(row[o + 1]) << 8) | (np.uint32(row[o + 2]) << 16)
+            | (np.uint32(row[o + 3]) << 24))
+
+
+@njit(inline="always")
+def _q5_0(row, srow, b, out, k, f16, x, put):
+    o = b * 22
+    d = _half(row, o, f16)
+    qh = _qh32(row, o + 2)
+    for j in range(16):
+        q = np.uint32(row[o + 6 + j])
+        lo = (q & 15) | (((qh >> j) & 1) << 4)
+        hi = (q >> 4) | (((qh >> (j + 16)) & 1) << 4)
+        put(out, k, j, d * np.float32(np.int32(lo) - 16), x)
+        put(out, k, j + 16, d * np.float32(np.int32(hi) - 16), x)
+
+
+@njit(inline="always")
+def _q5_1(row, srow, b, out, k, f16, x, put):
+    o = b * 24
+    d = _half(row, o, f16)
+    m = _half(row, o + 2, f16)
+    qh = _qh32(row, o + 4)
+    for j in range(16):
+        q = np.uint32(row[o + 8 + j])
+        lo = (q & 15) | (((qh >> j) & 1) << 4)
+        hi = (q >> 4) | (((qh >> (j + 16)) & 1) << 4)
+        put(out, k, j, d * np.float32(lo) + m, x)
+        put(out, k, j + 16, d * np.float32(hi) + m, x)
+
+
+@njit(inline="always")
+def _q8_0(row, srow, b, out, k, f16, x, put):
+    o = b * 34
+    d = _half(row, o, f16)
+    for j in range(32):
+        put(out, k, j, d * np.float32(srow[o + 2 + j]), x)
+
+
+@njit(inline="always")
+def _mxfp4(row, srow, b, out, k, f16, x, put):
+    o = b * 17
+    scale = _E8M0_HALF[row[o]]
+    for j in range(16):
+        q = row[o + 1 + j]
+        put(out, k, j, scale * _E2M1_DOUBLED[q & 15], x)
+        put(out, k, j + 16, scale * _E2M1_DOUBLED[q >> 4], x)
+
+
+@njit(inline="always")
+def _scale_min_k4(row, o, j):
+    """get_scale_min_k4: the j-th 6-bit scale and min of a Q4_K / Q5_K block's 12 packed bytes at `o`."""
+    if j < 4:
+        return row[o + j] & 63, row[o + j + 4] & 63
+    return ((row[o + j + 4] & 15) | ((row[o + j - 4] >> 6) << 4),
+            (row[o + j + 4] >> 4) | ((row[o + j] >> 6) << 4))
+
+
+@njit(inline="always")
+def _q4_k(row, srow, b, out, k, f16, x, put):
+    o = b * 144
+    d = _half(row, o, f16)
+    dmin = _half(row, o + 2, f16)
+    for c in range(4):                                   # 64 elements per chunk: low nibbles, then high
+        sc0, m0 = _scale_min_k4(row, o + 4, 2 * c)
+        sc1, m1 = _scale_min_k4(row, o + 4, 2 * c + 1)
+        d0, d1 = d * np.float32(sc0), d * np.float32(sc1)
+        n0, n1 = dmin * np.float32(m0), dmin * np.float32(m1)
+        for p in range(32):
+            q = row[o + 16 + 32 * c + p]
+            put(out, k, 64 * c + p, d0 * np.float32(q & 15) - n0, x)
+            put(out, k, 64 * c + 32 + p, d1 * np.float32(q >> 4) - n1, x)
+
+
+@njit(inline="always")
+def _q5_k(row, srow, b, out, k, f16, x, put):
+    o = b * 176
+    d = _half(row, o, f16)
+    dmin = _half(row, o + 2, f16)
+    for c in range(4):
+        sc0, m0 = _scale_min_k4(row, o + 4, 2 * c)
+        sc1, m1 = _scale_min_k4(row, o + 4, 2 * c + 1)
+        d0, d1 = d * np.float32(sc0), d * np.float32(sc1)
+        n0, n1 = dmin * np.float32(m0), dmin * np.float32(m1)
+        for p in range(32):
+            q = row[o + 48 + 32 * c + p]
+            h = row[o + 16 + p]
+            lo = (q & 15) | (((h >> (2 * c)) & 1) << 4)
+            hi = (q >> 4) | (((h >> (2 * c + 1)) & 1) << 4)
+            put(out, k, 64 * c + p, d0 * np.float32(lo) - n0, x)
+            put(out, k, 64 * c + 32 + p, d1 * np.float32(hi) - n1, x)
+
+
+@njit(inline="always")
+def _q6_k(row, srow, b, out, k, f16, x, put):
+    o = b * 210
+    d = _half(row, o + 208, f16)
+    for h in range(2):                                   # two halves of 128 elements
+        for half in range(2):                            # 16 positions share each of the four scales
+            s = o + 192 + 8 * h + half
+            d0 = d * np.float32(srow[s])
+            d1 = d * np.float32(srow[s + 2])
+            d2 = d * np.float32(srow[s + 4])
+            d3 = d * np.float32(srow[s + 6])
+            for i in range(16):
+                p = 16 * half + i
+                ql0 = row[o + 64 * h + p]
+                ql1 = row[o + 64 * h + p + 32]
+                qh = row[o + 128 + 32 * h + p]
+                e = 128 * h + p
+                put(out, k, e, d0 * np.float32(np.int32((ql0 & 15) | ((qh & 3) << 4)) - 32), x)
+                put(out, k, e + 32, d1 * np.float32(np.int32((ql1 & 15) | (((qh >> 2) & 3) << 4)) - 32), x)
+                put(out, k, e + 64, d2 * np.float32(np.int32((ql0 >> 4) | (((qh >> 4) & 3) << 4)) - 32), x)
+                put(out, k, e + 96, d3 * np.float32(np.int32((ql1 >> 4) | (((qh >> 6) & 3) << 4)) - 32), x)
+
+
+F16_BLOCK = 64           # F16 matrices are decoded in runs of 64 values (cols must be a multiple)
+
+
+@njit(inline="always")
+def _f16_run(row, srow, b, out, k, f16, x, put):
+    o = b * 2 * F16_BLOCK
+    for j in range(F16_BLOCK):
+        put(out, k, j, f16[np.int64(row[o + 2 * j]) | (np.int64(row[o + 2 * j + 1]) << 8)], x)
+
+
+# ---- the two kernels, one body each, specialised per decoder below ---------------------------------------
+# (Each specialisation is a module-level function, not a closure: numba's on-disk cache keys a function by
+# its name and line, so closures made in a loop would share, and overwrite, one cache entry.)
+
+@njit(inline="always")
+def _matvec(raw, x, out, f16, decode, block, block_bytes):
+    """raw [rows, nb * block_bytes] uint8, x [nb * block] float32 -> out [rows] float32."""
+    rows = raw.shape[0]
+    nb = raw.shape[1] // block_bytes
+    sraw = raw.view(np.int8)
+    for task in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
+        lanes = np.empty(block, np.float32)          # per-position partial sums: no horizontal add per block
+        for r in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
+            row, srow = raw[r], sraw[r]
+            lanes[:] = 0.0
+            for b in range(nb):
+                decode(row, srow, b, lanes, b * block, f16, x, _accumulate)
+            out[r] = lanes.sum()
+
+
+@njit(inline="always")
+def _dequant(raw, out, f16, decode, block, block_bytes):
+    """raw [rows, nb * block_bytes] uint8 -> out [rows, nb * block] float32 (bit-exact decode)."""
+    nb = raw.shape[1] // block_bytes
+    sraw = raw.view(np.int8)
+    for r in range(raw.shape[0]):
+        row, srow, dst = raw[r], sraw[r], out[r]
+        for b in range(nb):
+            decode(row, srow, b, dst, b * block, f16, f16, _store)
+
+
+_MATVEC = dict(parallel=True, cache=_CACHE, fastmath=True)
+# the decode is serial (a parallel loop costs ~3 s more compile time per type; prefill's float32 sgemm
+# dominates it anyway) and releases the GIL
+_DEQUANT = dict(cache=_CACHE, nogil=True)
+
+
+@njit(**_MATVEC)
+def matvec_q4_0(raw, x, out, f16):
+    _matvec(raw, x, out, f16, _q4_0, 32, 18)
+
+
+@njit(**_DEQUANT)
+def dequant_q4_0(raw, out, f16):
+    _dequant(raw, out, f16, _q4_0, 32, 18)
+
+
+@njit(**_MATVEC)
+def matvec_q4_1(raw, x, out, f16):
+    _matvec(raw, x, out, f16, _q4_1, 32, 20)
+
+
+@njit(**_DEQUANT)
+def dequant_q4_1(raw, out, f16):
+    _dequant(raw, out, f16, _q4_1, 32, 20)
+
+
+@njit(**_MATVEC)
+def matvec_q5_0(raw, x, out, f16):
+    _matvec(raw, x, out, f16, _q5_0, 32, 22)
+
+
+@njit(**_DEQUANT)
+def dequant_q5_0(raw, out, f16):
+    _dequant(raw, out, f16, _q5_0, 32, 22)
+
+
+@njit(**_MATVEC)
+def matvec_q5_1(raw, x, out, f16):
+    _matvec(raw, x, out, f16, _q5_1, 32, 24)
+
+
+@njit(**_DEQUANT)
+def dequant_q5_1(raw, out, f16):
+    _dequant(raw, out, f16, _q5_1, 32, 24)
+
+
+@njit(**_MATVEC)
+def matvec_q8_0(raw, x, out, f16):
+    _matvec(raw, x, out, f16, _q8_0, 32, 34)
+
+
+@njit(**_DEQUANT)
+def dequant_q8_0(raw, out, f16):
+    _dequant(raw, out, f16, _q8_0, 32, 34)
+
+
+@njit(**_MATVEC)
+def matvec_mxfp4(raw, x, out, f16):
+    _matvec(raw, x, out, f16, _mxfp4, 32, 17)
+
+
+@njit(**_DEQUANT)
+def dequant_mxfp4(raw, out, f16):
+    _dequant(raw, out, f16, _mxfp4, 32, 17)
+
+
+@njit(**_MATVEC)
+def matvec_q4_k(raw, x, out, f16):
+    _matvec(raw, x, out, f16, _q4_k, 256, 144)
+
+
+@njit(**_DEQUANT)
+def dequant_q4_k(raw, out, f16):
+    _dequant(raw, out, f16, _q4_k, 256, 144)
+
+
+@njit(**_MATVEC)
+def matvec_q5_k(raw, x, out, f16):
+    _matvec(raw, x, out, f16, _q5_k, 256, 176)
+
+
+@njit(**_DEQUANT)
+def dequant_q5_k(raw, out, f16):
+    _dequant(raw, out, f16, _q5_k, 256, 176)
+
+
+@njit(**_MATVEC)
+def matvec_q6_k(raw, x, out, f16):
+    _matvec(raw, x, out, f16, _q6_k, 256, 210)
+
+
+@njit(**_DEQUANT)
+def dequant_q6_k(raw, out, f16):
+    _dequant(raw, out, f16, _q6_k, 256, 210)
+
+
+@njit(**_MATVEC)
+def matvec_f16_run(raw, x, out, f16):
+    _matvec(raw, x, out, f16, _f16_run, F16_BLOCK, 2 * F16_BLOCK)
+
+
+@njit(**_DEQUANT)
+def dequant_f16_run(raw, out, f16):
+    _dequant(raw, out, f16, _f16_run, F16_BLOCK, 2 * F16_BLOCK)
+
+
+def _layout(t: GGMLType) -> tuple[int, int]:
+    return (F16_BLOCK, 2 * F16_BLOCK) if t == GGMLType.F16 else BLOCK_LAYOUT[t]
+
+
+# type -> (elements per kernel block, bytes per kernel block, matvec, dequant); the literal block sizes in
+# the specialisations above are these (a unit test compares them with the kernels' results)
+KERNELS = {t: (*_layout(t), mv, dq) for t, mv, dq in [
+    (GGMLType.Q4_0, matvec_q4_0, dequant_q4_0),
+    (GGMLType.Q4_1, matvec_q4_1, dequant_q4_1),
+    (GGMLType.Q5_0, matvec_q5_0, dequant_q5_0),
+    (GGMLType.Q5_1, matvec_q5_1, dequant_q5_1),
+    (GGMLType.Q8_0, matvec_q8_0, dequant_q8_0),
+    (GGMLType.MXFP4, matvec_mxfp4, dequant_mxfp4),
+    (GGMLType.Q4_K, matvec_q4_k, dequant_q4_k),
+    (GGMLType.Q5_K, matvec_q5_k, dequant_q5_k),
+    (GGMLType.Q6_K, matvec_q6_k, dequant_q6_k),
+    (GGMLType.F16, matvec_f16_run, dequant_f16_run),
+]}

@@ -1,0 +1,179 @@
+"""Projection matrices kept in the file's quant type on the CPU, and the products over them.
+
+A QuantMatrix is a read-only view of the model's memory map ([rows, bytes per row] uint8, no copy): a
+98 MB Q4 file stays ~98 MB instead of ~700 MB of float32. Products (engine.model.quant_kernels, numba):
+- few tokens (decode): a compiled matrix-vector product per token that decodes each block in registers
+  and accumulates in float32 (activations are not quantized);
+- many tokens (prefill): a chunk of rows is decoded to float32 (bit-exact with engine.gguf.dequantize)
+  into a small scratch buffer and multiplied by BLAS sgemm, chunk after chunk.
+A QuantLinear is a few matrices applied to the same input (q|k|v, gate|up) whose outputs sit side by side,
+like the float32 path's fused matrices, without copying the parts.
+
+Which path runs: `kernel_path()` is "numba" when numba imports and HALO_CPU_KERNELS is not "numpy";
+otherwise the loader dequantizes everything to float32 as before (engine.model.weights), the reference
+path. Diagnostics and the bench print it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+from engine.gguf.types import GGMLType
+
+DECODE_TOKENS = 4               # up to this many tokens, one matrix-vector product per token
+CHUNK_ELEMENTS = 1 << 20        # prefill decodes this many weights (4 MB of float32) at a time
+
+
+@cache
+def _load() -> tuple[object | None, str]:
+    """(engine.model.quant_kernels or None, why not)."""
+    if os.environ.get("HALO_CPU_KERNELS", "").strip().lower() == "numpy":
+        return None, "HALO_CPU_KERNELS=numpy"
+    try:
+        from engine.model import quant_kernels
+    except ImportError as e:
+        return None, f"numba unavailable: {e}"
+    return quant_kernels, ""
+
+
+def _kernels():
+    return _load()[0]
+
+
+def kernel_path() -> str:
+    """"numba" (quantized weights, compiled products) or "numpy" (float32 weights, BLAS)."""
+    return "numba" if _kernels() is not None else "numpy"
+
+
+def describe_kernels() -> str:
+    """One line for Diagnostics and the bench: which CPU path runs, and why."""
+    k, why = _load()
+    if k is None:
+        return f"numpy float32 weights, BLAS ({why})"
+    import numba
+    return (f"numba {numba.__version__} quantized kernels, {numba.get_num_threads()} threads "
+            f"(types {', '.join(t.name for t in k.KERNELS)})")
+
+
+def kernel_blocks() -> dict[GGMLType, int]:
+    """Types a QuantMatrix can hold on this machine -> elements per kernel block (a row's length must be a
+    multiple); empty on the numpy path. engine.model.arch.cpu_keeps_quantized decides with it."""
+    k = _kernels()
+    return {t: v[0] for t, v in k.KERNELS.items()} if k is not None else {}
+
+
+@dataclass(frozen=True, eq=False)
+class QuantMatrix:
+    """W [rows, cols] as the file stores it: `raw` [rows, bytes per row] uint8 (a read-only map view)."""
+    raw: np.ndarray
+    ggml_type: GGMLType
+    rows: int
+    cols: int
+
+    def __post_init__(self):
+        # always read-only (as the map is): numba compiles one specialisation per writeable flag
+        if self.raw.flags.writeable:
+            raw = self.raw.view()
+            raw.flags.writeable = False
+            object.__setattr__(self, "raw", raw)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.rows, self.cols
+
+    @property
+    def nbytes(self) -> int:
+        return self.raw.nbytes
+
+    def _k(self):
+        k = _kernels()
+        return k, k.KERNELS[self.ggml_type]
+
+    def dequantize(self, start: int = 0, stop: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows start..stop as float32 [n, cols] (into `out` when given)."""
+        k, (_, _, _, dequant) = self._k()
+        stop = self.rows if stop is None else stop
+        if out is None:
+            out = np.empty((stop - start, self.cols), np.float32)
+        dequant(self.raw[start:stop], out, k.F16_TABLE)
+        return out
+
+    def take(self, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` as float32 [len(ids), cols] (an embedding lookup)."""
+        k, (_, _, _, dequant) = self._k()
+        out = np.empty((len(ids), self.cols), np.float32)
+        rows = np.ascontiguousarray(self.raw[ids])
+        rows.flags.writeable = False
+        dequant(rows, out, k.F16_TABLE)
+        return out
+
+    def matvec(self, x: np.ndarray, out: np.ndarray) -> None:
+        """out [rows] = W @ x, x [cols] float32 contiguous."""
+        k, (_, _, matvec, _) = self._k()
+        matvec(self.raw, x, out, k.F16_TABLE)
+
+    def matmul_into(self, x: np.ndarray, out: np.ndarray) -> None:
+        """out [T, rows] = x [T, cols] @ W.T (out may be a column slice of a wider array)."""
+        if len(x) <= DECODE_TOKENS:
+            row = np.empty(self.rows, np.float32)
+            for t in range(len(x)):
+                self.matvec(np.ascontiguousarray(x[t]), row)
+                out[t] = row
+            return
+        step = max(1, CHUNK_ELEMENTS // self.cols)
+        scratch = np.empty((min(step, self.rows), self.cols), np.float32)
+        for r0 in range(0, self.rows, step):
+            r1 = min(self.rows, r0 + step)
+            w = self.dequantize(r0, r1, scratch[: r1 - r0])
+            out[:, r0:r1] = x @ w.T
+
+
+Matrix = np.ndarray | QuantMatrix
+
+
+@dataclass(frozen=True, eq=False)
+class QuantLinear:
+    """Matrices [rows_i, cols] applied to one input, outputs concatenated: x @ concat(parts).T. A part is a
+    QuantMatrix or a float32 array (an F32 tensor, or a type without a kernel)."""
+    parts: tuple[Matrix, ...]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return sum(p.shape[0] for p in self.parts), self.parts[0].shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """x [T, cols] float32 -> [T, rows]."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        out = np.empty((len(x), self.shape[0]), np.float32)
+        r0 = 0
+        for p in self.parts:
+            r1 = r0 + p.shape[0]
+            if isinstance(p, QuantMatrix):
+                if len(x) == 1:
+                    p.matvec(x[0], out[0, r0:r1])
+                else:
+                    p.matmul_into(x, out[:, r0:r1])
+            else:
+                out[:, r0:r1] = x @ p.T
+            r0 = r1
+        return out
+
+    def take(self, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` of a one-part matrix as float32 (the token embedding)."""
+        (p,) = self.parts
+        return p.take(ids) if isinstance(p, QuantMatrix) else p[ids]
+
+
+def fuse(parts: list[Matrix]) -> np.ndarray | QuantLinear:
+    """The float32 path's fused matrix (one concatenated array) when every part is float32, else a
+    QuantLinear over the parts as they are."""
+    if all(isinstance(p, np.ndarray) for p in parts):
+        return np.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
+    return QuantLinear(tuple(parts))

@@ -1,0 +1,75 @@
+"""The CPU's compiled quantized kernels (engine.model.quant_kernels) against the reference decoder
+(engine.gguf.dequantize) on random blocks of every type they serve: the decode is bit-exact, and every
+product equals dequantize-then-matmul in float32 up to summation order."""
+import numpy as np
+import pytest
+
+from engine.gguf.dequant import dequantize
+from engine.gguf.types import BLOCK_LAYOUT, GGMLType
+from engine.model.quant_matrix import QuantLinear, QuantMatrix, kernel_blocks, kernel_path
+
+pytestmark = pytest.mark.skipif(kernel_path() != "numba", reason="numba is not installed here")
+
+# byte offsets of each block's float16 scale fields: random bytes there could be inf or NaN
+HALF_FIELDS = {GGMLType.Q4_0: (0,), GGMLType.Q4_1: (0, 2), GGMLType.Q5_0: (0,), GGMLType.Q5_1: (0, 2),
+               GGMLType.Q8_0: (0,), GGMLType.Q4_K: (0, 2), GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,)}
+TYPES = sorted(kernel_blocks(), key=int)
+
+
+def random_matrix(t: GGMLType, rows: int, blocks_per_row: int, rng) -> tuple[np.ndarray, int]:
+    """(raw [rows, bytes per row] uint8 of random blocks with finite scales, cols)."""
+    if t == GGMLType.F16:
+        cols = blocks_per_row * kernel_blocks()[t]
+        return rng.normal(size=(rows, cols)).astype("<f2").view(np.uint8), cols
+    block, nbytes = BLOCK_LAYOUT[t]
+    raw = rng.integers(0, 256, size=(rows, blocks_per_row, nbytes), dtype=np.uint8)
+    for at in HALF_FIELDS.get(t, ()):
+        raw[:, :, at:at + 2] = rng.uniform(-0.1, 0.1, size=(rows, blocks_per_row, 1)).astype("<f2").view(np.uint8)
+    if t == GGMLType.MXFP4:
+        raw[:, :, 0] = rng.integers(118, 130, size=(rows, blocks_per_row))     # shared exponents 2^-10..2^1
+    return raw.reshape(rows, -1), block * blocks_per_row
+
+
+def test_every_type_the_loader_keeps_quantized_has_kernels():
+    assert set(TYPES) >= {GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K,
+                          GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.MXFP4, GGMLType.F16}
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_kernels_equal_dequantize_then_matmul(t):
+    rng = np.random.default_rng(int(t))
+    rows = 37                                  # not a multiple of the rows one parallel task takes
+    raw, cols = random_matrix(t, rows, 3, rng)
+    want = dequantize(raw, t, rows * cols).reshape(rows, cols)
+    assert np.isfinite(want).all()
+    m = QuantMatrix(raw, t, rows, cols)
+
+    np.testing.assert_array_equal(m.dequantize(), want)                  # the decode: bit-exact
+    np.testing.assert_array_equal(m.dequantize(5, 21), want[5:21])
+    ids = np.array([36, 0, 7, 7])
+    np.testing.assert_array_equal(m.take(ids), want[ids])
+
+    x = rng.normal(size=(9, cols)).astype(np.float32)
+    ref = x.astype(np.float64) @ want.T.astype(np.float64)
+    tol = 1e-5 * np.abs(x).max() * np.abs(want).max() * cols             # float32 rounding of a cols-long sum
+    out = np.empty(rows, np.float32)
+    m.matvec(x[0], out)                                                  # one token: the compiled dot
+    np.testing.assert_allclose(out, ref[0], rtol=0, atol=tol)
+    for T in (1, 3, 9):                        # per-token products, then decoded chunks + BLAS (prefill)
+        np.testing.assert_allclose(QuantLinear((m,))(x[:T]), ref[:T], rtol=0, atol=tol)
+
+
+def test_fused_parts_of_mixed_types_sit_side_by_side():
+    """q|k|v of different types (a Q4_K_M file mixes Q4_K, Q6_K and F32) in one QuantLinear."""
+    rng = np.random.default_rng(1)
+    a_raw, cols = random_matrix(GGMLType.Q4_K, 8, 1, rng)
+    b_raw, _ = random_matrix(GGMLType.Q6_K, 4, 1, rng)
+    c = rng.normal(size=(3, cols)).astype(np.float32)
+    a = QuantMatrix(a_raw, GGMLType.Q4_K, 8, cols)
+    b = QuantMatrix(b_raw, GGMLType.Q6_K, 4, cols)
+    fused = QuantLinear((a, b, c))
+    assert fused.shape == (15, cols) and fused.nbytes == a_raw.nbytes + b_raw.nbytes + c.nbytes
+    w = np.concatenate([a.dequantize(), b.dequantize(), c])
+    for T in (1, 6):
+        x = rng.normal(size=(T, cols)).astype(np.float32)
+        np.testing.assert_allclose(fused(x), x @ w.T, rtol=1e-4, atol=1e-4)
