@@ -11,7 +11,14 @@ import pytest
 import engine.gpu.forward as fwd_mod
 from engine.backends import registry
 from engine.backends.base import Kernel
-from engine.gpu.forward import SPLIT_TARGET_BLOCKS, TC_K, split_k, splitk_floats, tensor_cores_usable, wmma_usable
+from engine.gpu.forward import (
+    SPLIT_TARGET_BLOCKS,
+    TC_K,
+    split_k,
+    splitk_floats,
+    tensor_cores_usable,
+    wmma_usable,
+)
 from engine.gpu.model import GpuModel
 from engine.model.step import StepInput
 
