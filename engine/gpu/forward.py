@@ -30,6 +30,7 @@ from engine.gpu.hybrid import (
 from engine.gpu.moe import MoeScratch, enqueue_moe_ffn
 from engine.gpu.stepmeta import MetaLayout, SamplingRow
 from engine.gpu.weights import DeviceMatrix, DeviceWeights
+from engine.model.arch import rope_attention_factor
 from engine.model.config import ModelConfig
 from engine.model.step import StepInput
 
@@ -380,9 +381,10 @@ class GpuForward:
         self._launch("halo_layer.cu", "halo_add_norm", T, 256,
                      (self.x, _ptr(o), _ptr(post_w), next_w, np.float32(c.norm_eps), np.int32(c.n_embd), self.h))
 
-    def _attention(self, kv: GpuKVCache, i: int, T: int, window: int) -> None:
+    def _attention(self, kv: GpuKVCache, i: int, T: int, window: int, sinks=None) -> None:
         """self.attn [T, q_dim] from self.qkv's q heads and layer i's cache: split-KV for decode batches, the
-        tensor-core tile for prefill steps where usable, else halo_attention (see SKV_*, FA_*, ATTN_WARPS)."""
+        tensor-core tile for prefill steps where usable, else halo_attention (see SKV_*, FA_*, ATTN_WARPS);
+        `sinks` [n_head] float32 attention-sink logits (gpt-oss) or None."""
         c = self.config
         H, Hkv, D = c.n_head, c.n_head_kv, c.head_dim
         common = (self.qkv, np.int32(self.qkv_width), kv.k[i], kv.v[i], kv.positions, kv.token_seq,
@@ -393,14 +395,14 @@ class GpuForward:
             self._launch("halo_layer.cu", "halo_attention_split", (T, Hkv, chunks), 32 * SKV_WARPS,
                          common + (np.int32(chunk), self.attn_part), shared=4 * SKV_WARPS * (H // Hkv) * (D + 2))
             self._launch("halo_layer.cu", "halo_attention_merge", (T, H), 128,
-                         (self.attn_part, np.int32(chunks), np.int32(H), np.int32(D), self.attn))
+                         (self.attn_part, np.int32(chunks), np.int32(H), np.int32(D), _ptr(sinks), self.attn))
             return
         if self.flash and T > SKV_MAX_T:
             rows_tokens = FA_ROWS // (H // Hkv)                # tokens per block: x the group's heads = rows
             self._launch("halo_layer.cu", "halo_attention_tc", (-(-T // rows_tokens), Hkv), 128,
-                         common + (np.int32(T), self.attn))
+                         common + (np.int32(T), _ptr(sinks), self.attn))
             return
-        self._launch("halo_layer.cu", "halo_attention", (T, H), 32 * ATTN_WARPS, common + (self.attn,),
+        self._launch("halo_layer.cu", "halo_attention", (T, H), 32 * ATTN_WARPS, common + (_ptr(sinks), self.attn),
                      shared=4 * ATTN_WARPS * (D + 2))
 
     # the step body: everything after the metadata upload; graph-capturable ---------------------------
@@ -417,6 +419,7 @@ class GpuForward:
                       np.float32(c.embed_scale), w.layers[0].attn_norm, np.float32(c.norm_eps), self.x, self.h,
                       kv.slots, kv.token_at_slot))
         half = c.rope_dim // 2
+        rope_scale = np.float64(rope_attention_factor(c))         # YaRN's cos/sin factor, else 1 (as the CPU)
         for i, L in enumerate(w.layers):
             if isinstance(L, DeviceLinearLayer):
                 enqueue_linear_attention(self, L, kv, T, S, i)
@@ -430,11 +433,11 @@ class GpuForward:
                          (self.qkv, np.int32(self.qkv_width), kv.positions, kv.slots, _ptr(L.q_norm),
                           _ptr(L.k_norm), np.float32(c.norm_eps), np.int32(H), np.int32(Hkv), np.int32(D),
                           np.int32(c.rope_dim), np.int32(c.rope_style == "neox"),
-                          view(w.rope_inv_freq, i * half, half), kv.k[i], kv.v[i]))
-            self._attention(kv, i, T, c.sliding_window if c.sliding_layers[i] else 0)
+                          view(w.rope_inv_freq, i * half, half), rope_scale, kv.k[i], kv.v[i]))
+            self._attention(kv, i, T, c.sliding_window if c.sliding_layers[i] else 0, L.sinks)
             if c.attn_output_gate:
                 enqueue_output_gate(self, T)
-            self._matmul([L.wo], self.attn, T, self.o, E)
+            self._matmul([L.wo], self.attn, T, self.o, E, bias=L.bo)
             self._ffn(L, T, i)
         self._matmul([w.output], self.h, n_out, self.logits, c.vocab_size, xrow=kv.logits_idx)
         if sample:

@@ -1,10 +1,11 @@
-"""Mixture-of-experts FFN on the GPU (qwen3moe): router, top-k and the expert products, all on the device.
+"""Mixture-of-experts FFN on the GPU (qwen3moe, gpt-oss): router, top-k and the expert products, all on the device.
 
 Per step of T tokens (kernels in halo_quant.cu):
-    router logits [T, n_expert] = h @ W_router.T           (the ordinary matmul; W_router is F32 in GGUF)
+    router logits [T, n_expert] = h @ W_router.T (+ b)     (the ordinary matmul; W_router is F32 in GGUF)
     halo_moe_route: ids [T, k], weights [T, k]             (top k, softmax over them: engine.model.moe.route)
-    halo_moe_glu:   A [T*k, F] = act(gate_e h) * (up_e h)   one warp per (expert row, token-slot pair)
-    halo_moe_down:  o [T, E] = sum_j w_j down_e(A_j)        the weighted sum in the same pass
+    halo_moe_glu:   A [T*k, F] = glu(gate_e h + bg_e, up_e h + bu_e)   one warp per (expert row, token-slot pair);
+                    glu: SwiGLU, or gpt-oss's clamped variant (engine.model.moe.swiglu_oai)
+    halo_moe_down:  o [T, E] = sum_j w_j (down_e(A_j) + bd_e)          the weighted sum in the same pass
 The expert ids never leave the device, so decode stays graph-capturable: it reads exactly the k routed
 experts. Prefill (T > 1) groups the (token, slot) pairs by expert first (halo_moe_sort, a counting sort on
 the device), so each expert row is decoded once per 8 of its tokens: halo_moe_glu_grouped, then
@@ -19,11 +20,14 @@ import numpy as np
 
 from engine.backends.base import Backend, DeviceBuffer
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
-from engine.model.arch import ARCHITECTURES
 from engine.model.config import ModelConfig
+from engine.model.moe import OAI_ALPHA, OAI_LIMIT
 
 MOE_PER_LANE = 8            # halo_moe_route: a warp holds up to 32 * 8 router logits
 MOE_WARPS = 4
+# halo_moe_glu*'s `act` per (dense activation, expert activation): 0 SwiGLU, 2 gpt-oss's clamped SwiGLU (its
+# alpha and limit are engine.model.moe's, passed at launch)
+EXPERT_ACT = {"swiglu": 0, "swiglu_oai": 2}
 
 
 @dataclass(frozen=True)
@@ -47,16 +51,18 @@ class DeviceMoe:
     gate: DeviceExperts         # per expert [F, E]
     up: DeviceExperts
     down: DeviceExperts         # per expert [E, F]
+    router_bias: DeviceBuffer | None = None     # [n_expert] float32 (gpt-oss; None: no biases)
+    gate_bias: DeviceBuffer | None = None       # [n_expert, F]
+    up_bias: DeviceBuffer | None = None         # [n_expert, F]
+    down_bias: DeviceBuffer | None = None       # [n_expert, E]
 
 
 def gpu_moe_refusal(c: ModelConfig) -> str | None:
     """Why the GPU path cannot run this model's MoE FFN (None: it can)."""
-    t = ARCHITECTURES[c.arch]
     if c.ffn_kind != "moe":
         return None
-    if c.expert_activation != "swiglu" or t.moe_biases or t.attn_sinks or t.attn_out_bias or c.rope_yarn_factor:
-        return (f"{c.arch}: the GPU path has no kernels for biased experts, the clamped SwiGLU, attention sinks "
-                f"or YaRN rope yet; this model runs on the CPU")
+    if c.expert_activation not in EXPERT_ACT:
+        return f"{c.arch}: the GPU path has no kernel for the {c.expert_activation} expert activation"
     if c.n_expert > 32 * MOE_PER_LANE or c.n_expert_used > 32:
         return f"{c.arch}: {c.n_expert} experts ({c.n_expert_used} used) exceed the GPU router's 256 (32)"
     return None
@@ -90,23 +96,30 @@ def enqueue_moe_ffn(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer,
     """Y [T, E] = the MoE FFN of X [T, E] (after the pre-FFN norm), on fwd's stream; 4 launches."""
     c = fwd.config
     k, F, E = c.n_expert_used, c.n_ff_exp, c.n_embd
-    fwd._matmul([moe.router], X, T, s.logits, c.n_expert)
+    fwd._matmul([moe.router], X, T, s.logits, c.n_expert, bias=moe.router_bias)
     fwd._launch("halo_quant.cu", "halo_moe_route", T, 32,
                 (s.logits, np.int32(c.n_expert), np.int32(k), s.ids, s.weights))
-    act = 0 if c.activation == "silu" else 1
+    act = EXPERT_ACT[c.expert_activation]
     g, u, d = moe.gate, moe.up, moe.down
+    glu_tail = (_opt(moe.gate_bias), _opt(moe.up_bias), OAI_ALPHA, OAI_LIMIT)
     if T > 1:
-        _grouped(fwd, moe, s, T, X, Y, act)
+        _grouped(fwd, moe, s, T, X, Y, act, glu_tail)
         return
     fwd._launch("halo_quant.cu", "halo_moe_glu", (-(-F // MOE_WARPS), T * k), 32 * MOE_WARPS,
                 (g.buf, np.int32(g.ggml_type), u.buf, np.int32(u.ggml_type), np.int32(g.row_bytes),
-                 np.int32(u.row_bytes), np.int32(F), np.int32(act), X, np.int32(E), s.ids, np.int32(k), s.act))
+                 np.int32(u.row_bytes), np.int32(F), np.int32(act), X, np.int32(E), s.ids, np.int32(k))
+                + glu_tail + (s.act,))
     fwd._launch("halo_quant.cu", "halo_moe_down", (-(-E // MOE_WARPS), T), 32 * MOE_WARPS,
                 (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.ids,
-                 s.weights, np.int32(k), Y))
+                 s.weights, np.int32(k), _opt(moe.down_bias), Y))
 
 
-def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: DeviceBuffer, act: int) -> None:
+def _opt(buf: DeviceBuffer | None):
+    return np.uint64(0) if buf is None else buf          # a null pointer argument
+
+
+def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: DeviceBuffer, act: int,
+             glu_tail: tuple) -> None:
     c = fwd.config
     k, F, E, n = c.n_expert_used, c.n_ff_exp, c.n_embd, c.n_expert
     g, u, d = moe.gate, moe.up, moe.down
@@ -115,10 +128,10 @@ def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: Dev
     fwd._launch("halo_quant.cu", "halo_moe_glu_grouped", (-(-F // MOE_WARPS), n), 32 * MOE_WARPS,
                 (g.buf, np.int32(g.ggml_type), u.buf, np.int32(u.ggml_type), np.int32(g.row_bytes),
                  np.int32(u.row_bytes), np.int32(F), np.int32(act), X, np.int32(E), s.offsets, s.order,
-                 s.order_tok, s.act))
+                 s.order_tok) + glu_tail + (s.act,))
     fwd._launch("halo_quant.cu", "halo_moe_down_grouped", (-(-E // MOE_WARPS), n), 32 * MOE_WARPS,
                 (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.offsets,
-                 s.order, s.down))
+                 s.order, _opt(moe.down_bias), s.down))
     fwd._launch("halo_quant.cu", "halo_moe_combine", -(-T * E // 256), 256,
                 (s.down, s.weights, np.int32(k), np.int32(T), np.int32(E), Y))
 

@@ -24,7 +24,7 @@ from engine.model.weights import checked_tensor
 # what halo_quant.cu decodes (dq8)
 KERNEL_TYPES = frozenset({GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q4_0, GGMLType.Q4_1,
                           GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K,
-                          GGMLType.Q6_K})
+                          GGMLType.Q6_K, GGMLType.MXFP4})
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,8 @@ class DeviceLayer:
     w_down: DeviceMatrix | None
     post_ffn_norm: DeviceBuffer | None
     moe: DeviceMoe | None = None         # engine.gpu.moe
+    bo: DeviceBuffer | None = None       # attn_output bias [n_embd] (gpt-oss)
+    sinks: DeviceBuffer | None = None    # attention-sink logits [n_head] (gpt-oss)
 
 
 @dataclass
@@ -113,7 +115,8 @@ class _Uploader:
         return DeviceMatrix(buf, int(info.ggml_type), rows, cols)
 
     def vector(self, name: str, n: int | tuple[int, ...]) -> DeviceBuffer:
-        """A float32 tensor of shape `n` (a length, or a small 2-D shape such as the conv weight [C, K])."""
+        """A float32 tensor of shape `n` (a length, or a small 2-D shape: the conv weight [C, K], per-expert
+        biases [n_expert, n])."""
         shape = (n,) if isinstance(n, int) else tuple(n)
         self.info(name, shape)
         host = np.ascontiguousarray(self.gguf.dequantize(name), dtype=np.float32).reshape(shape)
@@ -164,11 +167,16 @@ def _layer(up: _Uploader, t: dict) -> DeviceLayer | DeviceLinearLayer:
         if not np.isfinite(host).all():
             raise InvalidModelError("a q/k/v bias holds NaN or infinite values", field="attn_q.bias")
         bias = up._alloc_copy(host, host.shape, np.float32)
-    moe = DeviceMoe(t["router"], t["exp_gate"], t["exp_up"], t["exp_down"]) if "router" in t else None
+    moe = None
+    if "router" in t:
+        moe = DeviceMoe(t["router"], t["exp_gate"], t["exp_up"], t["exp_down"], router_bias=t.get("router_bias"),
+                        gate_bias=t.get("exp_gate_bias"), up_bias=t.get("exp_up_bias"),
+                        down_bias=t.get("exp_down_bias"))
     return DeviceLayer(attn_norm=t["attn_norm"], wq=t["wq"], wk=t["wk"], wv=t["wv"], bqkv=bias,
                        q_norm=t.get("q_norm"), k_norm=t.get("k_norm"), wo=t["wo"],
                        post_attn_norm=t.get("post_attn_norm"), ffn_norm=t["ffn_norm"], w_gate=t.get("w_gate"),
-                       w_up=t.get("w_up"), w_down=t.get("w_down"), post_ffn_norm=t.get("post_ffn_norm"), moe=moe)
+                       w_up=t.get("w_up"), w_down=t.get("w_down"), post_ffn_norm=t.get("post_ffn_norm"), moe=moe,
+                       bo=t.get("bo"), sinks=t.get("sinks"))
 
 
 def rope_tables(config: ModelConfig, freq_factors: np.ndarray | None = None) -> np.ndarray:
@@ -181,8 +189,6 @@ def gpu_refusal(c: ModelConfig) -> str | None:
     if c.has_recurrent_state and (c.ssm_conv_kernel > CONV_MAX_K or c.ssm_k_dim > RECURRENT_MAX_DK):
         return (f"{c.arch}: the GPU's Gated DeltaNet kernels take conv kernels <= {CONV_MAX_K} and key heads "
                 f"<= {RECURRENT_MAX_DK} wide (this model: {c.ssm_conv_kernel}, {c.ssm_k_dim}); it runs on the CPU")
-    if c.rope_yarn_factor and c.ffn_kind != "moe":
-        return f"{c.arch}: the GPU path has no YaRN rope scaling yet; this model runs on the CPU"
     return gpu_moe_refusal(c)
 
 

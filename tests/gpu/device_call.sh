@@ -31,7 +31,9 @@ export HALO_SHAPE_ALIKE_DIR=/tmp/sa
 mkdir -p "$HALO_SHAPE_ALIKE_DIR"
 for skel in .device-carry/*.npz; do
   name=$(basename "$skel" .npz)
-  [ -f "$HALO_SHAPE_ALIKE_DIR/$name.gguf" ] || python3 .device-carry/shape_alike.py build "$skel" "$HALO_SHAPE_ALIKE_DIR/$name.gguf" --stable &
+  builder=.device-carry/shape_alike.py                      # no MXFP4 there: gpt-oss has its own (same format)
+  case "$name" in gpt-oss-*) builder=tests/tools/make_gptoss_shape_alike.py ;; esac
+  [ -f "$HALO_SHAPE_ALIKE_DIR/$name.gguf" ] || python3 "$builder" build "$skel" "$HALO_SHAPE_ALIKE_DIR/$name.gguf" --stable &
 done
 wait
 ls -la "$HALO_SHAPE_ALIKE_DIR"

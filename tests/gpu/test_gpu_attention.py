@@ -1,15 +1,16 @@
 """The paged attention kernels (engine/backends/kernels/halo_layer.cu) against a float64 reference: the block
 per (token, head) kernel and the split-KV pair (halo_attention_split + halo_attention_merge) on the same
 cache, with scattered block tables, two sequences at different depths (one past several chunks), GQA
-groups of 1, 4 and 8, and a sliding window; and the tiled prefill kernel (halo_attention_tc) on a mixed
-prefill step: a whole 37-token prompt, a 150-token chunk deep in another sequence, and a token of the first
-sequence after the chunk (so a block holds two sequences, one of them twice), GQA groups of 1, 3, 4 and 8."""
+groups of 1, 4 and 8, a sliding window and gpt-oss's attention sinks (a per-head logit in the denominator);
+and the tiled prefill kernel (halo_attention_tc) on a mixed prefill step: a whole 37-token prompt, a 150-token
+chunk deep in another sequence, and a token of the first sequence after the chunk (so a block holds two
+sequences, one of them twice), GQA groups of 1, 3, 4 and 8, sinks with gpt-oss's 64/8 heads."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from engine.gpu.forward import ATTN_WARPS, FA_ROWS, SKV_WARPS, split_kv_chunks, tensor_cores_usable
+from engine.gpu.forward import ATTN_WARPS, FA_ROWS, NULL, SKV_WARPS, split_kv_chunks, tensor_cores_usable
 
 pytestmark = pytest.mark.gpu
 FILE = "halo_layer.cu"
@@ -32,8 +33,9 @@ def _down(be, stream, buf, shape):
         be.free_pinned(out)
 
 
-def reference(q, kc, vc, positions, token_seq, tables, scale, window):
-    """q [T, H, D]; caches [slots, Hkv, D]; float64 softmax(scale q.K^T) V over the allowed keys."""
+def reference(q, kc, vc, positions, token_seq, tables, scale, window, sinks=None):
+    """q [T, H, D]; caches [slots, Hkv, D]; float64 softmax(scale q.K^T) V over the allowed keys; sinks [H]
+    join the softmax's denominator only."""
     T, H, D = q.shape
     G = H // kc.shape[1]
     out = np.empty((T, H, D))
@@ -45,13 +47,27 @@ def reference(q, kc, vc, positions, token_seq, tables, scale, window):
         for h in range(H):
             k, v = kc[slots, h // G].astype(np.float64), vc[slots, h // G].astype(np.float64)
             s = scale * (k @ q[t, h].astype(np.float64))
-            p = np.exp(s - s.max())
-            out[t, h] = p @ v / p.sum()
+            top = s.max() if sinks is None else max(s.max(), float(sinks[h]))
+            p = np.exp(s - top)
+            out[t, h] = p @ v / (p.sum() + (0.0 if sinks is None else np.exp(float(sinks[h]) - top)))
     return out
 
 
-@pytest.mark.parametrize("H,Hkv,D,window", [(8, 2, 128, 0), (8, 8, 64, 0), (16, 2, 128, 0), (8, 2, 64, 100)])
-def test_attention_kernels_match_float64(backend, H, Hkv, D, window):
+def sink_logits(rng, H: int, on: bool):
+    """Sinks around the scores' scale (|s| ~ 1-3): some heads' sink dominates, some barely counts."""
+    return rng.normal(scale=2.0, size=H).astype(np.float32) if on else None
+
+
+def _up_sinks(backend, stream, sinks, bufs):
+    if sinks is None:
+        return NULL
+    bufs.append(_up(backend, stream, sinks))
+    return bufs[-1]
+
+
+@pytest.mark.parametrize("H,Hkv,D,window,sinks", [(8, 2, 128, 0, False), (8, 8, 64, 0, False), (16, 2, 128, 0, False),
+                                                   (8, 2, 64, 100, False), (64, 8, 64, 128, True), (16, 8, 64, 0, True)])
+def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks):
     rng = np.random.default_rng(H * 1000 + D + window)
     num_blocks = 80                                       # 1280 positions: 10 chunks of 128
     chunk, chunks = split_kv_chunks(num_blocks * BS)
@@ -68,10 +84,12 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window):
     kc = rng.normal(size=(num_blocks * BS, Hkv, D)).astype(np.float32)
     vc = rng.normal(size=(num_blocks * BS, Hkv, D)).astype(np.float32)
     scale = 1.0 / np.sqrt(D)
-    want = reference(qkv[:, :H * D].reshape(T, H, D), kc, vc, positions, token_seq, tables, scale, window)
+    sink = sink_logits(rng, H, sinks)
+    want = reference(qkv[:, :H * D].reshape(T, H, D), kc, vc, positions, token_seq, tables, scale, window, sink)
     stream = backend.create_stream()
     bufs = [_up(backend, stream, a) for a in (qkv, kc, vc, positions, token_seq, tables)]
     qkv_d, kc_d, vc_d, pos_d, seq_d, tab_d = bufs
+    sink_d = _up_sinks(backend, stream, sink, bufs)
     part = backend.alloc(T * H * chunks * (D + 2), np.float32)
     outs = [backend.alloc((T, H * D), np.float32) for _ in range(2)]
     common = (qkv_d, np.int32(ld), kc_d, vc_d, pos_d, seq_d, tab_d, np.int32(tables.shape[1]), np.int32(BS),
@@ -79,10 +97,11 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window):
     try:
         launch = lambda name, grid, block, args, shared=0: backend.launch(  # noqa: E731
             backend.kernel(FILE, name), grid, block, args, stream, shared)
-        launch("halo_attention", (T, H), 32 * ATTN_WARPS, common + (outs[0],), 4 * ATTN_WARPS * (D + 2))
+        launch("halo_attention", (T, H), 32 * ATTN_WARPS, common + (sink_d, outs[0]), 4 * ATTN_WARPS * (D + 2))
         launch("halo_attention_split", (T, Hkv, chunks), 32 * SKV_WARPS, common + (np.int32(chunk), part),
                4 * SKV_WARPS * (H // Hkv) * (D + 2))
-        launch("halo_attention_merge", (T, H), 128, (part, np.int32(chunks), np.int32(H), np.int32(D), outs[1]))
+        launch("halo_attention_merge", (T, H), 128,
+               (part, np.int32(chunks), np.int32(H), np.int32(D), sink_d, outs[1]))
         for out in outs:
             got = _down(backend, stream, out, (T, H * D)).reshape(T, H, D)
             np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
@@ -92,9 +111,10 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window):
         backend.destroy_stream(stream)
 
 
-@pytest.mark.parametrize("H,Hkv,D,window", [(8, 2, 128, 0), (8, 8, 64, 0), (16, 2, 128, 0), (9, 3, 64, 0),
-                                            (8, 2, 64, 100), (4, 1, 128, 60)])
-def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window):
+@pytest.mark.parametrize("H,Hkv,D,window,sinks", [(8, 2, 128, 0, False), (8, 8, 64, 0, False), (16, 2, 128, 0, False),
+                                                   (9, 3, 64, 0, False), (8, 2, 64, 100, False), (4, 1, 128, 60, False),
+                                                   (64, 8, 64, 128, True)])
+def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sinks):
     if not tensor_cores_usable(backend):
         pytest.skip("halo_attention_tc needs CUDA tensor cores (sm_80+)")
     rng = np.random.default_rng(H * 7 + D + window)
@@ -108,17 +128,19 @@ def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window):
     kc = rng.normal(size=(num_blocks * BS, Hkv, D)).astype(np.float32)
     vc = rng.normal(size=(num_blocks * BS, Hkv, D)).astype(np.float32)
     scale = 1.0 / np.sqrt(D)
-    want = reference(qkv[:, :H * D].reshape(T, H, D), kc, vc, positions, token_seq, tables, scale, window)
+    sink = sink_logits(rng, H, sinks)
+    want = reference(qkv[:, :H * D].reshape(T, H, D), kc, vc, positions, token_seq, tables, scale, window, sink)
     stream = backend.create_stream()
     bufs = [_up(backend, stream, a) for a in (qkv, kc, vc, positions, token_seq, tables)]
     qkv_d, kc_d, vc_d, pos_d, seq_d, tab_d = bufs
+    sink_d = _up_sinks(backend, stream, sink, bufs)
     out = backend.alloc((T, H * D), np.float32)
     try:
         tokens_per_block = FA_ROWS // (H // Hkv)
         backend.launch(backend.kernel(FILE, "halo_attention_tc"), (-(-T // tokens_per_block), Hkv), 128,
                        (qkv_d, np.int32(ld), kc_d, vc_d, pos_d, seq_d, tab_d, np.int32(tables.shape[1]),
                         np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D), np.float32(scale), np.int32(window),
-                        np.int32(T), out), stream)
+                        np.int32(T), sink_d, out), stream)
         got = _down(backend, stream, out, (T, H * D)).reshape(T, H, D)
         np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
     finally:

@@ -30,19 +30,22 @@ TINY = Path(__file__).resolve().parents[2] / "tests" / "golden" / "data" / "tiny
 F16_FIELDS = {GGMLType.Q4_0: (0,), GGMLType.Q4_1: (0, 2), GGMLType.Q5_0: (0,), GGMLType.Q5_1: (0, 2),
               GGMLType.Q8_0: (0,), GGMLType.Q4_K: (0, 2), GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,)}
 TYPES = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_K, GGMLType.Q8_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.F16,
-         GGMLType.F32]
+         GGMLType.F32, GGMLType.MXFP4]
 BOUND = 2e-6
 
 
 def random_matrix(rng, ggml_type: GGMLType, rows: int, K: int) -> np.ndarray:
-    """[rows, row_bytes] uint8 of valid blocks: random quants, float16 scales in [0.002, 0.02)."""
+    """[rows, row_bytes] uint8 of valid blocks: random quants, float16 scales in [0.002, 0.02) (MXFP4: e8m0
+    exponents for scales 2^-10 .. 2^-2)."""
     if ggml_type == GGMLType.F32:
         return rng.standard_normal((rows, K)).astype(np.float32).view(np.uint8)
     if ggml_type == GGMLType.F16:
         return rng.standard_normal((rows, K)).astype(np.float16).view(np.uint8)
     elems, nbytes = BLOCK_LAYOUT[ggml_type]
     blocks = rng.integers(0, 256, size=(rows * K // elems, nbytes), dtype=np.uint8)
-    for off in F16_FIELDS[ggml_type]:
+    if ggml_type == GGMLType.MXFP4:
+        blocks[:, 0] = rng.integers(118, 127, size=len(blocks))
+    for off in F16_FIELDS.get(ggml_type, ()):
         scales = rng.uniform(0.002, 0.02, size=len(blocks)).astype(np.float16)
         blocks[:, off:off + 2] = scales.view(np.uint8).reshape(-1, 2)
     return blocks.reshape(rows, -1)
@@ -114,6 +117,33 @@ def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
     finally:
         for b in (w_dev, x_dev, y_dev):
             fwd.backend.free(b)
+
+
+def test_mxfp4_rows_decode_exactly_as_engine_gguf(fwd):
+    """dq8's MXFP4 decoder, read through halo_embed_norm's x (the rows times 1.0): the same float32 values as
+    engine.gguf.dequantize (itself bit-exact against the gguf package) for every e8m0 exponent but 255
+    (the subnormal scales of 0 and 1 included) and every e2m1 code."""
+    rng = np.random.default_rng(39)
+    rows, E, T = 16, 1024, 16
+    raw = random_matrix(rng, GGMLType.MXFP4, rows, E)
+    blocks = raw.reshape(-1, 17)
+    blocks[:, 0] = np.arange(len(blocks)) % 255
+    want = dequantize(raw.reshape(-1), GGMLType.MXFP4, rows * E).reshape(rows, E)
+    ids = rng.permutation(rows).astype(np.int32)
+    be = fwd.backend
+    w_dev, ids_dev, slots_dev = upload(fwd, raw), upload(fwd, ids), upload(fwd, np.arange(T, dtype=np.int32))
+    norm_dev = upload(fwd, np.ones(E, np.float32))
+    x_dev, h_dev, at_slot = be.alloc((T, E), np.float32), be.alloc((T, E), np.float32), be.alloc(T, np.int32)
+    try:
+        m = DeviceMatrix(w_dev, int(GGMLType.MXFP4), rows, E)
+        fwd._launch("halo_quant.cu", "halo_embed_norm", T, 256,
+                    (w_dev, np.int32(m.ggml_type), np.int32(m.row_bytes), ids_dev, np.int32(E), np.float32(1.0),
+                     norm_dev, np.float32(1e-6), x_dev, h_dev, slots_dev, at_slot))
+        got = download(fwd, x_dev, (T, E))
+        assert np.array_equal(got, want[ids])
+    finally:
+        for b in (w_dev, ids_dev, slots_dev, norm_dev, x_dev, h_dev, at_slot):
+            be.free(b)
 
 
 @pytest.mark.parametrize("K,T,act", [(512, 40, 0), (2560, 128, 1)])

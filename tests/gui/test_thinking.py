@@ -28,10 +28,15 @@ GREEDY_24 = LONG.__class__(**{**LONG.to_dict(), "max_tokens": 24})
 
 
 @pytest.fixture(scope="module")
-def qwen35_engine(tmp_path_factory):
+def qwen35_file(tmp_path_factory):
+    return write_real_vocab_model(tmp_path_factory.mktemp("q35") / "qwen35-real-vocab.gguf")
+
+
+@pytest.fixture(scope="module")
+def qwen35_engine(qwen35_file):
     from engine.engine import Engine
 
-    path, ref = write_real_vocab_model(tmp_path_factory.mktemp("q35") / "qwen35-real-vocab.gguf")
+    path, ref = qwen35_file
     engine = Engine(backend="cpu", max_context=512)
     engine.load(path).result(timeout=300)
     engine.reference_tokenizer = ref            # Qwen's own tokenizer, to read the prompts back
@@ -83,6 +88,25 @@ def test_thinking_streams_into_a_collapsed_section_is_kept_and_left_out_of_the_n
     assert again.chat_view.view(mid).thinking.reasoning() == stored.reasoning
     again.close()
     again.store.close()
+
+
+def test_the_app_loads_the_qwen35_file_itself_and_its_reply_renders_as_thinking(make_window, settings, qtbot,
+                                                                                qwen35_file):
+    """The user's path: the window's own engine loads the file from the models picker (CPU here; the GPU is
+    taken when there is one), the model button names it, and a reply streams into a Thinking section."""
+    settings.backend = "cpu"
+    w = make_window(engine="own")
+    with qtbot.waitSignal(w.client.loaded, timeout=120_000):
+        w.models.load_path_now(str(qwen35_file[0]))
+    assert w.client.model.architecture == "qwen35"
+    assert w.model_button.text().startswith(w.client.model.name)
+    w.new_conversation()
+    w.store.set_conversation_settings(w.current_id, "", GREEDY_24.to_dict())
+    _cid, mid, fin = send(qtbot, w, "Hello, who are you?", timeout=120_000)
+    assert fin.reason in ("stop", "length"), fin.error
+    section = w.chat_view.view(mid).thinking
+    assert section.isVisible() and not section.is_expanded() and section.toggle.text().startswith("Thinking (")
+    assert section.reasoning() == w.store.message(mid).reasoning != ""
 
 
 def test_the_per_chat_thinking_switch_reaches_the_template(qtbot, settings, db_path, qwen35_engine):

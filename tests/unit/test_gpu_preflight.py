@@ -98,3 +98,18 @@ def test_step_metadata_packing():
                     seq_lens=np.array([9], np.int32), block_tables=np.zeros((1, 1), np.int32))
     with pytest.raises(ValueError, match="capacity"):
         lay.pack(big, None, np.zeros(lay.words, np.int32))
+
+
+def test_qwen35_runs_on_the_gpu_unless_its_delta_net_sizes_exceed_the_kernels():
+    import dataclasses
+
+    from engine.gpu.hybrid import CONV_MAX_K, RECURRENT_MAX_DK
+    from engine.gpu.weights import gpu_refusal
+
+    with open_gguf(DATA / "tiny-qwen35-f32.gguf") as g:
+        c = ModelConfig.from_metadata(g.metadata)
+    assert c.has_recurrent_state and gpu_refusal(c) is None
+    wide = gpu_refusal(dataclasses.replace(c, ssm_k_dim=RECURRENT_MAX_DK + 1))
+    long = gpu_refusal(dataclasses.replace(c, ssm_conv_kernel=CONV_MAX_K + 1))
+    assert wide and f"{RECURRENT_MAX_DK + 1}" in wide and "runs on the CPU" in wide
+    assert long and f"{CONV_MAX_K + 1}" in long and "runs on the CPU" in long

@@ -21,9 +21,10 @@ from engine.backends.selftest import run_self_test
 from engine.gpu.model import GpuModel
 
 DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
-# qkv bias (qwen2), q/k norms (qwen3), post norms + sliding window (gemma3), plain (llama)
+# qkv bias (qwen2), q/k norms (qwen3), post norms + sliding window (gemma3), plain (llama), hybrid (qwen35: T = 20
+# takes the chunked delta rule too), MoE with biases, sinks, YaRN and MXFP4 experts (gpt-oss)
 GPU_MODELS = ("tiny-qwen3-q4_k_m.gguf", "tiny-qwen2-q8_0.gguf", "tiny-gemma3-q4_k_m.gguf", "tiny-llama-q4_1.gguf",
-              "tiny-qwen35-q8_0.gguf")        # hybrid: T = 20 takes the chunked delta rule too
+              "tiny-qwen35-q8_0.gguf", "tiny-gptoss-q8_0.gguf")
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,12 @@
 
 // qkv [T, ld] holds q (H heads) | k (Hkv) | v (Hkv), each head D wide. For every token t and head:
 // optional per-head RMS norm (q_norm / k_norm), rotary on the first rope_dim dims (neox: pairs (i, i + r/2);
-// normal: (2i, 2i + 1)), angles = pos * inv_freq[i] in double. q is rotated in place; k (rotated) and v are
+// normal: (2i, 2i + 1)), angles = pos * inv_freq[i] in double, cos and sin times rope_scale (YaRN's magnitude
+// factor, engine.model.arch.rope_attention_factor; else 1). q is rotated in place; k (rotated) and v are
 // written to the cache slot slot_mapping[t]. Grid: (T, H + Hkv); block: D threads rounded up to 32.
 HALO_KERNEL void halo_rope_kv(float* qkv, i32 ld, const i32* positions, const i32* slots, const float* q_norm,
                               const float* k_norm, float eps, i32 H, i32 Hkv, i32 D, i32 rope_dim, i32 neox,
-                              const double* inv_freq, float* kcache, float* vcache) {
+                              const double* inv_freq, double rope_scale, float* kcache, float* vcache) {
     __shared__ float buf[1024];
     __shared__ float red[32];
     int t = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
@@ -33,7 +34,7 @@ HALO_KERNEL void halo_rope_kv(float* qkv, i32 ld, const i32* positions, const i3
         if (neox) { i = d < half ? d : d - half; first = d < half; partner = first ? d + half : d - half; }
         else { i = d >> 1; first = (d & 1) == 0; partner = first ? d + 1 : d - 1; }
         double ang = (double)pos * inv_freq[i];
-        float c = (float)cos(ang), s = (float)sin(ang);
+        float c = (float)(cos(ang) * rope_scale), s = (float)(sin(ang) * rope_scale);
         float a = first ? v : buf[partner], b = first ? buf[partner] : v;
         out = first ? a * c - b * s : b * c + a * s;
     }
@@ -47,13 +48,15 @@ HALO_KERNEL void halo_rope_kv(float* qkv, i32 ld, const i32* positions, const i3
 }
 
 // out[t, h*D:(h+1)*D] = softmax(scale * q . K^T + mask) V over the sequence's cached keys, read through its
-// block table. Keys allowed: j <= pos (causal), and j > pos - window when window > 0 (sliding).
+// block table. Keys allowed: j <= pos (causal), and j > pos - window when window > 0 (sliding). sinks (null:
+// none) [H]: a per-head logit that joins the softmax's denominator and attends to nothing (gpt-oss).
 // Grid: (T, H); block: 32 * NW threads; each warp walks keys j = lo + warp, lo + warp + NW, ... with an
 // online softmax; warps merge through shared memory (dynamic: NW * (D + 2) floats).
 #define ATT_MAX_PER_LANE 8      // D <= 256
 HALO_KERNEL void halo_attention(const float* qkv, i32 ld, const float* kcache, const float* vcache,
                                 const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width,
-                                i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window, float* out) {
+                                i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window, const float* sinks,
+                                float* out) {
     extern __shared__ float sm[];
     int t = blockIdx.x, h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int nw = blockDim.x >> 5;
@@ -99,9 +102,10 @@ HALO_KERNEL void halo_attention(const float* qkv, i32 ld, const float* kcache, c
     }
     if (lane == 0) { wa[D] = m; wa[D + 1] = l; }
     __syncthreads();
-    float M = NEG_INF;
+    float S = sinks ? sinks[h] : NEG_INF;
+    float M = S;                                                // the sink joins the maximum
     for (int w = 0; w < nw; w++) M = fmaxf(M, sm[(size_t)w * (D + 2) + D]);
-    float L = 0.0f;
+    float L = sinks ? __expf(S - M) : 0.0f;
     for (int w = 0; w < nw; w++) {
         float mw = sm[(size_t)w * (D + 2) + D];
         if (mw != NEG_INF) L += sm[(size_t)w * (D + 2) + D + 1] * __expf(mw - M);
@@ -207,13 +211,15 @@ HALO_KERNEL void halo_attention_split(const float* qkv, i32 ld, const float* kca
     }
 }
 
-// out[t, h*D:(h+1)*D] from halo_attention_split's nc partials of (t, h). Grid: (T, H); block: >= 32 threads.
-HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, float* out) {
+// out[t, h*D:(h+1)*D] from halo_attention_split's nc partials of (t, h), with the sinks as in halo_attention.
+// Grid: (T, H); block: >= 32 threads.
+HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, const float* sinks, float* out) {
     int t = blockIdx.x, h = blockIdx.y, W = D + 2;
     const float* p = part + (size_t)(t * H + h) * nc * W;
-    float M = NEG_INF;
+    float S = sinks ? sinks[h] : NEG_INF;
+    float M = S;
     for (int c = 0; c < nc; c++) M = fmaxf(M, p[(size_t)c * W + D]);
-    float L = 0.0f;
+    float L = sinks ? __expf(S - M) : 0.0f;
     for (int c = 0; c < nc; c++) {
         float mc = p[(size_t)c * W + D];
         if (mc != NEG_INF) L += p[(size_t)c * W + D + 1] * __expf(mc - M);
@@ -238,7 +244,7 @@ HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, f
 // per use), P goes through a per-warp shared buffer from the C to the A fragment layout.
 // Keys allowed for a row: those of its own sequence with lo <= j <= pos (causal; lo = pos - window + 1 when
 // window > 0). A block whose tokens belong to several sequences (a mixed batch step) walks each sequence's keys
-// in turn, masking the other sequences' rows. Same contract and output as halo_attention.
+// in turn, masking the other sequences' rows. Same contract and output as halo_attention, sinks included.
 // Limits (the caller checks): D % 8 == 0, D <= FA_MAX_D, G <= FA_ROWS. Grid: (ceil(T / (FA_ROWS / G)), Hkv);
 // block: 128 threads. Compiles to nothing without HALO_TC (see prelude.h).
 #define FA_ROWS 64
@@ -249,7 +255,7 @@ HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, f
 #define FA_PLD (FA_KEYS + 4)
 HALO_KERNEL __launch_bounds__(128) void halo_attention_tc(const float* qkv, i32 ld, const float* kcache,
         const float* vcache, const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width,
-        i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window, i32 T, float* out) {
+        i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window, i32 T, const float* sinks, float* out) {
 #if HALO_TC
     __shared__ __align__(16) float Ks[FA_KEYS * FA_KLD];
     __shared__ __align__(16) float Vs[FA_KEYS * FA_VLD];
@@ -412,9 +418,13 @@ HALO_KERNEL __launch_bounds__(128) void halo_attention_tc(const float* qkv, i32 
     #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (!qrow[r]) continue;
-        int r16 = 16 * warp + g + 8 * r;
-        float* o = out + (size_t)(tok0 + rt[r]) * H * D + (size_t)(hk * G + r16 % G) * D + 2 * q;
+        int r16 = 16 * warp + g + 8 * r, h = hk * G + r16 % G;
+        float* o = out + (size_t)(tok0 + rt[r]) * H * D + (size_t)h * D + 2 * q;
         float inv = 1.0f / l[r];
+        if (sinks) {                     // the sink joins the maximum and the denominator (as halo_attention)
+            float S = sinks[h], Mt = fmaxf(m[r], S), sc = __expf(m[r] - Mt);
+            inv = sc / (l[r] * sc + __expf(S - Mt));
+        }
         #pragma unroll
         for (int n = 0; n < FA_MAX_D / 8; n++) {
             if (8 * n >= D) break;

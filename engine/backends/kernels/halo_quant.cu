@@ -17,6 +17,7 @@
 #define T_Q5_K 13
 #define T_Q6_K 14
 #define T_BF16 30
+#define T_MXFP4 39
 
 __device__ __forceinline__ float h2f(unsigned int h) {
     unsigned int sign = (h >> 15) & 1u, ex = (h >> 10) & 31u, man = h & 1023u;
@@ -41,6 +42,18 @@ __device__ __forceinline__ void scale_min_k4(int j, const unsigned char* q, floa
         m = (ld_u8(q + j + 4) >> 4) | ((ld_u8(q + j) >> 6) << 4);
     }
     *sc = (float)s; *mn = (float)m;
+}
+
+// MXFP4 (engine.gguf.dequant): ggml keeps the e2m1 values doubled, so they are the integers 0, 1, 2, 3, 4, 6, 8,
+// 12 (bit 3: sign; magnitudes packed one per nibble below), and halves the e8m0 scale instead: 2^(e - 128),
+// whose float32 bits are (e - 1) << 23, or the subnormal 0x00200000 << e for e < 2.
+__device__ __forceinline__ float e2m1_doubled(unsigned int code) {
+    float mag = (float)((0xC8643210u >> (4u * (code & 7u))) & 15u);
+    return code & 8u ? -mag : mag;
+}
+
+__device__ __forceinline__ float e8m0_half(unsigned int e) {
+    return __int_as_float((int)(e < 2u ? 0x00200000u << e : (e - 1u) << 23));
 }
 
 // Elements 8g .. 8g+7 of the row starting at `row` (type TYPE) into w[0..7].
@@ -83,6 +96,15 @@ __device__ __forceinline__ void dq8(const unsigned char* row, int g, float* w) {
             int v = (int)(((ld_u8(q + i) >> sh) & 15u) | (((qh >> j) & 1u) << 4));
             w[i] = TYPE == T_Q5_0 ? (float)(v - 16) * d : (float)v * d + m;
         }
+    } else if (TYPE == T_MXFP4) {
+        // 17-byte blocks: e8m0 exponent, then 16 bytes of e2m1 codes laid out like Q4_0's nibbles
+        const unsigned char* b = row + (size_t)(g >> 2) * 17;
+        float d = e8m0_half(ld_u8(b));
+        int sub = g & 3;
+        const unsigned char* q = b + 1 + (sub & 1) * 8;
+        int sh = (sub >> 1) * 4;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) w[i] = e2m1_doubled((ld_u8(q + i) >> sh) & 15u) * d;
     } else if (TYPE == T_Q8_0) {
         const unsigned char* b = row + (size_t)(g >> 2) * 34;
         float d = h2f(ld_u16(b));
@@ -163,6 +185,7 @@ __device__ __forceinline__ void rows_dot_any(int type, const unsigned char* cons
         case T_Q4_K: rows_dot<T_Q4_K, R, NT>(rows, K, X, xrow, t0, T, acc); break;
         case T_Q5_K: rows_dot<T_Q5_K, R, NT>(rows, K, X, xrow, t0, T, acc); break;
         case T_Q6_K: rows_dot<T_Q6_K, R, NT>(rows, K, X, xrow, t0, T, acc); break;
+        case T_MXFP4: rows_dot<T_MXFP4, R, NT>(rows, K, X, xrow, t0, T, acc); break;
         default: break;
     }
 }
@@ -288,6 +311,7 @@ HALO_KERNEL void halo_embed_norm(const unsigned char* W, i32 type, i32 rb, const
         case T_Q4_K: dq_row<T_Q4_K>(row, E, scale, xr); break;
         case T_Q5_K: dq_row<T_Q5_K>(row, E, scale, xr); break;
         case T_Q6_K: dq_row<T_Q6_K>(row, E, scale, xr); break;
+        case T_MXFP4: dq_row<T_MXFP4>(row, E, scale, xr); break;
         default: break;
     }
     __syncthreads();
@@ -787,6 +811,7 @@ __device__ __forceinline__ void dq8_any(int type, const unsigned char* row, int 
         case T_Q4_K: dq8<T_Q4_K>(row, g, w); break;
         case T_Q5_K: dq8<T_Q5_K>(row, g, w); break;
         case T_Q6_K: dq8<T_Q6_K>(row, g, w); break;
+        case T_MXFP4: dq8<T_MXFP4>(row, g, w); break;
         default:
             #pragma unroll
             for (int i = 0; i < 8; i++) w[i] = 0.0f;
@@ -1362,25 +1387,37 @@ HALO_KERNEL void halo_moe_route(const float* logits, i32 n_expert, i32 k, i32* i
     }
 }
 
-// A[p, r] = act(gate_e[r] . X[t]) * (up_e[r] . X[t]) for every (token, slot) pair p = t * k + j with
-// e = ids[p], r < n_ff. Grid: (ceil(n_ff / warps), T * k); block: warps * 32.
+// The experts' gated activation of gate g and up u (biases added): act 0 / 1 as act_fn, times u; act 2 is
+// gpt-oss's clamped SwiGLU (engine.model.moe.swiglu_oai, alpha and limit passed from there): gate clamped
+// above at limit, up to [-limit, limit], gate * sigmoid(alpha * gate) * (up + 1).
+__device__ __forceinline__ float expert_glu(float g, float u, int act, float alpha, float limit) {
+    if (act != 2) return act_fn(g, act) * u;
+    g = fminf(g, limit);
+    u = fminf(fmaxf(u, -limit), limit);
+    return g * (0.5f + 0.5f * tanhf(0.5f * (g * alpha))) * (u + 1.0f);
+}
+
+// A[p, r] = glu(gate_e[r] . X[t] + bg[e, r], up_e[r] . X[t] + bu[e, r]) for every (token, slot) pair
+// p = t * k + j with e = ids[p], r < n_ff; bg / bu [n_expert, n_ff] or null (no biases).
+// Grid: (ceil(n_ff / warps), T * k); block: warps * 32.
 HALO_KERNEL void halo_moe_glu(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
                               i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, const i32* ids, i32 k,
-                              float* A) {
+                              const float* bg, const float* bu, float alpha, float limit, float* A) {
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r >= n_ff) return;
     int p = blockIdx.y;
     size_t row = (size_t)ids[p] * n_ff + r;
     const float* x = X + (size_t)(p / k) * K;
-    float g = warp_sum(row_dot_fast(tg, wg + row * rb_g, K, x));
-    float u = warp_sum(row_dot_fast(tu, wu + row * rb_u, K, x));
-    if ((threadIdx.x & 31) == 0) A[(size_t)p * n_ff + r] = act_fn(g, act) * u;
+    float g = warp_sum(row_dot_fast(tg, wg + row * rb_g, K, x)) + (bg ? bg[row] : 0.0f);
+    float u = warp_sum(row_dot_fast(tu, wu + row * rb_u, K, x)) + (bu ? bu[row] : 0.0f);
+    if ((threadIdx.x & 31) == 0) A[(size_t)p * n_ff + r] = expert_glu(g, u, act, alpha, limit);
 }
 
-// Y[t, r] = sum_j w[t, j] * (down_e[r] . A[t * k + j]), e = ids[t * k + j], r < n_embd: the experts'
-// outputs weighted and summed in one pass. Grid: (ceil(n_embd / warps), T); block: warps * 32.
+// Y[t, r] = sum_j w[t, j] * (down_e[r] . A[t * k + j] + bd[e, r]), e = ids[t * k + j], r < n_embd: the
+// experts' outputs weighted and summed in one pass; bd [n_expert, n_embd] or null.
+// Grid: (ceil(n_embd / warps), T); block: warps * 32.
 HALO_KERNEL void halo_moe_down(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A, i32 F,
-                               const i32* ids, const float* w, i32 k, float* Y) {
+                               const i32* ids, const float* w, i32 k, const float* bd, float* Y) {
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r >= n_embd) return;
     int t = blockIdx.y;
@@ -1388,7 +1425,7 @@ HALO_KERNEL void halo_moe_down(const unsigned char* wd, i32 td, i32 rb_d, i32 n_
     for (int j = 0; j < k; j++) {
         size_t p = (size_t)t * k + j;
         size_t row = (size_t)ids[p] * n_embd + r;
-        acc += w[p] * warp_sum(row_dot_fast(td, wd + row * rb_d, F, A + p * F));
+        acc += w[p] * (warp_sum(row_dot_fast(td, wd + row * rb_d, F, A + p * F)) + (bd ? bd[row] : 0.0f));
     }
     if ((threadIdx.x & 31) == 0) Y[(size_t)t * n_embd + r] = acc;
 }
@@ -1419,13 +1456,16 @@ HALO_KERNEL void halo_moe_sort(const i32* ids, i32 P, i32 k, i32 n_expert, i32* 
 }
 
 #define MOE_NT 8
-// A[p, r] for the pairs of expert e = blockIdx.y, MOE_NT at a time. Grid: (ceil(n_ff / warps), n_expert).
+// A[p, r] for the pairs of expert e = blockIdx.y, MOE_NT at a time (as halo_moe_glu).
+// Grid: (ceil(n_ff / warps), n_expert).
 HALO_KERNEL void halo_moe_glu_grouped(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
                                       i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K,
-                                      const i32* offsets, const i32* order, const i32* order_tok, float* A) {
+                                      const i32* offsets, const i32* order, const i32* order_tok,
+                                      const float* bg, const float* bu, float alpha, float limit, float* A) {
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int e = blockIdx.y;
     if (r >= n_ff) return;
+    float bias_g = bg ? bg[(size_t)e * n_ff + r] : 0.0f, bias_u = bu ? bu[(size_t)e * n_ff + r] : 0.0f;
     const unsigned char* rg[1] = {wg + ((size_t)e * n_ff + r) * rb_g};
     const unsigned char* ru[1] = {wu + ((size_t)e * n_ff + r) * rb_u};
     for (int c0 = offsets[e]; c0 < offsets[e + 1]; c0 += MOE_NT) {
@@ -1437,18 +1477,21 @@ HALO_KERNEL void halo_moe_glu_grouped(const unsigned char* wg, i32 tg, const uns
         rows_dot_any<1, MOE_NT>(tu, ru, K, X, order_tok + c0, 0, n, u);
         #pragma unroll
         for (int t = 0; t < MOE_NT; t++) {
-            float gs = warp_sum(g[0][t]), us = warp_sum(u[0][t]);
-            if ((threadIdx.x & 31) == 0 && t < n) A[(size_t)order[c0 + t] * n_ff + r] = act_fn(gs, act) * us;
+            float gs = warp_sum(g[0][t]) + bias_g, us = warp_sum(u[0][t]) + bias_u;
+            if ((threadIdx.x & 31) == 0 && t < n)
+                A[(size_t)order[c0 + t] * n_ff + r] = expert_glu(gs, us, act, alpha, limit);
         }
     }
 }
 
-// D[p, r] = down_e[r] . A[p] for the pairs of expert e = blockIdx.y. Grid: (ceil(n_embd / warps), n_expert).
+// D[p, r] = down_e[r] . A[p] + bd[e, r] for the pairs of expert e = blockIdx.y (bd null: no bias).
+// Grid: (ceil(n_embd / warps), n_expert).
 HALO_KERNEL void halo_moe_down_grouped(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A,
-                                       i32 F, const i32* offsets, const i32* order, float* D) {
+                                       i32 F, const i32* offsets, const i32* order, const float* bd, float* D) {
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int e = blockIdx.y;
     if (r >= n_embd) return;
+    float bias = bd ? bd[(size_t)e * n_embd + r] : 0.0f;
     const unsigned char* rd[1] = {wd + ((size_t)e * n_embd + r) * rb_d};
     for (int c0 = offsets[e]; c0 < offsets[e + 1]; c0 += MOE_NT) {
         int n = min(MOE_NT, offsets[e + 1] - c0);
@@ -1458,7 +1501,7 @@ HALO_KERNEL void halo_moe_down_grouped(const unsigned char* wd, i32 td, i32 rb_d
         rows_dot_any<1, MOE_NT>(td, rd, F, A, order + c0, 0, n, d);
         #pragma unroll
         for (int t = 0; t < MOE_NT; t++) {
-            float s = warp_sum(d[0][t]);
+            float s = warp_sum(d[0][t]) + bias;
             if ((threadIdx.x & 31) == 0 && t < n) D[(size_t)order[c0 + t] * n_embd + r] = s;
         }
     }
