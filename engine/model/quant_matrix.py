@@ -34,9 +34,26 @@ def _load() -> tuple[object | None, str]:
         return None, "HALO_CPU_KERNELS=numpy"
     try:
         from engine.model import quant_kernels
-    except ImportError as e:
-        return None, f"numba unavailable: {e}"
+        _smoke_test(quant_kernels)
+    except Exception as e:  # noqa: BLE001 - any failure (no numba, no LLVM, a frozen app's packaging) -> numpy
+        return None, f"numba kernels unavailable: {type(e).__name__}: {e}"
     return quant_kernels, ""
+
+
+def _smoke_test(k) -> None:
+    """Run one kernel pair on a tiny Q8_0 matrix (the specialisation real models use, so it is compiled or
+    read from the cache once) and check it: a broken install falls back to numpy here, not mid-forward."""
+    raw = np.zeros((2, 34), np.uint8)
+    raw[:, 1] = 0x3C                          # scale 1.0 (float16 0x3C00)
+    raw[:, 2:] = np.arange(32, dtype=np.uint8)
+    raw.flags.writeable = False
+    x = np.ones(32, np.float32)
+    out, rows = np.empty(2, np.float32), np.empty((2, 32), np.float32)
+    _, _, matvec, dequant = k.KERNELS[GGMLType.Q8_0]
+    matvec(raw, x, out, k.F16_TABLE)
+    dequant(raw, rows, k.F16_TABLE)
+    if not (np.all(out == 496.0) and np.array_equal(rows[1], np.arange(32, dtype=np.float32))):
+        raise RuntimeError(f"the Q8_0 kernels computed {out} on a known block")
 
 
 def _kernels():
@@ -79,6 +96,11 @@ class QuantMatrix:
             raw = self.raw.view()
             raw.flags.writeable = False
             object.__setattr__(self, "raw", raw)
+        k = _kernels()                     # looked up once: decode calls these hundreds of times per token
+        _, _, matvec, dequant = k.KERNELS[self.ggml_type]
+        object.__setattr__(self, "_matvec", matvec)
+        object.__setattr__(self, "_dequant", dequant)
+        object.__setattr__(self, "_f16", k.F16_TABLE)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -88,32 +110,25 @@ class QuantMatrix:
     def nbytes(self) -> int:
         return self.raw.nbytes
 
-    def _k(self):
-        k = _kernels()
-        return k, k.KERNELS[self.ggml_type]
-
     def dequantize(self, start: int = 0, stop: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """Rows start..stop as float32 [n, cols] (into `out` when given)."""
-        k, (_, _, _, dequant) = self._k()
         stop = self.rows if stop is None else stop
         if out is None:
             out = np.empty((stop - start, self.cols), np.float32)
-        dequant(self.raw[start:stop], out, k.F16_TABLE)
+        self._dequant(self.raw[start:stop], out, self._f16)
         return out
 
     def take(self, ids: np.ndarray) -> np.ndarray:
         """Rows `ids` as float32 [len(ids), cols] (an embedding lookup)."""
-        k, (_, _, _, dequant) = self._k()
         out = np.empty((len(ids), self.cols), np.float32)
         rows = np.ascontiguousarray(self.raw[ids])
         rows.flags.writeable = False
-        dequant(rows, out, k.F16_TABLE)
+        self._dequant(rows, out, self._f16)
         return out
 
     def matvec(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [rows] = W @ x, x [cols] float32 contiguous."""
-        k, (_, _, matvec, _) = self._k()
-        matvec(self.raw, x, out, k.F16_TABLE)
+        self._matvec(self.raw, x, out, self._f16)
 
     def matmul_into(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [T, rows] = x [T, cols] @ W.T (out may be a column slice of a wider array)."""
