@@ -16,6 +16,7 @@ path. Diagnostics and the bench print it.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from functools import cache
 
@@ -23,6 +24,10 @@ import numpy as np
 
 from engine.gguf.types import GGMLType
 
+# numba's parallel loops may not be launched from two threads at once (its workqueue layer, the fallback
+# where no OpenMP/TBB runtime exists, aborts the process); two models forwarding on the CPU at once (chat
+# and a diagnostics run) take turns per product instead
+_PARALLEL = threading.Lock()
 DECODE_TOKENS = 4               # up to this many tokens, one matrix-vector product per token
 CHUNK_ELEMENTS = 1 << 20        # prefill decodes this many weights (4 MB of float32) at a time
 
@@ -128,7 +133,8 @@ class QuantMatrix:
 
     def matvec(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [rows] = W @ x, x [cols] float32 contiguous."""
-        self._matvec(self.raw, x, out, self._f16)
+        with _PARALLEL:
+            self._matvec(self.raw, x, out, self._f16)
 
     def matmul_into(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [T, rows] = x [T, cols] @ W.T (out may be a column slice of a wider array)."""

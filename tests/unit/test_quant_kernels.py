@@ -73,3 +73,19 @@ def test_fused_parts_of_mixed_types_sit_side_by_side():
     for T in (1, 6):
         x = rng.normal(size=(T, cols)).astype(np.float32)
         np.testing.assert_allclose(fused(x), x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_products_from_two_threads_at_once_are_right():
+    """A chat and a diagnostics run may forward on the CPU at the same time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(2)
+    raw, cols = random_matrix(GGMLType.Q8_0, 300, 4, rng)
+    m = QuantLinear((QuantMatrix(raw, GGMLType.Q8_0, 300, cols),))
+    xs = [rng.normal(size=(1, cols)).astype(np.float32) for _ in range(2)]
+    want = [m(x) for x in xs]
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda i: [m(xs[i]) for _ in range(50)], range(2)))
+    for i in range(2):
+        for g in got[i]:
+            np.testing.assert_array_equal(g, want[i])
