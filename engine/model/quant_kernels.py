@@ -28,6 +28,7 @@ import sys
 import numpy as np
 
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
+from engine.model.quant_matrix import F16_RUN
 from engine.paths import cache_dir
 
 os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
@@ -201,7 +202,7 @@ def _q6_k(row, srow, b, out, k, f16, x, put):
                     put(out, k, 128 * h + 32 * c + p, dl * np.float32(np.int32(q) - 32), x)
 
 
-F16_BLOCK = 64           # F16 matrices are decoded in runs of 64 values (cols must be a multiple)
+F16_BLOCK = F16_RUN      # F16 matrices are decoded in runs of 64 values (cols must be a multiple)
 
 
 @njit(inline="always")

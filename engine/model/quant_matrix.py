@@ -15,6 +15,7 @@ path. Diagnostics and the bench print it.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from functools import cache
 
 import numpy as np
 
-from engine.gguf.types import GGMLType
+from engine.gguf.types import BLOCK_LAYOUT, GGMLType
 
 # numba's parallel loops may not be launched from two threads at once (its workqueue layer, the fallback
 # where no OpenMP/TBB runtime exists, aborts the process); two models forwarding on the CPU at once (chat
@@ -32,10 +33,21 @@ DECODE_TOKENS = 4               # up to this many tokens, one matrix-vector prod
 CHUNK_ELEMENTS = 1 << 20        # prefill decodes this many weights (4 MB of float32) at a time
 
 
+# the types engine.model.quant_kernels serves; F16 is decoded in runs of F16_RUN values
+KERNEL_TYPES = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.MXFP4,
+                GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.F16)
+F16_RUN = 64
+
+
+def _numpy_forced() -> bool:
+    return os.environ.get("HALO_CPU_KERNELS", "").strip().lower() == "numpy"
+
+
 @cache
 def _load() -> tuple[object | None, str]:
-    """(engine.model.quant_kernels or None, why not)."""
-    if os.environ.get("HALO_CPU_KERNELS", "").strip().lower() == "numpy":
+    """(engine.model.quant_kernels or None, why not). Imports numba and runs the smoke test (seconds the
+    first time ever): the weights loader calls it on the engine thread; memory estimates never do."""
+    if _numpy_forced():
         return None, "HALO_CPU_KERNELS=numpy"
     try:
         from engine.model import quant_kernels
@@ -80,21 +92,27 @@ def describe_kernels() -> str:
             f"(types {', '.join(t.name for t in k.KERNELS)})")
 
 
+@cache
+def _numba_installed() -> bool:
+    return importlib.util.find_spec("numba") is not None
+
+
+_BLOCKS = {t: F16_RUN if t == GGMLType.F16 else BLOCK_LAYOUT[t][0] for t in KERNEL_TYPES}
+
+
 def kernel_blocks() -> dict[GGMLType, int]:
     """Types a QuantMatrix can hold on this machine -> elements per kernel block (a row's length must be a
-    multiple); empty on the numpy path. engine.model.arch.cpu_keeps_quantized decides with it."""
-    return dict(_kernel_blocks())
+    multiple); empty on the numpy path. engine.model.arch.cpu_keeps_quantized decides with it. Cheap: it
+    does not import numba (memory estimates run on the GUI thread), so before the kernels' first use it
+    predicts from numba being installed; once a first use has failed it is empty, as the loader then is."""
+    if _numpy_forced() or not _numba_installed() or (_load.cache_info().currsize and _kernels() is None):
+        return {}
+    return dict(_BLOCKS)
 
 
 def kernel_block(ggml_type: GGMLType) -> int | None:
     """Elements per kernel block of `ggml_type`, or None when no kernel holds it here."""
-    return dict(_kernel_blocks()).get(ggml_type)
-
-
-@cache
-def _kernel_blocks() -> tuple[tuple[GGMLType, int], ...]:     # asked per routed expert in MoE decode
-    k = _kernels()
-    return tuple((t, v[0]) for t, v in k.KERNELS.items()) if k is not None else ()
+    return kernel_blocks().get(ggml_type)
 
 
 @dataclass(frozen=True, eq=False)

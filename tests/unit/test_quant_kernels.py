@@ -31,6 +31,10 @@ def random_matrix(t: GGMLType, rows: int, blocks_per_row: int, rng) -> tuple[np.
 
 
 def test_every_type_the_loader_keeps_quantized_has_kernels():
+    from engine.model import quant_kernels
+
+    # the estimate's cheap table (no numba import) is the kernels' own
+    assert {t: v[0] for t, v in quant_kernels.KERNELS.items()} == kernel_blocks()
     assert set(TYPES) >= {GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K,
                           GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.MXFP4, GGMLType.F16}
 
