@@ -57,8 +57,9 @@ class ModelEntry:
         return self.kv_bytes_per_token * context + self.state_bytes
 
     def estimate(self, context: int, backend: str = "gpu"):
-        """engine.api.estimate_memory for this file on `backend` ("cpu": weights dequantized to float32),
-        or None when the engine cannot tell (unreadable file, an architecture it does not run)."""
+        """engine.api.estimate_memory for this file on `backend` ("cpu": quantized matrices at their file
+        size where the CPU kernels exist), or None when the engine cannot tell (unreadable file, an
+        architecture it does not run)."""
         from engine.api import estimate_memory
 
         if not self.ok or not self.kv_bytes_per_token:

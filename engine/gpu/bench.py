@@ -332,6 +332,85 @@ def format_long_result(r: dict) -> str:
     return "\n".join(lines)
 
 
+# The batched-decode bench: T sequences decoding together, each at this depth (a 128-token prompt + 64 tokens).
+BATCH_DEPTH = 192
+
+
+def _batch_step(T: int, depth: int, blocks_per_seq: int) -> StepInput:
+    """One decode token for each of T sequences at position depth - 1; sequence s owns blocks s * bps .. + bps."""
+    tables = np.arange(T * blocks_per_seq, dtype=np.int32).reshape(T, blocks_per_seq)
+    p = depth - 1
+    slots = (tables[:, p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE).astype(np.int64)
+    return StepInput(token_ids=np.zeros(T, np.int32), positions=np.full(T, p, np.int32), slot_mapping=slots,
+                     query_start_loc=np.arange(T + 1, dtype=np.int32), seq_lens=np.full(T, depth, np.int32),
+                     block_tables=tables)
+
+
+def _steps_ms(gm: GpuModel, step: StepInput, kv, pool, n: int) -> float:
+    """Milliseconds per step over n replays of `step` (ids fed on the device, two steps in flight), after one
+    untimed step that captures its graph."""
+    gm.step(step, kv, pool, ids_on_device=True, feed_next=True).get_output()
+    pending = []
+    a = time.perf_counter()
+    for _ in range(n):
+        pending.append(gm.step(step, kv, pool, ids_on_device=True, feed_next=True))
+        if len(pending) == 2:
+            pending.pop(0).get_output()
+    for o in pending:
+        o.get_output()
+    return (time.perf_counter() - a) / n * 1e3
+
+
+def run_batch_bench(model_path, backend_name: str, batches=(1, 4, 8, 16), depth: int = BATCH_DEPTH, steps: int = 32,
+                    backend=None) -> dict:
+    """Decode steps of T sequences (one token each), replayed as the engine replays them (one graph per T): ms per
+    step (9..16 tokens: with the batched-decode kernels bq_t16 and without, i.e. the prefill tile as before),
+    and where a step goes on the GPU (kernel roles, eager; the LM head on one row)."""
+    path = Path(model_path)
+    own = backend is None
+    backend = backend or registry.create(backend_name)
+    result: dict = {"model": path.name, "backend": backend.name, "depth": depth, "rows": {}}
+    before = forward_mod.BQ_BATCH
+    try:
+        bps = -(-depth // BLOCK_SIZE) + 1
+        n_blocks = max(batches) * bps
+        gm = GpuModel.load(path, backend, max_tokens=max(batches), max_seqs=max(batches), kv_blocks=n_blocks)
+        kv = gm.new_kv_cache(n_blocks, BLOCK_SIZE)
+        pool = ReadbackPool(backend, slots=3)
+        for T in batches:
+            st = _batch_step(T, depth, bps)
+            row = {}
+            for bq in ((True, False) if T >= forward_mod.BQ_MIN_T else (True,)):
+                forward_mod.BQ_BATCH = bq
+                gm.drop_graphs()
+                row["ms" if bq else "ms_without_bq"] = _steps_ms(gm, st, kv, pool, steps)
+            forward_mod.BQ_BATCH = before
+            gm.drop_graphs()
+            gm.step(st, kv, pool).get_output()              # this step's metadata is the last uploaded
+            row["breakdown_us"], row["how"] = kernel_breakdown(gm, kv, T, graph=False)
+            result["rows"][T] = row
+        pool.close()
+        kv.free()
+        gm.close()
+    finally:
+        forward_mod.BQ_BATCH = before
+        if own:
+            backend.close()
+    return result
+
+
+def format_batch_result(r: dict) -> str:
+    lines = [f"{r['model']} on {r['backend']}: decode steps of T sequences at depth {r['depth']} (graph replays)"]
+    for T, row in r["rows"].items():
+        line = f"  T={T}: {row['ms']:.2f} ms/step = {T / row['ms'] * 1e3:.0f} tok/s"
+        if "ms_without_bq" in row:
+            line += f" (without bq_t16: {row['ms_without_bq']:.2f} ms = {T / row['ms_without_bq'] * 1e3:.0f} tok/s)"
+        lines.append(line)
+        if row.get("breakdown_us"):
+            lines.append("  " + _breakdown_line(f"T={T} step", row["breakdown_us"]))
+    return "\n".join(lines)
+
+
 def _median_prefill_s(gm: GpuModel, prefill: StepInput, kv, pool, repeat: int) -> float:
     """Median seconds of one prefill step up to its ids on the host, after one untimed run (which touches
     every kernel and buffer once; warm_up already compiled them)."""

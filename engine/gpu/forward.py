@@ -17,6 +17,7 @@ import numpy as np
 from engine.api import TOP_LOGITS_MAX
 from engine.backends.async_output import AsyncOutput, ReadbackPool
 from engine.backends.base import Backend, DeviceBuffer, PinnedHostBuffer
+from engine.gguf.types import GGMLType
 from engine.gpu.hybrid import KERNELS as HYBRID_KERNELS
 from engine.gpu.hybrid import (
     DeviceLinearLayer,
@@ -52,9 +53,20 @@ SPLIT_MIN_MACS = 1 << 29
 # tensor cores are usable; unset = the best the device has. For comparisons in tests and the benchmark.
 LEGACY_TILES = os.environ.get("HALO_GPU_TILES") == "legacy"
 SIMT_TILES = os.environ.get("HALO_GPU_TILES") == "gt"
+# "wmma": the gt tile with its products on RDNA3 / RDNA3.5 WMMA (halo_*_wm, 3xF16; WMMA_ARCHS only). Opt-in: it has
+# only been compiled (the prebuilt gfx11 objects), never run on an AMD GPU, so the FMA tile stays the default.
+WMMA_TILES = os.environ.get("HALO_GPU_TILES") == "wmma"
+WMMA_ARCHS = frozenset({"gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151"})
 # HALO_GPU_KQ_BATCH=1: steps of 2..16 tokens take halo_*_kq_t{4,8,16} instead of r1_t4 / r4_t8 / the tile.
 # Off by default: on the H200 it did not raise batched decode (engine/gpu/NOTES.md), so the measured path stays.
 KQ_BATCH = os.environ.get("HALO_GPU_KQ_BATCH") == "1"
+# halo_*_bq_t16: steps of BQ_MIN_T..16 tokens (batched decode) where every matrix is Q4_K or Q6_K and K % 256 == 0:
+# BQ_ROWS rows per block share each activation staged once in shared memory. H200, Qwen3-4B shapes, graph step
+# (docs/results/h200-batched-decode-bq.txt): 16 tokens 40.6 -> 24.5 ms; at 4 and 8 tokens the same scheme
+# (bq_t8) lost to r1_t4 / r4_t8 (8.2 -> 13.0 ms, 13.1 -> 14.4 ms), so those keep them. HALO_GPU_BQ=0 keeps the
+# prefill tile for 9..16 tokens too (for comparisons).
+BQ_TOKENS, BQ_MIN_T, BQ_ROWS, BQ_TYPES = (16,), 9, 16, frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
+BQ_BATCH = os.environ.get("HALO_GPU_BQ") != "0"
 ATTN_WARPS = 8
 # Split-KV (flash-decoding) attention, halo_attention_split + halo_attention_merge: for steps of at most
 # SKV_MAX_T tokens (decode batches) where the kernel's limits hold (head_dim <= SKV_MAX_D, GQA group <=
@@ -89,6 +101,11 @@ def tensor_cores_usable(backend: Backend) -> bool:
     """halo_*_tc need mma.sync TF32: CUDA compute capability 8.0 or newer (HIP keeps the SIMT tile)."""
     arch = getattr(backend, "arch", "")
     return backend.api == "cuda" and arch.startswith("sm_") and arch[3:].isdigit() and int(arch[3:]) >= 80
+
+
+def wmma_usable(backend: Backend) -> bool:
+    """halo_*_wm need v_wmma_f32_16x16x16_f16 in wave32: RDNA3 and RDNA3.5 (gfx11; RDNA4's WMMA differs)."""
+    return backend.api == "hip" and getattr(backend, "arch", "").split(":", 1)[0] in WMMA_ARCHS
 
 
 def splitk_floats(config: ModelConfig, max_tokens: int) -> int:
@@ -235,6 +252,7 @@ class GpuForward:
         self.top_ids = backend.alloc((max_seqs, TOP_LOGITS_MAX), np.int32)          # reported top pairs
         self.top_vals = backend.alloc((max_seqs, TOP_LOGITS_MAX), np.float32)
         self.use_tc = tensor_cores_usable(backend)
+        self.use_wmma = WMMA_TILES and wmma_usable(backend)
         # split-K partial sums: only the tensor-core tile splits (the pre-flight counts them either way)
         self.partial_cap = splitk_floats(c, max_tokens) if self.use_tc else 0
         self.partial = backend.alloc(max(self.partial_cap, 1), np.float32)
@@ -260,8 +278,9 @@ class GpuForward:
 
     def warm_up(self) -> None:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
-        kq = tuple(f"kq_t{n}" for n in KQ_TOKENS)
-        for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + (("tc",) if self.use_tc else ()):
+        kq = tuple(f"kq_t{n}" for n in KQ_TOKENS) + tuple(f"bq_t{n}" for n in BQ_TOKENS)
+        for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + (("tc",) if self.use_tc else ()) + \
+                (("wm",) if self.use_wmma else ()):
             self.kern("halo_quant.cu", "halo_matmul_" + suffix)
             self.kern("halo_quant.cu", "halo_glu_" + suffix)
         for name in ("halo_embed_norm", "halo_splitk_sum"):
@@ -284,19 +303,24 @@ class GpuForward:
         self.backend.launch(self.kern(file, name), grid, block, args, self.stream, shared)
         self.launches += 1
 
-    def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False) -> tuple[int, int, str]:
+    def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False, bq_ok: bool = False) -> tuple[int, int, str]:
         """(rows per warp or block, tokens per tile, kernel suffix). kq_t1: warp per row, wide K-quant loads
-        (any type); kq_tN (HALO_GPU_KQ_BATCH=1): the same for 2..16 tokens, each weight decoded once; tc / gt: 32 x 64
-        shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs."""
+        (any type); bq_t16: BQ_ROWS rows per block for 9..16 tokens, activations staged in shared memory
+        (Q4_K / Q6_K); kq_tN (HALO_GPU_KQ_BATCH=1): warp per row for 2..16 tokens, each weight decoded once;
+        tc / gt / wm: 32 x 64 shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs /
+        RDNA WMMA (HALO_GPU_TILES=wmma)."""
         if T == 1:
             return (1, 1, "r1_t1") if LEGACY_TILES else (1, 1, "kq_t1")
+        if BQ_MIN_T <= T <= BQ_TOKENS[-1] and bq_ok and BQ_BATCH and not LEGACY_TILES:
+            n = next(n for n in BQ_TOKENS if n >= T)
+            return BQ_ROWS, n, f"bq_t{n}"
         if T <= KQ_TOKENS[-1] and KQ_BATCH and not LEGACY_TILES:
             n = next(n for n in KQ_TOKENS if n >= T)
             return 1, n, f"kq_t{n}"
         if T >= GT_MIN_T and tile_ok and not LEGACY_TILES:
             if self.use_tc and not SIMT_TILES:
                 return TC_ROWS, TC_TOKENS, "tc"
-            return GT_ROWS, GT_TOKENS, "gt"
+            return GT_ROWS, GT_TOKENS, "wm" if self.use_wmma else "gt"      # wm: gt's grid, block and contract
         if T <= 4 or not rows_all_div4:
             return 1, 4, "r1_t4"
         return 4, 8, "r4_t8"
@@ -311,7 +335,8 @@ class GpuForward:
         segs = list(mats) + [None] * (3 - len(mats))
         rows, K = sum(m.rows for m in mats), mats[0].cols
         tile_ok = all(m.rows % GT_ROWS == 0 for m in mats) and K % GT_K == 0
-        R, NT, suffix = self._tile(T, all(m.rows % 4 == 0 for m in mats), tile_ok)
+        bq_ok = all(m.ggml_type in BQ_TYPES for m in mats) and K % 256 == 0
+        R, NT, suffix = self._tile(T, all(m.rows % 4 == 0 for m in mats), tile_ok, bq_ok)
         args = []
         for m in segs:
             args += [m.buf, np.int32(m.ggml_type), np.int32(m.rows), np.int32(m.row_bytes)] if m else \
@@ -324,12 +349,14 @@ class GpuForward:
             if splits > 1:
                 self._splitk_sum(splits, T, rows, bias, -1, Y, ldy)
             return
-        grid = (-(-rows // (MATMUL_WARPS * R)), -(-T // NT)) if suffix != "gt" else (rows // R, -(-T // NT))
+        grid = (-(-rows // (MATMUL_WARPS * R)), -(-T // NT)) if suffix[:2] not in ("gt", "wm", "bq") else \
+            (-(-rows // R), -(-T // NT))
         self._launch("halo_quant.cu", "halo_matmul_" + suffix, grid, 32 * MATMUL_WARPS, tuple(args))
 
     def _glu(self, gate: DeviceMatrix, up: DeviceMatrix, X, T: int, A) -> None:
         c = self.config
-        R, NT, suffix = self._tile(T, c.n_ff % 4 == 0, c.n_ff % GT_ROWS == 0 and c.n_embd % GT_K == 0)
+        R, NT, suffix = self._tile(T, c.n_ff % 4 == 0, c.n_ff % GT_ROWS == 0 and c.n_embd % GT_K == 0,
+                                   {gate.ggml_type, up.ggml_type} <= BQ_TYPES and c.n_embd % 256 == 0)
         act = 0 if c.activation == "silu" else 1
         args = (gate.buf, np.int32(gate.ggml_type), up.buf, np.int32(up.ggml_type), np.int32(gate.row_bytes),
                 np.int32(up.row_bytes), np.int32(c.n_ff), np.int32(act), X, np.int32(c.n_embd), np.int32(T), A)
@@ -340,7 +367,8 @@ class GpuForward:
             if splits > 1:
                 self._splitk_sum(splits, T, c.n_ff, None, act, A, c.n_ff)
             return
-        grid = (-(-c.n_ff // (MATMUL_WARPS * R)), -(-T // NT)) if suffix != "gt" else (c.n_ff // R, -(-T // NT))
+        grid = (-(-c.n_ff // (MATMUL_WARPS * R)), -(-T // NT)) if suffix[:2] not in ("gt", "wm", "bq") else \
+            (-(-c.n_ff // R), -(-T // NT))
         self._launch("halo_quant.cu", "halo_glu_" + suffix, grid, 32 * MATMUL_WARPS, args)
 
     def _splitk_sum(self, splits: int, T: int, rows: int, bias, act: int, Y, ldy: int) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from engine.gguf.dequant import dequantize
 from engine.gguf.types import GGMLType
-from engine.model.quant_matrix import QuantLinear, QuantMatrix, kernel_blocks
+from engine.model.quant_matrix import QuantLinear, QuantMatrix, kernel_block
 
 # gpt-oss's clamped SwiGLU (transformers GptOssExperts, llama.cpp swiglu_oai): fixed by the model, not in GGUF
 OAI_ALPHA = np.float32(1.702)
@@ -54,7 +54,7 @@ class ExpertStack:
     def project(self, e: int, x: np.ndarray) -> np.ndarray:
         """x [n, cols] @ expert(e).T -> [n, rows]: a quantized product over expert e's bytes when a kernel
         exists for the type, else through the float32 expert."""
-        block = kernel_blocks().get(self.ggml_type)
+        block = kernel_block(self.ggml_type)
         if block is None or self.cols % block:
             return x @ self.expert(e).T
         return QuantLinear((QuantMatrix(self.raw[e].reshape(self.rows, -1), self.ggml_type, self.rows,

@@ -14,8 +14,8 @@ Per quant type two kernels, built from one block decoder:
 
 Compiled code is cached on disk under NUMBA_CACHE_DIR, which this module points at the app's cache folder
 (engine.paths) unless the environment already sets it (a frozen app's own folder is read-only). numba's
-cache needs this file's source on disk; where it is missing (a frozen app), kernels compile once per
-process instead. OpenMP threads wait passively (OMP_WAIT_POLICY) unless set otherwise:
+cache is keyed by this file's source; in a frozen app (no source) numba keeps it in its own user-wide
+cache folder keyed by the executable instead. OpenMP threads wait passively (OMP_WAIT_POLICY) unless set otherwise:
 spinning threads made each parallel product ~10x slower on cores shared with other programs (measured).
 Importing this module raises ImportError when numba is missing (engine.model.quant_matrix then keeps the
 numpy float32 path).
@@ -23,15 +23,19 @@ numpy float32 path).
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
+from engine.model.quant_matrix import F16_RUN
 from engine.paths import cache_dir
 
 os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-_CACHE = __file__.endswith(".py") and os.path.isfile(__file__)      # False in a frozen app (no source)
+# numba's cache is keyed by the source file; a frozen app has none, and numba then caches in its user-wide
+# folder keyed by the executable (its frozen-app locator)
+_CACHE = bool(getattr(sys, "frozen", False)) or (__file__.endswith(".py") and os.path.isfile(__file__))
 
 from numba import njit, prange  # noqa: E402  (after NUMBA_CACHE_DIR is set: numba reads it at import)
 
@@ -181,28 +185,24 @@ def _q5_k(row, srow, b, out, k, f16, x, put):
 
 @njit(inline="always")
 def _q6_k(row, srow, b, out, k, f16, x, put):
+    # ql[128] | qh[64] | scales[16] int8 | d f16. Element 128h + 32c + p (half h, chunk c, p < 32): low 4 bits
+    # from ql[64h + 32(c & 1) + p] (high nibble when c >= 2), high 2 bits (qh[32h + p] >> 2c) & 3, minus 32;
+    # scale scales[8h + 2c + p // 16]. One contiguous run of 16 per scale, so the inner loop vectorizes.
     o = b * 210
     d = _half(row, o + 208, f16)
-    for h in range(2):                                   # two halves of 128 elements
-        for half in range(2):                            # 16 positions share each of the four scales
-            s = o + 192 + 8 * h + half
-            d0 = d * np.float32(srow[s])
-            d1 = d * np.float32(srow[s + 2])
-            d2 = d * np.float32(srow[s + 4])
-            d3 = d * np.float32(srow[s + 6])
-            for i in range(16):
-                p = 16 * half + i
-                ql0 = row[o + 64 * h + p]
-                ql1 = row[o + 64 * h + p + 32]
-                qh = row[o + 128 + 32 * h + p]
-                e = 128 * h + p
-                put(out, k, e, d0 * np.float32(np.int32((ql0 & 15) | ((qh & 3) << 4)) - 32), x)
-                put(out, k, e + 32, d1 * np.float32(np.int32((ql1 & 15) | (((qh >> 2) & 3) << 4)) - 32), x)
-                put(out, k, e + 64, d2 * np.float32(np.int32((ql0 >> 4) | (((qh >> 4) & 3) << 4)) - 32), x)
-                put(out, k, e + 96, d3 * np.float32(np.int32((ql1 >> 4) | (((qh >> 6) & 3) << 4)) - 32), x)
+    for h in range(2):
+        for c in range(4):
+            lo = o + 64 * h + 32 * (c & 1)
+            shift = 4 * (c >> 1)
+            for half in range(2):
+                dl = d * np.float32(srow[o + 192 + 8 * h + 2 * c + half])
+                for i in range(16):
+                    p = 16 * half + i
+                    q = ((row[lo + p] >> shift) & 15) | (((row[o + 128 + 32 * h + p] >> (2 * c)) & 3) << 4)
+                    put(out, k, 128 * h + 32 * c + p, dl * np.float32(np.int32(q) - 32), x)
 
 
-F16_BLOCK = 64           # F16 matrices are decoded in runs of 64 values (cols must be a multiple)
+F16_BLOCK = F16_RUN      # F16 matrices are decoded in runs of 64 values (cols must be a multiple)
 
 
 @njit(inline="always")

@@ -15,28 +15,62 @@ path. Diagnostics and the bench print it.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import threading
 from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
 
-from engine.gguf.types import GGMLType
+from engine.gguf.types import BLOCK_LAYOUT, GGMLType
 
+# numba's parallel loops may not be launched from two threads at once (its workqueue layer, the fallback
+# where no OpenMP/TBB runtime exists, aborts the process); two models forwarding on the CPU at once (chat
+# and a diagnostics run) take turns per product instead
+_PARALLEL = threading.Lock()
 DECODE_TOKENS = 4               # up to this many tokens, one matrix-vector product per token
 CHUNK_ELEMENTS = 1 << 20        # prefill decodes this many weights (4 MB of float32) at a time
 
 
+# the types engine.model.quant_kernels serves; F16 is decoded in runs of F16_RUN values
+KERNEL_TYPES = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.MXFP4,
+                GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.F16)
+F16_RUN = 64
+
+
+def _numpy_forced() -> bool:
+    return os.environ.get("HALO_CPU_KERNELS", "").strip().lower() == "numpy"
+
+
 @cache
 def _load() -> tuple[object | None, str]:
-    """(engine.model.quant_kernels or None, why not)."""
-    if os.environ.get("HALO_CPU_KERNELS", "").strip().lower() == "numpy":
+    """(engine.model.quant_kernels or None, why not). Imports numba and runs the smoke test (seconds the
+    first time ever): the weights loader calls it on the engine thread; memory estimates never do."""
+    if _numpy_forced():
         return None, "HALO_CPU_KERNELS=numpy"
     try:
         from engine.model import quant_kernels
-    except ImportError as e:
-        return None, f"numba unavailable: {e}"
+        _smoke_test(quant_kernels)
+    except Exception as e:  # noqa: BLE001 - any failure (no numba, no LLVM, a frozen app's packaging) -> numpy
+        return None, f"numba kernels unavailable: {type(e).__name__}: {e}"
     return quant_kernels, ""
+
+
+def _smoke_test(k) -> None:
+    """Run one kernel pair on a tiny Q8_0 matrix (the specialisation real models use, so it is compiled or
+    read from the cache once) and check it: a broken install falls back to numpy here, not mid-forward."""
+    raw = np.zeros((2, 34), np.uint8)
+    raw[:, 1] = 0x3C                          # scale 1.0 (float16 0x3C00)
+    raw[:, 2:] = np.arange(32, dtype=np.uint8)
+    raw.flags.writeable = False
+    x = np.ones(32, np.float32)
+    out, rows = np.empty(2, np.float32), np.empty((2, 32), np.float32)
+    _, _, matvec, dequant = k.KERNELS[GGMLType.Q8_0]
+    matvec(raw, x, out, k.F16_TABLE)
+    dequant(raw, rows, k.F16_TABLE)
+    if not (np.all(out == 496.0) and np.array_equal(rows[1], np.arange(32, dtype=np.float32))):
+        raise RuntimeError(f"the Q8_0 kernels computed {out} on a known block")
 
 
 def _kernels():
@@ -58,11 +92,27 @@ def describe_kernels() -> str:
             f"(types {', '.join(t.name for t in k.KERNELS)})")
 
 
+@cache
+def _numba_installed() -> bool:
+    return importlib.util.find_spec("numba") is not None
+
+
+_BLOCKS = {t: F16_RUN if t == GGMLType.F16 else BLOCK_LAYOUT[t][0] for t in KERNEL_TYPES}
+
+
 def kernel_blocks() -> dict[GGMLType, int]:
     """Types a QuantMatrix can hold on this machine -> elements per kernel block (a row's length must be a
-    multiple); empty on the numpy path. engine.model.arch.cpu_keeps_quantized decides with it."""
-    k = _kernels()
-    return {t: v[0] for t, v in k.KERNELS.items()} if k is not None else {}
+    multiple); empty on the numpy path. engine.model.arch.cpu_keeps_quantized decides with it. Cheap: it
+    does not import numba (memory estimates run on the GUI thread), so before the kernels' first use it
+    predicts from numba being installed; once a first use has failed it is empty, as the loader then is."""
+    if _numpy_forced() or not _numba_installed() or (_load.cache_info().currsize and _kernels() is None):
+        return {}
+    return dict(_BLOCKS)
+
+
+def kernel_block(ggml_type: GGMLType) -> int | None:
+    """Elements per kernel block of `ggml_type`, or None when no kernel holds it here."""
+    return kernel_blocks().get(ggml_type)
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,6 +129,11 @@ class QuantMatrix:
             raw = self.raw.view()
             raw.flags.writeable = False
             object.__setattr__(self, "raw", raw)
+        k = _kernels()                     # looked up once: decode calls these hundreds of times per token
+        _, _, matvec, dequant = k.KERNELS[self.ggml_type]
+        object.__setattr__(self, "_matvec", matvec)
+        object.__setattr__(self, "_dequant", dequant)
+        object.__setattr__(self, "_f16", k.F16_TABLE)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -88,32 +143,26 @@ class QuantMatrix:
     def nbytes(self) -> int:
         return self.raw.nbytes
 
-    def _k(self):
-        k = _kernels()
-        return k, k.KERNELS[self.ggml_type]
-
     def dequantize(self, start: int = 0, stop: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """Rows start..stop as float32 [n, cols] (into `out` when given)."""
-        k, (_, _, _, dequant) = self._k()
         stop = self.rows if stop is None else stop
         if out is None:
             out = np.empty((stop - start, self.cols), np.float32)
-        dequant(self.raw[start:stop], out, k.F16_TABLE)
+        self._dequant(self.raw[start:stop], out, self._f16)
         return out
 
     def take(self, ids: np.ndarray) -> np.ndarray:
         """Rows `ids` as float32 [len(ids), cols] (an embedding lookup)."""
-        k, (_, _, _, dequant) = self._k()
         out = np.empty((len(ids), self.cols), np.float32)
         rows = np.ascontiguousarray(self.raw[ids])
         rows.flags.writeable = False
-        dequant(rows, out, k.F16_TABLE)
+        self._dequant(rows, out, self._f16)
         return out
 
     def matvec(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [rows] = W @ x, x [cols] float32 contiguous."""
-        k, (_, _, matvec, _) = self._k()
-        matvec(self.raw, x, out, k.F16_TABLE)
+        with _PARALLEL:
+            self._matvec(self.raw, x, out, self._f16)
 
     def matmul_into(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [T, rows] = x [T, cols] @ W.T (out may be a column slice of a wider array)."""

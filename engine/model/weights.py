@@ -27,7 +27,7 @@ from engine.gguf.dequant import DECODERS
 from engine.model.arch import TensorSpec, cpu_keeps_quantized, global_tensor_specs, layer_tensor_specs
 from engine.model.config import ModelConfig
 from engine.model.moe import ExpertStack, MoeWeights
-from engine.model.quant_matrix import QuantLinear, QuantMatrix, fuse, kernel_blocks
+from engine.model.quant_matrix import QuantLinear, QuantMatrix, fuse, kernel_blocks, kernel_path
 
 Linear = np.ndarray | QuantLinear     # a projection: float32 [out, in] or quantized parts
 
@@ -110,7 +110,8 @@ class _Loader:
         self.gguf = gguf
         self.config = config
         self.progress = progress
-        self.kernel_blocks = kernel_blocks()
+        kernel_path()                          # the kernels' first use (import, smoke test) happens here,
+        self.kernel_blocks = kernel_blocks()   # on the loading thread; a failure leaves this empty
         self.done = 0                          # bytes of the file read so far: progress is in bytes, since a
         self.total = max(1, sum(t.nbytes for t in gguf.tensors.values()))   # MoE's experts are a few huge tensors
 

@@ -60,6 +60,7 @@ def test_self_test_passes_on_the_starter_model(frozen_bundle, smollm2_path, user
     for name in re.findall(r"No module named '([\w.]+)'", text + result.stderr):
         assert not bundle_contents.installed(name), f"{name} is installed here but missing from the bundle"
     assert "PASS  diagnostics" in text
+    assert "numba" in text and "quantized kernels" in text      # the CPU path's compiled kernels run frozen too
     for backend in registry.BACKENDS:             # every registry backend was bundled and probed
         assert f"### {backend}: " in text
     crash_log = tmp / "data" / "logs" / "crash.log"

@@ -3,8 +3,9 @@
     python tests/gpu/bench_long_context.py [BACKEND]
 Needs HALO_SHAPE_ALIKE_DIR/qwen3-4b-shaped-q4_k.gguf (tests/gpu/device_call.sh builds it from the staged
 skeleton). Prints, per depth, prefill (chunked as the engine runs it) and decode at that depth with split-KV
-attention on and off, then one request through the Engine with async scheduling off and aggregate decode
-with it on at 1/4/8/16 concurrent requests.
+attention on and off; decode steps of 1/4/8/16 sequences (16: with and without the batched-decode kernels
+bq_t16) and where such a step goes; one request through the Engine with async scheduling off; aggregate
+decode through the Engine (async on) at 1/4/8/16 concurrent requests.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from engine.bench import format_engine_result, run_engine_bench  # noqa: E402
-from engine.gpu.bench import format_long_result, run_long_bench  # noqa: E402
+from engine.gpu.bench import format_batch_result, format_long_result, run_batch_bench, run_long_bench  # noqa: E402
 
 MODEL = "qwen3-4b-shaped-q4_k.gguf"
 DEPTHS = (4096, 16384, 32768)
@@ -31,6 +32,7 @@ def main() -> int:
         return 0
     for depth in DEPTHS:
         print(format_long_result(run_long_bench(path, backend, depth, 64)), flush=True)
+    print(format_batch_result(run_batch_bench(path, backend)), flush=True)
     print(format_engine_result(run_engine_bench(path, False, 1, 128, 64, backend)), flush=True)   # async off
     for n in CONCURRENCY:
         print(format_engine_result(run_engine_bench(path, True, n, 128, 64, backend)), flush=True)

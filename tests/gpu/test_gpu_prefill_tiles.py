@@ -5,7 +5,9 @@ for K = 2560, which is below the size the forward splits at) or runs one block o
 
 Precision: the tensor-core tile splits each operand into two TF32 parts (3xTF32), so its error must stay at
 float32 level: max |Y - Y64| / (|X| |W|^T) below 2e-6, which a single TF32 product (~1e-5 at these K) would
-fail. The SIMT tile (gt, what HIP runs) is held to the same bound.
+fail. The SIMT tile (gt, what HIP runs) is held to the same bound, so is the RDNA WMMA tile (wm, 3xF16 with
+power-of-two tile scaling) on a gfx11 GPU (none has run it yet), and so are the batched-decode kernels
+(bq_t16 for Q4_K / Q6_K, kq_tN behind HALO_GPU_KQ_BATCH=1).
 """
 from __future__ import annotations
 
@@ -59,7 +61,9 @@ def fwd(gpu_name):
 
 
 def modes(fwd):
-    return (["tc"] if fwd.use_tc else []) + ["gt"]
+    """The prefill tiles this device runs: tc (CUDA tensor cores), wm (RDNA3 / 3.5 WMMA, opt-in in the engine,
+    tested wherever the arch has it), gt (FMAs, everywhere)."""
+    return (["tc"] if fwd.use_tc else []) + (["wm"] if fwd_mod.wmma_usable(fwd.backend) else []) + ["gt"]
 
 
 def upload(fwd, host: np.ndarray):
@@ -81,6 +85,7 @@ def download(fwd, buf, shape) -> np.ndarray:
 @pytest.mark.parametrize("ggml_type", TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("K,T", [(256, 9), (2560, 100), (1536, 128)])
 def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
+    monkeypatch.setattr(fwd_mod, "BQ_BATCH", False)           # T = 9 would take the batched-decode kernel
     rng = np.random.default_rng(K + T + int(ggml_type))
     rows = 64
     raw = random_matrix(rng, ggml_type, rows, K)
@@ -98,6 +103,7 @@ def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
     try:
         for mode in modes(fwd):
             monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
+            monkeypatch.setattr(fwd, "use_wmma", mode == "wm")
             launched.clear()
             fwd.backend.memset_async(y_dev, 0xFF, fwd.stream)          # NaN: every output must be written
             fwd._matmul([m], x_dev, T, y_dev, rows)
@@ -160,6 +166,7 @@ def test_glu_tiles_match_float64(fwd, K, T, act, monkeypatch):
     try:
         for mode in modes(fwd):
             monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
+            monkeypatch.setattr(fwd, "use_wmma", mode == "wm")
             fwd.backend.memset_async(ad, 0xFF, fwd.stream)
             fwd._glu(DeviceMatrix(gd, int(GGMLType.Q4_K), n_ff, K), DeviceMatrix(ud, int(GGMLType.Q6_K), n_ff, K),
                      xd, T, ad)
@@ -172,13 +179,19 @@ def test_glu_tiles_match_float64(fwd, K, T, act, monkeypatch):
             fwd.backend.free(b)
 
 
+@pytest.mark.parametrize("kernel", ["kq", "bq"])
 @pytest.mark.parametrize("ggml_type", TYPES, ids=lambda t: t.name)
-@pytest.mark.parametrize("T", [2, 5, 16])
-def test_batched_decode_matvec_matches_float64(fwd, ggml_type, T, monkeypatch):
-    """2..16 tokens (a decode batch, with KQ_BATCH) take halo_matmul_kq_t{4,8,16}: every output written, float32 accuracy;
-    the rows go through xrow as the LM head's do (a permutation of the tokens)."""
+@pytest.mark.parametrize("T", [2, 5, 12, 16])
+def test_batched_decode_matvec_matches_float64(fwd, ggml_type, T, kernel, monkeypatch):
+    """9..16 tokens (a decode batch) take halo_matmul_bq_t16 (Q4_K / Q6_K, the default), 2..16 with KQ_BATCH
+    halo_matmul_kq_t{4,8,16}: every output written, float32 accuracy; the rows go through xrow as the LM
+    head's do (a permutation of the tokens). bq gets a row count that leaves its last block part empty."""
+    if kernel == "bq" and (ggml_type not in fwd_mod.BQ_TYPES or T < fwd_mod.BQ_MIN_T):
+        pytest.skip("halo_matmul_bq_t16 takes 9..16 tokens of Q4_K and Q6_K rows")
+    monkeypatch.setattr(fwd_mod, "BQ_BATCH", kernel == "bq")
     rng = np.random.default_rng(T + int(ggml_type))
-    rows, K = 64, 512
+    rows, K = (64, 512) if kernel == "kq" else (72, 768)
+    tokens = fwd_mod.KQ_TOKENS if kernel == "kq" else fwd_mod.BQ_TOKENS
     raw = random_matrix(rng, ggml_type, rows, K)
     W = dequantize(raw.reshape(-1), ggml_type, rows * K).reshape(rows, K).astype(np.float64)
     X = rng.standard_normal((T, K)).astype(np.float32)
@@ -195,17 +208,21 @@ def test_batched_decode_matvec_matches_float64(fwd, ggml_type, T, monkeypatch):
         fwd.backend.memset_async(y_dev, 0xFF, fwd.stream)
         fwd._matmul([DeviceMatrix(w_dev, int(ggml_type), rows, K)], x_dev, T, y_dev, rows, xrow=idx_dev)
         got = download(fwd, y_dev, (T, rows))
-        assert launched == [f"halo_matmul_kq_t{next(n for n in fwd_mod.KQ_TOKENS if n >= T)}"]
+        assert launched == [f"halo_matmul_{kernel}_t{next(n for n in tokens if n >= T)}"]
         assert float(np.max(np.abs(got - want) / bound)) < BOUND
     finally:
         for b in (w_dev, x_dev, idx_dev, y_dev):
             fwd.backend.free(b)
 
 
-@pytest.mark.parametrize("T", [3, 16])
-def test_batched_decode_glu_matches_float64(fwd, T, monkeypatch):
+@pytest.mark.parametrize("kernel", ["kq", "bq"])
+@pytest.mark.parametrize("T", [3, 12, 16])
+def test_batched_decode_glu_matches_float64(fwd, T, kernel, monkeypatch):
+    if kernel == "bq" and T < fwd_mod.BQ_MIN_T:
+        pytest.skip("halo_glu_bq_t16 takes 9..16 tokens")
+    monkeypatch.setattr(fwd_mod, "BQ_BATCH", kernel == "bq")
     rng = np.random.default_rng(T)
-    n_ff, K = 96, 512
+    n_ff, K = (96, 512) if kernel == "kq" else (88, 1024)
     raw_g, raw_u = random_matrix(rng, GGMLType.Q4_K, n_ff, K), random_matrix(rng, GGMLType.Q6_K, n_ff, K)
     G = dequantize(raw_g.reshape(-1), GGMLType.Q4_K, n_ff * K).reshape(n_ff, K).astype(np.float64)
     U = dequantize(raw_u.reshape(-1), GGMLType.Q6_K, n_ff * K).reshape(n_ff, K).astype(np.float64)
@@ -218,10 +235,14 @@ def test_batched_decode_glu_matches_float64(fwd, T, monkeypatch):
     monkeypatch.setattr(fwd_mod, "KQ_BATCH", True)
     gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
     ad = fwd.backend.alloc((T, n_ff), np.float32)
+    launched = []
+    original = fwd._launch
+    monkeypatch.setattr(fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
     try:
         fwd.backend.memset_async(ad, 0xFF, fwd.stream)
         fwd._glu(DeviceMatrix(gd, int(GGMLType.Q4_K), n_ff, K), DeviceMatrix(ud, int(GGMLType.Q6_K), n_ff, K), xd, T, ad)
         got = download(fwd, ad, (T, n_ff))
+        assert launched[0].startswith(f"halo_glu_{kernel}_t")
         assert float(np.max(np.abs(got - want) / scale)) < 4 * BOUND
     finally:
         for b in (gd, ud, xd, ad):

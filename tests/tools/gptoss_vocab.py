@@ -18,13 +18,9 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from tiktoken_gguf import GOLDEN_DATA, ranks_block, writer_with_vocab
+
 O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"   # tiktoken's cache key
-
-
-def _byte_to_unicode() -> dict[int, str]:
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), 256)]
-    extra = iter(range(256, 512))
-    return {b: chr(b) if b in keep else chr(next(extra)) for b in range(256)}
 
 
 def reference_encoding():
@@ -48,26 +44,19 @@ def reference_encoding():
 def tokenizer_metadata(enc) -> dict:
     ranks: dict[bytes, int] = enc._mergeable_ranks
     specials: dict[str, int] = enc._special_tokens
-    b2u = _byte_to_unicode()
     n_vocab = max(max(ranks.values()), max(specials.values())) + 1
-    text_of = {rank: "".join(b2u[b] for b in token) for token, rank in ranks.items()}
-    merges = sorted((rank, ranks[token[:i]], ranks[token[i:]]) for token, rank in ranks.items()
-                    for i in range(1, len(token)) if token[:i] in ranks and token[i:] in ranks)
-    tokens, types = [f"[PAD{i}]" for i in range(n_vocab)], [5] * n_vocab
-    for rank, text in text_of.items():
-        tokens[rank], types[rank] = text, 1
+    tokens, types, merges = ranks_block(ranks, n_vocab)
     for text, i in specials.items():
         tokens[i], types[i] = text, 3
     return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-4o", "tokenizer.ggml.tokens": tokens,
             "tokenizer.ggml.token_type": types,
-            "tokenizer.ggml.merges": [f"{text_of[a]} {text_of[b]}" for _, a, b in merges],
+            "tokenizer.ggml.merges": merges,
             "tokenizer.ggml.bos_token_id": specials["<|startoftext|>"],
             "tokenizer.ggml.eos_token_id": specials["<|return|>"],
             "tokenizer.ggml.padding_token_id": specials["<|endoftext|>"],
             "tokenizer.ggml.add_bos_token": False}
 
 
-GOLDEN_DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
 HARMONY_TEMPLATE = GOLDEN_DATA / "harmony-test-template.jinja"
 # What a bigram tape must zero so the residual stream stays the token's embedding (tests/tools/tape_model.py)
 _ZEROED = ("attn_output.weight", "attn_output.bias", "ffn_down_exps.weight", "ffn_down_exps.bias")
@@ -83,24 +72,8 @@ def write_harmony_tape_model(path: Path, tape: list[int], enc) -> Path:
 
     meta = tokenizer_metadata(enc)
     n_vocab = len(meta["tokenizer.ggml.tokens"])
-    src = gguf.GGUFReader(GOLDEN_DATA / "tiny-gptoss-q8_0.gguf")
-    w = gguf.GGUFWriter(path, "gpt-oss")
-    for key, field in src.fields.items():
-        if key.startswith(("GGUF.", "tokenizer.")) or key == "general.architecture":
-            continue
-        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
-        value = 4096 if key == "gpt-oss.context_length" else field.contents()
-        w.add_key_value(key, value, field.types[0], sub)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-4o")
-    w.add_token_list(meta["tokenizer.ggml.tokens"])
-    w.add_token_types(meta["tokenizer.ggml.token_type"])
-    w.add_token_merges(meta["tokenizer.ggml.merges"])
-    w.add_bos_token_id(meta["tokenizer.ggml.bos_token_id"])
-    w.add_eos_token_id(meta["tokenizer.ggml.eos_token_id"])
-    w.add_pad_token_id(meta["tokenizer.ggml.padding_token_id"])
-    w.add_add_bos_token(False)
-    w.add_chat_template(HARMONY_TEMPLATE.read_text(encoding="utf-8"))
+    w, src = writer_with_vocab(path, GOLDEN_DATA / "tiny-gptoss-q8_0.gguf", meta,
+                               HARMONY_TEMPLATE.read_text(encoding="utf-8"), {"gpt-oss.context_length": 4096})
     emb, out = tape_matrices(tape, n_vocab)
     for t in src.tensors:
         if t.name in ("token_embd.weight", "output.weight"):         # F16: quick to write, exact enough

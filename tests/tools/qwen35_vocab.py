@@ -12,14 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tiktoken_gguf import GOLDEN_DATA, ranks_block, writer_with_vocab
+
 N_VOCAB = 248320
 LAST_SPECIAL = 248069        # </think>: ids past it are fillers in Qwen3.5's GGUF files
-
-
-def _byte_to_unicode() -> dict[int, str]:
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), 256)]
-    extra = iter(range(256, 512))
-    return {b: chr(b) if b in keep else chr(next(extra)) for b in range(256)}
 
 
 def reference_tokenizer():
@@ -32,61 +28,28 @@ def tokenizer_metadata(ref=None) -> dict:
     ref = ref or reference_tokenizer()
     ranks: dict[bytes, int] = ref._mergeable_ranks
     specials: dict[str, int] = ref._special_tokens
-    b2u = _byte_to_unicode()
-    text_of = {rank: "".join(b2u[b] for b in token) for token, rank in ranks.items()}
-    merges = []
-    for token, rank in ranks.items():
-        if len(token) < 2:
-            continue
-        pairs = [(ranks[token[:i]], ranks[token[i:]]) for i in range(1, len(token))
-                 if token[:i] in ranks and token[i:] in ranks]
-        for left, right in pairs:
-            merges.append((rank, left, right))
-    merges.sort()
-    tokens = [f"[PAD{i}]" for i in range(N_VOCAB)]
-    types = [5] * N_VOCAB                                   # unused filler
-    for rank, text in text_of.items():
-        tokens[rank], types[rank] = text, 1
+    tokens, types, merges = ranks_block(ranks, N_VOCAB)
     for text, i in specials.items():
         if i <= LAST_SPECIAL:
             tokens[i], types[i] = text, 3 if text.startswith("<|") else 4
     return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen35", "tokenizer.ggml.tokens": tokens,
             "tokenizer.ggml.token_type": types,
-            "tokenizer.ggml.merges": [f"{text_of[a]} {text_of[b]}" for _, a, b in merges],
+            "tokenizer.ggml.merges": merges,
             "tokenizer.ggml.eos_token_id": specials["<|im_end|>"],
             "tokenizer.ggml.padding_token_id": specials["<|endoftext|>"],
             "tokenizer.ggml.bos_token_id": specials["<|endoftext|>"],
             "tokenizer.ggml.add_bos_token": False}
 
 
-GOLDEN_DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
 
 
 def real_vocab_writer(path: Path, ref, overrides: dict | None = None):
     """A GGUFWriter at `path` holding the tiny qwen35 model's metadata (`overrides`: key -> value instead) with
     the REAL 248k-token tokenizer block of `ref` and Qwen3.5's chat template; the caller adds the tensors.
     Returns (writer, the tiny model's GGUFReader, whose tensors the caller copies or replaces)."""
-    import gguf
-
-    src = gguf.GGUFReader(GOLDEN_DATA / "tiny-qwen35-f32.gguf")
-    w = gguf.GGUFWriter(path, "qwen35")
-    for key, field in src.fields.items():
-        if key.startswith(("GGUF.", "tokenizer.")) or key == "general.architecture":
-            continue
-        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(key, (overrides or {}).get(key, field.contents()), field.types[0], sub)
-    meta = tokenizer_metadata(ref)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen35")
-    w.add_token_list(meta["tokenizer.ggml.tokens"])
-    w.add_token_types(meta["tokenizer.ggml.token_type"])
-    w.add_token_merges(meta["tokenizer.ggml.merges"])
-    w.add_eos_token_id(meta["tokenizer.ggml.eos_token_id"])
-    w.add_pad_token_id(meta["tokenizer.ggml.padding_token_id"])
-    w.add_bos_token_id(meta["tokenizer.ggml.bos_token_id"])
-    w.add_add_bos_token(False)
-    w.add_chat_template((GOLDEN_DATA / "qwen35-chat-template.jinja").read_text(encoding="utf-8"))
-    return w, src
+    template = (GOLDEN_DATA / "qwen35-chat-template.jinja").read_text(encoding="utf-8")
+    return writer_with_vocab(path, GOLDEN_DATA / "tiny-qwen35-f32.gguf", tokenizer_metadata(ref), template,
+                             overrides)
 
 
 def write_real_vocab_model(path: Path):

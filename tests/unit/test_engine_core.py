@@ -74,6 +74,19 @@ class Harness:
         return list(self.finished(rid).output_token_ids)
 
 
+def each_alone(tiny, ps, max_tokens, budget: int = 64) -> dict[str, list[int]]:
+    """Request r{i} = prompt ps[i] run by itself on a one-sequence core: what a batch must reproduce.
+    `max_tokens`: one for all, or a list (one per prompt)."""
+    lengths = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(ps)
+    alone = {}
+    for i, (p, n) in enumerate(zip(ps, lengths, strict=True)):
+        h = Harness(tiny, async_on=False, max_num_seqs=1, budget=budget)
+        h.submit(f"r{i}", p, max_tokens=n)
+        h.run()
+        alone[f"r{i}"] = h.ids(f"r{i}")
+    return alone
+
+
 def prompts(golden, n: int) -> list[list[int]]:
     """n prompts of different lengths (3..24 ids), all from the golden prompt's vocabulary."""
     base = [int(t) for t in golden["prompt_ids"]]
@@ -118,12 +131,7 @@ def test_stop_id_seen_on_the_host_discards_the_speculative_token(tiny, async_on)
 def test_batched_requests_equal_each_run_alone_in_both_modes(tiny):
     ps = prompts(tiny[2], 8)
     lengths = [6 + (5 * i) % 9 for i in range(8)]              # different max_tokens too
-    alone = {}
-    for i, p in enumerate(ps):
-        h = Harness(tiny, async_on=False, max_num_seqs=1)
-        h.submit(f"r{i}", p, max_tokens=lengths[i])
-        h.run()
-        alone[f"r{i}"] = h.ids(f"r{i}")
+    alone = each_alone(tiny, ps, lengths)
     for async_on in (False, True):
         h = Harness(tiny, async_on, max_num_seqs=8, budget=32)   # prompts are chunked across steps
         for i, p in enumerate(ps):
@@ -196,12 +204,7 @@ def test_text_streams_in_order_and_matches_the_ids(tiny):
 @pytest.mark.parametrize("async_on", [False, True])
 def test_preemption_under_kv_pressure_keeps_the_ids(tiny, async_on):
     ps = prompts(tiny[2], 6)
-    alone = {}
-    for i, p in enumerate(ps):
-        h = Harness(tiny, async_on=False, max_num_seqs=1)
-        h.submit(f"r{i}", p, max_tokens=12)
-        h.run()
-        alone[f"r{i}"] = h.ids(f"r{i}")
+    alone = each_alone(tiny, ps, 12)
     h = Harness(tiny, async_on, max_num_seqs=6, num_blocks=5)      # 80 token slots for ~150 tokens
     for i, p in enumerate(ps):
         h.submit(f"r{i}", p, max_tokens=12)

@@ -11,7 +11,14 @@ import pytest
 import engine.gpu.forward as fwd_mod
 from engine.backends import registry
 from engine.backends.base import Kernel
-from engine.gpu.forward import SPLIT_TARGET_BLOCKS, TC_K, split_k, splitk_floats, tensor_cores_usable
+from engine.gpu.forward import (
+    SPLIT_TARGET_BLOCKS,
+    TC_K,
+    split_k,
+    splitk_floats,
+    tensor_cores_usable,
+    wmma_usable,
+)
 from engine.gpu.model import GpuModel
 from engine.model.step import StepInput
 
@@ -24,6 +31,27 @@ BIG = 1 << 30
                                              ("cpu", "numpy", False), ("cuda", "", False)])
 def test_tensor_cores_only_on_cuda_sm80_and_newer(api, arch, usable):
     assert tensor_cores_usable(SimpleNamespace(api=api, arch=arch)) is usable
+
+
+@pytest.mark.parametrize("api,arch,usable", [("hip", "gfx1151", True), ("hip", "gfx1100:xnack-", True),
+                                             ("hip", "gfx1150", True), ("hip", "gfx1201", False),
+                                             ("hip", "gfx1030", False), ("cuda", "sm_90", False)])
+def test_wmma_tile_only_on_rdna3_and_rdna35(api, arch, usable):
+    assert wmma_usable(SimpleNamespace(api=api, arch=arch)) is usable
+
+
+@pytest.mark.parametrize("T,bq_ok,suffix", [(1, True, "kq_t1"), (3, True, "r1_t4"), (8, True, "r4_t8"),
+                                            (9, True, "bq_t16"), (16, True, "bq_t16"), (16, False, "tc"),
+                                            (17, True, "tc"), (128, True, "tc")])
+def test_batched_decode_kernel_by_token_count(T, bq_ok, suffix, monkeypatch):
+    """bq_t16 serves 9..16-token steps of Q4_K / Q6_K matrices (measured faster than the prefill tile there, and
+    slower than r1_t4 / r4_t8 below); the tensor-core tile takes longer steps; wm replaces gt only when asked."""
+    monkeypatch.setattr(fwd_mod, "KQ_BATCH", False)
+    monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)
+    fwd = SimpleNamespace(use_tc=True, use_wmma=False)
+    assert fwd_mod.GpuForward._tile(fwd, T, True, True, bq_ok)[2] == suffix
+    fwd = SimpleNamespace(use_tc=False, use_wmma=True)
+    assert fwd_mod.GpuForward._tile(fwd, 64, True, True, False)[2] == "wm"
 
 
 def test_split_k_on_qwen3_4b_shapes_at_128_tokens():

@@ -66,3 +66,23 @@ def test_the_upload_streams_matrices_from_the_map_without_a_host_copy(tmp_path):
         assert mapped and all(s.base is not None and not s.flags.owndata and not s.flags.writeable
                               for s in mapped)                          # ... big ones straight from the map
         weights.free(backend)
+
+
+def test_the_cpu_load_reports_progress_in_bytes_of_the_file_too():
+    """The CPU loader's progress is the share of the file's tensor bytes read, tensor by tensor: each report
+    moves by that tensor's size (the stacked experts by theirs), ending at the whole."""
+    from engine.gguf import open_gguf
+    from engine.model.loader import load_model
+
+    path = DATA / "tiny-qwen3moe-q8_0.gguf"
+    with open_gguf(path) as g:
+        sizes = {name: t.nbytes for name, t in g.tensors.items()}
+    total = sum(sizes.values())
+    seen: list[tuple[float, str]] = []
+    load_model(path, lambda f, msg: seen.append((f, msg)))
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    steps = [b - a for a, b in zip([0.0, *fractions], fractions, strict=False)]
+    named = [msg.split(" ")[1] for _, msg in seen]
+    assert all(abs(step - sizes[name] / total) < 1e-9 for step, name in zip(steps, named, strict=True))
+    assert sum(sizes[n] for n in named) == total and seen[-1][1].endswith(" GiB)")

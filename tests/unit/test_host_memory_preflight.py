@@ -105,3 +105,21 @@ def test_the_gpu_refusal_suggests_the_cpu_only_when_the_cpu_can_hold_it(huge_lla
     assert "or the CPU" not in str(huge)
     tiny = refusal(DATA / "tiny-llama-q4_1.gguf", None)
     assert tiny.cpu_fits is True and str(tiny).endswith("use a smaller context or quantization, or the CPU")
+
+
+def test_the_gpu_load_weighs_the_devices_own_free_memory(huge_llama):
+    """GpuModel.load asks the backend how much memory is free right now (here the CPU backend: this machine's
+    RAM) and refuses before uploading anything, naming the free and total figures it was told."""
+    import re
+
+    from engine.backends import registry
+    from engine.gpu.model import GpuModel
+
+    backend = registry.create("cpu")
+    mem = backend.memory_info()
+    with pytest.raises(OutOfDeviceMemoryError) as e:
+        GpuModel.load(huge_llama, backend, max_tokens=16, max_seqs=1, kv_blocks=1)
+    free, total = (float(x) for x in re.search(r"only ([\d.]+) MiB of ([\d.]+) MiB are free", str(e.value)).groups())
+    assert total == round(mem.total / 2**20, 1)
+    assert abs(free - mem.free / 2**20) < 0.1 * mem.total / 2**20          # the free memory of the moment
+    assert e.value.plan.total > mem.total

@@ -110,3 +110,25 @@ def test_cpu_and_gpu_rotate_by_the_one_rope_function(config):
     for i, rope in enumerate(model.layer_rope):
         np.testing.assert_array_equal(rope.inv_freq, table[i])
     np.testing.assert_allclose(table[0], 10000.0 ** (-np.arange(2) / 2) / factors)
+
+
+def test_the_numpy_path_holds_float32_when_asked(tmp_path):
+    """HALO_CPU_KERNELS=numpy (or numba missing): every matrix is dequantized to float32, as the reference."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    child = ("from pathlib import Path; import numpy as np\n"
+             "from engine.model.quant_matrix import describe_kernels, kernel_path\n"
+             "from engine.model.loader import load_model\n"
+             "lm = load_model(Path('tests/golden/data/tiny-llama-q4_1.gguf'))\n"
+             "layer = lm.weights.layers[0]\n"
+             "assert kernel_path() == 'numpy' and 'HALO_CPU_KERNELS=numpy' in describe_kernels()\n"
+             "assert all(isinstance(a, np.ndarray) and a.dtype == np.float32 for a in "
+             "(lm.weights.token_embd, layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down))\n"
+             "print('ok')\n")
+    run = subprocess.run([sys.executable, "-c", child], cwd=root, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, HALO_CPU_KERNELS="numpy"))
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr

@@ -11,7 +11,7 @@ import pytest
 
 from engine.model.loader import load_model
 from engine.prompt import PromptFormat
-from tests.unit.test_engine_core import Harness
+from tests.unit.test_engine_core import Harness, each_alone
 
 DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
 
@@ -35,12 +35,7 @@ def test_chunked_prompt_then_32_greedy_ids_equal_transformers(tiny, async_on):
 def test_batched_requests_equal_each_run_alone(tiny):
     base = [int(t) for t in tiny[2]["prompt_ids"]]
     ps = [base[i:i + 4 + 3 * i] for i in range(5)]
-    alone = {}
-    for i, p in enumerate(ps):
-        h = Harness(tiny, async_on=False, max_num_seqs=1, budget=64)
-        h.submit(f"r{i}", p, max_tokens=6)
-        h.run()
-        alone[f"r{i}"] = h.ids(f"r{i}")
+    alone = each_alone(tiny, ps, 6)
     h = Harness(tiny, async_on=True, max_num_seqs=5, budget=12)
     for i, p in enumerate(ps):
         h.submit(f"r{i}", p, max_tokens=6)

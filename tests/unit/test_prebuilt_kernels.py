@@ -90,9 +90,12 @@ def _recorded_launches(monkeypatch) -> list[tuple[str, str, tuple]]:
                 monkeypatch.setattr(fwd_mod, "LEGACY_TILES", legacy)
                 for T in (1, 3, 8, 20):
                     m.fwd.enqueue_body(kv, T, 1, True, False)
-            # the CUDA tensor-core kernels too where the shapes allow (their HIP objects are empty but keep the
-            # signature): halo_attention_tc on every model, the matmul tiles where rows % 32 == 0
+            # the CUDA tensor-core kernels too (their HIP objects are empty but keep the signature), and the
+            # opt-in RDNA WMMA tile, where the shapes allow
+            monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)
             m.fwd.use_tc, m.fwd.flash = True, fwd_mod.flash_usable(m.config)
+            m.fwd.enqueue_body(kv, 20, 1, True, False)
+            m.fwd.use_tc, m.fwd.flash, m.fwd.use_wmma = False, False, True
             m.fwd.enqueue_body(kv, 20, 1, True, False)
         finally:
             kv.free()
@@ -121,7 +124,7 @@ def test_engine_launch_arguments_match_every_objects_metadata(manifest, infos, m
     names = {n for _, n, _ in launches}
     assert {"halo_embed_norm", "halo_rope_kv", "halo_attention", "halo_add_norm", "halo_sample",
             "halo_matmul_kq_t1", "halo_matmul_gt", "halo_matmul_r1_t1", "halo_write_ids",
-            "halo_attention_tc"} <= names
+            "halo_attention_tc", "halo_matmul_tc", "halo_glu_tc", "halo_matmul_wm", "halo_glu_wm"} <= names
     assert {"halo_conv_silu", "halo_delta_prep", "halo_delta_rule", "halo_delta_chunked", "halo_gated_norm",
             "halo_output_gate", "halo_split_q_gate"} <= names
     for target in TARGETS:
@@ -129,6 +132,10 @@ def test_engine_launch_arguments_match_every_objects_metadata(manifest, infos, m
             kernel = infos[(target, file)].kernels.get(name)
             assert kernel is not None, f"{name} is launched but missing from {target}/{file}"
             assert mismatches(kernel, args) == []
+        # bq_t16 takes kq_t1's arguments (the host passes the same tuple); the tiny models' K never selects it
+        quant = infos[(target, "halo_quant.cu")].kernels
+        for kind in ("matmul", "glu"):
+            assert quant[f"halo_{kind}_bq_t16"].args == quant[f"halo_{kind}_kq_t1"].args
 
 
 def test_the_comparison_catches_a_changed_signature(manifest, infos):

@@ -31,6 +31,10 @@ def random_matrix(t: GGMLType, rows: int, blocks_per_row: int, rng) -> tuple[np.
 
 
 def test_every_type_the_loader_keeps_quantized_has_kernels():
+    from engine.model import quant_kernels
+
+    # the estimate's cheap table (no numba import) is the kernels' own
+    assert {t: v[0] for t, v in quant_kernels.KERNELS.items()} == kernel_blocks()
     assert set(TYPES) >= {GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K,
                           GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.MXFP4, GGMLType.F16}
 
@@ -73,3 +77,19 @@ def test_fused_parts_of_mixed_types_sit_side_by_side():
     for T in (1, 6):
         x = rng.normal(size=(T, cols)).astype(np.float32)
         np.testing.assert_allclose(fused(x), x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_products_from_two_threads_at_once_are_right():
+    """A chat and a diagnostics run may forward on the CPU at the same time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(2)
+    raw, cols = random_matrix(GGMLType.Q8_0, 300, 4, rng)
+    m = QuantLinear((QuantMatrix(raw, GGMLType.Q8_0, 300, cols),))
+    xs = [rng.normal(size=(1, cols)).astype(np.float32) for _ in range(2)]
+    want = [m(x) for x in xs]
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda i: [m(xs[i]) for _ in range(50)], range(2)))
+    for i in range(2):
+        for g in got[i]:
+            np.testing.assert_array_equal(g, want[i])

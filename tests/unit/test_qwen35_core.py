@@ -16,7 +16,7 @@ import pytest
 
 from engine.model.loader import load_model
 from engine.prompt import PromptFormat
-from tests.unit.test_engine_core import Harness
+from tests.unit.test_engine_core import Harness, each_alone
 
 DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
 
@@ -53,12 +53,7 @@ def test_32_greedy_ids_equal_transformers(tiny, async_on):
 def test_batched_requests_equal_each_run_alone_in_both_modes(tiny):
     ps = prompts(tiny[2], 6)
     lengths = [5 + (3 * i) % 7 for i in range(6)]
-    alone = {}
-    for i, p in enumerate(ps):
-        h = Harness(tiny, async_on=False, max_num_seqs=1, budget=256)   # one-shot prefill, alone
-        h.submit(f"r{i}", p, max_tokens=lengths[i])
-        h.run()
-        alone[f"r{i}"] = h.ids(f"r{i}")
+    alone = each_alone(tiny, ps, lengths, budget=256)   # one-shot prefill, alone
     for async_on in (False, True):
         h = Harness(tiny, async_on, max_num_seqs=6, budget=24)
         for i, p in enumerate(ps):
@@ -72,12 +67,7 @@ def test_batched_requests_equal_each_run_alone_in_both_modes(tiny):
 @pytest.mark.parametrize("async_on", [False, True])
 def test_preemption_drops_and_recomputes_the_recurrent_state(tiny, async_on):
     ps = prompts(tiny[2], 5)
-    alone = {}
-    for i, p in enumerate(ps):
-        h = Harness(tiny, async_on=False, max_num_seqs=1, budget=256)
-        h.submit(f"r{i}", p, max_tokens=10)
-        h.run()
-        alone[f"r{i}"] = h.ids(f"r{i}")
+    alone = each_alone(tiny, ps, 10, budget=256)
     h = Harness(tiny, async_on, max_num_seqs=5, num_blocks=7)          # 112 token slots for 222 tokens
     for i, p in enumerate(ps):
         h.submit(f"r{i}", p, max_tokens=10)

@@ -326,11 +326,12 @@ HALO_KERNEL __launch_bounds__(128) void halo_attention_tc(const float* qkv, i32 
             #pragma unroll
             for (int r = 0; r < 2; r++) need |= rseq[r] == s && rpos[r] >= j0 && rlo[r] < j0 + FA_KEYS;
             if (!__any_sync(0xffffffffu, need)) continue;     // the whole warp masked (past its diagonal)
-            float sf[FA_KEYS / 8][4];
+            // S in two accumulator sets, head x head and the two tail terms: twice the independent MMA chains
+            float sf[FA_KEYS / 8][4], st[FA_KEYS / 8][4];
             #pragma unroll
             for (int n = 0; n < FA_KEYS / 8; n++)
                 #pragma unroll
-                for (int e = 0; e < 4; e++) sf[n][e] = 0.0f;
+                for (int e = 0; e < 4; e++) { sf[n][e] = 0.0f; st[n][e] = 0.0f; }
             #pragma unroll
             for (int ks = 0; ks < FA_MAX_D / 8; ks++) {
                 if (8 * ks >= D) break;
@@ -340,9 +341,18 @@ HALO_KERNEL __launch_bounds__(128) void halo_attention_tc(const float* qkv, i32 
                 #pragma unroll
                 for (int n = 0; n < FA_KEYS / 8; n++) {
                     const float* kb = Ks + (8 * n + g) * FA_KLD + 8 * ks + q;
-                    mma_3xtf32(sf[n], ah, al, kb[0], kb[4]);
+                    u32 bh0, bl0, bh1, bl1;
+                    tf32_split(kb[0], &bh0, &bl0);
+                    tf32_split(kb[4], &bh1, &bl1);
+                    mma_tf32(st[n], al, bh0, bh1);
+                    mma_tf32(st[n], ah, bl0, bl1);
+                    mma_tf32(sf[n], ah, bh0, bh1);
                 }
             }
+            #pragma unroll
+            for (int n = 0; n < FA_KEYS / 8; n++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) sf[n][e] += st[n][e];
             float mx[2] = {NEG_INF, NEG_INF};
             #pragma unroll
             for (int n = 0; n < FA_KEYS / 8; n++)

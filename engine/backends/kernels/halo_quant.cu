@@ -614,6 +614,178 @@ KQ_GLU_ENTRY(halo_glu_kq_t8, 8)
 KQ_GLU_ENTRY(halo_glu_kq_t16, 16)
 
 // ---------------------------------------------------------------------------------------------------------
+// Batched decode from shared activations (9 <= T <= 16 tokens, Q4_K / Q6_K rows, K % 256 == 0; the host checks):
+// a block of BQ_WARPS warps takes BQ_ROWS rows, 4 per warp with kq_t1's 8 lanes per super-block (lane m of
+// row group grp = lane / 8 takes 16 quant bytes with wide loads). Per super-block the block stages the NT
+// tokens' 256 activations in shared memory once; the 4 row groups of a warp read the same addresses
+// (broadcast), so every activation a block loads from L2 serves BQ_ROWS rows, where kq_tN made every warp
+// re-read all NT rows of X through L1 for each weight row (the traffic that bounded batched decode).
+// Scales are applied per 16/32 weights as in kq_t1. Tokens past T read zeros and are never written.
+// Grid: (ceil(rows / BQ_ROWS), ceil(T / NT)); block: 32 * BQ_WARPS. Arguments as halo_matmul_kq_tN.
+#define BQ_WARPS 4
+#define BQ_ROWS (4 * BQ_WARPS)
+#define BQ_XLD (256 + 16)          // a token's 256 activations, 4 floats of padding per 64: Q4_K's 8 lanes of a
+__device__ __forceinline__ int bq_pos(int k) { return k + 4 * (k >> 6); }   // group hit distinct banks
+
+// xs[t][bq_pos(k)] = X[xrow(tok0 + t)][256 sb + k] (0 past T)
+template <int NT>
+__device__ __forceinline__ void bq_stage(const float* X, const i32* xrow, int K, int T, int tok0, int sb, float* xs) {
+    for (int i = threadIdx.x; i < NT * 64; i += blockDim.x) {
+        int t = i >> 6, c = i & 63, tok = tok0 + t;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (tok < T) v = __ldg((const float4*)(X + (size_t)(xrow ? xrow[tok] : tok) * K + 256 * sb) + c);
+        *(float4*)(xs + t * BQ_XLD + bq_pos(4 * c)) = v;
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void q4k_sb_nt(const unsigned char* b, int m, const float* xs, float* acc) {
+    int c = m >> 1, l = 16 * (m & 1);
+    uint4 hdr = __ldg((const uint4*)b);
+    uint4 q = __ldg((const uint4*)(b + 16 + 16 * m));
+    float d = h2f(hdr.x & 0xffffu), dmin = h2f(hdr.x >> 16), s1, m1, s2, m2;
+    scale_min_k4_reg(2 * c, hdr.y, hdr.z, hdr.w, &s1, &m1);
+    scale_min_k4_reg(2 * c + 1, hdr.y, hdr.z, hdr.w, &s2, &m2);
+    u32 qw[4] = {q.x, q.y, q.z, q.w};
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float4* xl = (const float4*)(xs + t * BQ_XLD + bq_pos(64 * c + l));
+        const float4* xh = xl + 8;                             // + 32 elements (same 64-run: same padding)
+        float dl = 0.0f, sl = 0.0f, dh = 0.0f, sh = 0.0f;
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float4 a = xl[i], h = xh[i];
+            u32 lo = qw[i] & 0x0f0f0f0fu, hi = (qw[i] >> 4) & 0x0f0f0f0fu;
+            dl += byte_f(lo, 0) * a.x + byte_f(lo, 1) * a.y + byte_f(lo, 2) * a.z + byte_f(lo, 3) * a.w;
+            dh += byte_f(hi, 0) * h.x + byte_f(hi, 1) * h.y + byte_f(hi, 2) * h.z + byte_f(hi, 3) * h.w;
+            sl += (a.x + a.y) + (a.z + a.w);
+            sh += (h.x + h.y) + (h.z + h.w);
+        }
+        acc[t] += d * (s1 * dl + s2 * dh) - dmin * (m1 * sl + m2 * sh);
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void q6k_sb_nt(const unsigned char* b, int m, const float* xs, float* acc) {
+    int h = m >> 2, kk = (m >> 1) & 1, l = 16 * (m & 1);
+    u32 ql[4], qh[4];
+    ld16_a2(b + 16 * m, ql);
+    ld16_a2(b + 128 + 32 * h + l, qh);
+    float d = h2f(ld_u16(b + 208));
+    int si = 8 * h + 2 * kk + (l >> 4);
+    float sc_lo = d * (float)(signed char)ld_u8(b + 192 + si);
+    float sc_hi = d * (float)(signed char)ld_u8(b + 192 + si + 4);
+    u32 s_lo = 2u * (u32)kk, s_hi = s_lo + 4u;
+    u32 lo[4], hi[4];
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        lo[i] = (ql[i] & 0x0f0f0f0fu) | (((qh[i] >> s_lo) & 0x03030303u) << 4);
+        hi[i] = ((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> s_hi) & 0x03030303u) << 4);
+    }
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float4* xl = (const float4*)(xs + t * BQ_XLD + bq_pos(128 * h + 32 * kk + l));
+        const float4* xh = (const float4*)(xs + t * BQ_XLD + bq_pos(128 * h + 32 * kk + l + 64));
+        float dl = 0.0f, dh = 0.0f;
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float4 a = xl[i], e = xh[i];
+            dl += (byte_f(lo[i], 0) - 32.0f) * a.x + (byte_f(lo[i], 1) - 32.0f) * a.y
+                + (byte_f(lo[i], 2) - 32.0f) * a.z + (byte_f(lo[i], 3) - 32.0f) * a.w;
+            dh += (byte_f(hi[i], 0) - 32.0f) * e.x + (byte_f(hi[i], 1) - 32.0f) * e.y
+                + (byte_f(hi[i], 2) - 32.0f) * e.z + (byte_f(hi[i], 3) - 32.0f) * e.w;
+        }
+        acc[t] += sc_lo * dl + sc_hi * dh;
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void bq_sb(int type, const unsigned char* row, int sb, int m, const float* xs, float* acc) {
+    if (type == T_Q4_K) q4k_sb_nt<NT>(row + (size_t)sb * 144, m, xs, acc);
+    else q6k_sb_nt<NT>(row + (size_t)sb * 210, m, xs, acc);
+}
+
+// sum over the 8 lanes of a row group (every lane gets it)
+__device__ __forceinline__ float group8_sum(float v) {
+    v += SHFL_XOR(v, 1);
+    v += SHFL_XOR(v, 2);
+    v += SHFL_XOR(v, 4);
+    return v;
+}
+
+template <int NT>
+__device__ void matmul_bq(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
+                          i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
+                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy) {
+    __shared__ __align__(16) float xs[NT * BQ_XLD];
+    int lane = threadIdx.x & 31, m = lane & 7;
+    int row = blockIdx.x * BQ_ROWS + 4 * (threadIdx.x >> 5) + (lane >> 3), tok0 = blockIdx.y * NT;
+    bool valid = row < n0 + n1 + n2;
+    const unsigned char* base; int type, rb, local;
+    if (row < n0) { base = w0; type = t0_; rb = rb0; local = row; }
+    else if (row < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = row - n0 - n1; }
+    const unsigned char* rp = valid ? base + (size_t)local * rb : 0;
+    float acc[NT];
+    #pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    for (int sb = 0; sb < (K >> 8); sb++) {
+        __syncthreads();
+        bq_stage<NT>(X, xrow, K, T, tok0, sb, xs);
+        __syncthreads();
+        if (valid) bq_sb<NT>(type, rp, sb, m, xs, acc);
+    }
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float v = group8_sum(acc[t]);
+        if (valid && m == 0 && tok0 + t < T) Y[(size_t)(tok0 + t) * ldy + row] = v + (bias ? bias[row] : 0.0f);
+    }
+}
+
+// Grid and block as matmul_bq; arguments as halo_glu_kq_tN.
+template <int NT>
+__device__ void glu_bq(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+                       i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {
+    __shared__ __align__(16) float xs[NT * BQ_XLD];
+    int lane = threadIdx.x & 31, m = lane & 7;
+    int r = blockIdx.x * BQ_ROWS + 4 * (threadIdx.x >> 5) + (lane >> 3), tok0 = blockIdx.y * NT;
+    bool valid = r < n_ff;
+    const unsigned char* rg = valid ? wg + (size_t)r * rb_g : 0;
+    const unsigned char* ru = valid ? wu + (size_t)r * rb_u : 0;
+    float g[NT], u[NT];
+    #pragma unroll
+    for (int t = 0; t < NT; t++) { g[t] = 0.0f; u[t] = 0.0f; }
+    for (int sb = 0; sb < (K >> 8); sb++) {
+        __syncthreads();
+        bq_stage<NT>(X, 0, K, T, tok0, sb, xs);
+        __syncthreads();
+        if (valid) {
+            bq_sb<NT>(tg, rg, sb, m, xs, g);
+            bq_sb<NT>(tu, ru, sb, m, xs, u);
+        }
+    }
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float gs = group8_sum(g[t]), us = group8_sum(u[t]);
+        if (valid && m == 0 && tok0 + t < T) A[(size_t)(tok0 + t) * n_ff + r] = act_fn(gs, act) * us;
+    }
+}
+
+#define BQ_MATMUL_ENTRY(NAME, NT)                                                                          \
+HALO_KERNEL void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1, i32 t1,    \
+                      i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2, const float* bias, \
+                      const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy) {                  \
+    matmul_bq<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy);         \
+}
+#define BQ_GLU_ENTRY(NAME, NT)                                                                             \
+HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,  \
+                      i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {                         \
+    glu_bq<NT>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A);                                         \
+}
+BQ_MATMUL_ENTRY(halo_matmul_bq_t16, 16)
+BQ_GLU_ENTRY(halo_glu_bq_t16, 16)
+
+// ---------------------------------------------------------------------------------------------------------
 // Prefill tile (T > 8): a block of 128 threads computes 32 weight rows x 64 tokens. Per 64-wide k step it
 // dequantizes the weight tile once into shared memory (Ws[k][row], any type through dq8) and stages the
 // activations (Xs[k][token]); each thread then accumulates a 4 rows x 4 tokens micro-tile from shared
@@ -764,6 +936,196 @@ HALO_KERNEL void halo_glu_gt(const unsigned char* wg, i32 tg, const unsigned cha
             A[(size_t)tok * n_ff + row] = act_fn(ag[r][n], act) * au[r][n];
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Prefill on RDNA3 / RDNA3.5 WMMA (gfx1100-1102, gfx1150, gfx1151 = Strix Halo): the gt tile (same grid, block,
+// contract and shared-memory staging: 32 rows x 64 tokens, k stage 64) with the products on
+// v_wmma_f32_16x16x16_f16 instead of FMAs. RDNA's WMMA takes f16 / bf16 operands only, so for float32-level
+// results both operands are split in two f16 parts (x = hi + lo, 11 + 11 bits) and a*b is taken as
+// alo*bhi + ahi*blo + ahi*bhi ("3xF16", the 3xTF32 scheme of the tc tile). f16's range (max 65504, normal
+// down to 6e-5) would not hold raw activations or weights, so every stage's weight tile and activation tile are
+// scaled by a power of two that puts their largest magnitude just below 2^15 (exact: only exponents change);
+// the stage's products, accumulated in a fresh f32 fragment, are scaled back when added to the f32 accumulator.
+// Elements far below their tile's largest keep ~2^-22 of that largest, the float32-level bound the tile tests
+// use (|Y - Y64| / (|X| |W|)). Wave w (4 waves of 32) owns rows 16 (w & 1) .. +16 and tokens 32 (w >> 1) .. +32
+// (two 16 x 16 tiles). Fragments (wave32, 16x16x16): A lane l holds row l % 16, k 0..15; B lane l holds token
+// column l % 16, k 0..15 (lanes 16-31 repeat 0-15); C/D lane l holds column l % 16, rows 2 i + l / 16, i < 8.
+// Only compiled (gfx11 targets of the prebuilt build): no AMD GPU has run it, so the host takes it only when
+// asked (HALO_GPU_TILES=wmma); elsewhere it compiles to nothing.
+#if defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || defined(__gfx1150__) || \
+    defined(__gfx1151__)
+#define HALO_WMMA 1
+typedef _Float16 halo_h16 __attribute__((ext_vector_type(16)));
+typedef float halo_f8 __attribute__((ext_vector_type(8)));
+
+// max |v| over the block (128 threads); red: >= 32 floats of shared memory
+__device__ float block_max_abs(float v, float* red) {
+    v = warp_max(v);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float m = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, red[i]);
+    return m;
+}
+
+// 2^e with max * 2^e in [2^14, 2^15) (1 for an all-zero tile)
+__device__ __forceinline__ float wm_scale(float max_abs) {
+    if (!(max_abs > 0.0f)) return 1.0f;
+    int e;
+    frexpf(max_abs, &e);                       // max_abs = m 2^e, m in [0.5, 1)
+    return ldexpf(1.0f, 15 - e);
+}
+
+// hi / lo f16 parts of 16 values read with stride `stride` from p, scaled by s
+__device__ __forceinline__ void wm_split16(const float* p, int stride, float s, halo_h16* hi, halo_h16* lo) {
+    #pragma unroll
+    for (int i = 0; i < 16; i++) {
+        float v = p[i * stride] * s;
+        _Float16 h = (_Float16)v;
+        (*hi)[i] = h;
+        (*lo)[i] = (_Float16)(v - (float)h);
+    }
+}
+
+// acc[j][i] += (W tile rows of this wave) x (token tile j) over one 64-k stage, undoing the scales
+__device__ __forceinline__ void wm_mma(const float* Ws, const float* Xs, float sw, float sx, float (*acc)[8]) {
+    int wave = threadIdx.x >> 5, lane = threadIdx.x & 31, c = lane & 15;
+    int r0 = 16 * (wave & 1), n0 = 32 * (wave >> 1);
+    halo_f8 part[2];
+    #pragma unroll
+    for (int j = 0; j < 2; j++)
+        #pragma unroll
+        for (int i = 0; i < 8; i++) part[j][i] = 0.0f;
+    #pragma unroll
+    for (int kk = 0; kk < GT_BK; kk += 16) {
+        halo_h16 ah, al;
+        wm_split16(Ws + kk * GT_WS + r0 + c, GT_WS, sw, &ah, &al);
+        #pragma unroll
+        for (int j = 0; j < 2; j++) {
+            halo_h16 bh, bl;
+            wm_split16(Xs + kk * GT_XS + n0 + 16 * j + c, GT_XS, sx, &bh, &bl);
+            part[j] = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(al, bh, part[j]);
+            part[j] = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(ah, bl, part[j]);
+            part[j] = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(ah, bh, part[j]);
+        }
+    }
+    float undo = 1.0f / (sw * sx);             // a power of two: exact
+    #pragma unroll
+    for (int j = 0; j < 2; j++)
+        #pragma unroll
+        for (int i = 0; i < 8; i++) acc[j][i] += part[j][i] * undo;
+}
+
+// the largest |.| this thread wrote into the stage's tiles: gt_load_w's 16 weights and gt_load_x's 32 values
+__device__ __forceinline__ float wm_local_max_w(const float* Ws) {
+    int t = threadIdx.x, r = t >> 2;
+    float m = 0.0f;
+    #pragma unroll
+    for (int j = 0; j < 2; j++) {
+        int gi = (t & 3) + 4 * j;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) m = fmaxf(m, fabsf(Ws[(8 * gi + i) * GT_WS + r]));
+    }
+    return m;
+}
+
+__device__ __forceinline__ float wm_local_max_x(const float* Xs) {
+    int t = threadIdx.x, n = t & 63;
+    float m = 0.0f;
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int k8 = (t >> 6) + 2 * j;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) m = fmaxf(m, fabsf(Xs[(8 * k8 + i) * GT_XS + n]));
+    }
+    return m;
+}
+
+// (row, token) in the block's tile of element i of this lane's fragment for token tile j
+__device__ __forceinline__ int wm_row(int i) { return 16 * ((threadIdx.x >> 5) & 1) + 2 * i + ((threadIdx.x & 31) >> 4); }
+__device__ __forceinline__ int wm_tok(int j) { return 32 * (threadIdx.x >> 6) + 16 * j + (threadIdx.x & 15); }
+#else
+#define HALO_WMMA 0
+#endif
+
+// Arguments, grid and block as halo_matmul_gt.
+HALO_KERNEL void halo_matmul_wm(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+                                const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
+                                const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
+                                const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
+                                float* Y, i32 ldy) {
+#if HALO_WMMA
+    __shared__ __align__(16) float Ws[GT_BK * GT_WS];
+    __shared__ __align__(16) float Xs[GT_BK * GT_XS];
+    __shared__ float red[32];
+    int row0 = blockIdx.x * GT_BM, tok0 = blockIdx.y * GT_BN;
+    const unsigned char* base; int type, rb, local;
+    if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
+    else if (row0 < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row0 - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
+    const unsigned char* rows = base + (size_t)local * rb;
+    float acc[2][8];
+    #pragma unroll
+    for (int j = 0; j < 2; j++)
+        #pragma unroll
+        for (int i = 0; i < 8; i++) acc[j][i] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += GT_BK) {
+        __syncthreads();
+        gt_load_w(type, rows, rb, k0, Ws);
+        gt_load_x(X, xrow, K, T, tok0, k0, Xs);
+        __syncthreads();                      // (block_max_abs syncs again before its shared writes)
+        float sw = wm_scale(block_max_abs(wm_local_max_w(Ws), red));
+        float sx = wm_scale(block_max_abs(wm_local_max_x(Xs), red));
+        wm_mma(Ws, Xs, sw, sx, acc);
+    }
+    #pragma unroll
+    for (int j = 0; j < 2; j++)
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int row = row0 + wm_row(i), tok = tok0 + wm_tok(j);
+            if (tok < T) Y[(size_t)tok * ldy + row] = acc[j][i] + (bias ? bias[row] : 0.0f);
+        }
+#endif
+}
+
+// GLU on the same tile: arguments, grid and block as halo_glu_gt.
+HALO_KERNEL void halo_glu_wm(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+                             i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {
+#if HALO_WMMA
+    __shared__ __align__(16) float Wg[GT_BK * GT_WS];
+    __shared__ __align__(16) float Wu[GT_BK * GT_WS];
+    __shared__ __align__(16) float Xs[GT_BK * GT_XS];
+    __shared__ float red[32];
+    int row0 = blockIdx.x * GT_BM, tok0 = blockIdx.y * GT_BN;
+    const unsigned char* rg = wg + (size_t)row0 * rb_g;
+    const unsigned char* ru = wu + (size_t)row0 * rb_u;
+    float ag[2][8], au[2][8];
+    #pragma unroll
+    for (int j = 0; j < 2; j++)
+        #pragma unroll
+        for (int i = 0; i < 8; i++) { ag[j][i] = 0.0f; au[j][i] = 0.0f; }
+    for (int k0 = 0; k0 < K; k0 += GT_BK) {
+        __syncthreads();
+        gt_load_w(tg, rg, rb_g, k0, Wg);
+        gt_load_w(tu, ru, rb_u, k0, Wu);
+        gt_load_x(X, 0, K, T, tok0, k0, Xs);
+        __syncthreads();
+        float sg = wm_scale(block_max_abs(wm_local_max_w(Wg), red));
+        float su = wm_scale(block_max_abs(wm_local_max_w(Wu), red));
+        float sx = wm_scale(block_max_abs(wm_local_max_x(Xs), red));
+        wm_mma(Wg, Xs, sg, sx, ag);
+        wm_mma(Wu, Xs, su, sx, au);
+    }
+    #pragma unroll
+    for (int j = 0; j < 2; j++)
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int row = row0 + wm_row(i), tok = tok0 + wm_tok(j);
+            if (tok < T) A[(size_t)tok * n_ff + row] = act_fn(ag[j][i], act) * au[j][i];
+        }
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------------------
