@@ -20,15 +20,26 @@ from engine.model.quant_matrix import describe_kernels
 from engine.model.loader import load_model
 from engine.model.step import KVCache, SequenceBlocks
 path = Path(sys.argv[1])
+
+
+def resident_mb():                    # the RSS now (the peak can be a compile's transient)
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+    except OSError:
+        return None
+
+
 describe_kernels()                    # numba and its LLVM are part of the baseline, not of the model
-before = peak_rss_mb()
+before, resident_before = peak_rss_mb(), resident_mb()
 lm = load_model(path)
 kv = KVCache.allocate(lm.config, 4, 16)
 seq = SequenceBlocks(kv)
 token = int(lm.model.forward(seq.step(list(range(1, 41))), kv)[0].argmax())
 lm.model.forward(seq.step([token]), kv)
 print(json.dumps({"before": before, "after": peak_rss_mb(), "kv": kv.nbytes / 2**20,
-                  "weights": lm.weights.nbytes / 2**20}))
+                  "weights": lm.weights.nbytes / 2**20, "resident_before": resident_before,
+                  "resident_after": resident_mb()}))
 """
 
 
@@ -47,3 +58,7 @@ def test_loading_the_starter_adds_about_its_file_size_not_its_float32_size(smoll
           f"peak RSS {r['before']:.0f} -> {r['after']:.0f} MiB (+{added:.0f})")
     assert r["weights"] < 1.05 * file_mib              # what the loader holds: the file's bytes, not float32
     assert added < 2.0 * file_mib + r["kv"] < 0.4 * as_float32
+    if r["resident_before"] is not None:                 # Linux: what stays resident after the load and a step
+        resident_added = r["resident_after"] - r["resident_before"]
+        print(f"resident {r['resident_before']:.0f} -> {r['resident_after']:.0f} MiB (+{resident_added:.0f})")
+        assert file_mib * 0.5 < resident_added < 2.0 * file_mib + r["kv"]
