@@ -132,3 +132,42 @@ def dequantize(raw: np.ndarray, ggml_type: GGMLType, n_elements: int) -> np.ndar
             stop = min(start + _CHUNK_BLOCKS, n_blocks)
             decoder(blocks[start:stop], out[start:stop])
     return out.reshape(-1)
+
+
+# Byte offset of each block's float16 scale fields (d, and dmin or m where the type has one). With finite
+# scales every decoded value is finite (small integers times them stay far inside float32), and a non-finite
+# scale makes its whole block non-finite: so the scales alone answer "does this tensor decode to finite
+# values", without decoding it. That keeps a quantized matrix's load as cheap as its map.
+F16_SCALE_OFFSETS: dict[GGMLType, tuple[int, ...]] = {
+    GGMLType.Q4_0: (0,), GGMLType.Q4_1: (0, 2), GGMLType.Q5_0: (0,), GGMLType.Q5_1: (0, 2),
+    GGMLType.Q8_0: (0,), GGMLType.Q2_K: (80, 82), GGMLType.Q3_K: (108,), GGMLType.Q4_K: (0, 2),
+    GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,),
+}
+_F16_EXPONENT_HIGH_BYTE = 0x7C        # a float16's exponent bits, all ones (inf/NaN), in its high byte
+_SCAN_BLOCKS = 1 << 20                # bounds the temporary masks to ~1 MB
+
+
+def decodes_finite(raw: np.ndarray, ggml_type: GGMLType) -> bool | None:
+    """Whether the tensor bytes `raw` (flat uint8) decode to finite values only; None for types this cannot
+    tell without decoding (MXFP4's power-of-two scales; the types this engine only decodes to float32, whose
+    loader checks the decoded values). Reads only the scale bytes of quantized types."""
+    if ggml_type == GGMLType.F32:
+        values = raw.view("<f4")
+        return all(np.isfinite(values[i:i + _SCAN_BLOCKS]).all() for i in range(0, len(values), _SCAN_BLOCKS))
+    if ggml_type == GGMLType.F16:
+        return not any(((raw[i + 1:i + 2 * _SCAN_BLOCKS:2] & _F16_EXPONENT_HIGH_BYTE) == _F16_EXPONENT_HIGH_BYTE)
+                       .any() for i in range(0, len(raw), 2 * _SCAN_BLOCKS))
+    if ggml_type == GGMLType.BF16:
+        words = raw.view("<u2")
+        return not any(((words[i:i + _SCAN_BLOCKS] & 0x7F80) == 0x7F80).any()
+                       for i in range(0, len(words), _SCAN_BLOCKS))
+    offsets = F16_SCALE_OFFSETS.get(ggml_type)
+    if offsets is None:
+        return None
+    blocks = raw.reshape(-1, BLOCK_LAYOUT[ggml_type][1])
+    for start in range(0, len(blocks), _SCAN_BLOCKS):
+        chunk = blocks[start:start + _SCAN_BLOCKS]
+        for off in offsets:
+            if ((chunk[:, off + 1] & _F16_EXPONENT_HIGH_BYTE) == _F16_EXPONENT_HIGH_BYTE).any():
+                return False
+    return True

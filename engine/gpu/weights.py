@@ -19,7 +19,7 @@ from engine.gpu.hybrid import CONV_MAX_K, RECURRENT_MAX_DK, DeviceLinearLayer
 from engine.gpu.moe import DeviceExperts, DeviceMoe, decode_bytes, gpu_moe_refusal
 from engine.model.arch import TensorSpec, global_tensor_specs, layer_tensor_specs, rope_inv_freq
 from engine.model.config import ModelConfig
-from engine.model.weights import checked_tensor
+from engine.model.weights import checked_tensor, nonfinite_error, require_finite
 
 # what halo_quant.cu decodes (dq8)
 KERNEL_TYPES = frozenset({GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q4_0, GGMLType.Q4_1,
@@ -110,6 +110,7 @@ class _Uploader:
                                         f"do not decode (they do: {', '.join(sorted(t.name for t in KERNEL_TYPES))})")
         if cols % 8:
             raise UnsupportedModelError(f"tensor {name}: row length {cols} is not a multiple of 8")
+        require_finite(self.gguf, name)
         raw = self.gguf.raw(name)
         buf = self._alloc_copy(raw, raw.shape, np.uint8)
         return DeviceMatrix(buf, int(info.ggml_type), rows, cols)
@@ -121,7 +122,7 @@ class _Uploader:
         self.info(name, shape)
         host = np.ascontiguousarray(self.gguf.dequantize(name), dtype=np.float32).reshape(shape)
         if not np.isfinite(host).all():
-            raise InvalidModelError(f"tensor {name} holds NaN or infinite values", field=name)
+            raise nonfinite_error(name)
         return self._alloc_copy(host, shape, np.float32)
 
     def optional_vector(self, name: str, n: int) -> DeviceBuffer | None:
@@ -133,6 +134,7 @@ class _Uploader:
         if info.ggml_type not in KERNEL_TYPES:
             raise UnsupportedModelError(f"tensor {spec.name} is {GGMLType(info.ggml_type).name}, which the GPU "
                                         f"kernels do not decode")
+        require_finite(self.gguf, spec.name)
         raw = self.gguf.raw(spec.name)
         return DeviceExperts(self._alloc_copy(raw, raw.shape, np.uint8), int(info.ggml_type), n, rows, cols)
 

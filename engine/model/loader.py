@@ -91,7 +91,7 @@ def load_model(path: Path, progress: LoadCallback | None = None) -> LoadedModel:
     """Parse, validate and dequantize. Raises InvalidModelError / UnsupportedModelError; `progress` may
     raise (e.g. a cancellation) to stop the load between tensors."""
     path = Path(path)
-    with open_model_file(path) as gguf:      # weights are copies: the mapping can close after the load
+    with open_model_file(path) as gguf:      # quantized matrices are views that keep the map alive after this
         config = ModelConfig.from_metadata(gguf.metadata)
         weights = load_weights(gguf, config, progress)
         return LoadedModel(path=path, metadata=dict(gguf.metadata), config=config, weights=weights,

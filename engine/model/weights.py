@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.errors import InvalidModelError, UnsupportedModelError
-from engine.gguf.dequant import DECODERS
+from engine.gguf.dequant import DECODERS, decodes_finite
 from engine.model.arch import TensorSpec, cpu_keeps_quantized, global_tensor_specs, layer_tensor_specs
 from engine.model.config import ModelConfig
 from engine.model.moe import ExpertStack, MoeWeights
@@ -97,6 +97,17 @@ def checked_tensor(gguf, name: str, shape: tuple[int, ...]):
     return info
 
 
+def nonfinite_error(name: str) -> InvalidModelError:
+    return InvalidModelError(f"tensor {name} holds NaN or infinite values", field=name)
+
+
+def require_finite(gguf, name: str) -> None:
+    """For a tensor kept as the file stores it (the CPU's quantized matrices, every GPU matrix): refuse NaN/inf
+    at load, from its scale bytes (engine.gguf.dequant.decodes_finite), as a decoded tensor is refused."""
+    if decodes_finite(gguf.raw(name), gguf.tensors[name].ggml_type) is False:
+        raise nonfinite_error(name)
+
+
 def _readonly(a):
     if isinstance(a, QuantLinear):
         return a
@@ -124,7 +135,7 @@ class _Loader:
         if not array.flags.writeable:      # a view into the file's map (F32 tensors): own a copy
             array = array.copy()
         if not np.isfinite(array).all():
-            raise InvalidModelError(f"tensor {name} holds NaN or infinite values", field=name)
+            raise nonfinite_error(name)
         self._advance(name, "loading")
         return array
 
@@ -140,6 +151,7 @@ class _Loader:
         info = checked_tensor(self.gguf, name, shape)
         if not hasattr(self.gguf, "raw") or not cpu_keeps_quantized(info, self.kernel_blocks):
             return self.get(name, shape)
+        require_finite(self.gguf, name)
         self._advance(name, "mapping")
         return QuantMatrix(self.gguf.raw(name).reshape(shape[0], -1), info.ggml_type, *shape)
 
@@ -153,6 +165,7 @@ class _Loader:
         if info.ggml_type not in DECODERS:           # refused at load, not at the first token that uses it
             raise UnsupportedModelError(f"tensor {spec.name} is {info.ggml_type.name}, which this engine cannot "
                                         f"decode")
+        require_finite(self.gguf, spec.name)
         self._advance(spec.name, "mapping")
         return ExpertStack(self.gguf.raw(spec.name).reshape(n, -1), info.ggml_type, rows, cols)
 

@@ -8,16 +8,14 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from engine.errors import UnsupportedModelError
 from engine.gguf import BLOCK_LAYOUT, GGMLType, dequantize
-from engine.gguf.dequant import DECODERS
+from engine.gguf.dequant import DECODERS, F16_SCALE_OFFSETS, decodes_finite
 
 SUPPORTED = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
              "MXFP4"]
 
-# byte ranges of the f16 scale fields inside one block, per type
-SCALE_FIELDS = {
-    "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0],
-    "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "MXFP4": [],
-}
+# byte offsets of the f16 scale fields inside one block, per type (the engine's table; checked against the
+# gguf package's decoder by test_decodes_finite_agrees_with_the_decoded_values)
+SCALE_FIELDS = {t.name: offsets for t, offsets in F16_SCALE_OFFSETS.items()} | {"MXFP4": ()}
 
 
 def random_blocks(type_name: str, n_blocks: int, rng: np.random.Generator) -> np.ndarray:
@@ -107,3 +105,26 @@ def test_wrong_buffer_size_is_refused():
         dequantize(np.zeros(17, np.uint8), GGMLType.Q4_0, 32)
     with pytest.raises(ValueError, match="blocks"):
         dequantize(np.zeros(18, np.uint8), GGMLType.Q4_0, 31)
+
+
+@pytest.mark.parametrize("type_name", SUPPORTED)
+def test_decodes_finite_agrees_with_the_decoded_values(type_name):
+    """A tensor kept quantized is refused at load when it would decode to NaN/inf, from its scale bytes alone:
+    on random bytes (so about one block in 16 has an inf/NaN scale), block by block, the answer equals the gguf
+    package's decoded values being all finite."""
+    block_size, block_bytes = BLOCK_LAYOUT[GGMLType[type_name]]
+    per = 16 if block_size == 1 else 1                  # plain floats: groups of 16 values
+    raw = np.random.default_rng(11).integers(0, 256, size=400 * per * block_bytes, dtype=np.uint8)
+    answers = []
+    for piece in raw.reshape(400, per * block_bytes):
+        with np.errstate(all="ignore"):
+            finite = bool(np.isfinite(oracle(piece, type_name)).all())
+        ours = decodes_finite(piece, GGMLType[type_name])
+        if ours is not None:
+            assert ours == finite, (type_name, piece[:8])
+        answers.append(ours)
+    if type_name == "MXFP4":
+        assert set(answers) == {None}                   # said plainly: not decided from the bytes
+    else:
+        assert True in answers and False in answers     # both cases were met
+    assert decodes_finite(random_blocks(type_name, 3000, np.random.default_rng(0)), GGMLType[type_name]) in (True, None)

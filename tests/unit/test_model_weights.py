@@ -132,3 +132,37 @@ def test_the_numpy_path_holds_float32_when_asked(tmp_path):
     run = subprocess.run([sys.executable, "-c", child], cwd=root, capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, HALO_CPU_KERNELS="numpy"))
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
+
+
+@pytest.mark.parametrize("path", ["cpu", "gpu"])
+def test_a_quantized_matrix_with_an_inf_scale_is_refused_at_load(tmp_path, path):
+    """Matrices kept as the file stores them (the CPU's quantized kernels, every GPU upload) are never decoded
+    at load; one inf block scale must still refuse the model, naming the tensor, as a float32 tensor is."""
+    from pathlib import Path
+
+    from engine.gguf import open_gguf
+
+    src = Path(__file__).resolve().parents[1] / "golden" / "data" / "tiny-llama-q4_1.gguf"
+    bad = tmp_path / "inf-scale.gguf"
+    data = bytearray(src.read_bytes())
+    with open_gguf(src) as g:
+        info = g.tensors["blk.1.ffn_up.weight"]
+    assert info.ggml_type.name == "Q4_1"
+    at = info.offset + 5 * 20                     # offsets are in the file; Q4_1: 20-byte blocks, d first
+    data[at:at + 2] = np.float16(np.inf).tobytes()
+    bad.write_bytes(bytes(data))
+    if path == "cpu":
+        from engine.model.loader import load_model
+        with pytest.raises(InvalidModelError, match="blk.1.ffn_up.weight holds NaN or infinite"):
+            load_model(bad)
+    else:
+        from engine.backends import registry
+        from engine.backends.base import Kernel
+        from engine.gpu.model import GpuModel
+        backend = registry.create("cpu")                # host logic: kernels recorded, not run
+        backend.kernel = lambda file, function: Kernel(function, None)
+        backend.launch = lambda *a, **k: None
+        with pytest.raises(InvalidModelError, match="blk.1.ffn_up.weight holds NaN or infinite"):
+            GpuModel.load(bad, backend, max_tokens=16, max_seqs=2, kv_blocks=2)
+    from engine.model.loader import load_model
+    assert load_model(src).config.n_layers >= 2       # the untouched file passes the same check
