@@ -471,8 +471,9 @@ def format_result(r: dict) -> str:
         lines.append(f"  prefill with the SIMT gt tile (what HIP runs): {r['simt_prefill_tok_s']:.0f} tok/s")
     if "legacy_prefill_tok_s" in r:
         lines.append(f"  prefill with the legacy r4_t8 tile: {r['legacy_prefill_tok_s']:.0f} tok/s")
-    for key, what in (("breakdown_us", "one decode step"), ("prefill_breakdown_us", "128-token prefill"),
-                      ("simt_prefill_breakdown_us", "128-token prefill, SIMT tile")):
+    n = r.get("prefill_tokens", 128)             # the breakdowns time the bench's own prompt, whatever its length
+    for key, what in (("breakdown_us", "one decode step"), ("prefill_breakdown_us", f"{n}-token prefill"),
+                      ("simt_prefill_breakdown_us", f"{n}-token prefill, SIMT tile")):
         if r.get(key):
             total = sum(r[key].values())
             parts = ", ".join(f"{k} {v:.0f} us ({100 * v / total:.0f}%)" for k, v in
