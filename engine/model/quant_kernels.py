@@ -249,94 +249,106 @@ _MATVEC = dict(parallel=True, cache=_CACHE, fastmath=True)
 _DEQUANT = dict(cache=_CACHE, nogil=True)
 
 
+# (elements, bytes) per block, from the one table: numba freezes these module tuples into the compiled code
+_Q4_0 = BLOCK_LAYOUT[GGMLType.Q4_0]
+_Q4_1 = BLOCK_LAYOUT[GGMLType.Q4_1]
+_Q5_0 = BLOCK_LAYOUT[GGMLType.Q5_0]
+_Q5_1 = BLOCK_LAYOUT[GGMLType.Q5_1]
+_Q8_0 = BLOCK_LAYOUT[GGMLType.Q8_0]
+_MXFP4 = BLOCK_LAYOUT[GGMLType.MXFP4]
+_Q4_K = BLOCK_LAYOUT[GGMLType.Q4_K]
+_Q5_K = BLOCK_LAYOUT[GGMLType.Q5_K]
+_Q6_K = BLOCK_LAYOUT[GGMLType.Q6_K]
+
+
 @njit(**_MATVEC)
 def matvec_q4_0(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q4_0, 32, 18)
+    _matvec(raw, x, out, f16, _q4_0, _Q4_0[0], _Q4_0[1])
 
 
 @njit(**_DEQUANT)
 def dequant_q4_0(raw, out, f16):
-    _dequant(raw, out, f16, _q4_0, 32, 18)
+    _dequant(raw, out, f16, _q4_0, _Q4_0[0], _Q4_0[1])
 
 
 @njit(**_MATVEC)
 def matvec_q4_1(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q4_1, 32, 20)
+    _matvec(raw, x, out, f16, _q4_1, _Q4_1[0], _Q4_1[1])
 
 
 @njit(**_DEQUANT)
 def dequant_q4_1(raw, out, f16):
-    _dequant(raw, out, f16, _q4_1, 32, 20)
+    _dequant(raw, out, f16, _q4_1, _Q4_1[0], _Q4_1[1])
 
 
 @njit(**_MATVEC)
 def matvec_q5_0(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q5_0, 32, 22)
+    _matvec(raw, x, out, f16, _q5_0, _Q5_0[0], _Q5_0[1])
 
 
 @njit(**_DEQUANT)
 def dequant_q5_0(raw, out, f16):
-    _dequant(raw, out, f16, _q5_0, 32, 22)
+    _dequant(raw, out, f16, _q5_0, _Q5_0[0], _Q5_0[1])
 
 
 @njit(**_MATVEC)
 def matvec_q5_1(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q5_1, 32, 24)
+    _matvec(raw, x, out, f16, _q5_1, _Q5_1[0], _Q5_1[1])
 
 
 @njit(**_DEQUANT)
 def dequant_q5_1(raw, out, f16):
-    _dequant(raw, out, f16, _q5_1, 32, 24)
+    _dequant(raw, out, f16, _q5_1, _Q5_1[0], _Q5_1[1])
 
 
 @njit(**_MATVEC)
 def matvec_q8_0(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q8_0, 32, 34)
+    _matvec(raw, x, out, f16, _q8_0, _Q8_0[0], _Q8_0[1])
 
 
 @njit(**_DEQUANT)
 def dequant_q8_0(raw, out, f16):
-    _dequant(raw, out, f16, _q8_0, 32, 34)
+    _dequant(raw, out, f16, _q8_0, _Q8_0[0], _Q8_0[1])
 
 
 @njit(**_MATVEC)
 def matvec_mxfp4(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _mxfp4, 32, 17)
+    _matvec(raw, x, out, f16, _mxfp4, _MXFP4[0], _MXFP4[1])
 
 
 @njit(**_DEQUANT)
 def dequant_mxfp4(raw, out, f16):
-    _dequant(raw, out, f16, _mxfp4, 32, 17)
+    _dequant(raw, out, f16, _mxfp4, _MXFP4[0], _MXFP4[1])
 
 
 @njit(**_MATVEC)
 def matvec_q4_k(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q4_k, 256, 144)
+    _matvec(raw, x, out, f16, _q4_k, _Q4_K[0], _Q4_K[1])
 
 
 @njit(**_DEQUANT)
 def dequant_q4_k(raw, out, f16):
-    _dequant(raw, out, f16, _q4_k, 256, 144)
+    _dequant(raw, out, f16, _q4_k, _Q4_K[0], _Q4_K[1])
 
 
 @njit(**_MATVEC)
 def matvec_q5_k(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q5_k, 256, 176)
+    _matvec(raw, x, out, f16, _q5_k, _Q5_K[0], _Q5_K[1])
 
 
 @njit(**_DEQUANT)
 def dequant_q5_k(raw, out, f16):
-    _dequant(raw, out, f16, _q5_k, 256, 176)
+    _dequant(raw, out, f16, _q5_k, _Q5_K[0], _Q5_K[1])
 
 
 @njit(**_MATVEC)
 def matvec_q6_k(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q6_k, 256, 210)
+    _matvec(raw, x, out, f16, _q6_k, _Q6_K[0], _Q6_K[1])
 
 
 @njit(**_DEQUANT)
 def dequant_q6_k(raw, out, f16):
-    _dequant(raw, out, f16, _q6_k, 256, 210)
+    _dequant(raw, out, f16, _q6_k, _Q6_K[0], _Q6_K[1])
 
 
 @njit(**_MATVEC)
@@ -353,8 +365,7 @@ def _layout(t: GGMLType) -> tuple[int, int]:
     return (F16_BLOCK, 2 * F16_BLOCK) if t == GGMLType.F16 else BLOCK_LAYOUT[t]
 
 
-# type -> (elements per kernel block, bytes per kernel block, matvec, dequant); the literal block sizes in
-# the specialisations above are these (a unit test compares them with the kernels' results)
+# type -> (elements per kernel block, bytes per kernel block, matvec, dequant)
 KERNELS = {t: (*_layout(t), mv, dq) for t, mv, dq in [
     (GGMLType.Q4_0, matvec_q4_0, dequant_q4_0),
     (GGMLType.Q4_1, matvec_q4_1, dequant_q4_1),
