@@ -396,3 +396,53 @@ KERNELS = {t: (*_layout(t), mv, dq) for t, mv, dq in [
     (GGMLType.Q6_K, matvec_q6_k, dequant_q6_k),
     (GGMLType.F16, matvec_f16_run, dequant_f16_run),
 ]}
+
+
+# ---- attention of one new token over the paged KV cache (decode) -------------------------------------------
+# Not a quantized product, but the decode step's other hot spot: numpy needs ~20 small-array calls per layer
+# and sequence for it. Same math as engine.model.cpu_forward.CpuModel._attention; float32 throughout, only the
+# summation order differs (reassociation allowed; not "no infinities": the mask holds -inf).
+
+@njit(cache=_CACHE, fastmath={"reassoc", "contract", "nsz", "arcp"})
+def decode_attention(q, k_blocks, v_blocks, blocks, mask, sinks, scale, out):
+    """q [H, D] float32 (one token); k_blocks, v_blocks [num_blocks, block_size, Hkv, D] (one layer's cache);
+    blocks [>= ceil(L / block_size)] int32 (the sequence's block table); mask [L] float32 additive (0 or -inf;
+    L = the context length); sinks [H] float32 (per-head logits in the softmax's denominator) or empty; scale:
+    the score factor -> out [H * D] float32. Query head h reads KV head h // (H / Hkv)."""
+    H, D = q.shape
+    bs, hkv = k_blocks.shape[1], k_blocks.shape[2]
+    group = H // hkv
+    L = mask.shape[0]
+    scores = np.empty(L, np.float32)
+    acc = np.empty(D, np.float32)
+    for h in range(H):
+        g = h // group
+        top = np.float32(-np.inf)
+        for pos in range(L):
+            key = k_blocks[blocks[pos // bs], pos % bs, g]
+            s = np.float32(0.0)
+            for d in range(D):
+                s += q[h, d] * key[d]
+            s = s * np.float32(scale) + mask[pos]
+            scores[pos] = s
+            top = max(top, s)
+        if sinks.shape[0]:
+            top = max(top, sinks[h])
+        denominator = np.float32(0.0)
+        for pos in range(L):
+            e = np.exp(scores[pos] - top)
+            scores[pos] = e
+            denominator += e
+        if sinks.shape[0]:
+            denominator += np.exp(sinks[h] - top)
+        acc[:] = 0.0
+        for pos in range(L):
+            value = v_blocks[blocks[pos // bs], pos % bs, g]
+            w = scores[pos] / denominator
+            for d in range(D):
+                acc[d] += w * value[d]
+        out[h * D:(h + 1) * D] = acc
+
+
+NO_SINKS = np.zeros(0, np.float32)     # decode_attention's `sinks` for models without them (read-only, as
+NO_SINKS.flags.writeable = False       # the loader's weights are: numba specialises on the flag)

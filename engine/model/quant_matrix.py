@@ -77,8 +77,8 @@ def _smoke_test(k) -> None:
 
 
 def prepare_kernels(types) -> None:
-    """Make the kernels of `types` (GGMLTypes; those without a kernel are skipped) ready now: compiled, or
-    read from numba's disk cache, by one product and one decode over a block of zeros. The weights loader
+    """Make the kernels of `types` (GGMLTypes; those without a kernel are skipped) and the decode attention
+    ready now: compiled, or read from numba's disk cache, by one call each over zeros. The weights loader
     calls it with a model's types before it touches the weights, then gives LLVM's pages back
     (release_compiler_pages), so the compiler's memory and the model's are never resident together."""
     k = _kernels()
@@ -94,7 +94,17 @@ def prepare_kernels(types) -> None:
         with _PARALLEL:
             matvec((raw, k.NO_ROWS, k.NO_ROWS), x, np.empty(1, np.float32), k.F16_TABLE)
         dequant(raw, np.empty((1, len(x)), np.float32), k.F16_TABLE)
+    cache = np.zeros((1, 2, 1, 4), np.float32)          # the decode attention, with the forward's array kinds
+    k.decode_attention(np.zeros((2, 4), np.float32), cache, cache, np.zeros(1, np.int32),
+                       np.zeros(2, np.float32), k.NO_SINKS, 1.0, np.empty(8, np.float32))
     release_compiler_pages()
+
+
+def decode_attention_kernel():
+    """(engine.model.quant_kernels.decode_attention: one token's attention over the paged cache, the
+    `sinks` to pass for a model without them), or None on the numpy path."""
+    k = _kernels()
+    return None if k is None else (k.decode_attention, k.NO_SINKS)
 
 
 def release_compiler_pages() -> int:
