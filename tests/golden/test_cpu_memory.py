@@ -66,22 +66,25 @@ from engine.gguf.types import GGMLType
 from engine.model.quant_matrix import QuantMatrix, describe_kernels, release_compiler_pages
 
 
-def llvm_resident_mb():               # resident pages of LLVM's library (numba's compiler), from smaps
-    total, in_llvm = 0, False
+def llvm_pages_mb():   # (resident, of which private clean: the file's own pages) MiB of LLVM's read-only mappings
+    rss = private = 0
+    in_llvm = False
     with open("/proc/self/smaps") as f:
         for line in f:
             head = line.split()
             if head and "-" in head[0] and not head[0].endswith(":"):
-                in_llvm = len(head) > 5 and "llvmlite" in head[5]
+                in_llvm = len(head) > 5 and "llvmlite" in head[5] and "w" not in head[1]
             elif in_llvm and head[0] == "Rss:":
-                total += int(head[1])
-    return total / 1024
+                rss += int(head[1])
+            elif in_llvm and head[0] == "Private_Clean:":   # (Private_Dirty: relocated, cannot go back)
+                private += int(head[1])
+    return rss / 1024, private / 1024
 
 
 import numba                          # LLVM loaded and initialised: its pages are touched
-touched = llvm_resident_mb()
+touched = llvm_pages_mb()[0]
 describe_kernels()                    # the kernels' first use: the smoke test, then the pages go back
-after_first_use = llvm_resident_mb()
+after_first_use = llvm_pages_mb()[1]
 advised = release_compiler_pages()
 raw = np.zeros((3, 34), np.uint8)     # a Q8_0 product still runs right without the pages
 raw[:, 1], raw[:, 2:] = 0x3C, np.arange(32, dtype=np.uint8)
@@ -105,8 +108,10 @@ def test_the_compilers_pages_are_given_back_once_the_kernels_are_ready():
     print(r)
     if not r["advised"]:
         pytest.skip("this kernel has no MADV_PAGEOUT (Linux < 5.4)")
-    assert r["touched"] > 20                           # importing numba makes LLVM resident (~40-70 MiB)
-    assert r["after_first_use"] < 0.25 * r["touched"]  # ... and the first use gives it back
+    assert r["touched"] > 20                     # importing numba makes LLVM resident (~40-70 MiB)
+    # ... and the first use gives back every file page this process holds alone (MADV_PAGEOUT leaves pages
+    # that another process maps too, e.g. a parent that imported numba: they are not this process's cost)
+    assert r["after_first_use"] < 1.0
     assert r["product_error"] < 1e-5
 
 
