@@ -199,19 +199,20 @@ class EngineBenchResult:
     open_s: float                    # Engine.load to its first progress report: header parsed, pre-flight done,
                                      # the first tensor in (the goal: under a second, whatever the model's size)
     load_average: tuple[float, float, float] | None
+    peak_rss_mb: float | None = None  # the whole process (the Engine's threads, its model, this bench)
+    rss_before_load_mb: float | None = None   # resident before Engine.load (resident_mb)
 
 
 def run_engine_bench(path: Path, async_on: bool, concurrency: int = 1, prompt_tokens: int = 128,
                      decode_tokens: int = 64, backend: str = "cpu") -> EngineBenchResult:
     """`concurrency` raw-text requests of `prompt_tokens` tokens submitted at once, greedy, `decode_tokens`
     each (fewer if the model emits a stop id). A short warm-up request runs first."""
-    import os
-
     from engine.api import GenerateRequest, SamplingParams
     from engine.engine import Engine
 
     engine = Engine(backend=backend, async_scheduling=async_on, max_num_seqs=max(8, concurrency),
                     kv_cache_tokens=concurrency * (prompt_tokens + decode_tokens + 32))
+    before = resident_mb()
     try:
         first_report: list[float] = []
         t_load = time.perf_counter()
@@ -239,7 +240,12 @@ def run_engine_bench(path: Path, async_on: bool, concurrency: int = 1, prompt_to
         generated_tokens=generated, wall_s=round(wall, 3), aggregate_tok_s=round(generated / wall, 1),
         decode_tok_s_per_request=round(sum(f.usage.decode_tokens_per_s for f in fins) / len(fins), 1),
         time_to_first_token_s=round(sum(f.usage.time_to_first_token_s for f in fins) / len(fins), 3),
-        load_s=round(load_s, 3), open_s=round(open_s, 3), load_average=os.getloadavg() if hasattr(os, "getloadavg") else None)
+        load_s=round(load_s, 3), open_s=round(open_s, 3), load_average=os.getloadavg() if hasattr(os, "getloadavg") else None,
+        peak_rss_mb=_rounded(peak_rss_mb()), rss_before_load_mb=_rounded(before))
+
+
+def _rounded(mb: float | None) -> float | None:
+    return None if mb is None else round(mb, 1)
 
 
 def format_engine_result(r: EngineBenchResult) -> str:
@@ -252,4 +258,7 @@ def format_engine_result(r: EngineBenchResult) -> str:
             ("time to first token", f"{r.time_to_first_token_s * 1000:.0f} ms (mean)"),
             ("model load", f"{r.load_s:.2f} s (open: {r.open_s * 1000:.0f} ms to the first weights streamed)"),
             ("load average", load)]
+    if r.peak_rss_mb:
+        before = f"; {r.rss_before_load_mb:.0f} MiB resident before the load" if r.rss_before_load_mb else ""
+        rows.append(("peak RSS", f"{r.peak_rss_mb:.0f} MiB, the whole process{before}"))
     return "\n".join(f"{k:>22}: {v}" for k, v in rows)

@@ -15,7 +15,6 @@ path. Diagnostics and the bench print it.
 """
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import sys
@@ -26,6 +25,7 @@ from functools import cache
 import numpy as np
 
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
+from engine.model.host_pages import page_out
 
 # numba's parallel loops may not be launched from two threads at once (its workqueue layer, the fallback
 # where no OpenMP/TBB runtime exists, aborts the process); two models forwarding on the CPU at once (chat
@@ -118,22 +118,17 @@ def release_compiler_pages() -> int:
     try:
         with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
             maps = [line.split() for line in f]
-        libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
         return 0
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     advised = 0
     for fields in maps:
         # only read-only or executable mappings of LLVM's library: their pages are never written
         if len(fields) < 6 or "llvmlite" not in fields[5] or "w" in fields[1]:
             continue
         start, end = (int(v, 16) for v in fields[0].split("-"))
-        if libc.madvise(start, end - start, _MADV_PAGEOUT) == 0:
+        if page_out(start, end):
             advised += end - start
     return advised
-
-
-_MADV_PAGEOUT = 21          # linux/mman.h; older kernels answer EINVAL and keep the pages
 
 
 def _kernels():

@@ -136,3 +136,24 @@ def test_the_cpu_load_does_not_import_the_network_stack(smollm2_path):
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.golden
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the resident size from /proc")
+def test_a_kv_cache_sized_for_a_whole_context_costs_what_is_written(smollm2_path):
+    """The Engine sizes the cache for the whole context (8192 tokens: 360 MiB for SmolLM2) and a chat writes
+    a few slots: with numpy's huge pages each layer's K and V made 2 MiB resident at its first slot
+    (120 MiB after one short request); with small pages, one token in every layer costs kilobytes."""
+    from engine.bench import resident_mb
+    from engine.model.config import ModelConfig
+    from engine.model.step import KVCache
+
+    with open_gguf(smollm2_path) as g:
+        config = ModelConfig.from_metadata(g.metadata)
+    kv = KVCache.allocate(config, num_blocks=512, block_size=16)
+    assert kv.nbytes > 300 * 2**20
+    before = resident_mb()
+    for k, v in zip(kv.k, kv.v, strict=True):
+        k[300, 3] = 1.0                  # one token slot in the middle of every layer's K and V
+        v[300, 3] = 1.0
+    assert resident_mb() - before < 8, f"{resident_mb() - before:.1f} MiB resident for {len(kv.k)} slots"
