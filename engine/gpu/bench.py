@@ -289,7 +289,7 @@ def run_long_bench(model_path, backend_name: str, prompt_tokens: int, decode_tok
             result[key] = _decode(gm, kv, pool, prompt, n_blocks, BLOCK_SIZE, decode_tokens, 2)["decode_tok_s"]
             if split:
                 result["breakdown_us"], result["breakdown_how"] = kernel_breakdown(gm, kv, 1, graph=False)
-        result["split_kv_chunks"] = forward_mod.split_kv_chunks(n_blocks * BLOCK_SIZE)
+        result["split_kv_chunks"] = forward_mod.SKV_CHUNKS
         pool.close()
         kv.free()
         gm.close()
@@ -324,7 +324,7 @@ def format_long_result(r: dict) -> str:
              f"  device memory used {r['device_mb']:.0f} MiB (KV cache {r['kv_mb']:.0f} MiB for {r['kv_tokens']} tokens)",
              f"  {prefill}",
              f"  decode at depth {N}: {r['decode_tok_s']:.0f} tok/s split-KV attention "
-             f"(chunk, chunks = {r['split_kv_chunks']}), {r['decode_tok_s_no_split_kv']:.0f} tok/s without"]
+             f"({r['split_kv_chunks']} chunks), {r['decode_tok_s_no_split_kv']:.0f} tok/s without"]
     if r.get("prefill_breakdown_us"):
         lines.append(_breakdown_line(f"the last {PREFILL_CHUNK}-token prefill step", r["prefill_breakdown_us"]))
     if r.get("breakdown_us"):

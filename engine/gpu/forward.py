@@ -67,14 +67,20 @@ KQ_BATCH = os.environ.get("HALO_GPU_KQ_BATCH") == "1"
 # prefill tile for 9..16 tokens too (for comparisons).
 BQ_TOKENS, BQ_MIN_T, BQ_ROWS, BQ_TYPES = (16,), 9, 16, frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 BQ_BATCH = os.environ.get("HALO_GPU_BQ") != "0"
+# halo_*_mv_tN: steps of 1..8 tokens (decode, small decode batches) where every segment's rows % 4 == 0: MV_R rows per
+# warp share each activation load, MV_WARPS warps per block, K split over 1, 2 or 4 of them (mv_split_warps).
+# HALO_GPU_MV_MAX_T=1 keeps them to single-token steps, =0 turns them off (kq_t1 / r1_t4 / r4_t8, for comparisons).
+MV_TOKENS, MV_WARPS, MV_R = (1, 4, 8), 4, 2
+MV_MAX_T = int(os.environ.get("HALO_GPU_MV_MAX_T", "8"))
 ATTN_WARPS = 8
 # Split-KV (flash-decoding) attention, halo_attention_split + halo_attention_merge: for steps of at most
 # SKV_MAX_T tokens (decode batches) where the kernel's limits hold (head_dim <= SKV_MAX_D, GQA group <=
-# SKV_MAX_GROUP); other steps keep halo_attention's block per (token, head). Keys are cut into at most
-# SKV_MAX_CHUNKS chunks of >= SKV_MIN_CHUNK positions, chosen from the cache's capacity (fixed per cache,
-# so a captured graph replays at any depth; chunks past a sequence's end exit at once).
+# SKV_MAX_GROUP); other steps keep halo_attention's block per (token, head). The grid always has SKV_CHUNKS
+# blocks per (token, kv head); the kernel cuts each token's keys into that many chunks of at least 16 positions
+# from its own depth (read on the device, so a captured graph replays at any depth; chunks past the last key
+# exit at once).
 SKV_MAX_T, SKV_WARPS, SKV_MAX_GROUP, SKV_MAX_D = 16, 4, 8, 128
-SKV_MIN_CHUNK, SKV_MAX_CHUNKS = 128, 64
+SKV_CHUNKS = 64
 # Tiled prefill attention on tensor cores (halo_attention_tc, CUDA sm_80+): steps of more than SKV_MAX_T tokens
 # where head_dim % 8 == 0, head_dim <= FA_MAX_D and the GQA group fits the FA_ROWS query rows of a block (a block
 # takes FA_ROWS // group tokens x the group's heads). HALO_GPU_FLASH=0 keeps halo_attention (for comparisons).
@@ -138,19 +144,20 @@ def flash_usable(config: ModelConfig) -> bool:
             and c.n_head // c.n_head_kv <= FA_ROWS)
 
 
-def split_kv_chunks(capacity_tokens: int) -> tuple[int, int]:
-    """(chunk positions, chunks) covering a cache of `capacity_tokens`: <= SKV_MAX_CHUNKS chunks, each a
-    multiple of 32 positions and >= SKV_MIN_CHUNK."""
-    per = -(-capacity_tokens // SKV_MAX_CHUNKS)
-    chunk = max(SKV_MIN_CHUNK, -(-per // 32) * 32)
-    return chunk, -(-capacity_tokens // chunk)
+def mv_split_warps(K: int, k_quant: bool) -> int:
+    """Warps of a halo_*_mv block that share one row group's K (1, 2 or 4): as many as keep >= 2 loop trips per
+    lane group, a trip being 4 super-blocks (K-quant rows: 8 lanes per 256 weights) or 256 weights (dq8: a lane
+    per 8) per warp. Short rows stay on one warp (no shared-memory reduction); long ones (a 4B model's down
+    projection, K = 9,728) spread over 4, so the few rows of such a matrix still fill the GPU."""
+    trips = K / (1024 if k_quant else 256)
+    return 4 if trips >= 8 else 2 if trips >= 4 else 1
 
 
 def split_kv_floats(config: ModelConfig, max_tokens: int) -> int:
     """Capacity of the split-KV partials: (tokens, heads, chunks, head_dim + 2) float32, 0 when unused."""
     if not split_kv_usable(config):
         return 0
-    return min(max_tokens, SKV_MAX_T) * config.n_head * SKV_MAX_CHUNKS * (config.head_dim + 2)
+    return min(max_tokens, SKV_MAX_T) * config.n_head * SKV_CHUNKS * (config.head_dim + 2)
 
 
 class GpuKVCache:
@@ -278,7 +285,8 @@ class GpuForward:
 
     def warm_up(self) -> None:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
-        kq = tuple(f"kq_t{n}" for n in KQ_TOKENS) + tuple(f"bq_t{n}" for n in BQ_TOKENS)
+        kq = tuple(f"kq_t{n}" for n in KQ_TOKENS) + tuple(f"bq_t{n}" for n in BQ_TOKENS) + \
+            tuple(f"mv_t{n}" for n in MV_TOKENS)
         for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + (("tc",) if self.use_tc else ()) + \
                 (("wm",) if self.use_wmma else ()):
             self.kern("halo_quant.cu", "halo_matmul_" + suffix)
@@ -309,6 +317,9 @@ class GpuForward:
         (Q4_K / Q6_K); kq_tN (HALO_GPU_KQ_BATCH=1): warp per row for 2..16 tokens, each weight decoded once;
         tc / gt / wm: 32 x 64 shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs /
         RDNA WMMA (HALO_GPU_TILES=wmma)."""
+        if T <= min(MV_MAX_T, MV_TOKENS[-1]) and rows_all_div4 and not LEGACY_TILES:
+            n = next(n for n in MV_TOKENS if n >= T)
+            return MV_R, n, f"mv_t{n}"
         if T == 1:
             return (1, 1, "r1_t1") if LEGACY_TILES else (1, 1, "kq_t1")
         if BQ_MIN_T <= T <= BQ_TOKENS[-1] and bq_ok and BQ_BATCH and not LEGACY_TILES:
@@ -342,6 +353,11 @@ class GpuForward:
             args += [m.buf, np.int32(m.ggml_type), np.int32(m.rows), np.int32(m.row_bytes)] if m else \
                 [NULL, np.int32(0), np.int32(0), np.int32(0)]
         args += [_ptr(bias), X, _ptr(xrow), np.int32(K), np.int32(T), Y, np.int32(ldy)]
+        if suffix[:2] == "mv":
+            kw = mv_split_warps(K, all(m.ggml_type in BQ_TYPES for m in mats) and K % 256 == 0)
+            self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // (R * MV_WARPS // kw)), -(-T // NT)),
+                         32 * MV_WARPS, tuple(args) + (np.int32(kw),))
+            return
         if suffix == "tc":
             splits = self._splits(rows, T, K, 1)
             args += [np.int32(K // splits), self.partial]
@@ -360,6 +376,11 @@ class GpuForward:
         act = 0 if c.activation == "silu" else 1
         args = (gate.buf, np.int32(gate.ggml_type), up.buf, np.int32(up.ggml_type), np.int32(gate.row_bytes),
                 np.int32(up.row_bytes), np.int32(c.n_ff), np.int32(act), X, np.int32(c.n_embd), np.int32(T), A)
+        if suffix[:2] == "mv":
+            kw = mv_split_warps(c.n_embd, {gate.ggml_type, up.ggml_type} <= BQ_TYPES and c.n_embd % 256 == 0)
+            self._launch("halo_quant.cu", "halo_glu_" + suffix, (-(-c.n_ff // (R * MV_WARPS // kw)), -(-T // NT)),
+                         32 * MV_WARPS, args + (np.int32(kw),))
+            return
         if suffix == "tc":
             splits = self._splits(c.n_ff, T, c.n_embd, 2)
             self._launch("halo_quant.cu", "halo_glu_tc", (c.n_ff // R, -(-T // NT), splits), 256,
@@ -391,11 +412,10 @@ class GpuForward:
                   kv.block_tables, np.int32(kv.num_blocks), np.int32(kv.block_size), np.int32(H), np.int32(Hkv),
                   np.int32(D), np.float32(c.attn_scale), np.int32(window))
         if self.split_kv and T <= SKV_MAX_T:
-            chunk, chunks = split_kv_chunks(kv.num_blocks * kv.block_size)
-            self._launch("halo_layer.cu", "halo_attention_split", (T, Hkv, chunks), 32 * SKV_WARPS,
-                         common + (np.int32(chunk), self.attn_part), shared=4 * SKV_WARPS * (H // Hkv) * (D + 2))
+            self._launch("halo_layer.cu", "halo_attention_split", (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS,
+                         common + (self.attn_part,), shared=4 * SKV_WARPS * (H // Hkv) * (D + 2))
             self._launch("halo_layer.cu", "halo_attention_merge", (T, H), 128,
-                         (self.attn_part, np.int32(chunks), np.int32(H), np.int32(D), _ptr(sinks), self.attn))
+                         (self.attn_part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), _ptr(sinks), self.attn))
             return
         if self.flash and T > SKV_MAX_T:
             rows_tokens = FA_ROWS // (H // Hkv)                # tokens per block: x the group's heads = rows

@@ -40,18 +40,35 @@ def test_wmma_tile_only_on_rdna3_and_rdna35(api, arch, usable):
     assert wmma_usable(SimpleNamespace(api=api, arch=arch)) is usable
 
 
-@pytest.mark.parametrize("T,bq_ok,suffix", [(1, True, "kq_t1"), (3, True, "r1_t4"), (8, True, "r4_t8"),
+@pytest.mark.parametrize("T,bq_ok,suffix", [(1, True, "mv_t1"), (3, True, "mv_t4"), (8, True, "mv_t8"),
                                             (9, True, "bq_t16"), (16, True, "bq_t16"), (16, False, "tc"),
                                             (17, True, "tc"), (128, True, "tc")])
 def test_batched_decode_kernel_by_token_count(T, bq_ok, suffix, monkeypatch):
-    """bq_t16 serves 9..16-token steps of Q4_K / Q6_K matrices (measured faster than the prefill tile there, and
-    slower than r1_t4 / r4_t8 below); the tensor-core tile takes longer steps; wm replaces gt only when asked."""
+    """mv_t{1,4,8} serve steps of up to 8 tokens; bq_t16 9..16-token steps of Q4_K / Q6_K matrices (measured
+    faster than the prefill tile there); the tensor-core tile takes longer steps; wm replaces gt only when asked."""
     monkeypatch.setattr(fwd_mod, "KQ_BATCH", False)
     monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)
     fwd = SimpleNamespace(use_tc=True, use_wmma=False)
     assert fwd_mod.GpuForward._tile(fwd, T, True, True, bq_ok)[2] == suffix
     fwd = SimpleNamespace(use_tc=False, use_wmma=True)
     assert fwd_mod.GpuForward._tile(fwd, 64, True, True, False)[2] == "wm"
+
+
+@pytest.mark.parametrize("T,max_t,rows_div4,suffix", [(1, 8, False, "kq_t1"), (3, 8, False, "r1_t4"),
+                                                      (1, 0, True, "kq_t1"), (4, 1, True, "r1_t4"), (1, 1, True, "mv_t1")])
+def test_decode_matvec_falls_back_where_mv_does_not_apply(T, max_t, rows_div4, suffix, monkeypatch):
+    """mv needs every segment's rows in multiples of 4 (its rows per warp); HALO_GPU_MV_MAX_T narrows or turns it off"""
+    monkeypatch.setattr(fwd_mod, "MV_MAX_T", max_t)
+    monkeypatch.setattr(fwd_mod, "KQ_BATCH", False)
+    monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)
+    assert fwd_mod.GpuForward._tile(SimpleNamespace(use_tc=True, use_wmma=False), T, rows_div4, True, True)[2] == suffix
+
+
+@pytest.mark.parametrize("K,k_quant,kw", [(2560, True, 1), (4096, True, 2), (9728, True, 4), (576, False, 1),
+                                          (1536, False, 2), (2048, False, 4), (640, False, 1)])
+def test_mv_splits_long_rows_over_more_warps(K, k_quant, kw):
+    # Qwen3-4B: gate/up and qkv (K 2560) one warp, wo (K 4096) two, down (K 9728) four; SmolLM2 (Q4_1) 576 / 1536
+    assert fwd_mod.mv_split_warps(K, k_quant) == kw
 
 
 def test_split_k_on_qwen3_4b_shapes_at_128_tokens():

@@ -120,27 +120,34 @@ HALO_KERNEL void halo_attention(const float* qkv, i32 ld, const float* kcache, c
     }
 }
 
-// Split-KV (flash-decoding) attention for steps of few tokens at any depth: the keys of token t's sequence are
-// cut into chunks of `chunk` positions; block (t, kv head hk, chunk c) walks its chunk once for all G = H / Hkv
-// query heads of that kv head (each K/V row is read once per group, not once per head). Warps take keys
-// j = j0 + warp, j0 + warp + SKV_WARPS, ... with an online softmax per head; the block merges its warps and
+// Split-KV (flash-decoding) attention for steps of few tokens at any depth: the keys token t may see (lo .. pos)
+// are cut into the grid's nc chunks of ck = max(SKV_MIN_KEYS, ceil(keys / nc)) positions (rounded up to 4), so
+// every depth uses all nc blocks per head (a fixed split sized for the cache's capacity left a short context on
+// one or two blocks, each walking its keys one dependent load at a time); block (t, kv head hk, chunk c) walks its
+// chunk once for all G = H / Hkv query heads of that kv head (each K/V row is read once per group, not once per
+// head). Warp w takes keys j0 + 4 w .. + 3, then + 4 SKV_WARPS, ...: the 4 rows' loads are issued together, then
+// an online softmax per head folds them in; the block merges its warps and
 // writes, per (t, h, c), the unnormalised partial part[((t * H + h) * nc + c) * (D + 2)] = acc[D] | m | l
 // (a chunk with no allowed key writes m = -inf, l = 0). halo_attention_merge combines the chunks.
 // Limits (the caller checks): D <= 32 * SKV_PER_LANE, G <= SKV_MAX_GROUP. Shared: SKV_WARPS * G * (D + 2) floats.
 #define SKV_WARPS 4
 #define SKV_MAX_GROUP 8
 #define SKV_PER_LANE 4          // D <= 128
+#define SKV_UNROLL 4            // keys per warp per trip (their loads in flight together)
+#define SKV_MIN_KEYS 16         // shortest chunk: one trip of every warp
 HALO_KERNEL void halo_attention_split(const float* qkv, i32 ld, const float* kcache, const float* vcache,
                                       const i32* positions, const i32* token_seq, const i32* block_tables,
                                       i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window,
-                                      i32 chunk, float* part) {
+                                      float* part) {
     extern __shared__ float sm[];
     int t = blockIdx.x, hk = blockIdx.y, c = blockIdx.z, nc = gridDim.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int G = H / Hkv;
     int pos = positions[t], s = token_seq[t];
     int lo = window > 0 ? max(0, pos - window + 1) : 0;
-    int j0 = max(lo, c * chunk), j1 = min(pos + 1, (c + 1) * chunk);
+    int ck = max(SKV_MIN_KEYS, (pos + 1 - lo + nc - 1) / nc);
+    ck = (ck + 3) & ~3;
+    int j0 = lo + c * ck, j1 = min(pos + 1, j0 + ck);
     const i32* table = block_tables + (size_t)s * bt_width;
     float qr[SKV_MAX_GROUP][SKV_PER_LANE], acc[SKV_MAX_GROUP][SKV_PER_LANE], m[SKV_MAX_GROUP], l[SKV_MAX_GROUP];
     #pragma unroll
@@ -155,30 +162,38 @@ HALO_KERNEL void halo_attention_split(const float* qkv, i32 ld, const float* kca
             acc[g][i] = 0.0f;
         }
     }
-    for (int j = j0 + warp; j < j1; j += SKV_WARPS) {
-        size_t slot = (size_t)table[j / bs] * bs + (j % bs);
-        const float* kr = kcache + (slot * Hkv + hk) * D;
-        const float* vr = vcache + (slot * Hkv + hk) * D;
-        float kv_k[SKV_PER_LANE], kv_v[SKV_PER_LANE];
+    for (int jb = j0 + SKV_UNROLL * warp; jb < j1; jb += SKV_UNROLL * SKV_WARPS) {
+        float kv_k[SKV_UNROLL][SKV_PER_LANE], kv_v[SKV_UNROLL][SKV_PER_LANE];
         #pragma unroll
-        for (int i = 0; i < SKV_PER_LANE; i++) {
-            int d = lane + 32 * i;
-            kv_k[i] = d < D ? kr[d] : 0.0f;
-            kv_v[i] = d < D ? vr[d] : 0.0f;
+        for (int u = 0; u < SKV_UNROLL; u++) {
+            int j = min(jb + u, j1 - 1);                      // past the chunk: a repeat, skipped below
+            size_t slot = (size_t)table[j / bs] * bs + (j % bs);
+            const float* kr = kcache + (slot * Hkv + hk) * D;
+            const float* vr = vcache + (slot * Hkv + hk) * D;
+            #pragma unroll
+            for (int i = 0; i < SKV_PER_LANE; i++) {
+                int d = lane + 32 * i;
+                kv_k[u][i] = d < D ? kr[d] : 0.0f;
+                kv_v[u][i] = d < D ? vr[d] : 0.0f;
+            }
         }
         #pragma unroll
-        for (int g = 0; g < SKV_MAX_GROUP; g++) {
-            if (g >= G) break;
-            float p = 0.0f;
+        for (int u = 0; u < SKV_UNROLL; u++) {
+            if (jb + u >= j1) break;
             #pragma unroll
-            for (int i = 0; i < SKV_PER_LANE; i++) p += qr[g][i] * kv_k[i];
-            float sc = warp_sum(p);
-            float mn = fmaxf(m[g], sc);
-            float corr = __expf(m[g] - mn), e = __expf(sc - mn);
-            l[g] = l[g] * corr + e;
-            #pragma unroll
-            for (int i = 0; i < SKV_PER_LANE; i++) acc[g][i] = acc[g][i] * corr + e * kv_v[i];
-            m[g] = mn;
+            for (int g = 0; g < SKV_MAX_GROUP; g++) {
+                if (g >= G) break;
+                float p = 0.0f;
+                #pragma unroll
+                for (int i = 0; i < SKV_PER_LANE; i++) p += qr[g][i] * kv_k[u][i];
+                float sc = warp_sum(p);
+                float mn = fmaxf(m[g], sc);
+                float corr = __expf(m[g] - mn), e = __expf(sc - mn);
+                l[g] = l[g] * corr + e;
+                #pragma unroll
+                for (int i = 0; i < SKV_PER_LANE; i++) acc[g][i] = acc[g][i] * corr + e * kv_v[u][i];
+                m[g] = mn;
+            }
         }
     }
     int W = D + 2;

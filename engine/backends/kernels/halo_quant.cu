@@ -614,6 +614,287 @@ KQ_GLU_ENTRY(halo_glu_kq_t8, 8)
 KQ_GLU_ENTRY(halo_glu_kq_t16, 16)
 
 // ---------------------------------------------------------------------------------------------------------
+// Decode matvec for steps of 1..8 tokens ("mv"): a block of MV_WARPS warps; kw of them (1, 2 or 4: the host
+// picks by K, engine.gpu.forward.mv_split_warps) share one row pair's K range, the MV_WARPS / kw warp columns
+// take MV_R rows each. Q4_K / Q6_K rows (K % 256 == 0) use kq_t1's lanes (8 per super-block, 16-byte quant
+// loads, scales applied per 16/32 weights); other types go through dq8, a lane per 8 weights. What differs from
+// kq_t1 / r1_t4: the MV_R rows' loads are in flight together, and each activation slice a lane loads serves
+// all MV_R rows (float32 activations are ~8x the bytes of a Q4_K row: kq_t1 re-read them for every row through
+// L1, which is what held it to ~800 GB/s on an H200). acc[r][t]: this lane's share of row r, token t; reduced
+// over the warp, then over the kw warps through shared memory. Tokens past T repeat token T - 1 (read, never
+// written). Contract (host): every segment's rows % MV_R == 0. Grid: (ceil(rows / (MV_R * MV_WARPS / kw)),
+// ceil(T / NT)); block: 32 * MV_WARPS.
+#define MV_WARPS 4
+#define MV_R 2
+
+template <int R, int NT>
+__device__ __forceinline__ void mv_q4k_sb(const unsigned char* const* rows, int sb, int m, const float* const* xr,
+                                          float (*acc)[NT]) {
+    int c = m >> 1, l = 16 * (m & 1);
+    uint4 hdr[R], q[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++) {
+        const unsigned char* b = rows[r] + (size_t)sb * 144;
+        hdr[r] = __ldg((const uint4*)b);
+        q[r] = __ldg((const uint4*)(b + 16 + 16 * m));
+    }
+    float d[R], dmin[R], s1[R], m1[R], s2[R], m2[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++) {
+        d[r] = h2f(hdr[r].x & 0xffffu);
+        dmin[r] = h2f(hdr[r].x >> 16);
+        scale_min_k4_reg(2 * c, hdr[r].y, hdr[r].z, hdr[r].w, &s1[r], &m1[r]);
+        scale_min_k4_reg(2 * c + 1, hdr[r].y, hdr[r].z, hdr[r].w, &s2[r], &m2[r]);
+    }
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float4* xl = (const float4*)(xr[t] + sb * 256 + 64 * c + l);
+        float4 a[4], h[4];
+        float sl = 0.0f, sh = 0.0f;
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            a[i] = __ldg(xl + i);
+            h[i] = __ldg(xl + 8 + i);                          // + 32 elements
+            sl += (a[i].x + a[i].y) + (a[i].z + a[i].w);
+            sh += (h[i].x + h[i].y) + (h[i].z + h[i].w);
+        }
+        #pragma unroll
+        for (int r = 0; r < R; r++) {
+            u32 qw[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
+            float dl = 0.0f, dh = 0.0f;
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                u32 lo = qw[i] & 0x0f0f0f0fu, hi = (qw[i] >> 4) & 0x0f0f0f0fu;
+                dl += byte_f(lo, 0) * a[i].x + byte_f(lo, 1) * a[i].y + byte_f(lo, 2) * a[i].z + byte_f(lo, 3) * a[i].w;
+                dh += byte_f(hi, 0) * h[i].x + byte_f(hi, 1) * h[i].y + byte_f(hi, 2) * h[i].z + byte_f(hi, 3) * h[i].w;
+            }
+            acc[r][t] += d[r] * (s1[r] * dl + s2[r] * dh) - dmin[r] * (m1[r] * sl + m2[r] * sh);
+        }
+    }
+}
+
+// Q6_K lanes as q6k_row_dot: lane m takes ql bytes [16m, 16m + 16) and the matching qh bytes
+template <int R, int NT>
+__device__ __forceinline__ void mv_q6k_sb(const unsigned char* const* rows, int sb, int m, const float* const* xr,
+                                          float (*acc)[NT]) {
+    int h = m >> 2, kk = (m >> 1) & 1, l = 16 * (m & 1);
+    int si = 8 * h + 2 * kk + (l >> 4);
+    u32 s_lo = 2u * (u32)kk, s_hi = s_lo + 4u;
+    u32 lo[R][4], hi[R][4];
+    float sc_lo[R], sc_hi[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++) {
+        const unsigned char* b = rows[r] + (size_t)sb * 210;
+        u32 ql[4], qh[4];
+        ld16_a2(b + 16 * m, ql);
+        ld16_a2(b + 128 + 32 * h + l, qh);
+        float dd = h2f(ld_u16(b + 208));
+        sc_lo[r] = dd * (float)(signed char)ld_u8(b + 192 + si);
+        sc_hi[r] = dd * (float)(signed char)ld_u8(b + 192 + si + 4);
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            lo[r][i] = (ql[i] & 0x0f0f0f0fu) | (((qh[i] >> s_lo) & 0x03030303u) << 4);
+            hi[r][i] = ((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> s_hi) & 0x03030303u) << 4);
+        }
+    }
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float4* xl = (const float4*)(xr[t] + sb * 256 + 128 * h + 32 * kk + l);
+        float4 a[4], e[4];
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            a[i] = __ldg(xl + i);
+            e[i] = __ldg(xl + 16 + i);                         // + 64 elements
+        }
+        #pragma unroll
+        for (int r = 0; r < R; r++) {
+            float dl = 0.0f, dh = 0.0f;
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                dl += (byte_f(lo[r][i], 0) - 32.0f) * a[i].x + (byte_f(lo[r][i], 1) - 32.0f) * a[i].y
+                    + (byte_f(lo[r][i], 2) - 32.0f) * a[i].z + (byte_f(lo[r][i], 3) - 32.0f) * a[i].w;
+                dh += (byte_f(hi[r][i], 0) - 32.0f) * e[i].x + (byte_f(hi[r][i], 1) - 32.0f) * e[i].y
+                    + (byte_f(hi[r][i], 2) - 32.0f) * e[i].z + (byte_f(hi[r][i], 3) - 32.0f) * e[i].w;
+            }
+            acc[r][t] += sc_lo[r] * dl + sc_hi[r] * dh;
+        }
+    }
+}
+
+// Any type through dq8: lane groups g = g0, g0 + gs, ... of 8 weights
+template <int TYPE, int R, int NT>
+__device__ __forceinline__ void mv_dq8(const unsigned char* const* rows, int K, const float* const* xr, int g0, int gs,
+                                       float (*acc)[NT]) {
+    for (int g = g0; g < (K >> 3); g += gs) {
+        float w[R][8];
+        #pragma unroll
+        for (int r = 0; r < R; r++) dq8<TYPE>(rows[r], g, w[r]);
+        #pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float4* xp = (const float4*)(xr[t] + 8 * g);
+            float4 a = __ldg(xp), b = __ldg(xp + 1);
+            #pragma unroll
+            for (int r = 0; r < R; r++)
+                acc[r][t] += w[r][0] * a.x + w[r][1] * a.y + w[r][2] * a.z + w[r][3] * a.w
+                           + w[r][4] * b.x + w[r][5] * b.y + w[r][6] * b.z + w[r][7] * b.w;
+        }
+    }
+}
+
+// this warp's share (warp column kc of kw) of R rows of one type
+template <int R, int NT>
+__device__ __forceinline__ void mv_dot(int type, const unsigned char* const* rows, int K, const float* const* xr, int kc,
+                                       int kw, float (*acc)[NT]) {
+    int lane = threadIdx.x & 31;
+    if ((K & 255) == 0 && (type == T_Q4_K || type == T_Q6_K)) {
+        int m = lane & 7, ng = 4 * kw, nsb = K >> 8;
+        if (type == T_Q4_K)
+            for (int sb = 4 * kc + (lane >> 3); sb < nsb; sb += ng) mv_q4k_sb<R, NT>(rows, sb, m, xr, acc);
+        else
+            for (int sb = 4 * kc + (lane >> 3); sb < nsb; sb += ng) mv_q6k_sb<R, NT>(rows, sb, m, xr, acc);
+        return;
+    }
+    int g0 = 32 * kc + lane, gs = 32 * kw;
+    switch (type) {
+        case T_F32: mv_dq8<T_F32, R, NT>(rows, K, xr, g0, gs, acc); break;
+        case T_F16: mv_dq8<T_F16, R, NT>(rows, K, xr, g0, gs, acc); break;
+        case T_BF16: mv_dq8<T_BF16, R, NT>(rows, K, xr, g0, gs, acc); break;
+        case T_Q4_0: mv_dq8<T_Q4_0, R, NT>(rows, K, xr, g0, gs, acc); break;
+        case T_Q4_1: mv_dq8<T_Q4_1, R, NT>(rows, K, xr, g0, gs, acc); break;
+        case T_Q5_0: mv_dq8<T_Q5_0, R, NT>(rows, K, xr, g0, gs, acc); break;
+        case T_Q5_1: mv_dq8<T_Q5_1, R, NT>(rows, K, xr, g0, gs, acc); break;
+        case T_Q8_0: mv_dq8<T_Q8_0, R, NT>(rows, K, xr, g0, gs, acc); break;
+        case T_Q4_K: mv_dq8<T_Q4_K, R, NT>(rows, K, xr, g0, gs, acc); break;
+        case T_Q5_K: mv_dq8<T_Q5_K, R, NT>(rows, K, xr, g0, gs, acc); break;
+        case T_Q6_K: mv_dq8<T_Q6_K, R, NT>(rows, K, xr, g0, gs, acc); break;
+        case T_MXFP4: mv_dq8<T_MXFP4, R, NT>(rows, K, xr, g0, gs, acc); break;
+        default: break;
+    }
+}
+
+// Sum acc over the warp, then over the kw warps of a row group (red: MV_WARPS * N * NT floats); the result is
+// complete in warp column 0's lanes.
+template <int N, int NT>
+__device__ __forceinline__ void mv_reduce(float (*acc)[NT], int kw, float* red) {
+    #pragma unroll
+    for (int r = 0; r < N; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = warp_sum(acc[r][t]);
+    if (kw == 1) return;
+    int warp = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0)
+        #pragma unroll
+        for (int r = 0; r < N; r++)
+            #pragma unroll
+            for (int t = 0; t < NT; t++) red[(warp * N + r) * NT + t] = acc[r][t];
+    __syncthreads();
+    if (warp % kw) return;
+    #pragma unroll
+    for (int r = 0; r < N; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float s = 0.0f;
+            for (int k = 0; k < kw; k++) s += red[((warp + k) * N + r) * NT + t];
+            acc[r][t] = s;
+        }
+}
+
+// x rows of tokens tok0 .. tok0 + NT - 1 (through xrow when given; clamped to T - 1)
+template <int NT>
+__device__ __forceinline__ void mv_x_rows(const float* X, const i32* xrow, int K, int tok0, int T, const float** xr) {
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        int tt = tok0 + t < T ? tok0 + t : T - 1;
+        xr[t] = X + (size_t)(xrow ? xrow[tt] : tt) * K;
+    }
+}
+
+template <int NT>
+__device__ void matmul_mv(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
+                          i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
+                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 kw) {
+    __shared__ float red[MV_WARPS * MV_R * NT];
+    int warp = threadIdx.x >> 5, kc = warp % kw, tok0 = blockIdx.y * NT;
+    int row0 = (blockIdx.x * (MV_WARPS / kw) + warp / kw) * MV_R;
+    bool valid = row0 < n0 + n1 + n2;
+    int rr = valid ? row0 : 0;                  // out-of-range warps read row 0 and join the block's reduction
+    const unsigned char* base; int type, rb, local;
+    if (rr < n0) { base = w0; type = t0_; rb = rb0; local = rr; }
+    else if (rr < n0 + n1) { base = w1; type = t1_; rb = rb1; local = rr - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = rr - n0 - n1; }
+    const unsigned char* rp[MV_R];
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++) rp[r] = base + (size_t)(local + r) * rb;
+    const float* xr[NT];
+    mv_x_rows<NT>(X, xrow, K, tok0, T, xr);
+    float acc[MV_R][NT];
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    mv_dot<MV_R, NT>(type, rp, K, xr, kc, kw, acc);
+    mv_reduce<MV_R, NT>(acc, kw, red);
+    if (!valid || kc || (threadIdx.x & 31)) return;
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (tok0 + t < T) Y[(size_t)(tok0 + t) * ldy + row0 + r] = acc[r][t] + (bias ? bias[row0 + r] : 0.0f);
+}
+
+// A[t, r] = act(gate_r . x_t) * (up_r . x_t) for MV_R rows r per warp column; contract: n_ff % MV_R == 0.
+template <int NT>
+__device__ void glu_mv(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+                       i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kw) {
+    __shared__ float red[MV_WARPS * 2 * MV_R * NT];
+    int warp = threadIdx.x >> 5, kc = warp % kw, tok0 = blockIdx.y * NT;
+    int row0 = (blockIdx.x * (MV_WARPS / kw) + warp / kw) * MV_R;
+    bool valid = row0 < n_ff;
+    int rr = valid ? row0 : 0;
+    const unsigned char* rg[MV_R];
+    const unsigned char* ru[MV_R];
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++) {
+        rg[r] = wg + (size_t)(rr + r) * rb_g;
+        ru[r] = wu + (size_t)(rr + r) * rb_u;
+    }
+    const float* xr[NT];
+    mv_x_rows<NT>(X, 0, K, tok0, T, xr);
+    float acc[2 * MV_R][NT];                    // gate rows, then up rows
+    #pragma unroll
+    for (int r = 0; r < 2 * MV_R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    mv_dot<MV_R, NT>(tg, rg, K, xr, kc, kw, acc);
+    mv_dot<MV_R, NT>(tu, ru, K, xr, kc, kw, acc + MV_R);
+    mv_reduce<2 * MV_R, NT>(acc, kw, red);
+    if (!valid || kc || (threadIdx.x & 31)) return;
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (tok0 + t < T) A[(size_t)(tok0 + t) * n_ff + row0 + r] = act_fn(acc[r][t], act) * acc[MV_R + r][t];
+}
+
+#define MV_MATMUL_ENTRY(NAME, NT)                                                                          \
+HALO_KERNEL void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1, i32 t1,    \
+                      i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2, const float* bias, \
+                      const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 kw) {          \
+    matmul_mv<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw);     \
+}
+#define MV_GLU_ENTRY(NAME, NT)                                                                             \
+HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,  \
+                      i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kw) {                 \
+    glu_mv<NT>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, kw);                                     \
+}
+MV_MATMUL_ENTRY(halo_matmul_mv_t1, 1)
+MV_MATMUL_ENTRY(halo_matmul_mv_t4, 4)
+MV_MATMUL_ENTRY(halo_matmul_mv_t8, 8)
+MV_GLU_ENTRY(halo_glu_mv_t1, 1)
+MV_GLU_ENTRY(halo_glu_mv_t4, 4)
+MV_GLU_ENTRY(halo_glu_mv_t8, 8)
+
+// ---------------------------------------------------------------------------------------------------------
 // Batched decode from shared activations (9 <= T <= 16 tokens, Q4_K / Q6_K rows, K % 256 == 0; the host checks):
 // a block of BQ_WARPS warps takes BQ_ROWS rows, 4 per warp with kq_t1's 8 lanes per super-block (lane m of
 // row group grp = lane / 8 takes 16 quant bytes with wide loads). Per super-block the block stages the NT
