@@ -67,6 +67,7 @@ KQ_BATCH = os.environ.get("HALO_GPU_KQ_BATCH") == "1"
 # prefill tile for 9..16 tokens too (for comparisons).
 BQ_TOKENS, BQ_MIN_T, BQ_ROWS, BQ_TYPES = (16,), 9, 16, frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 BQ_BATCH = os.environ.get("HALO_GPU_BQ") != "0"
+BQ_TARGET_BLOCKS = 512                     # split K of bq_t16 below this many blocks (~4 per SM on an H200)
 # halo_*_mv_tN: steps of 1..8 tokens (decode, small decode batches) where every segment's rows % 4 == 0: MV_R rows per
 # warp share each activation load, MV_WARPS warps per block, K split over 1, 2 or 4 of them (mv_split_warps).
 # HALO_GPU_MV_MAX_T=1 keeps them to single-token steps, =0 turns them off (kq_t1 / r1_t4 / r4_t8, for comparisons).
@@ -128,6 +129,17 @@ def split_k(base_blocks: int, K: int, partial_floats: int, capacity: int) -> int
     splits = 1
     while (base_blocks * splits < SPLIT_TARGET_BLOCKS and K % (2 * splits * TC_K) == 0
            and K // (2 * splits) >= SPLIT_MIN_STAGES * TC_K and 2 * splits * partial_floats <= capacity):
+        splits *= 2
+    return splits
+
+
+def bq_splits(base_blocks: int, super_blocks: int, plane: int, capacity: int) -> int:
+    """K slices of a halo_matmul_bq_t16 launch of `base_blocks` blocks over rows of `super_blocks` super-blocks:
+    doubled while the grid is under BQ_TARGET_BLOCKS and every slice keeps >= 4 super-blocks, within the partial
+    buffer (`plane` floats per slice). Qwen3-4B: down (160 blocks, 38 super-blocks) and wo (160, 16) split 4 ways."""
+    splits = 1
+    while (base_blocks * splits < BQ_TARGET_BLOCKS and super_blocks // (2 * splits) >= 4
+           and 2 * splits * plane <= capacity):
         splits *= 2
     return splits
 
@@ -260,8 +272,8 @@ class GpuForward:
         self.top_vals = backend.alloc((max_seqs, TOP_LOGITS_MAX), np.float32)
         self.use_tc = tensor_cores_usable(backend)
         self.use_wmma = WMMA_TILES and wmma_usable(backend)
-        # split-K partial sums: only the tensor-core tile splits (the pre-flight counts them either way)
-        self.partial_cap = splitk_floats(c, max_tokens) if self.use_tc else 0
+        # split-K partial sums: the tensor-core tile and bq_t16 split (the pre-flight counts them on every device)
+        self.partial_cap = splitk_floats(c, max_tokens)
         self.partial = backend.alloc(max(self.partial_cap, 1), np.float32)
         self.attn_part = backend.alloc(max(split_kv_floats(c, max_tokens), 1), np.float32)
         self.split_kv = split_kv_usable(c) and os.environ.get("HALO_SPLIT_KV") != "0"
@@ -357,6 +369,14 @@ class GpuForward:
             kw = mv_split_warps(K, all(m.ggml_type in BQ_TYPES for m in mats) and K % 256 == 0)
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // (R * MV_WARPS // kw)), -(-T // NT)),
                          32 * MV_WARPS, tuple(args) + (np.int32(kw),))
+            return
+        if suffix[:2] == "bq":
+            splits = bq_splits(-(-rows // R) * -(-T // NT), K // 256, T * rows, self.partial_cap)
+            ksb = -(-(K // 256) // splits)
+            self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // R), -(-T // NT), splits),
+                         32 * MATMUL_WARPS, tuple(args) + (np.int32(ksb), self.partial))
+            if splits > 1:
+                self._splitk_sum(splits, T, rows, bias, -1, Y, ldy)
             return
         if suffix == "tc":
             splits = self._splits(rows, T, K, 1)

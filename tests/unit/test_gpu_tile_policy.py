@@ -71,6 +71,16 @@ def test_mv_splits_long_rows_over_more_warps(K, k_quant, kw):
     assert fwd_mod.mv_split_warps(K, k_quant) == kw
 
 
+def test_bq_splits_the_few_row_matrices_of_a_16_token_step():
+    # Qwen3-4B at 16 tokens: down (2560 rows / 16 = 160 blocks, K 9728 = 38 super-blocks), wo (160, 16), gate/up's
+    # 608 blocks stay whole; 16 super-blocks stop at 4 slices of 4; no room for partial sums: no split
+    assert fwd_mod.bq_splits(160, 38, 16 * 2560, BIG) == 4
+    assert fwd_mod.bq_splits(160, 16, 16 * 2560, BIG) == 4
+    assert fwd_mod.bq_splits(5, 38, 16 * 72, BIG) == 8
+    assert fwd_mod.bq_splits(608, 10, 16 * 9728, BIG) == 1
+    assert fwd_mod.bq_splits(160, 38, 16 * 2560, 16 * 2560) == 1
+
+
 def test_split_k_on_qwen3_4b_shapes_at_128_tokens():
     # rows/32 x 2 token tiles: down (2560 rows, K 9728) 160 blocks; wo (2560, K 4096) 160; qkv (6144, K 2560)
     # 384; gate/up (9728 rows, K 2560) 608 blocks

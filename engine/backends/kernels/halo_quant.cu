@@ -994,10 +994,13 @@ __device__ __forceinline__ float group8_sum(float v) {
     return v;
 }
 
+// Split K (gridDim.z > 1; the host splits matrices of few rows, a 4B model's down and wo, which gave 160 blocks
+// for 132 SMs): block z takes super-blocks [z ksb, (z + 1) ksb) and writes its partial sums to
+// P[z][t][row], added in z order by halo_splitk_sum.
 template <int NT>
 __device__ void matmul_bq(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
                           i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
-                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy) {
+                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 ksb, float* P) {
     __shared__ __align__(16) float xs[NT * BQ_XLD];
     int lane = threadIdx.x & 31, m = lane & 7;
     int row = blockIdx.x * BQ_ROWS + 4 * (threadIdx.x >> 5) + (lane >> 3), tok0 = blockIdx.y * NT;
@@ -1010,16 +1013,20 @@ __device__ void matmul_bq(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, con
     float acc[NT];
     #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-    for (int sb = 0; sb < (K >> 8); sb++) {
+    int sb1 = min(K >> 8, (int)(blockIdx.z + 1) * ksb);
+    for (int sb = blockIdx.z * ksb; sb < sb1; sb++) {
         __syncthreads();
         bq_stage<NT>(X, xrow, K, T, tok0, sb, xs);
         __syncthreads();
         if (valid) bq_sb<NT>(type, rp, sb, m, xs, acc);
     }
+    int rows = n0 + n1 + n2;
     #pragma unroll
     for (int t = 0; t < NT; t++) {
         float v = group8_sum(acc[t]);
-        if (valid && m == 0 && tok0 + t < T) Y[(size_t)(tok0 + t) * ldy + row] = v + (bias ? bias[row] : 0.0f);
+        if (!valid || m != 0 || tok0 + t >= T) continue;
+        if (gridDim.z > 1) P[((size_t)blockIdx.z * T + tok0 + t) * rows + row] = v;
+        else Y[(size_t)(tok0 + t) * ldy + row] = v + (bias ? bias[row] : 0.0f);
     }
 }
 
@@ -1055,8 +1062,8 @@ __device__ void glu_bq(const unsigned char* wg, i32 tg, const unsigned char* wu,
 #define BQ_MATMUL_ENTRY(NAME, NT)                                                                          \
 HALO_KERNEL void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1, i32 t1,    \
                       i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2, const float* bias, \
-                      const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy) {                  \
-    matmul_bq<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy);         \
+                      const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 ksb, float* P) {  \
+    matmul_bq<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, ksb, P);  \
 }
 #define BQ_GLU_ENTRY(NAME, NT)                                                                             \
 HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,  \
