@@ -68,11 +68,11 @@ KQ_BATCH = os.environ.get("HALO_GPU_KQ_BATCH") == "1"
 BQ_TOKENS, BQ_MIN_T, BQ_ROWS, BQ_TYPES = (16,), 9, 16, frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 BQ_BATCH = os.environ.get("HALO_GPU_BQ") != "0"
 BQ_TARGET_BLOCKS = 512                     # split K of bq_t16 below this many blocks (~4 per SM on an H200)
-# halo_*_mv_tN: steps of 1..8 tokens (decode, small decode batches) where every segment's rows % 4 == 0: MV_R rows per
-# warp share each activation load, MV_WARPS warps per block, K split over 1, 2 or 4 of them (mv_split_warps).
-# HALO_GPU_MV_MAX_T=1 keeps them to single-token steps, =0 turns them off (kq_t1 / r1_t4 / r4_t8, for comparisons).
-MV_TOKENS, MV_WARPS, MV_R = (1, 4, 8), 4, 2
-MV_MAX_T = int(os.environ.get("HALO_GPU_MV_MAX_T", "8"))
+# halo_*_mv_t1: single-token steps where every segment's rows % 4 == 0: MV_R rows per warp share each activation
+# load, MV_WARPS warps per block, K split over 1, 2 or 4 of them (mv_split_warps). HALO_GPU_MV_MAX_T=0 turns it
+# off (kq_t1, for comparisons).
+MV_TOKENS, MV_WARPS, MV_R = (1,), 4, 2
+MV_MAX_T = int(os.environ.get("HALO_GPU_MV_MAX_T", "1"))
 ATTN_WARPS = 8
 # Split-KV (flash-decoding) attention, halo_attention_split + halo_attention_merge: for steps of at most
 # SKV_MAX_T tokens (decode batches) where the kernel's limits hold (head_dim <= SKV_MAX_D, GQA group <=

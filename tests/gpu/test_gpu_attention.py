@@ -89,7 +89,7 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks):
     bufs = [_up(backend, stream, a) for a in (qkv, kc, vc, positions, token_seq, tables)]
     qkv_d, kc_d, vc_d, pos_d, seq_d, tab_d = bufs
     sink_d = _up_sinks(backend, stream, sink, bufs)
-    part = backend.alloc(T * H * chunks * (D + 2), np.float32)
+    part = backend.alloc(T * H * SKV_CHUNKS * (D + 2), np.float32)
     outs = [backend.alloc((T, H * D), np.float32) for _ in range(2)]
     common = (qkv_d, np.int32(ld), kc_d, vc_d, pos_d, seq_d, tab_d, np.int32(tables.shape[1]), np.int32(BS),
               np.int32(H), np.int32(Hkv), np.int32(D), np.float32(scale), np.int32(window))

@@ -254,9 +254,9 @@ def test_batched_decode_glu_matches_float64(fwd, T, kernel, monkeypatch):
 
 
 @pytest.mark.parametrize("ggml_type", TYPES, ids=lambda t: t.name)
-@pytest.mark.parametrize("T,K", [(1, 1024), (1, 8192), (3, 4096), (8, 2048)])
+@pytest.mark.parametrize("T,K", [(1, 1024), (1, 8192), (1, 4096), (1, 2048)])
 def test_decode_matvec_mv_matches_float64(fwd, ggml_type, T, K):
-    """halo_matmul_mv_t{1,4,8} (steps of up to 8 tokens, the default decode kernel) on three stacked segments of
+    """halo_matmul_mv_t1 (single-token steps, the default decode kernel) on three stacked segments of
     different types (q|k|v), with K split over 1, 2 and 4 warps: every output written, float32 accuracy, rows
     gathered through xrow as the LM head's are. 68 + 8 + 8 rows leave the last block part empty at every split."""
     rng = np.random.default_rng(T * 7 + K + int(ggml_type))
@@ -291,7 +291,7 @@ def test_decode_matvec_mv_matches_float64(fwd, ggml_type, T, K):
 
 
 @pytest.mark.parametrize("T,K,types", [(1, 2560, ("Q4_K", "Q4_K")), (1, 9728, ("Q4_K", "Q6_K")),
-                                       (5, 4096, ("Q6_K", "Q4_K")), (1, 1536, ("Q4_1", "Q4_1"))])
+                                       (1, 4096, ("Q6_K", "Q4_K")), (1, 1536, ("Q4_1", "Q4_1"))])
 def test_decode_glu_mv_matches_float64(fwd, T, K, types, monkeypatch):
     rng = np.random.default_rng(T + K)
     n_ff = 76

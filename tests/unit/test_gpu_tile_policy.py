@@ -40,11 +40,11 @@ def test_wmma_tile_only_on_rdna3_and_rdna35(api, arch, usable):
     assert wmma_usable(SimpleNamespace(api=api, arch=arch)) is usable
 
 
-@pytest.mark.parametrize("T,bq_ok,suffix", [(1, True, "mv_t1"), (3, True, "mv_t4"), (8, True, "mv_t8"),
+@pytest.mark.parametrize("T,bq_ok,suffix", [(1, True, "mv_t1"), (3, True, "r1_t4"), (8, True, "r4_t8"),
                                             (9, True, "bq_t16"), (16, True, "bq_t16"), (16, False, "tc"),
                                             (17, True, "tc"), (128, True, "tc")])
 def test_batched_decode_kernel_by_token_count(T, bq_ok, suffix, monkeypatch):
-    """mv_t{1,4,8} serve steps of up to 8 tokens; bq_t16 9..16-token steps of Q4_K / Q6_K matrices (measured
+    """mv_t1 serves single-token steps, r1_t4 / r4_t8 up to 8 tokens; bq_t16 9..16-token steps of Q4_K / Q6_K matrices (measured
     faster than the prefill tile there); the tensor-core tile takes longer steps; wm replaces gt only when asked."""
     monkeypatch.setattr(fwd_mod, "KQ_BATCH", False)
     monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)
@@ -55,9 +55,10 @@ def test_batched_decode_kernel_by_token_count(T, bq_ok, suffix, monkeypatch):
 
 
 @pytest.mark.parametrize("T,max_t,rows_div4,suffix", [(1, 8, False, "kq_t1"), (3, 8, False, "r1_t4"),
-                                                      (1, 0, True, "kq_t1"), (4, 1, True, "r1_t4"), (1, 1, True, "mv_t1")])
+                                                      (1, 0, True, "kq_t1"), (4, 8, True, "r1_t4"), (1, 1, True, "mv_t1")])
 def test_decode_matvec_falls_back_where_mv_does_not_apply(T, max_t, rows_div4, suffix, monkeypatch):
-    """mv needs every segment's rows in multiples of 4 (its rows per warp); HALO_GPU_MV_MAX_T narrows or turns it off"""
+    """mv needs every segment's rows in multiples of 4 (its rows per warp) and one token; HALO_GPU_MV_MAX_T=0 turns
+    it off"""
     monkeypatch.setattr(fwd_mod, "MV_MAX_T", max_t)
     monkeypatch.setattr(fwd_mod, "KQ_BATCH", False)
     monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)

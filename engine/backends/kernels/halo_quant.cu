@@ -614,7 +614,8 @@ KQ_GLU_ENTRY(halo_glu_kq_t8, 8)
 KQ_GLU_ENTRY(halo_glu_kq_t16, 16)
 
 // ---------------------------------------------------------------------------------------------------------
-// Decode matvec for steps of 1..8 tokens ("mv"): a block of MV_WARPS warps; kw of them (1, 2 or 4: the host
+// Decode matvec ("mv", single-token steps; the template takes NT tokens, but at 4 and 8 tokens it lost to r1_t4 /
+// r4_t8 on an H200 (460 vs 510, 540 vs 584 tok/s at the 4B shapes: 172 registers), so only NT = 1 is built): a block of MV_WARPS warps; kw of them (1, 2 or 4: the host
 // picks by K, engine.gpu.forward.mv_split_warps) share one row pair's K range, the MV_WARPS / kw warp columns
 // take MV_R rows each. Q4_K / Q6_K rows (K % 256 == 0) use kq_t1's lanes (8 per super-block, 16-byte quant
 // loads, scales applied per 16/32 weights); other types go through dq8, a lane per 8 weights. What differs from
@@ -888,11 +889,7 @@ HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, 
     glu_mv<NT>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, kw);                                     \
 }
 MV_MATMUL_ENTRY(halo_matmul_mv_t1, 1)
-MV_MATMUL_ENTRY(halo_matmul_mv_t4, 4)
-MV_MATMUL_ENTRY(halo_matmul_mv_t8, 8)
 MV_GLU_ENTRY(halo_glu_mv_t1, 1)
-MV_GLU_ENTRY(halo_glu_mv_t4, 4)
-MV_GLU_ENTRY(halo_glu_mv_t8, 8)
 
 // ---------------------------------------------------------------------------------------------------------
 // Batched decode from shared activations (9 <= T <= 16 tokens, Q4_K / Q6_K rows, K % 256 == 0; the host checks):
