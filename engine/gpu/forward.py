@@ -82,6 +82,8 @@ ATTN_WARPS = 8
 # exit at once).
 SKV_MAX_T, SKV_WARPS, SKV_MAX_GROUP, SKV_MAX_D = 16, 4, 8, 128
 SKV_CHUNKS = 64
+SKV_MERGE_THREADS = 128                    # halo_attention_merge: a thread per chunk and per head dim (>= both)
+assert SKV_MERGE_THREADS >= max(SKV_CHUNKS, SKV_MAX_D)
 # Tiled prefill attention on tensor cores (halo_attention_tc, CUDA sm_80+): steps of more than SKV_MAX_T tokens
 # where head_dim % 8 == 0, head_dim <= FA_MAX_D and the GQA group fits the FA_ROWS query rows of a block (a block
 # takes FA_ROWS // group tokens x the group's heads). HALO_GPU_FLASH=0 keeps halo_attention (for comparisons).
@@ -434,7 +436,7 @@ class GpuForward:
         if self.split_kv and T <= SKV_MAX_T:
             self._launch("halo_layer.cu", "halo_attention_split", (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS,
                          common + (self.attn_part,), shared=4 * SKV_WARPS * (H // Hkv) * (D + 2))
-            self._launch("halo_layer.cu", "halo_attention_merge", (T, H), 128,
+            self._launch("halo_layer.cu", "halo_attention_merge", (T, H), SKV_MERGE_THREADS,
                          (self.attn_part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), _ptr(sinks), self.attn))
             return
         if self.flash and T > SKV_MAX_T:

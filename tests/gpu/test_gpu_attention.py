@@ -10,7 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.gpu.forward import ATTN_WARPS, FA_ROWS, NULL, SKV_CHUNKS, SKV_WARPS, tensor_cores_usable
+from engine.gpu.forward import (
+    ATTN_WARPS,
+    FA_ROWS,
+    NULL,
+    SKV_CHUNKS,
+    SKV_MERGE_THREADS,
+    SKV_WARPS,
+    tensor_cores_usable,
+)
 
 pytestmark = pytest.mark.gpu
 FILE = "halo_layer.cu"
@@ -99,7 +107,7 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks):
         launch("halo_attention", (T, H), 32 * ATTN_WARPS, common + (sink_d, outs[0]), 4 * ATTN_WARPS * (D + 2))
         launch("halo_attention_split", (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part,),
                4 * SKV_WARPS * (H // Hkv) * (D + 2))
-        launch("halo_attention_merge", (T, H), 128,
+        launch("halo_attention_merge", (T, H), SKV_MERGE_THREADS,
                (part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), sink_d, outs[1]))
         for out in outs:
             got = _down(backend, stream, out, (T, H * D)).reshape(T, H, D)

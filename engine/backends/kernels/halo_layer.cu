@@ -227,25 +227,31 @@ HALO_KERNEL void halo_attention_split(const float* qkv, i32 ld, const float* kca
 }
 
 // out[t, h*D:(h+1)*D] from halo_attention_split's nc partials of (t, h), with the sinks as in halo_attention.
-// Grid: (T, H); block: >= 32 threads.
+// Thread c reads chunk c's m and l (one round of loads for all chunks, not a loop of nc dependent ones), the block
+// reduces the maximum and the denominator, and each chunk's weight exp(m_c - M) / L goes to shared memory; the
+// output loop skips chunks of weight 0 (no allowed key: most of them at a short depth).
+// Grid: (T, H); block: >= max(nc, D) threads, a multiple of 32; nc <= SKV_MERGE_MAX.
+#define SKV_MERGE_MAX 256
 HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, const float* sinks, float* out) {
-    int t = blockIdx.x, h = blockIdx.y, W = D + 2;
+    __shared__ float wc[SKV_MERGE_MAX];
+    __shared__ float red[32];
+    int t = blockIdx.x, h = blockIdx.y, W = D + 2, c = threadIdx.x;
     const float* p = part + (size_t)(t * H + h) * nc * W;
+    float mc = c < nc ? p[(size_t)c * W + D] : NEG_INF;
+    float lc = mc != NEG_INF ? p[(size_t)c * W + D + 1] : 0.0f;
     float S = sinks ? sinks[h] : NEG_INF;
-    float M = S;
-    for (int c = 0; c < nc; c++) M = fmaxf(M, p[(size_t)c * W + D]);
-    float L = sinks ? __expf(S - M) : 0.0f;
-    for (int c = 0; c < nc; c++) {
-        float mc = p[(size_t)c * W + D];
-        if (mc != NEG_INF) L += p[(size_t)c * W + D + 1] * __expf(mc - M);
-    }
+    float M = fmaxf(block_max(mc, red), S);                // the sink joins the maximum
+    float e = mc != NEG_INF ? __expf(mc - M) : 0.0f;
+    float L = block_sum(lc * e, red) + (sinks ? __expf(S - M) : 0.0f);
+    if (c < nc) wc[c] = e / L;
+    __syncthreads();
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float o = 0.0f;
-        for (int c = 0; c < nc; c++) {
-            float mc = p[(size_t)c * W + D];
-            if (mc != NEG_INF) o += p[(size_t)c * W + d] * __expf(mc - M);
+        for (int k = 0; k < nc; k++) {
+            float w = wc[k];
+            if (w != 0.0f) o += p[(size_t)k * W + d] * w;
         }
-        out[(size_t)t * H * D + (size_t)h * D + d] = o / L;
+        out[(size_t)t * H * D + (size_t)h * D + d] = o;
     }
 }
 

@@ -866,8 +866,15 @@ __device__ void glu_mv(const unsigned char* wg, i32 tg, const unsigned char* wu,
     for (int r = 0; r < 2 * MV_R; r++)
         #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
-    mv_dot<MV_R, NT>(tg, rg, K, xr, kc, kw, acc);
-    mv_dot<MV_R, NT>(tu, ru, K, xr, kc, kw, acc + MV_R);
+    if (tg == tu) {                             // one pass: the 2 MV_R rows' loads in flight together
+        const unsigned char* both[2 * MV_R];
+        #pragma unroll
+        for (int r = 0; r < MV_R; r++) { both[r] = rg[r]; both[MV_R + r] = ru[r]; }
+        mv_dot<2 * MV_R, NT>(tg, both, K, xr, kc, kw, acc);
+    } else {
+        mv_dot<MV_R, NT>(tg, rg, K, xr, kc, kw, acc);
+        mv_dot<MV_R, NT>(tu, ru, K, xr, kc, kw, acc + MV_R);
+    }
     mv_reduce<2 * MV_R, NT>(acc, kw, red);
     if (!valid || kc || (threadIdx.x & 31)) return;
     #pragma unroll
