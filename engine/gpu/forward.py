@@ -29,7 +29,7 @@ from engine.gpu.hybrid import (
 )
 from engine.gpu.moe import MoeScratch, enqueue_moe_ffn
 from engine.gpu.stepmeta import MetaLayout, SamplingRow
-from engine.gpu.weights import DeviceMatrix, DeviceWeights
+from engine.gpu.weights import ADD_NORM_MAX_THREADS, DeviceMatrix, DeviceWeights
 from engine.model.arch import rope_attention_factor
 from engine.model.config import ModelConfig
 from engine.model.step import StepInput
@@ -68,9 +68,9 @@ KQ_BATCH = os.environ.get("HALO_GPU_KQ_BATCH") == "1"
 BQ_TOKENS, BQ_MIN_T, BQ_ROWS, BQ_TYPES = (16,), 9, 16, frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 BQ_BATCH = os.environ.get("HALO_GPU_BQ") != "0"
 BQ_TARGET_BLOCKS = 512                     # split K of bq_t16 below this many blocks (~4 per SM on an H200)
-# halo_*_mv_t1: single-token steps where every segment's rows % 4 == 0: MV_R rows per warp share each activation
-# load, MV_WARPS warps per block, K split over 1, 2 or 4 of them (mv_split_warps). HALO_GPU_MV_MAX_T=0 turns it
-# off (kq_t1, for comparisons).
+# halo_*_mv_t1: single-token steps of Q4_K / Q6_K rows (K % 256 == 0, every segment's rows % 4 == 0; else kq_t1):
+# MV_R rows per warp share each activation load, MV_WARPS warps per block, K split over 1, 2 or 4 of them
+# (mv_split_warps). HALO_GPU_MV_MAX_T=0 turns it off (kq_t1, for comparisons).
 MV_TOKENS, MV_WARPS, MV_R = (1,), 4, 2
 MV_MAX_T = int(os.environ.get("HALO_GPU_MV_MAX_T", "1"))
 ATTN_WARPS = 8
@@ -158,12 +158,19 @@ def flash_usable(config: ModelConfig) -> bool:
             and c.n_head // c.n_head_kv <= FA_ROWS)
 
 
-def mv_split_warps(K: int, k_quant: bool) -> int:
+def add_norm_threads(E: int) -> int:
+    """halo_add_norm's block for rows of E: ~4 elements per thread (each thread's loads in flight together),
+    within its contract E <= ADD_NORM_PER_THREAD x threads (engine.gpu.weights.gpu_refusal turns away wider
+    models)."""
+    return min(ADD_NORM_MAX_THREADS, max(32, -(-E // 128) * 32))
+
+
+def mv_split_warps(K: int) -> int:
     """Warps of a halo_*_mv block that share one row group's K (1, 2 or 4): as many as keep >= 2 loop trips per
-    lane group, a trip being 4 super-blocks (K-quant rows: 8 lanes per 256 weights) or 256 weights (dq8: a lane
-    per 8) per warp. Short rows stay on one warp (no shared-memory reduction); long ones (a 4B model's down
-    projection, K = 9,728) spread over 4, so the few rows of such a matrix still fill the GPU."""
-    trips = K / (1024 if k_quant else 256)
+    lane group, a trip being 4 super-blocks per warp (8 lanes per 256 weights). Short rows stay on one warp (no
+    shared-memory reduction); long ones (a 4B model's down projection, K = 9,728) spread over 4, so the few rows
+    of such a matrix still fill the GPU."""
+    trips = K / 1024
     return 4 if trips >= 8 else 2 if trips >= 4 else 1
 
 
@@ -326,12 +333,12 @@ class GpuForward:
         self.launches += 1
 
     def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False, bq_ok: bool = False) -> tuple[int, int, str]:
-        """(rows per warp or block, tokens per tile, kernel suffix). kq_t1: warp per row, wide K-quant loads
-        (any type); bq_t16: BQ_ROWS rows per block for 9..16 tokens, activations staged in shared memory
+        """(rows per warp or block, tokens per tile, kernel suffix). mv_t1: MV_R rows per warp, K split over warps
+        (Q4_K / Q6_K); kq_t1: warp per row, wide K-quant loads (any type); bq_t16: BQ_ROWS rows per block for 9..16 tokens, activations staged in shared memory
         (Q4_K / Q6_K); kq_tN (HALO_GPU_KQ_BATCH=1): warp per row for 2..16 tokens, each weight decoded once;
         tc / gt / wm: 32 x 64 shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs /
         RDNA WMMA (HALO_GPU_TILES=wmma)."""
-        if T <= min(MV_MAX_T, MV_TOKENS[-1]) and rows_all_div4 and not LEGACY_TILES:
+        if T <= min(MV_MAX_T, MV_TOKENS[-1]) and rows_all_div4 and bq_ok and not LEGACY_TILES:
             n = next(n for n in MV_TOKENS if n >= T)
             return MV_R, n, f"mv_t{n}"
         if T == 1:
@@ -368,7 +375,7 @@ class GpuForward:
                 [NULL, np.int32(0), np.int32(0), np.int32(0)]
         args += [_ptr(bias), X, _ptr(xrow), np.int32(K), np.int32(T), Y, np.int32(ldy)]
         if suffix[:2] == "mv":
-            kw = mv_split_warps(K, all(m.ggml_type in BQ_TYPES for m in mats) and K % 256 == 0)
+            kw = mv_split_warps(K)
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // (R * MV_WARPS // kw)), -(-T // NT)),
                          32 * MV_WARPS, tuple(args) + (np.int32(kw),))
             return
@@ -399,7 +406,7 @@ class GpuForward:
         args = (gate.buf, np.int32(gate.ggml_type), up.buf, np.int32(up.ggml_type), np.int32(gate.row_bytes),
                 np.int32(up.row_bytes), np.int32(c.n_ff), np.int32(act), X, np.int32(c.n_embd), np.int32(T), A)
         if suffix[:2] == "mv":
-            kw = mv_split_warps(c.n_embd, {gate.ggml_type, up.ggml_type} <= BQ_TYPES and c.n_embd % 256 == 0)
+            kw = mv_split_warps(c.n_embd)
             self._launch("halo_quant.cu", "halo_glu_" + suffix, (-(-c.n_ff // (R * MV_WARPS // kw)), -(-T // NT)),
                          32 * MV_WARPS, args + (np.int32(kw),))
             return
@@ -421,7 +428,7 @@ class GpuForward:
 
     def _add_norm(self, T: int, o, post_w, next_w) -> None:
         c = self.config
-        self._launch("halo_layer.cu", "halo_add_norm", T, 256,
+        self._launch("halo_layer.cu", "halo_add_norm", T, add_norm_threads(c.n_embd),
                      (self.x, _ptr(o), _ptr(post_w), next_w, np.float32(c.norm_eps), np.int32(c.n_embd), self.h))
 
     def _attention(self, kv: GpuKVCache, i: int, T: int, window: int, sinks=None) -> None:

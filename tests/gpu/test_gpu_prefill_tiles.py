@@ -253,14 +253,14 @@ def test_batched_decode_glu_matches_float64(fwd, T, kernel, monkeypatch):
             fwd.backend.free(b)
 
 
-@pytest.mark.parametrize("ggml_type", TYPES, ids=lambda t: t.name)
-@pytest.mark.parametrize("T,K", [(1, 1024), (1, 8192), (1, 4096), (1, 2048)])
+@pytest.mark.parametrize("ggml_type", [GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("T,K", [(1, 1024), (1, 8192), (1, 4096), (1, 2560)])
 def test_decode_matvec_mv_matches_float64(fwd, ggml_type, T, K):
     """halo_matmul_mv_t1 (single-token steps, the default decode kernel) on three stacked segments of
     different types (q|k|v), with K split over 1, 2 and 4 warps: every output written, float32 accuracy, rows
     gathered through xrow as the LM head's are. 68 + 8 + 8 rows leave the last block part empty at every split."""
     rng = np.random.default_rng(T * 7 + K + int(ggml_type))
-    seg_types = (ggml_type, ggml_type, GGMLType.Q6_K if ggml_type != GGMLType.Q6_K else GGMLType.Q8_0)
+    seg_types = (ggml_type, ggml_type, GGMLType.Q6_K if ggml_type != GGMLType.Q6_K else GGMLType.Q4_K)
     seg_rows = (68, 8, 8)
     raws = [random_matrix(rng, t, n, K) for t, n in zip(seg_types, seg_rows, strict=True)]
     W = np.concatenate([dequantize(r.reshape(-1), t, n * K).reshape(n, K)
@@ -291,7 +291,7 @@ def test_decode_matvec_mv_matches_float64(fwd, ggml_type, T, K):
 
 
 @pytest.mark.parametrize("T,K,types", [(1, 2560, ("Q4_K", "Q4_K")), (1, 9728, ("Q4_K", "Q6_K")),
-                                       (1, 4096, ("Q6_K", "Q4_K")), (1, 1536, ("Q4_1", "Q4_1"))])
+                                       (1, 4096, ("Q6_K", "Q4_K")), (1, 8192, ("Q6_K", "Q6_K"))])
 def test_decode_glu_mv_matches_float64(fwd, T, K, types, monkeypatch):
     rng = np.random.default_rng(T + K)
     n_ff = 76

@@ -54,22 +54,22 @@ def test_batched_decode_kernel_by_token_count(T, bq_ok, suffix, monkeypatch):
     assert fwd_mod.GpuForward._tile(fwd, 64, True, True, False)[2] == "wm"
 
 
-@pytest.mark.parametrize("T,max_t,rows_div4,suffix", [(1, 8, False, "kq_t1"), (3, 8, False, "r1_t4"),
-                                                      (1, 0, True, "kq_t1"), (4, 8, True, "r1_t4"), (1, 1, True, "mv_t1")])
-def test_decode_matvec_falls_back_where_mv_does_not_apply(T, max_t, rows_div4, suffix, monkeypatch):
-    """mv needs every segment's rows in multiples of 4 (its rows per warp) and one token; HALO_GPU_MV_MAX_T=0 turns
-    it off"""
+@pytest.mark.parametrize("T,max_t,rows_div4,bq_ok,suffix", [(1, 1, False, True, "kq_t1"), (3, 1, False, True, "r1_t4"),
+                                                            (1, 0, True, True, "kq_t1"), (1, 1, True, False, "kq_t1"),
+                                                            (1, 1, True, True, "mv_t1")])
+def test_decode_matvec_falls_back_where_mv_does_not_apply(T, max_t, rows_div4, bq_ok, suffix, monkeypatch):
+    """mv takes single-token steps of Q4_K / Q6_K rows (bq_ok) in multiples of 4; HALO_GPU_MV_MAX_T=0 turns it off"""
     monkeypatch.setattr(fwd_mod, "MV_MAX_T", max_t)
     monkeypatch.setattr(fwd_mod, "KQ_BATCH", False)
     monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)
-    assert fwd_mod.GpuForward._tile(SimpleNamespace(use_tc=True, use_wmma=False), T, rows_div4, True, True)[2] == suffix
+    fwd = SimpleNamespace(use_tc=True, use_wmma=False)
+    assert fwd_mod.GpuForward._tile(fwd, T, rows_div4, True, bq_ok)[2] == suffix
 
 
-@pytest.mark.parametrize("K,k_quant,kw", [(2560, True, 1), (4096, True, 2), (9728, True, 4), (576, False, 1),
-                                          (1536, False, 2), (2048, False, 4), (640, False, 1)])
-def test_mv_splits_long_rows_over_more_warps(K, k_quant, kw):
-    # Qwen3-4B: gate/up and qkv (K 2560) one warp, wo (K 4096) two, down (K 9728) four; SmolLM2 (Q4_1) 576 / 1536
-    assert fwd_mod.mv_split_warps(K, k_quant) == kw
+@pytest.mark.parametrize("K,kw", [(2560, 1), (4096, 2), (9728, 4), (1024, 1), (8192, 4)])
+def test_mv_splits_long_rows_over_more_warps(K, kw):
+    # Qwen3-4B: gate/up and qkv (K 2560) one warp, wo (K 4096) two, down (K 9728) four
+    assert fwd_mod.mv_split_warps(K) == kw
 
 
 def test_bq_splits_the_few_row_matrices_of_a_16_token_step():

@@ -458,25 +458,42 @@ HALO_KERNEL __launch_bounds__(128) void halo_attention_tc(const float* qkv, i32 
 // Residual and the next norm in one pass over a token's row (grid: T blocks):
 //   if o:  x += post_w ? rmsnorm(o) * post_w : o
 //   h = rmsnorm(x) * next_w
+// Each thread holds its elements i = threadIdx.x + k blockDim.x in registers between the passes, so x and o are
+// read once (the block-wide sums between the passes made a decode step's single block wait on three rounds
+// of loads). Contract (host): E <= AN_PER * blockDim.x.
+#define AN_PER 16
 HALO_KERNEL void halo_add_norm(float* x, const float* o, const float* post_w, const float* next_w, float eps,
                                i32 E, float* h) {
     __shared__ float red[32];
     int t = blockIdx.x;
     float* xr = x + (size_t)t * E;
+    float xv[AN_PER], ov[AN_PER];
+    float oss = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < AN_PER; k++) {
+        int i = threadIdx.x + k * blockDim.x;
+        xv[k] = i < E ? xr[i] : 0.0f;
+        ov[k] = (o && i < E) ? o[(size_t)t * E + i] : 0.0f;
+        oss += ov[k] * ov[k];
+    }
     if (o) {
-        const float* orow = o + (size_t)t * E;
-        float inv = 1.0f;
-        if (post_w) {
-            float ss = 0.0f;
-            for (int i = threadIdx.x; i < E; i += blockDim.x) ss += orow[i] * orow[i];
-            inv = 1.0f / sqrtf(block_sum(ss, red) / (float)E + eps);
+        float inv = post_w ? 1.0f / sqrtf(block_sum(oss, red) / (float)E + eps) : 1.0f;
+        #pragma unroll
+        for (int k = 0; k < AN_PER; k++) {
+            int i = threadIdx.x + k * blockDim.x;
+            if (i >= E) break;
+            xv[k] += post_w ? ov[k] * inv * post_w[i] : ov[k];
+            xr[i] = xv[k];
         }
-        for (int i = threadIdx.x; i < E; i += blockDim.x)
-            xr[i] += post_w ? orow[i] * inv * post_w[i] : orow[i];
-        __syncthreads();
     }
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < E; i += blockDim.x) ss += xr[i] * xr[i];
+    #pragma unroll
+    for (int k = 0; k < AN_PER; k++) ss += xv[k] * xv[k];
     float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)E + eps);
-    for (int i = threadIdx.x; i < E; i += blockDim.x) h[(size_t)t * E + i] = xr[i] * inv * next_w[i];
+    #pragma unroll
+    for (int k = 0; k < AN_PER; k++) {
+        int i = threadIdx.x + k * blockDim.x;
+        if (i >= E) break;
+        h[(size_t)t * E + i] = xv[k] * inv * next_w[i];
+    }
 }

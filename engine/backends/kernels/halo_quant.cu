@@ -614,17 +614,17 @@ KQ_GLU_ENTRY(halo_glu_kq_t8, 8)
 KQ_GLU_ENTRY(halo_glu_kq_t16, 16)
 
 // ---------------------------------------------------------------------------------------------------------
-// Decode matvec ("mv", single-token steps; the template takes NT tokens, but at 4 and 8 tokens it lost to r1_t4 /
-// r4_t8 on an H200 (460 vs 510, 540 vs 584 tok/s at the 4B shapes: 172 registers), so only NT = 1 is built): a block of MV_WARPS warps; kw of them (1, 2 or 4: the host
-// picks by K, engine.gpu.forward.mv_split_warps) share one row pair's K range, the MV_WARPS / kw warp columns
-// take MV_R rows each. Q4_K / Q6_K rows (K % 256 == 0) use kq_t1's lanes (8 per super-block, 16-byte quant
-// loads, scales applied per 16/32 weights); other types go through dq8, a lane per 8 weights. What differs from
-// kq_t1 / r1_t4: the MV_R rows' loads are in flight together, and each activation slice a lane loads serves
-// all MV_R rows (float32 activations are ~8x the bytes of a Q4_K row: kq_t1 re-read them for every row through
-// L1, which is what held it to ~800 GB/s on an H200). acc[r][t]: this lane's share of row r, token t; reduced
-// over the warp, then over the kw warps through shared memory. Tokens past T repeat token T - 1 (read, never
-// written). Contract (host): every segment's rows % MV_R == 0. Grid: (ceil(rows / (MV_R * MV_WARPS / kw)),
-// ceil(T / NT)); block: 32 * MV_WARPS.
+// Decode matvec ("mv", single-token steps; the template takes NT tokens, but at 4 and 8 tokens it lost to
+// r1_t4 / r4_t8 on an H200 at the 4B shapes (460 vs 510, 540 vs 584 tok/s; 172 registers), so only NT = 1 is
+// built). A block of MV_WARPS warps: kw of them (1, 2 or 4: the host picks by K, engine.gpu.forward.mv_split_warps)
+// share one row group's K range, the MV_WARPS / kw warp columns take MV_R rows each. Q4_K / Q6_K rows only (other
+// types keep kq_t1: through dq8 this scheme was ~10% slower on SmolLM2's Q4_1 rows), with kq_t1's lanes (8 per
+// super-block, 16-byte quant loads, scales applied per 16/32 weights). What differs from kq_t1: the rows' loads
+// are in flight together, and each activation slice a lane loads serves all of them (float32 activations are ~8x
+// the bytes of a Q4_K row; kq_t1 re-read them for every row through L1). acc[r][t]: this lane's share of row r,
+// token t; reduced over the warp, then over the kw warps through shared memory. Tokens past T repeat token T - 1
+// (read, never written). Contract (host): every segment's rows % MV_R == 0, Q4_K / Q6_K rows, K % 256 == 0.
+// Grid: (ceil(rows / (MV_R * MV_WARPS / kw)), ceil(T / NT)); block: 32 * MV_WARPS.
 #define MV_WARPS 4
 #define MV_R 2
 
@@ -722,55 +722,15 @@ __device__ __forceinline__ void mv_q6k_sb(const unsigned char* const* rows, int 
     }
 }
 
-// Any type through dq8: lane groups g = g0, g0 + gs, ... of 8 weights
-template <int TYPE, int R, int NT>
-__device__ __forceinline__ void mv_dq8(const unsigned char* const* rows, int K, const float* const* xr, int g0, int gs,
-                                       float (*acc)[NT]) {
-    for (int g = g0; g < (K >> 3); g += gs) {
-        float w[R][8];
-        #pragma unroll
-        for (int r = 0; r < R; r++) dq8<TYPE>(rows[r], g, w[r]);
-        #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const float4* xp = (const float4*)(xr[t] + 8 * g);
-            float4 a = __ldg(xp), b = __ldg(xp + 1);
-            #pragma unroll
-            for (int r = 0; r < R; r++)
-                acc[r][t] += w[r][0] * a.x + w[r][1] * a.y + w[r][2] * a.z + w[r][3] * a.w
-                           + w[r][4] * b.x + w[r][5] * b.y + w[r][6] * b.z + w[r][7] * b.w;
-        }
-    }
-}
-
 // this warp's share (warp column kc of kw) of R rows of one type
 template <int R, int NT>
 __device__ __forceinline__ void mv_dot(int type, const unsigned char* const* rows, int K, const float* const* xr, int kc,
                                        int kw, float (*acc)[NT]) {
-    int lane = threadIdx.x & 31;
-    if ((K & 255) == 0 && (type == T_Q4_K || type == T_Q6_K)) {
-        int m = lane & 7, ng = 4 * kw, nsb = K >> 8;
-        if (type == T_Q4_K)
-            for (int sb = 4 * kc + (lane >> 3); sb < nsb; sb += ng) mv_q4k_sb<R, NT>(rows, sb, m, xr, acc);
-        else
-            for (int sb = 4 * kc + (lane >> 3); sb < nsb; sb += ng) mv_q6k_sb<R, NT>(rows, sb, m, xr, acc);
-        return;
-    }
-    int g0 = 32 * kc + lane, gs = 32 * kw;
-    switch (type) {
-        case T_F32: mv_dq8<T_F32, R, NT>(rows, K, xr, g0, gs, acc); break;
-        case T_F16: mv_dq8<T_F16, R, NT>(rows, K, xr, g0, gs, acc); break;
-        case T_BF16: mv_dq8<T_BF16, R, NT>(rows, K, xr, g0, gs, acc); break;
-        case T_Q4_0: mv_dq8<T_Q4_0, R, NT>(rows, K, xr, g0, gs, acc); break;
-        case T_Q4_1: mv_dq8<T_Q4_1, R, NT>(rows, K, xr, g0, gs, acc); break;
-        case T_Q5_0: mv_dq8<T_Q5_0, R, NT>(rows, K, xr, g0, gs, acc); break;
-        case T_Q5_1: mv_dq8<T_Q5_1, R, NT>(rows, K, xr, g0, gs, acc); break;
-        case T_Q8_0: mv_dq8<T_Q8_0, R, NT>(rows, K, xr, g0, gs, acc); break;
-        case T_Q4_K: mv_dq8<T_Q4_K, R, NT>(rows, K, xr, g0, gs, acc); break;
-        case T_Q5_K: mv_dq8<T_Q5_K, R, NT>(rows, K, xr, g0, gs, acc); break;
-        case T_Q6_K: mv_dq8<T_Q6_K, R, NT>(rows, K, xr, g0, gs, acc); break;
-        case T_MXFP4: mv_dq8<T_MXFP4, R, NT>(rows, K, xr, g0, gs, acc); break;
-        default: break;
-    }
+    int lane = threadIdx.x & 31, m = lane & 7, ng = 4 * kw, nsb = K >> 8;
+    if (type == T_Q4_K)
+        for (int sb = 4 * kc + (lane >> 3); sb < nsb; sb += ng) mv_q4k_sb<R, NT>(rows, sb, m, xr, acc);
+    else
+        for (int sb = 4 * kc + (lane >> 3); sb < nsb; sb += ng) mv_q6k_sb<R, NT>(rows, sb, m, xr, acc);
 }
 
 // Sum acc over the warp, then over the kw warps of a row group (red: MV_WARPS * N * NT floats); the result is
