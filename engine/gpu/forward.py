@@ -83,7 +83,10 @@ ATTN_WARPS = 8
 SKV_MAX_T, SKV_WARPS, SKV_MAX_GROUP, SKV_MAX_D = 16, 4, 8, 128
 SKV_CHUNKS = 64
 SKV_MERGE_THREADS = 128                    # halo_attention_merge: a thread per chunk and per head dim (>= both)
-assert SKV_MERGE_THREADS >= max(SKV_CHUNKS, SKV_MAX_D)
+assert SKV_MERGE_THREADS >= max(SKV_CHUNKS, SKV_MAX_D) and 32 * SKV_WARPS >= max(SKV_CHUNKS, SKV_MAX_D)
+# The last split block of each (token, kv head) merges the chunks (one launch per layer fewer); HALO_SKV_FUSED=0
+# launches halo_attention_merge after the split instead (for comparisons).
+SKV_FUSED = os.environ.get("HALO_SKV_FUSED") != "0"
 # Tiled prefill attention on tensor cores (halo_attention_tc, CUDA sm_80+): steps of more than SKV_MAX_T tokens
 # where head_dim % 8 == 0, head_dim <= FA_MAX_D and the GQA group fits the FA_ROWS query rows of a block (a block
 # takes FA_ROWS // group tokens x the group's heads). HALO_GPU_FLASH=0 keeps halo_attention (for comparisons).
@@ -174,11 +177,18 @@ def mv_split_warps(K: int) -> int:
     return 4 if trips >= 8 else 2 if trips >= 4 else 1
 
 
-def split_kv_floats(config: ModelConfig, max_tokens: int) -> int:
-    """Capacity of the split-KV partials: (tokens, heads, chunks, head_dim + 2) float32, 0 when unused."""
+def split_kv_parts(config: ModelConfig, max_tokens: int) -> int:
+    """Floats of the split-KV partials: (tokens, heads, chunks, head_dim + 2), 0 when unused."""
     if not split_kv_usable(config):
         return 0
     return min(max_tokens, SKV_MAX_T) * config.n_head * SKV_CHUNKS * (config.head_dim + 2)
+
+
+def split_kv_floats(config: ModelConfig, max_tokens: int) -> int:
+    """Capacity of the split-KV buffer: the partials, then one int32 counter per (token, kv head) for the fused
+    merge."""
+    parts = split_kv_parts(config, max_tokens)
+    return parts and parts + min(max_tokens, SKV_MAX_T) * config.n_head_kv
 
 
 class GpuKVCache:
@@ -285,6 +295,9 @@ class GpuForward:
         self.partial_cap = splitk_floats(c, max_tokens)
         self.partial = backend.alloc(max(self.partial_cap, 1), np.float32)
         self.attn_part = backend.alloc(max(split_kv_floats(c, max_tokens), 1), np.float32)
+        backend.memset_async(self.attn_part, 0, self.stream)     # the fused merge's counters start at 0
+        parts = split_kv_parts(c, max_tokens)
+        self.attn_count = view(self.attn_part, parts, split_kv_floats(c, max_tokens) - parts, np.int32)
         self.split_kv = split_kv_usable(c) and os.environ.get("HALO_SPLIT_KV") != "0"
         self.flash = self.use_tc and FLASH and flash_usable(c)
         self.scratch = [self.x, self.h, self.o, self.qkv, self.attn, self.act, self.logits, self.sampled,
@@ -442,9 +455,11 @@ class GpuForward:
                   np.int32(D), np.float32(c.attn_scale), np.int32(window))
         if self.split_kv and T <= SKV_MAX_T:
             self._launch("halo_layer.cu", "halo_attention_split", (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS,
-                         common + (self.attn_part,), shared=4 * SKV_WARPS * (H // Hkv) * (D + 2))
-            self._launch("halo_layer.cu", "halo_attention_merge", (T, H), SKV_MERGE_THREADS,
-                         (self.attn_part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), _ptr(sinks), self.attn))
+                         common + (self.attn_part, self.attn_count if SKV_FUSED else NULL, _ptr(sinks), self.attn),
+                         shared=4 * SKV_WARPS * (H // Hkv) * (D + 2))
+            if not SKV_FUSED:
+                self._launch("halo_layer.cu", "halo_attention_merge", (T, H), SKV_MERGE_THREADS,
+                             (self.attn_part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), _ptr(sinks), self.attn))
             return
         if self.flash and T > SKV_MAX_T:
             rows_tokens = FA_ROWS // (H // Hkv)                # tokens per block: x the group's heads = rows

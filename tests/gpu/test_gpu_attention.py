@@ -98,22 +98,29 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks):
     qkv_d, kc_d, vc_d, pos_d, seq_d, tab_d = bufs
     sink_d = _up_sinks(backend, stream, sink, bufs)
     part = backend.alloc(T * H * SKV_CHUNKS * (D + 2), np.float32)
-    outs = [backend.alloc((T, H * D), np.float32) for _ in range(2)]
+    outs = [backend.alloc((T, H * D), np.float32) for _ in range(4)]
+    counters = backend.alloc(T * Hkv, np.int32)
+    backend.memset_async(counters, 0, stream)
     common = (qkv_d, np.int32(ld), kc_d, vc_d, pos_d, seq_d, tab_d, np.int32(tables.shape[1]), np.int32(BS),
               np.int32(H), np.int32(Hkv), np.int32(D), np.float32(scale), np.int32(window))
     try:
         launch = lambda name, grid, block, args, shared=0: backend.launch(  # noqa: E731
             backend.kernel(FILE, name), grid, block, args, stream, shared)
         launch("halo_attention", (T, H), 32 * ATTN_WARPS, common + (sink_d, outs[0]), 4 * ATTN_WARPS * (D + 2))
-        launch("halo_attention_split", (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part,),
-               4 * SKV_WARPS * (H // Hkv) * (D + 2))
+        shared = 4 * SKV_WARPS * (H // Hkv) * (D + 2)
+        launch("halo_attention_split", (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, NULL, NULL, NULL),
+               shared)
         launch("halo_attention_merge", (T, H), SKV_MERGE_THREADS,
                (part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), sink_d, outs[1]))
+        for out in outs[2:]:        # the fused merge, twice: its counters must be back at 0 after a step
+            launch("halo_attention_split", (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS,
+                   common + (part, counters, sink_d, out), shared)
+        assert not _down(backend, stream, counters, (T * Hkv,)).any()
         for out in outs:
             got = _down(backend, stream, out, (T, H * D)).reshape(T, H, D)
             np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
     finally:
-        for b in bufs + outs + [part]:
+        for b in bufs + outs + [part, counters]:
             backend.free(b)
         backend.destroy_stream(stream)
 

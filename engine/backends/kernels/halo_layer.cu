@@ -120,6 +120,43 @@ HALO_KERNEL void halo_attention(const float* qkv, i32 ld, const float* kcache, c
     }
 }
 
+// out[t, h*D:(h+1)*D] from halo_attention_split's nc partials of (t, h), with the sinks as in halo_attention.
+// Thread c reads chunk c's m and l (one round of loads for all chunks, not a loop of nc dependent ones), the block
+// reduces the maximum and the denominator, and each chunk's weight exp(m_c - M) / L goes to shared memory; the
+// output loop skips chunks of weight 0 (no allowed key: most of them at a short depth). The partials are read
+// as volatile: in the fused form (halo_attention_split with counters) other blocks of the same launch wrote them.
+// Block: >= max(nc, D) threads, a multiple of 32, all of them calling; nc <= SKV_MERGE_MAX.
+#define SKV_MERGE_MAX 256
+__device__ void skv_merge_head(const volatile float* part, int nc, int t, int h, int H, int D, const float* sinks,
+                               float* out, float* wc, float* red) {
+    int W = D + 2, c = threadIdx.x;
+    const volatile float* p = part + (size_t)(t * H + h) * nc * W;
+    float mc = c < nc ? p[(size_t)c * W + D] : NEG_INF;
+    float lc = mc != NEG_INF ? p[(size_t)c * W + D + 1] : 0.0f;
+    float S = sinks ? sinks[h] : NEG_INF;
+    float M = fmaxf(block_max(mc, red), S);                // the sink joins the maximum
+    float e = mc != NEG_INF ? __expf(mc - M) : 0.0f;
+    float L = block_sum(lc * e, red) + (sinks ? __expf(S - M) : 0.0f);
+    if (c < nc) wc[c] = e / L;
+    __syncthreads();
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float o = 0.0f;
+        for (int k = 0; k < nc; k++) {
+            float w = wc[k];
+            if (w != 0.0f) o += p[(size_t)k * W + d] * w;
+        }
+        out[(size_t)t * H * D + (size_t)h * D + d] = o;
+    }
+    __syncthreads();                                       // wc and red are reused by the next head
+}
+
+// Grid: (T, H); block: >= max(nc, D) threads, a multiple of 32.
+HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, const float* sinks, float* out) {
+    __shared__ float wc[SKV_MERGE_MAX];
+    __shared__ float red[32];
+    skv_merge_head(part, nc, blockIdx.x, blockIdx.y, H, D, sinks, out, wc, red);
+}
+
 // Split-KV (flash-decoding) attention for steps of few tokens at any depth: the keys token t may see (lo .. pos)
 // are cut into the grid's nc chunks of ck = max(SKV_MIN_KEYS, ceil(keys / nc)) positions (rounded up to 4), so
 // every depth uses all nc blocks per head (a fixed split sized for the cache's capacity left a short context on
@@ -128,7 +165,10 @@ HALO_KERNEL void halo_attention(const float* qkv, i32 ld, const float* kcache, c
 // head). Warp w takes keys j0 + 4 w .. + 3, then + 4 SKV_WARPS, ...: the 4 rows' loads are issued together, then
 // an online softmax per head folds them in; the block merges its warps and
 // writes, per (t, h, c), the unnormalised partial part[((t * H + h) * nc + c) * (D + 2)] = acc[D] | m | l
-// (a chunk with no allowed key writes m = -inf, l = 0). halo_attention_merge combines the chunks.
+// (a chunk with no allowed key writes m = -inf, l = 0). With `counters` (T x Hkv int32, zero between steps) the
+// last block of (t, hk) to finish merges the chunks of its G heads into out (one launch per layer fewer: at a
+// short depth the launch, not the work, is what a separate merge costs); with null counters
+// halo_attention_merge does it.
 // Limits (the caller checks): D <= 32 * SKV_PER_LANE, G <= SKV_MAX_GROUP. Shared: SKV_WARPS * G * (D + 2) floats.
 #define SKV_WARPS 4
 #define SKV_MAX_GROUP 8
@@ -138,7 +178,7 @@ HALO_KERNEL void halo_attention(const float* qkv, i32 ld, const float* kcache, c
 HALO_KERNEL void halo_attention_split(const float* qkv, i32 ld, const float* kcache, const float* vcache,
                                       const i32* positions, const i32* token_seq, const i32* block_tables,
                                       i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window,
-                                      float* part) {
+                                      float* part, i32* counters, const float* sinks, float* out) {
     extern __shared__ float sm[];
     int t = blockIdx.x, hk = blockIdx.y, c = blockIdx.z, nc = gridDim.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -224,35 +264,21 @@ HALO_KERNEL void halo_attention_split(const float* qkv, i32 ld, const float* kca
         int h = hk * G + g;
         part[((size_t)(t * H + h) * nc + c) * W + d] = v;
     }
-}
-
-// out[t, h*D:(h+1)*D] from halo_attention_split's nc partials of (t, h), with the sinks as in halo_attention.
-// Thread c reads chunk c's m and l (one round of loads for all chunks, not a loop of nc dependent ones), the block
-// reduces the maximum and the denominator, and each chunk's weight exp(m_c - M) / L goes to shared memory; the
-// output loop skips chunks of weight 0 (no allowed key: most of them at a short depth).
-// Grid: (T, H); block: >= max(nc, D) threads, a multiple of 32; nc <= SKV_MERGE_MAX.
-#define SKV_MERGE_MAX 256
-HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, const float* sinks, float* out) {
+    if (!counters) return;                      // halo_attention_merge follows
     __shared__ float wc[SKV_MERGE_MAX];
     __shared__ float red[32];
-    int t = blockIdx.x, h = blockIdx.y, W = D + 2, c = threadIdx.x;
-    const float* p = part + (size_t)(t * H + h) * nc * W;
-    float mc = c < nc ? p[(size_t)c * W + D] : NEG_INF;
-    float lc = mc != NEG_INF ? p[(size_t)c * W + D + 1] : 0.0f;
-    float S = sinks ? sinks[h] : NEG_INF;
-    float M = fmaxf(block_max(mc, red), S);                // the sink joins the maximum
-    float e = mc != NEG_INF ? __expf(mc - M) : 0.0f;
-    float L = block_sum(lc * e, red) + (sinks ? __expf(S - M) : 0.0f);
-    if (c < nc) wc[c] = e / L;
+    __shared__ int last;
+    __threadfence();                            // this block's partials are visible before it is counted
     __syncthreads();
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float o = 0.0f;
-        for (int k = 0; k < nc; k++) {
-            float w = wc[k];
-            if (w != 0.0f) o += p[(size_t)k * W + d] * w;
-        }
-        out[(size_t)t * H * D + (size_t)h * D + d] = o;
+    if (threadIdx.x == 0) {
+        i32* cnt = counters + t * Hkv + hk;
+        last = atomicAdd(cnt, 1) == nc - 1;
+        if (last) *cnt = 0;                     // every chunk has counted: ready for the next step
     }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int g = 0; g < G; g++) skv_merge_head(part, nc, t, hk * G + g, H, D, sinks, out, wc, red);
 }
 
 // Tiled prefill attention (flash-attention style) on tensor cores, for steps of many tokens: a block takes
