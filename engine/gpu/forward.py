@@ -80,10 +80,11 @@ ATTN_WARPS = 8
 # blocks per (token, kv head); the kernel cuts each token's keys into that many chunks of at least 16 positions
 # from its own depth (read on the device, so a captured graph replays at any depth; chunks past the last key
 # exit at once).
-SKV_MAX_T, SKV_WARPS, SKV_MAX_GROUP, SKV_MAX_D = 16, 4, 8, 128
+SKV_MAX_T, SKV_WARPS, SKV_MAX_GROUP, SKV_MAX_D = 16, 4, 8, 256
+SKV_NARROW_D = 128                         # halo_attention_split up to this head size, _d256 above
 SKV_CHUNKS = 64
-SKV_MERGE_THREADS = 128                    # halo_attention_merge: a thread per chunk and per head dim (>= both)
-assert SKV_MERGE_THREADS >= max(SKV_CHUNKS, SKV_MAX_D) and 32 * SKV_WARPS >= max(SKV_CHUNKS, SKV_MAX_D)
+SKV_MERGE_THREADS = 128                    # halo_attention_merge: a thread per chunk
+assert SKV_MERGE_THREADS >= SKV_CHUNKS and 32 * SKV_WARPS >= SKV_CHUNKS
 # The last split block of each (token, kv head) merges the chunks (one launch per layer fewer); HALO_SKV_FUSED=0
 # launches halo_attention_merge after the split instead (for comparisons).
 SKV_FUSED = os.environ.get("HALO_SKV_FUSED") != "0"
@@ -327,7 +328,8 @@ class GpuForward:
             self.kern("halo_quant.cu", "halo_glu_" + suffix)
         for name in ("halo_embed_norm", "halo_splitk_sum"):
             self.kern("halo_quant.cu", name)
-        for name in ("halo_rope_kv", "halo_attention", "halo_attention_split", "halo_attention_merge",
+        for name in ("halo_rope_kv", "halo_attention", "halo_attention_split", "halo_attention_split_d256",
+                     "halo_attention_merge",
                      "halo_add_norm"):
             self.kern("halo_layer.cu", name)
         if self.flash:
@@ -454,7 +456,8 @@ class GpuForward:
                   kv.block_tables, np.int32(kv.num_blocks), np.int32(kv.block_size), np.int32(H), np.int32(Hkv),
                   np.int32(D), np.float32(c.attn_scale), np.int32(window))
         if self.split_kv and T <= SKV_MAX_T:
-            self._launch("halo_layer.cu", "halo_attention_split", (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS,
+            split = "halo_attention_split" if D <= SKV_NARROW_D else "halo_attention_split_d256"
+            self._launch("halo_layer.cu", split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS,
                          common + (self.attn_part, self.attn_count if SKV_FUSED else NULL, _ptr(sinks), self.attn),
                          shared=4 * SKV_WARPS * (H // Hkv) * (D + 2))
             if not SKV_FUSED:

@@ -16,6 +16,7 @@ from engine.gpu.forward import (
     NULL,
     SKV_CHUNKS,
     SKV_MERGE_THREADS,
+    SKV_NARROW_D,
     SKV_WARPS,
     tensor_cores_usable,
 )
@@ -74,7 +75,8 @@ def _up_sinks(backend, stream, sinks, bufs):
 
 
 @pytest.mark.parametrize("H,Hkv,D,window,sinks", [(8, 2, 128, 0, False), (8, 8, 64, 0, False), (16, 2, 128, 0, False),
-                                                   (8, 2, 64, 100, False), (64, 8, 64, 128, True), (16, 8, 64, 0, True)])
+                                                   (8, 2, 64, 100, False), (64, 8, 64, 128, True), (16, 8, 64, 0, True),
+                                                   (4, 1, 256, 0, False), (16, 4, 256, 100, True)])
 def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks):
     rng = np.random.default_rng(H * 1000 + D + window)
     num_blocks = 80                                       # 1280 positions
@@ -108,13 +110,12 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks):
             backend.kernel(FILE, name), grid, block, args, stream, shared)
         launch("halo_attention", (T, H), 32 * ATTN_WARPS, common + (sink_d, outs[0]), 4 * ATTN_WARPS * (D + 2))
         shared = 4 * SKV_WARPS * (H // Hkv) * (D + 2)
-        launch("halo_attention_split", (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, NULL, NULL, NULL),
-               shared)
+        split = "halo_attention_split" if D <= SKV_NARROW_D else "halo_attention_split_d256"
+        launch(split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, NULL, NULL, NULL), shared)
         launch("halo_attention_merge", (T, H), SKV_MERGE_THREADS,
                (part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), sink_d, outs[1]))
         for out in outs[2:]:        # the fused merge, twice: its counters must be back at 0 after a step
-            launch("halo_attention_split", (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS,
-                   common + (part, counters, sink_d, out), shared)
+            launch(split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, counters, sink_d, out), shared)
         assert not _down(backend, stream, counters, (T * Hkv,)).any()
         for out in outs:
             got = _down(backend, stream, out, (T, H * D)).reshape(T, H, D)

@@ -32,4 +32,7 @@ def test_host_constant_matches_the_kernel(file, name, host):
 def test_split_kv_limits_fit_the_kernels():
     layer = defines("halo_layer.cu")
     assert fwd.SKV_CHUNKS <= layer["SKV_MERGE_MAX"]
-    assert fwd.SKV_MAX_D <= 32 * layer["SKV_PER_LANE"]
+    text = (kernels.KERNEL_DIR / "halo_layer.cu").read_text()
+    per_lane = {m[1]: int(m[2]) for m in re.finditer(r"^SKV_ENTRY\((\w+), (\d+), \d+\)", text, re.M)}
+    assert 32 * per_lane["halo_attention_split"] == fwd.SKV_NARROW_D
+    assert 32 * per_lane["halo_attention_split_d256"] == fwd.SKV_MAX_D

@@ -162,23 +162,25 @@ HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, c
 // every depth uses all nc blocks per head (a fixed split sized for the cache's capacity left a short context on
 // one or two blocks, each walking its keys one dependent load at a time); block (t, kv head hk, chunk c) walks its
 // chunk once for all G = H / Hkv query heads of that kv head (each K/V row is read once per group, not once per
-// head). Warp w takes keys j0 + 4 w .. + 3, then + 4 SKV_WARPS, ...: the 4 rows' loads are issued together, then
+// head). Warp w takes keys j0 + U w .. + U - 1, then + U SKV_WARPS, ... (U = SKV_UNROLL): their loads are issued
+// together, then
 // an online softmax per head folds them in; the block merges its warps and
 // writes, per (t, h, c), the unnormalised partial part[((t * H + h) * nc + c) * (D + 2)] = acc[D] | m | l
 // (a chunk with no allowed key writes m = -inf, l = 0). With `counters` (T x Hkv int32, zero between steps) the
 // last block of (t, hk) to finish merges the chunks of its G heads into out (one launch per layer fewer: at a
 // short depth the launch, not the work, is what a separate merge costs); with null counters
 // halo_attention_merge does it.
+// Two builds: halo_attention_split (SKV_PER_LANE = 4: D <= 128, 4 keys per warp trip) and halo_attention_split_d256
+// (8 per lane: D <= 256, gemma-3's and Qwen3.5's heads, 2 keys per trip to stay within the registers).
 // Limits (the caller checks): D <= 32 * SKV_PER_LANE, G <= SKV_MAX_GROUP. Shared: SKV_WARPS * G * (D + 2) floats.
 #define SKV_WARPS 4
 #define SKV_MAX_GROUP 8
-#define SKV_PER_LANE 4          // D <= 128
-#define SKV_UNROLL 4            // keys per warp per trip (their loads in flight together)
 #define SKV_MIN_KEYS 16         // shortest chunk: one trip of every warp
-HALO_KERNEL void halo_attention_split(const float* qkv, i32 ld, const float* kcache, const float* vcache,
-                                      const i32* positions, const i32* token_seq, const i32* block_tables,
-                                      i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window,
-                                      float* part, i32* counters, const float* sinks, float* out) {
+template <int SKV_PER_LANE, int SKV_UNROLL>
+__device__ void attention_split(const float* qkv, i32 ld, const float* kcache, const float* vcache,
+                                const i32* positions, const i32* token_seq, const i32* block_tables,
+                                i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window,
+                                float* part, i32* counters, const float* sinks, float* out) {
     extern __shared__ float sm[];
     int t = blockIdx.x, hk = blockIdx.y, c = blockIdx.z, nc = gridDim.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -280,6 +282,16 @@ HALO_KERNEL void halo_attention_split(const float* qkv, i32 ld, const float* kca
     __threadfence();
     for (int g = 0; g < G; g++) skv_merge_head(part, nc, t, hk * G + g, H, D, sinks, out, wc, red);
 }
+
+#define SKV_ENTRY(NAME, PER_LANE, UNROLL)                                                                           \
+HALO_KERNEL void NAME(const float* qkv, i32 ld, const float* kcache, const float* vcache, const i32* positions,      \
+                      const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D,    \
+                      float scale, i32 window, float* part, i32* counters, const float* sinks, float* out) {        \
+    attention_split<PER_LANE, UNROLL>(qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, \
+                                      Hkv, D, scale, window, part, counters, sinks, out);                          \
+}
+SKV_ENTRY(halo_attention_split, 4, 4)
+SKV_ENTRY(halo_attention_split_d256, 8, 2)
 
 // Tiled prefill attention (flash-attention style) on tensor cores, for steps of many tokens: a block takes
 // FA_ROWS query rows = up to FA_ROWS / G consecutive tokens of the step x the G = H / Hkv query heads of kv head
