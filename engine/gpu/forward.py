@@ -61,10 +61,10 @@ SIMT_TILES = os.environ.get("HALO_GPU_TILES") == "gt"
 # "wmma": the gt tile with its products on RDNA3 / RDNA3.5 WMMA (halo_*_wm, 3xF16; WMMA_ARCHS only). Opt-in: it has
 # only been compiled (the prebuilt gfx11 objects), never run on an AMD GPU, so the FMA tile stays the default.
 WMMA_TILES = os.environ.get("HALO_GPU_TILES") == "wmma"
+WMMA_ARCHS = frozenset({"gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151"})
 # Which tensor-core tile: "tck" (unset: the best measured for each product, see _tc_tile / _glu_tile), or "tcp" /
 # "tc" (HALO_GPU_TILES=tcp / tc: the pipelined tile for every type / the first tile everywhere, for comparisons)
 TC_TILE = {"tc": "tc", "tcp": "tcp"}.get(os.environ.get("HALO_GPU_TILES", ""), "tck")
-WMMA_ARCHS = frozenset({"gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151"})
 # HALO_GPU_KQ_BATCH=1: steps of 2..16 tokens take halo_*_kq_t{4,8,16} instead of r1_t4 / r4_t8 / the tile.
 # Off by default: on the H200 it did not raise batched decode (engine/gpu/NOTES.md), so the measured path stays.
 KQ_BATCH = os.environ.get("HALO_GPU_KQ_BATCH") == "1"
@@ -301,8 +301,8 @@ class GpuForward:
     def warm_up(self) -> None:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
         kq = tuple(f"kq_t{n}" for n in KQ_TOKENS) + tuple(f"bq_t{n}" for n in BQ_TOKENS)
-        for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + (("tc", "tcp", "tck") if self.use_tc else ()) + \
-                (("wm",) if self.use_wmma else ()):
+        tensor_core = ("tc", "tcp", "tck") if self.use_tc else ()
+        for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + tensor_core + (("wm",) if self.use_wmma else ()):
             self.kern("halo_quant.cu", "halo_matmul_" + suffix)
             self.kern("halo_quant.cu", "halo_glu_" + suffix)
         for name in ("halo_embed_norm", "halo_splitk_sum"):
@@ -330,8 +330,8 @@ class GpuForward:
         (any type); bq_t16: BQ_ROWS rows per block for 9..16 tokens, activations staged in shared memory
         (Q4_K / Q6_K); kq_tN (HALO_GPU_KQ_BATCH=1): warp per row for 2..16 tokens, each weight decoded once;
         tc / gt / wm: 32 x 64 shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs /
-        RDNA WMMA (HALO_GPU_TILES=wmma); _matmul / _glu run "tc" as the pipelined tcp tile (64 rows per matmul
-        block) where its contract holds, unless HALO_GPU_TILES=tc."""
+        RDNA WMMA (HALO_GPU_TILES=wmma); _matmul / _glu run "tc" as the pipelined tck / tcp tiles where their
+        contract holds (_tc_tile, _glu_tile; 64 rows per matmul block), unless HALO_GPU_TILES=tc."""
         if T == 1:
             return (1, 1, "r1_t1") if LEGACY_TILES else (1, 1, "kq_t1")
         if BQ_MIN_T <= T <= BQ_TOKENS[-1] and bq_ok and BQ_BATCH and not LEGACY_TILES:

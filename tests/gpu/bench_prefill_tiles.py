@@ -1,6 +1,7 @@
 """The tensor-core prefill tiles on their own, on Qwen3-4B's matmul shapes (random Q4_K / Q6_K blocks):
 microseconds per call (split-K sum included) of the first tile (tc, HALO_GPU_TILES=tc), the pipelined one (tcp),
-and the pipelined one with integer K-quant weights (tck, the default for these types), at 128 and 512 tokens, plus a split-K target sweep for the default.
+and the pipelined one with integer K-quant weights (tck, the default for these types), at 128 and 512 tokens
+(the whole-model benchmark sweeps the split-K target).
 
     python tests/gpu/bench_prefill_tiles.py [BACKEND] [--profile]
 --profile: each product once at 128 tokens on the default tile, nothing timed (for running under a profiler).
@@ -62,7 +63,7 @@ def main() -> int:
     Y = backend.alloc((512, 2 * N_FF), np.float32)
     bufs.append(Y)
     own = fwd.partial, fwd.partial_cap
-    fwd.partial_cap = 8 * PARTIAL_CAP
+    fwd.partial_cap = PARTIAL_CAP
     fwd.partial = backend.alloc(fwd.partial_cap, np.float32)
     bufs.append(fwd.partial)
     fwd.config = dataclasses.replace(fwd.config, n_embd=N_EMBD, n_ff=N_FF, activation="silu")
@@ -95,15 +96,14 @@ def main() -> int:
             backend.free_pinned(host)
 
     widths = {"qkv": Q_DIM + 2 * KV_DIM, "wo": N_EMBD, "gate/up": N_FF, "down": N_EMBD}
-    if "--profile" in sys.argv:
-        fwd.partial_cap = PARTIAL_CAP
-        for launch, _ in products.values():
-            launch(128)
-        backend.synchronize()
-        return 0
+    own_tile = fwd_mod.TC_TILE
     try:
+        if "--profile" in sys.argv:
+            for launch, _ in products.values():
+                launch(128)
+            return 0
         for T in (128, 512):
-            print(f"\n== {T} tokens: us per call (TFLOP/s of float32-exact work), H200; last column: max |mode - tc| "
+            print(f"\n== {T} tokens: us per call (TFLOP/s of float32-exact work); last column: max |mode - tc| "
                   "/ max |tc| per mode")
             print("| product | " + " | ".join(MODES) + " | " + " | ".join(f"{m} / tc" for m in MODES[1:]) + " | diff |")
             print("|---|" + "---|" * (2 * len(MODES)))
@@ -112,7 +112,6 @@ def main() -> int:
                 us, outs = {}, {}
                 for mode in MODES:
                     fwd_mod.TC_TILE = mode
-                    fwd.partial_cap = PARTIAL_CAP              # as the forward runs it
                     us[mode] = time_us(launch, T)
                     outs[mode] = output(launch, T, widths[name])
                     totals[mode] += us[mode]
@@ -124,19 +123,8 @@ def main() -> int:
             for mode, t in totals.items():
                 print(f"{mode}: one layer's matmuls {t:.0f} us -> {LAYERS} layers {LAYERS * t / 1e3:.1f} ms, "
                       f"matmul-only cap {T / (LAYERS * t * 1e-6):.0f} tok/s")
-            fwd_mod.TC_TILE = "tck"
-            fwd.partial_cap = 8 * PARTIAL_CAP
-            default = fwd_mod.SPLIT_TARGET_BLOCKS
-            try:
-                for target in (256, 512, 1024, 2048, 4096):
-                    fwd_mod.SPLIT_TARGET_BLOCKS = target
-                    row = {name: time_us(launch, T) for name, (launch, _) in products.items()}
-                    print(f"tck split target {target}: " + ", ".join(f"{k} {v:.0f}" for k, v in row.items()) +
-                          f"; layer {sum(row.values()):.0f} us", flush=True)
-            finally:
-                fwd_mod.SPLIT_TARGET_BLOCKS = default
     finally:
-        fwd_mod.TC_TILE = "tck"
+        fwd_mod.TC_TILE = own_tile
         backend.synchronize()
         for b in bufs:
             backend.free(b)

@@ -64,8 +64,8 @@ def fwd(gpu_name):
 def modes(fwd, types=()):
     """The prefill tiles this device runs for matrices of these types: tck, tcp and tc (CUDA tensor cores: the
     pipelined tile with integer K-quant weights, the default for Q4_K / Q6_K; the pipelined tile, the matmul
-    default for other types, HALO_GPU_TILES=tcp; the first one, HALO_GPU_TILES=tc), wm (RDNA3 / 3.5 WMMA, opt-in in the engine, tested wherever
-    the arch has it), gt (FMAs, everywhere)."""
+    default for other types, HALO_GPU_TILES=tcp; the first one, HALO_GPU_TILES=tc), wm (RDNA3 / 3.5 WMMA,
+    opt-in in the engine, tested wherever the arch has it), gt (FMAs, everywhere)."""
     tck = ["tck"] if set(types) <= fwd_mod.TCK_TYPES else []
     return (tck + ["tcp", "tc"] if fwd.use_tc else []) + (["wm"] if fwd_mod.wmma_usable(fwd.backend) else []) + ["gt"]
 
