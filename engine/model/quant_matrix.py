@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from functools import cache
@@ -24,6 +25,7 @@ from functools import cache
 import numpy as np
 
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
+from engine.model.host_pages import page_out
 
 # numba's parallel loops may not be launched from two threads at once (its workqueue layer, the fallback
 # where no OpenMP/TBB runtime exists, aborts the process); two models forwarding on the CPU at once (chat
@@ -54,6 +56,7 @@ def _load() -> tuple[object | None, str]:
         _smoke_test(quant_kernels)
     except Exception as e:  # noqa: BLE001 - any failure (no numba, no LLVM, a frozen app's packaging) -> numpy
         return None, f"numba kernels unavailable: {type(e).__name__}: {e}"
+    release_compiler_pages()
     return quant_kernels, ""
 
 
@@ -67,10 +70,65 @@ def _smoke_test(k) -> None:
     x = np.ones(32, np.float32)
     out, rows = np.empty(2, np.float32), np.empty((2, 32), np.float32)
     _, _, matvec, dequant = k.KERNELS[GGMLType.Q8_0]
-    matvec(raw, x, out, k.F16_TABLE)
+    matvec((raw, k.NO_ROWS, k.NO_ROWS), x, out, k.F16_TABLE)
     dequant(raw, rows, k.F16_TABLE)
     if not (np.all(out == 496.0) and np.array_equal(rows[1], np.arange(32, dtype=np.float32))):
         raise RuntimeError(f"the Q8_0 kernels computed {out} on a known block")
+
+
+def prepare_kernels(types) -> None:
+    """Make the kernels of `types` (GGMLTypes; those without a kernel are skipped) and the decode attention
+    ready now: compiled, or read from numba's disk cache, by one call each over zeros. The weights loader
+    calls it with a model's types before it touches the weights, then gives LLVM's pages back
+    (release_compiler_pages), so the compiler's memory and the model's are never resident together."""
+    k = _kernels()
+    if k is None:
+        return
+    for t in types:
+        if t not in k.KERNELS:
+            continue
+        _, block_bytes, matvec, dequant = k.KERNELS[t]
+        raw = np.zeros((1, block_bytes), np.uint8)
+        raw.flags.writeable = False
+        x = np.zeros(k.KERNELS[t][0], np.float32)
+        with _PARALLEL:
+            matvec((raw, k.NO_ROWS, k.NO_ROWS), x, np.empty(1, np.float32), k.F16_TABLE)
+        dequant(raw, np.empty((1, len(x)), np.float32), k.F16_TABLE)
+    cache = np.zeros((1, 2, 1, 4), np.float32)          # the decode attention, with the forward's array kinds
+    k.decode_attention(np.zeros((2, 4), np.float32), cache, cache, np.zeros(1, np.int32),
+                       np.zeros(2, np.float32), k.NO_SINKS, 1.0, np.empty(8, np.float32))
+    release_compiler_pages()
+
+
+def decode_attention_kernel():
+    """(engine.model.quant_kernels.decode_attention: one token's attention over the paged cache, the
+    `sinks` to pass for a model without them), or None on the numpy path."""
+    k = _kernels()
+    return None if k is None else (k.decode_attention, k.NO_SINKS)
+
+
+def release_compiler_pages() -> int:
+    """Hand LLVM's code pages back to the OS; returns the bytes of the mappings advised (0 where nothing
+    was done). numba needs LLVM only to compile a kernel or load one from its cache; the products run
+    compiled code alone. libllvmlite's ~70 MiB of touched pages are clean file-backed pages, so the OS can
+    drop them at no cost and read them again from the file should a later kernel need them (Linux >= 5.4,
+    MADV_PAGEOUT; elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+            maps = [line.split() for line in f]
+    except OSError:
+        return 0
+    advised = 0
+    for fields in maps:
+        # only read-only or executable mappings of LLVM's library: their pages are never written
+        if len(fields) < 6 or "llvmlite" not in fields[5] or "w" in fields[1]:
+            continue
+        start, end = (int(v, 16) for v in fields[0].split("-"))
+        if page_out(start, end):
+            advised += end - start
+    return advised
 
 
 def _kernels():
@@ -134,6 +192,7 @@ class QuantMatrix:
         object.__setattr__(self, "_matvec", matvec)
         object.__setattr__(self, "_dequant", dequant)
         object.__setattr__(self, "_f16", k.F16_TABLE)
+        object.__setattr__(self, "_alone", (self.raw,) + (k.NO_ROWS,) * (k.MATVEC_PARTS - 1))
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -162,7 +221,7 @@ class QuantMatrix:
     def matvec(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [rows] = W @ x, x [cols] float32 contiguous."""
         with _PARALLEL:
-            self._matvec(self.raw, x, out, self._f16)
+            self._matvec(self._alone, x, out, self._f16)
 
     def matmul_into(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [T, rows] = x [T, cols] @ W.T (out may be a column slice of a wider array)."""
@@ -186,12 +245,17 @@ Matrix = np.ndarray | QuantMatrix
 @dataclass(frozen=True, eq=False)
 class QuantLinear:
     """Matrices [rows_i, cols] applied to one input, outputs concatenated: x @ concat(parts).T. A part is a
-    QuantMatrix or a float32 array (an F32 tensor, or a type without a kernel)."""
+    QuantMatrix or a float32 array (an F32 tensor, or a type without a kernel). Per token, neighbouring
+    parts of one quant type (q|k|v, gate|up) run as one kernel call (up to MATVEC_PARTS at a time)."""
     parts: tuple[Matrix, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "_rows", sum(p.shape[0] for p in self.parts))
+        object.__setattr__(self, "_token_plan", tuple(_token_plan(self.parts)))
 
     @property
     def shape(self) -> tuple[int, int]:
-        return sum(p.shape[0] for p in self.parts), self.parts[0].shape[1]
+        return self._rows, self.parts[0].shape[1]
 
     @property
     def nbytes(self) -> int:
@@ -200,15 +264,22 @@ class QuantLinear:
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """x [T, cols] float32 -> [T, rows]."""
         x = np.ascontiguousarray(x, dtype=np.float32)
-        out = np.empty((len(x), self.shape[0]), np.float32)
+        out = np.empty((len(x), self._rows), np.float32)
+        if len(x) <= DECODE_TOKENS:                  # per token: one matrix-vector call per run of parts
+            for t in range(len(x)):
+                xt, ot = x[t], out[t]
+                for r0, r1, matvec, raws, f16 in self._token_plan:
+                    if matvec is None:
+                        ot[r0:r1] = raws @ xt                  # a float32 part (BLAS sgemv)
+                    else:
+                        with _PARALLEL:
+                            matvec(raws, xt, ot[r0:r1], f16)
+            return out
         r0 = 0
         for p in self.parts:
             r1 = r0 + p.shape[0]
             if isinstance(p, QuantMatrix):
-                if len(x) == 1:
-                    p.matvec(x[0], out[0, r0:r1])
-                else:
-                    p.matmul_into(x, out[:, r0:r1])
+                p.matmul_into(x, out[:, r0:r1])
             else:
                 out[:, r0:r1] = x @ p.T
             r0 = r1
@@ -218,6 +289,26 @@ class QuantLinear:
         """Rows `ids` of a one-part matrix as float32 (the token embedding)."""
         (p,) = self.parts
         return p.take(ids) if isinstance(p, QuantMatrix) else p[ids]
+
+
+def _token_plan(parts: tuple[Matrix, ...]):
+    """(first row, end row, matvec or None, raws or the float32 part, F16 table) per kernel call of one
+    token: neighbouring QuantMatrix parts of one type share a call, padded with NO_ROWS."""
+    r0, i = 0, 0
+    while i < len(parts):
+        p = parts[i]
+        if not isinstance(p, QuantMatrix):
+            yield r0, r0 + p.shape[0], None, p, None
+            r0, i = r0 + p.shape[0], i + 1
+            continue
+        run = [p]
+        limit = len(p._alone)
+        while (i + len(run) < len(parts) and len(run) < limit and isinstance(parts[i + len(run)], QuantMatrix)
+               and parts[i + len(run)].ggml_type == p.ggml_type):
+            run.append(parts[i + len(run)])
+        rows = sum(q.rows for q in run)
+        yield r0, r0 + rows, p._matvec, tuple(q.raw for q in run) + p._alone[len(run):], p._f16
+        r0, i = r0 + rows, i + len(run)
 
 
 def fuse(parts: list[Matrix]) -> np.ndarray | QuantLinear:

@@ -27,6 +27,7 @@ import numpy as np
 
 from engine.model.arch import BLOCK_SIZE, kv_bytes_per_token, recurrent_state_shapes
 from engine.model.config import ModelConfig
+from engine.model.host_pages import prefer_small_pages
 
 DEFAULT_BLOCK_SIZE = BLOCK_SIZE
 
@@ -58,8 +59,9 @@ class KVCache:
         shape = (num_blocks, block_size, config.n_head_kv, config.head_dim)
         conv_shape, delta_shape = recurrent_state_shapes(config)
         attn = [kind == "attention" for kind in config.layer_kinds]
-        return KVCache(k=[np.zeros(shape, dtype) if a else None for a in attn],
-                       v=[np.zeros(shape, dtype) if a else None for a in attn],
+        # 4 KiB pages: a cache sized for a whole context costs what has been written (engine.model.host_pages)
+        return KVCache(k=[prefer_small_pages(np.zeros(shape, dtype)) if a else None for a in attn],
+                       v=[prefer_small_pages(np.zeros(shape, dtype)) if a else None for a in attn],
                        block_size=block_size, num_blocks=num_blocks,
                        conv=[None if a else np.zeros((state_slots, *conv_shape), dtype) for a in attn],
                        delta=[None if a else np.zeros((state_slots, *delta_shape), dtype) for a in attn])

@@ -27,7 +27,14 @@ from engine.gguf.dequant import DECODERS, decodes_finite
 from engine.model.arch import TensorSpec, cpu_keeps_quantized, global_tensor_specs, layer_tensor_specs
 from engine.model.config import ModelConfig
 from engine.model.moe import ExpertStack, MoeWeights
-from engine.model.quant_matrix import QuantLinear, QuantMatrix, fuse, kernel_blocks, kernel_path
+from engine.model.quant_matrix import (
+    QuantLinear,
+    QuantMatrix,
+    fuse,
+    kernel_blocks,
+    kernel_path,
+    prepare_kernels,
+)
 
 Linear = np.ndarray | QuantLinear     # a projection: float32 [out, in] or quantized parts
 
@@ -123,6 +130,11 @@ class _Loader:
         self.progress = progress
         kernel_path()                          # the kernels' first use (import, smoke test) happens here,
         self.kernel_blocks = kernel_blocks()   # on the loading thread; a failure leaves this empty
+        # this model's kernels compiled (or read from the cache) before its weights are touched, then the
+        # compiler's pages given back: the compiler and the weights are never resident at once
+        if hasattr(gguf, "raw"):                # a file (not a dict of float32 arrays): matrices may stay quantized
+            prepare_kernels({t.ggml_type for t in gguf.tensors.values()
+                             if cpu_keeps_quantized(t, self.kernel_blocks)})
         self.done = 0                          # bytes of the file read so far: progress is in bytes, since a
         self.total = max(1, sum(t.nbytes for t in gguf.tensors.values()))   # MoE's experts are a few huge tensors
 

@@ -211,7 +211,7 @@ def test_batched_decode_matvec_matches_float64(fwd, ggml_type, T, kernel, monkey
         pytest.skip("halo_matmul_bq_t16 takes 9..16 tokens of Q4_K and Q6_K rows")
     monkeypatch.setattr(fwd_mod, "BQ_BATCH", kernel == "bq")
     rng = np.random.default_rng(T + int(ggml_type))
-    rows, K = (64, 512) if kernel == "kq" else (72, 768)
+    rows, K = (64, 512) if kernel == "kq" else (72, 768 if T < 16 else 9728)   # bq 9728: K split 8 ways, uneven
     tokens = fwd_mod.KQ_TOKENS if kernel == "kq" else fwd_mod.BQ_TOKENS
     raw = random_matrix(rng, ggml_type, rows, K)
     W = dequantize(raw.reshape(-1), ggml_type, rows * K).reshape(rows, K).astype(np.float64)
@@ -220,6 +220,7 @@ def test_batched_decode_matvec_matches_float64(fwd, ggml_type, T, kernel, monkey
     want = X[order].astype(np.float64) @ W.T
     bound = np.abs(X[order]).astype(np.float64) @ np.abs(W).T
     monkeypatch.setattr(fwd_mod, "KQ_BATCH", True)
+    monkeypatch.setattr(fwd_mod, "MV_MAX_T", 0)                # else steps of up to 8 tokens take mv_tN
     w_dev, x_dev, idx_dev = upload(fwd, raw), upload(fwd, X), upload(fwd, order)
     y_dev = fwd.backend.alloc((T, rows), np.float32)
     launched = []
@@ -229,7 +230,9 @@ def test_batched_decode_matvec_matches_float64(fwd, ggml_type, T, kernel, monkey
         fwd.backend.memset_async(y_dev, 0xFF, fwd.stream)
         fwd._matmul([DeviceMatrix(w_dev, int(ggml_type), rows, K)], x_dev, T, y_dev, rows, xrow=idx_dev)
         got = download(fwd, y_dev, (T, rows))
-        assert launched == [f"halo_matmul_{kernel}_t{next(n for n in tokens if n >= T)}"]
+        split = K == 9728
+        assert launched == [f"halo_matmul_{kernel}_t{next(n for n in tokens if n >= T)}"] + \
+            (["halo_splitk_sum"] if split else [])
         assert float(np.max(np.abs(got - want) / bound)) < BOUND
     finally:
         for b in (w_dev, x_dev, idx_dev, y_dev):
@@ -254,6 +257,7 @@ def test_batched_decode_glu_matches_float64(fwd, T, kernel, monkeypatch):
     scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
     monkeypatch.setattr(fwd, "config", dataclasses.replace(fwd.config, n_ff=n_ff, n_embd=K, activation="silu"))
     monkeypatch.setattr(fwd_mod, "KQ_BATCH", True)
+    monkeypatch.setattr(fwd_mod, "MV_MAX_T", 0)                # else steps of up to 8 tokens take mv_tN
     gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
     ad = fwd.backend.alloc((T, n_ff), np.float32)
     launched = []
@@ -264,6 +268,74 @@ def test_batched_decode_glu_matches_float64(fwd, T, kernel, monkeypatch):
         fwd._glu(DeviceMatrix(gd, int(GGMLType.Q4_K), n_ff, K), DeviceMatrix(ud, int(GGMLType.Q6_K), n_ff, K), xd, T, ad)
         got = download(fwd, ad, (T, n_ff))
         assert launched[0].startswith(f"halo_glu_{kernel}_t")
+        assert float(np.max(np.abs(got - want) / scale)) < 4 * BOUND
+    finally:
+        for b in (gd, ud, xd, ad):
+            fwd.backend.free(b)
+
+
+@pytest.mark.parametrize("ggml_type", [GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("T,K", [(1, 1024), (1, 8192), (1, 4096), (1, 2560)])
+def test_decode_matvec_mv_matches_float64(fwd, ggml_type, T, K):
+    """halo_matmul_mv_t1 (single-token steps, the default decode kernel) on three stacked segments of
+    different types (q|k|v), with K split over 1, 2 and 4 warps: every output written, float32 accuracy, rows
+    gathered through xrow as the LM head's are. 68 + 8 + 8 rows leave the last block part empty at every split."""
+    rng = np.random.default_rng(T * 7 + K + int(ggml_type))
+    seg_types = (ggml_type, ggml_type, GGMLType.Q6_K if ggml_type != GGMLType.Q6_K else GGMLType.Q4_K)
+    seg_rows = (68, 8, 8)
+    raws = [random_matrix(rng, t, n, K) for t, n in zip(seg_types, seg_rows, strict=True)]
+    W = np.concatenate([dequantize(r.reshape(-1), t, n * K).reshape(n, K)
+                        for r, t, n in zip(raws, seg_types, seg_rows, strict=True)]).astype(np.float64)
+    X = rng.standard_normal((T, K)).astype(np.float32)
+    order = rng.permutation(T).astype(np.int32)
+    want = X[order].astype(np.float64) @ W.T
+    bound = np.abs(X[order]).astype(np.float64) @ np.abs(W).T
+    rows = sum(seg_rows)
+    devs = [upload(fwd, r) for r in raws]
+    x_dev, idx_dev, y_dev = upload(fwd, X), upload(fwd, order), fwd.backend.alloc((T, rows), np.float32)
+    launched = []
+    original = fwd._launch
+    fwd._launch = lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k))
+    try:
+        fwd.backend.memset_async(y_dev, 0xFF, fwd.stream)
+        mats = [DeviceMatrix(d, int(t), n, K) for d, t, n in zip(devs, seg_types, seg_rows, strict=True)]
+        fwd._matmul(mats, x_dev, T, y_dev, rows, xrow=idx_dev)
+        got = download(fwd, y_dev, (T, rows))
+        assert launched == [f"halo_matmul_mv_t{next(n for n in fwd_mod.MV_TOKENS if n >= T)}"]
+        rel = float(np.max(np.abs(got - want) / bound))
+        print(f"\nmv {ggml_type.name} T={T} K={K}: max rel err {rel:.2e}")
+        assert rel < BOUND
+    finally:
+        fwd._launch = original
+        for b in devs + [x_dev, idx_dev, y_dev]:
+            fwd.backend.free(b)
+
+
+@pytest.mark.parametrize("T,K,types", [(1, 2560, ("Q4_K", "Q4_K")), (1, 9728, ("Q4_K", "Q6_K")),
+                                       (1, 4096, ("Q6_K", "Q4_K")), (1, 8192, ("Q6_K", "Q6_K"))])
+def test_decode_glu_mv_matches_float64(fwd, T, K, types, monkeypatch):
+    rng = np.random.default_rng(T + K)
+    n_ff = 76
+    tg, tu = (GGMLType[t] for t in types)
+    raw_g, raw_u = random_matrix(rng, tg, n_ff, K), random_matrix(rng, tu, n_ff, K)
+    G = dequantize(raw_g.reshape(-1), tg, n_ff * K).reshape(n_ff, K).astype(np.float64)
+    U = dequantize(raw_u.reshape(-1), tu, n_ff * K).reshape(n_ff, K).astype(np.float64)
+    X = rng.standard_normal((T, K)).astype(np.float32)
+    g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
+    want = g / (1 + np.exp(-g)) * u
+    ax = np.abs(X).astype(np.float64)
+    scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
+    monkeypatch.setattr(fwd, "config", dataclasses.replace(fwd.config, n_ff=n_ff, n_embd=K, activation="silu"))
+    gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
+    ad = fwd.backend.alloc((T, n_ff), np.float32)
+    launched = []
+    original = fwd._launch
+    monkeypatch.setattr(fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
+    try:
+        fwd.backend.memset_async(ad, 0xFF, fwd.stream)
+        fwd._glu(DeviceMatrix(gd, int(tg), n_ff, K), DeviceMatrix(ud, int(tu), n_ff, K), xd, T, ad)
+        got = download(fwd, ad, (T, n_ff))
+        assert launched == [f"halo_glu_mv_t{next(n for n in fwd_mod.MV_TOKENS if n >= T)}"]
         assert float(np.max(np.abs(got - want) / scale)) < 4 * BOUND
     finally:
         for b in (gd, ud, xd, ad):

@@ -41,18 +41,46 @@ def test_wmma_tile_only_on_rdna3_and_rdna35(api, arch, usable):
     assert wmma_usable(SimpleNamespace(api=api, arch=arch)) is usable
 
 
-@pytest.mark.parametrize("T,bq_ok,suffix", [(1, True, "kq_t1"), (3, True, "r1_t4"), (8, True, "r4_t8"),
+@pytest.mark.parametrize("T,bq_ok,suffix", [(1, True, "mv_t1"), (3, True, "r1_t4"), (8, True, "r4_t8"),
                                             (9, True, "bq_t16"), (16, True, "bq_t16"), (16, False, "tc"),
                                             (17, True, "tc"), (128, True, "tc")])
 def test_batched_decode_kernel_by_token_count(T, bq_ok, suffix, monkeypatch):
-    """bq_t16 serves 9..16-token steps of Q4_K / Q6_K matrices (measured faster than the prefill tile there, and
-    slower than r1_t4 / r4_t8 below); the tensor-core tile takes longer steps; wm replaces gt only when asked."""
+    """mv_t1 serves single-token steps, r1_t4 / r4_t8 up to 8 tokens; bq_t16 9..16-token steps of Q4_K / Q6_K matrices (measured
+    faster than the prefill tile there); the tensor-core tile takes longer steps; wm replaces gt only when asked."""
     monkeypatch.setattr(fwd_mod, "KQ_BATCH", False)
     monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)
     fwd = SimpleNamespace(use_tc=True, use_wmma=False)
     assert fwd_mod.GpuForward._tile(fwd, T, True, True, bq_ok)[2] == suffix
     fwd = SimpleNamespace(use_tc=False, use_wmma=True)
     assert fwd_mod.GpuForward._tile(fwd, 64, True, True, False)[2] == "wm"
+
+
+@pytest.mark.parametrize("T,max_t,rows_div4,bq_ok,suffix", [(1, 1, False, True, "kq_t1"), (3, 1, False, True, "r1_t4"),
+                                                            (1, 0, True, True, "kq_t1"), (1, 1, True, False, "kq_t1"),
+                                                            (1, 1, True, True, "mv_t1")])
+def test_decode_matvec_falls_back_where_mv_does_not_apply(T, max_t, rows_div4, bq_ok, suffix, monkeypatch):
+    """mv takes single-token steps of Q4_K / Q6_K rows (bq_ok) in multiples of 4; HALO_GPU_MV_MAX_T=0 turns it off"""
+    monkeypatch.setattr(fwd_mod, "MV_MAX_T", max_t)
+    monkeypatch.setattr(fwd_mod, "KQ_BATCH", False)
+    monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)
+    fwd = SimpleNamespace(use_tc=True, use_wmma=False)
+    assert fwd_mod.GpuForward._tile(fwd, T, rows_div4, True, bq_ok)[2] == suffix
+
+
+@pytest.mark.parametrize("K,kw", [(2560, 1), (4096, 2), (9728, 4), (1024, 1), (8192, 4)])
+def test_mv_splits_long_rows_over_more_warps(K, kw):
+    # Qwen3-4B: gate/up and qkv (K 2560) one warp, wo (K 4096) two, down (K 9728) four
+    assert fwd_mod.mv_split_warps(K) == kw
+
+
+def test_bq_splits_the_few_row_matrices_of_a_16_token_step():
+    # Qwen3-4B at 16 tokens: down (2560 rows / 16 = 160 blocks, K 9728 = 38 super-blocks), wo (160, 16), gate/up's
+    # 608 blocks stay whole; 16 super-blocks stop at 4 slices of 4; no room for partial sums: no split
+    assert fwd_mod.bq_splits(160, 38, 16 * 2560, BIG) == 4
+    assert fwd_mod.bq_splits(160, 16, 16 * 2560, BIG) == 4
+    assert fwd_mod.bq_splits(5, 38, 16 * 72, BIG) == 8
+    assert fwd_mod.bq_splits(608, 10, 16 * 9728, BIG) == 1
+    assert fwd_mod.bq_splits(160, 38, 16 * 2560, 16 * 2560) == 1
 
 
 def test_split_k_on_qwen3_4b_shapes_at_128_tokens():

@@ -79,6 +79,43 @@ def test_fused_parts_of_mixed_types_sit_side_by_side():
         np.testing.assert_allclose(fused(x), x @ w.T, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("t", [GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K],
+                         ids=lambda t: t.name)
+def test_fused_parts_of_one_type_run_as_one_call_equal_to_each_part_alone(t):
+    """q|k|v and gate|up of one type: one kernel call per token. Each row's sum is computed exactly as the
+    one-matrix call computes it (bit-equal), and equals dequantize-then-matmul up to summation order. Four
+    parts (more than one call takes) and a float32 part in between split into several calls."""
+    rng = np.random.default_rng(10 + int(t))
+    parts = []
+    for rows in (40, 7, 7, 19):                # q (not a multiple of the rows per task), k, v, a fourth
+        raw, cols = random_matrix(t, rows, 2, rng)
+        parts.append(QuantMatrix(raw, t, rows, cols))
+    dense = rng.normal(size=(5, cols)).astype(np.float32)
+    x = rng.normal(size=(3, cols)).astype(np.float32)
+    want = np.concatenate([p.dequantize() for p in parts[:3]]).astype(np.float64)
+    tol = 1e-5 * np.abs(x).max() * np.abs(want).max() * cols
+    for fused in (QuantLinear(tuple(parts[:3])), QuantLinear(tuple(parts[:2])), QuantLinear(tuple(parts)),
+                  QuantLinear((parts[0], dense, parts[1], parts[2]))):
+        for T in (1, 3):                       # decode sizes: per token, one call per run of parts
+            got = fused(x[:T])
+            alone = np.concatenate([_alone(p, x[:T]) for p in fused.parts], axis=1)
+            quantized = [isinstance(p, QuantMatrix) for p in fused.parts for _ in range(p.shape[0])]
+            np.testing.assert_array_equal(got[:, quantized], alone[:, quantized])
+            np.testing.assert_allclose(got[:, np.logical_not(quantized)], alone[:, np.logical_not(quantized)],
+                                       rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(QuantLinear(tuple(parts[:3]))(x[:1])[0], want @ x[0], rtol=0, atol=tol)
+
+
+def _alone(p, x):
+    """x [T, cols] @ p.T one part at a time: QuantMatrix.matvec per token, or float32 BLAS."""
+    if not isinstance(p, QuantMatrix):
+        return x @ p.T
+    out = np.empty((len(x), p.rows), np.float32)
+    for t in range(len(x)):
+        p.matvec(x[t], out[t])
+    return out
+
+
 def test_products_from_two_threads_at_once_are_right():
     """A chat and a diagnostics run may forward on the CPU at the same time."""
     from concurrent.futures import ThreadPoolExecutor
@@ -93,3 +130,34 @@ def test_products_from_two_threads_at_once_are_right():
     for i in range(2):
         for g in got[i]:
             np.testing.assert_array_equal(g, want[i])
+
+
+@pytest.mark.parametrize("with_sinks", [False, True])
+def test_decode_attention_equals_softmax_attention_in_float64(with_sinks):
+    """One token over a paged cache: blocks out of order, a context that ends mid-block, a sliding-window
+    mask (-inf entries) and grouped KV heads; with and without sink logits."""
+    from engine.model.quant_matrix import decode_attention_kernel
+
+    kernel, no_sinks = decode_attention_kernel()
+    rng = np.random.default_rng(3)
+    H, Hkv, D, bs, L = 8, 2, 16, 4, 11
+    k_blocks = rng.normal(size=(6, bs, Hkv, D)).astype(np.float32)
+    v_blocks = rng.normal(size=(6, bs, Hkv, D)).astype(np.float32)
+    blocks = np.array([4, 0, 5], np.int32)                      # positions 0-3 in block 4, 4-7 in 0, 8-10 in 5
+    q = rng.normal(size=(H, D)).astype(np.float32)
+    mask = np.where(np.arange(L) > L - 1 - 6, 0.0, -np.inf).astype(np.float32)   # a 6-token window
+    sinks = rng.normal(size=H).astype(np.float32) if with_sinks else no_sinks
+    scale = 1.0 / np.sqrt(D)
+    out = np.empty(H * D, np.float32)
+    kernel(q, k_blocks, v_blocks, blocks, mask, sinks, scale, out)
+
+    keys = k_blocks[blocks].reshape(-1, Hkv, D)[:L].astype(np.float64)        # [L, Hkv, D] in position order
+    values = v_blocks[blocks].reshape(-1, Hkv, D)[:L].astype(np.float64)
+    want = np.empty((H, D))
+    for h in range(H):
+        g = h // (H // Hkv)
+        scores = keys[:, g] @ q[h].astype(np.float64) * scale + mask
+        top = max(scores.max(), sinks[h]) if with_sinks else scores.max()
+        e = np.exp(scores - top)
+        want[h] = e @ values[:, g] / (e.sum() + (np.exp(sinks[h] - top) if with_sinks else 0.0))
+    np.testing.assert_allclose(out, want.reshape(-1), rtol=1e-5, atol=1e-6)

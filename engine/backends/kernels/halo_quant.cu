@@ -614,6 +614,251 @@ KQ_GLU_ENTRY(halo_glu_kq_t8, 8)
 KQ_GLU_ENTRY(halo_glu_kq_t16, 16)
 
 // ---------------------------------------------------------------------------------------------------------
+// Decode matvec ("mv", single-token steps; the template takes NT tokens, but at 4 and 8 tokens it lost to
+// r1_t4 / r4_t8 on an H200 at the 4B shapes (460 vs 510, 540 vs 584 tok/s; 172 registers), so only NT = 1 is
+// built). A block of MV_WARPS warps: kw of them (1, 2 or 4: the host picks by K, engine.gpu.forward.mv_split_warps)
+// share one row group's K range, the MV_WARPS / kw warp columns take MV_R rows each. Q4_K / Q6_K rows only (other
+// types keep kq_t1: through dq8 this scheme was ~10% slower on SmolLM2's Q4_1 rows), with kq_t1's lanes (8 per
+// super-block, 16-byte quant loads, scales applied per 16/32 weights). What differs from kq_t1: the rows' loads
+// are in flight together, and each activation slice a lane loads serves all of them (float32 activations are ~8x
+// the bytes of a Q4_K row; kq_t1 re-read them for every row through L1). acc[r][t]: this lane's share of row r,
+// token t; reduced over the warp, then over the kw warps through shared memory. Tokens past T repeat token T - 1
+// (read, never written). Contract (host): every segment's rows % MV_R == 0, Q4_K / Q6_K rows, K % 256 == 0.
+// Grid: (ceil(rows / (MV_R * MV_WARPS / kw)), ceil(T / NT)); block: 32 * MV_WARPS.
+#define MV_WARPS 4
+#define MV_R 2
+
+template <int R, int NT>
+__device__ __forceinline__ void mv_q4k_sb(const unsigned char* const* rows, int sb, int m, const float* const* xr,
+                                          float (*acc)[NT]) {
+    int c = m >> 1, l = 16 * (m & 1);
+    uint4 hdr[R], q[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++) {
+        const unsigned char* b = rows[r] + (size_t)sb * 144;
+        hdr[r] = __ldg((const uint4*)b);
+        q[r] = __ldg((const uint4*)(b + 16 + 16 * m));
+    }
+    float d[R], dmin[R], s1[R], m1[R], s2[R], m2[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++) {
+        d[r] = h2f(hdr[r].x & 0xffffu);
+        dmin[r] = h2f(hdr[r].x >> 16);
+        scale_min_k4_reg(2 * c, hdr[r].y, hdr[r].z, hdr[r].w, &s1[r], &m1[r]);
+        scale_min_k4_reg(2 * c + 1, hdr[r].y, hdr[r].z, hdr[r].w, &s2[r], &m2[r]);
+    }
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float4* xl = (const float4*)(xr[t] + sb * 256 + 64 * c + l);
+        float4 a[4], h[4];
+        float sl = 0.0f, sh = 0.0f;
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            a[i] = __ldg(xl + i);
+            h[i] = __ldg(xl + 8 + i);                          // + 32 elements
+            sl += (a[i].x + a[i].y) + (a[i].z + a[i].w);
+            sh += (h[i].x + h[i].y) + (h[i].z + h[i].w);
+        }
+        #pragma unroll
+        for (int r = 0; r < R; r++) {
+            u32 qw[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
+            float dl = 0.0f, dh = 0.0f;
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                u32 lo = qw[i] & 0x0f0f0f0fu, hi = (qw[i] >> 4) & 0x0f0f0f0fu;
+                dl += byte_f(lo, 0) * a[i].x + byte_f(lo, 1) * a[i].y + byte_f(lo, 2) * a[i].z + byte_f(lo, 3) * a[i].w;
+                dh += byte_f(hi, 0) * h[i].x + byte_f(hi, 1) * h[i].y + byte_f(hi, 2) * h[i].z + byte_f(hi, 3) * h[i].w;
+            }
+            acc[r][t] += d[r] * (s1[r] * dl + s2[r] * dh) - dmin[r] * (m1[r] * sl + m2[r] * sh);
+        }
+    }
+}
+
+// Q6_K lanes as q6k_row_dot: lane m takes ql bytes [16m, 16m + 16) and the matching qh bytes
+template <int R, int NT>
+__device__ __forceinline__ void mv_q6k_sb(const unsigned char* const* rows, int sb, int m, const float* const* xr,
+                                          float (*acc)[NT]) {
+    int h = m >> 2, kk = (m >> 1) & 1, l = 16 * (m & 1);
+    int si = 8 * h + 2 * kk + (l >> 4);
+    u32 s_lo = 2u * (u32)kk, s_hi = s_lo + 4u;
+    u32 lo[R][4], hi[R][4];
+    float sc_lo[R], sc_hi[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++) {
+        const unsigned char* b = rows[r] + (size_t)sb * 210;
+        u32 ql[4], qh[4];
+        ld16_a2(b + 16 * m, ql);
+        ld16_a2(b + 128 + 32 * h + l, qh);
+        float dd = h2f(ld_u16(b + 208));
+        sc_lo[r] = dd * (float)(signed char)ld_u8(b + 192 + si);
+        sc_hi[r] = dd * (float)(signed char)ld_u8(b + 192 + si + 4);
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            lo[r][i] = (ql[i] & 0x0f0f0f0fu) | (((qh[i] >> s_lo) & 0x03030303u) << 4);
+            hi[r][i] = ((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> s_hi) & 0x03030303u) << 4);
+        }
+    }
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float4* xl = (const float4*)(xr[t] + sb * 256 + 128 * h + 32 * kk + l);
+        float4 a[4], e[4];
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            a[i] = __ldg(xl + i);
+            e[i] = __ldg(xl + 16 + i);                         // + 64 elements
+        }
+        #pragma unroll
+        for (int r = 0; r < R; r++) {
+            float dl = 0.0f, dh = 0.0f;
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                dl += (byte_f(lo[r][i], 0) - 32.0f) * a[i].x + (byte_f(lo[r][i], 1) - 32.0f) * a[i].y
+                    + (byte_f(lo[r][i], 2) - 32.0f) * a[i].z + (byte_f(lo[r][i], 3) - 32.0f) * a[i].w;
+                dh += (byte_f(hi[r][i], 0) - 32.0f) * e[i].x + (byte_f(hi[r][i], 1) - 32.0f) * e[i].y
+                    + (byte_f(hi[r][i], 2) - 32.0f) * e[i].z + (byte_f(hi[r][i], 3) - 32.0f) * e[i].w;
+            }
+            acc[r][t] += sc_lo[r] * dl + sc_hi[r] * dh;
+        }
+    }
+}
+
+// this warp's share (warp column kc of kw) of R rows of one type
+template <int R, int NT>
+__device__ __forceinline__ void mv_dot(int type, const unsigned char* const* rows, int K, const float* const* xr, int kc,
+                                       int kw, float (*acc)[NT]) {
+    int lane = threadIdx.x & 31, m = lane & 7, ng = 4 * kw, nsb = K >> 8;
+    if (type == T_Q4_K)
+        for (int sb = 4 * kc + (lane >> 3); sb < nsb; sb += ng) mv_q4k_sb<R, NT>(rows, sb, m, xr, acc);
+    else
+        for (int sb = 4 * kc + (lane >> 3); sb < nsb; sb += ng) mv_q6k_sb<R, NT>(rows, sb, m, xr, acc);
+}
+
+// Sum acc over the warp, then over the kw warps of a row group (red: MV_WARPS * N * NT floats); the result is
+// complete in warp column 0's lanes.
+template <int N, int NT>
+__device__ __forceinline__ void mv_reduce(float (*acc)[NT], int kw, float* red) {
+    #pragma unroll
+    for (int r = 0; r < N; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = warp_sum(acc[r][t]);
+    if (kw == 1) return;
+    int warp = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0)
+        #pragma unroll
+        for (int r = 0; r < N; r++)
+            #pragma unroll
+            for (int t = 0; t < NT; t++) red[(warp * N + r) * NT + t] = acc[r][t];
+    __syncthreads();
+    if (warp % kw) return;
+    #pragma unroll
+    for (int r = 0; r < N; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float s = 0.0f;
+            for (int k = 0; k < kw; k++) s += red[((warp + k) * N + r) * NT + t];
+            acc[r][t] = s;
+        }
+}
+
+// x rows of tokens tok0 .. tok0 + NT - 1 (through xrow when given; clamped to T - 1)
+template <int NT>
+__device__ __forceinline__ void mv_x_rows(const float* X, const i32* xrow, int K, int tok0, int T, const float** xr) {
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        int tt = tok0 + t < T ? tok0 + t : T - 1;
+        xr[t] = X + (size_t)(xrow ? xrow[tt] : tt) * K;
+    }
+}
+
+template <int NT>
+__device__ void matmul_mv(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
+                          i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
+                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 kw) {
+    __shared__ float red[MV_WARPS * MV_R * NT];
+    int warp = threadIdx.x >> 5, kc = warp % kw, tok0 = blockIdx.y * NT;
+    int row0 = (blockIdx.x * (MV_WARPS / kw) + warp / kw) * MV_R;
+    bool valid = row0 < n0 + n1 + n2;
+    int rr = valid ? row0 : 0;                  // out-of-range warps read row 0 and join the block's reduction
+    const unsigned char* base; int type, rb, local;
+    if (rr < n0) { base = w0; type = t0_; rb = rb0; local = rr; }
+    else if (rr < n0 + n1) { base = w1; type = t1_; rb = rb1; local = rr - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = rr - n0 - n1; }
+    const unsigned char* rp[MV_R];
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++) rp[r] = base + (size_t)(local + r) * rb;
+    const float* xr[NT];
+    mv_x_rows<NT>(X, xrow, K, tok0, T, xr);
+    float acc[MV_R][NT];
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    mv_dot<MV_R, NT>(type, rp, K, xr, kc, kw, acc);
+    mv_reduce<MV_R, NT>(acc, kw, red);
+    if (!valid || kc || (threadIdx.x & 31)) return;
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (tok0 + t < T) Y[(size_t)(tok0 + t) * ldy + row0 + r] = acc[r][t] + (bias ? bias[row0 + r] : 0.0f);
+}
+
+// A[t, r] = act(gate_r . x_t) * (up_r . x_t) for MV_R rows r per warp column; contract: n_ff % MV_R == 0.
+template <int NT>
+__device__ void glu_mv(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+                       i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kw) {
+    __shared__ float red[MV_WARPS * 2 * MV_R * NT];
+    int warp = threadIdx.x >> 5, kc = warp % kw, tok0 = blockIdx.y * NT;
+    int row0 = (blockIdx.x * (MV_WARPS / kw) + warp / kw) * MV_R;
+    bool valid = row0 < n_ff;
+    int rr = valid ? row0 : 0;
+    const unsigned char* rg[MV_R];
+    const unsigned char* ru[MV_R];
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++) {
+        rg[r] = wg + (size_t)(rr + r) * rb_g;
+        ru[r] = wu + (size_t)(rr + r) * rb_u;
+    }
+    const float* xr[NT];
+    mv_x_rows<NT>(X, 0, K, tok0, T, xr);
+    float acc[2 * MV_R][NT];                    // gate rows, then up rows
+    #pragma unroll
+    for (int r = 0; r < 2 * MV_R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    if (tg == tu) {                             // one pass: the 2 MV_R rows' loads in flight together
+        const unsigned char* both[2 * MV_R];
+        #pragma unroll
+        for (int r = 0; r < MV_R; r++) { both[r] = rg[r]; both[MV_R + r] = ru[r]; }
+        mv_dot<2 * MV_R, NT>(tg, both, K, xr, kc, kw, acc);
+    } else {
+        mv_dot<MV_R, NT>(tg, rg, K, xr, kc, kw, acc);
+        mv_dot<MV_R, NT>(tu, ru, K, xr, kc, kw, acc + MV_R);
+    }
+    mv_reduce<2 * MV_R, NT>(acc, kw, red);
+    if (!valid || kc || (threadIdx.x & 31)) return;
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (tok0 + t < T) A[(size_t)(tok0 + t) * n_ff + row0 + r] = act_fn(acc[r][t], act) * acc[MV_R + r][t];
+}
+
+#define MV_MATMUL_ENTRY(NAME, NT)                                                                          \
+HALO_KERNEL void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1, i32 t1,    \
+                      i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2, const float* bias, \
+                      const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 kw) {          \
+    matmul_mv<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw);     \
+}
+#define MV_GLU_ENTRY(NAME, NT)                                                                             \
+HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,  \
+                      i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kw) {                 \
+    glu_mv<NT>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, kw);                                     \
+}
+MV_MATMUL_ENTRY(halo_matmul_mv_t1, 1)
+MV_GLU_ENTRY(halo_glu_mv_t1, 1)
+
+// ---------------------------------------------------------------------------------------------------------
 // Batched decode from shared activations (9 <= T <= 16 tokens, Q4_K / Q6_K rows, K % 256 == 0; the host checks):
 // a block of BQ_WARPS warps takes BQ_ROWS rows, 4 per warp with kq_t1's 8 lanes per super-block (lane m of
 // row group grp = lane / 8 takes 16 quant bytes with wide loads). Per super-block the block stages the NT
@@ -713,10 +958,13 @@ __device__ __forceinline__ float group8_sum(float v) {
     return v;
 }
 
+// Split K (gridDim.z > 1; the host splits matrices of few rows, a 4B model's down and wo, which gave 160 blocks
+// for 132 SMs): block z takes super-blocks [z ksb, (z + 1) ksb) and writes its partial sums to
+// P[z][t][row], added in z order by halo_splitk_sum.
 template <int NT>
 __device__ void matmul_bq(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
                           i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
-                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy) {
+                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 ksb, float* P) {
     __shared__ __align__(16) float xs[NT * BQ_XLD];
     int lane = threadIdx.x & 31, m = lane & 7;
     int row = blockIdx.x * BQ_ROWS + 4 * (threadIdx.x >> 5) + (lane >> 3), tok0 = blockIdx.y * NT;
@@ -729,16 +977,20 @@ __device__ void matmul_bq(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, con
     float acc[NT];
     #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-    for (int sb = 0; sb < (K >> 8); sb++) {
+    int sb1 = min(K >> 8, (int)(blockIdx.z + 1) * ksb);
+    for (int sb = blockIdx.z * ksb; sb < sb1; sb++) {
         __syncthreads();
         bq_stage<NT>(X, xrow, K, T, tok0, sb, xs);
         __syncthreads();
         if (valid) bq_sb<NT>(type, rp, sb, m, xs, acc);
     }
+    int rows = n0 + n1 + n2;
     #pragma unroll
     for (int t = 0; t < NT; t++) {
         float v = group8_sum(acc[t]);
-        if (valid && m == 0 && tok0 + t < T) Y[(size_t)(tok0 + t) * ldy + row] = v + (bias ? bias[row] : 0.0f);
+        if (!valid || m != 0 || tok0 + t >= T) continue;
+        if (gridDim.z > 1) P[((size_t)blockIdx.z * T + tok0 + t) * rows + row] = v;
+        else Y[(size_t)(tok0 + t) * ldy + row] = v + (bias ? bias[row] : 0.0f);
     }
 }
 
@@ -774,8 +1026,8 @@ __device__ void glu_bq(const unsigned char* wg, i32 tg, const unsigned char* wu,
 #define BQ_MATMUL_ENTRY(NAME, NT)                                                                          \
 HALO_KERNEL void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1, i32 t1,    \
                       i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2, const float* bias, \
-                      const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy) {                  \
-    matmul_bq<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy);         \
+                      const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 ksb, float* P) {  \
+    matmul_bq<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, ksb, P);  \
 }
 #define BQ_GLU_ENTRY(NAME, NT)                                                                             \
 HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,  \
