@@ -235,7 +235,9 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
         # the decode runs it held a one-token step, which the attention and delta-rule kernels would time)
         gm.step(prefill, kv, pool, feed_next=True).get_output()
         result["prefill_breakdown_us"], _ = kernel_breakdown(gm, kv, prompt_tokens, graph=False)
-        result["prefill_tile"] = "tensor cores (tc)" if gm.fwd.use_tc else "SIMT (gt)"
+        tc_tile = "tck for Q4_K / Q6_K products, else tcp matmuls and tc GLUs" if forward_mod.TC_TILE == "tck" else \
+            forward_mod.TC_TILE
+        result["prefill_tile"] = f"tensor cores ({tc_tile})" if gm.fwd.use_tc else "SIMT (gt)"
         if gm.fwd.use_tc:                                # how the split-K target moves prefill (tuning)
             default, fwd = forward_mod.SPLIT_TARGET_BLOCKS, gm.fwd
             sweep, own_partial = {}, (fwd.partial, fwd.partial_cap)
@@ -251,6 +253,11 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
                 backend.free(fwd.partial)
                 fwd.partial, fwd.partial_cap = own_partial
             result["prefill_tok_s_by_split_target"] = sweep
+            own_tile, forward_mod.TC_TILE = forward_mod.TC_TILE, "tc"    # the first tensor-core tile, for comparison
+            try:
+                result["first_tc_prefill_tok_s"] = prompt_tokens / _median_prefill_s(gm, prefill, kv, pool, repeat)
+            finally:
+                forward_mod.TC_TILE = own_tile
             forward_mod.SIMT_TILES = True                # the SIMT tile HIP runs, same file, for comparison
             try:
                 result["simt_prefill_tok_s"] = prompt_tokens / _median_prefill_s(gm, prefill, kv, pool, repeat)
@@ -498,6 +505,9 @@ def format_result(r: dict) -> str:
     if r.get("prefill_tok_s_by_split_target"):
         sweep = ", ".join(f"{k}: {v:.0f}" for k, v in r["prefill_tok_s_by_split_target"].items())
         lines.append(f"  prefill tok/s by split-K target blocks (default {forward_mod.SPLIT_TARGET_BLOCKS}): {sweep}")
+    if "first_tc_prefill_tok_s" in r:
+        lines.append(f"  prefill with the first tensor-core tile (tc everywhere): {r['first_tc_prefill_tok_s']:.0f} "
+                     "tok/s")
     if "simt_prefill_tok_s" in r:
         lines.append(f"  prefill with the SIMT gt tile (what HIP runs): {r['simt_prefill_tok_s']:.0f} tok/s")
     if "legacy_prefill_tok_s" in r:

@@ -40,6 +40,11 @@ GT_ROWS, GT_TOKENS, GT_K = 32, 64, 64      # halo_*_gt prefill tile: rows x toke
 KQ_TOKENS = (4, 8, 16)                     # halo_*_kq_tN: batched decode, weights decoded once for N tokens
 GT_MIN_T = 9                               # T above r4_t8's 8 tokens: the shared-memory tile
 TC_ROWS, TC_TOKENS, TC_K = 32, 64, 32      # halo_*_tc (tensor cores, CUDA sm_80+): same tile, k stage 32
+# halo_*_tcp: the pipelined tensor-core tile (engine/gpu/NOTES.md), 64 rows (GLU: 32 gate + 32 up) x 64 tokens per
+# block, same k stage, split-K contract and partial sums as tc; matmul segments need rows % TCP_ROWS == 0.
+# halo_*_tck: tcp for matrices of TCK_TYPES only, integer weights exact in TF32 (2 MMAs per product, not 3).
+TCP_ROWS = 64
+TCK_TYPES = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 # Split K until a prefill matmul has this many blocks (~8 per SM on an H200: the last wave stays short).
 # H200 sweep, Qwen3-4B-shaped 128-token prefill: 256 -> 1967, 512 -> 2225, 1024 -> 2320, 2048 -> 2384 tok/s;
 # 1024 keeps the partial-sums buffer at <= 32 MiB (2048 would double it for 3%).
@@ -57,6 +62,9 @@ SIMT_TILES = os.environ.get("HALO_GPU_TILES") == "gt"
 # only been compiled (the prebuilt gfx11 objects), never run on an AMD GPU, so the FMA tile stays the default.
 WMMA_TILES = os.environ.get("HALO_GPU_TILES") == "wmma"
 WMMA_ARCHS = frozenset({"gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151"})
+# Which tensor-core tile: "tck" (unset: the best measured for each product, see _tc_tile / _glu_tile), or "tcp" /
+# "tc" (HALO_GPU_TILES=tcp / tc: the pipelined tile for every type / the first tile everywhere, for comparisons)
+TC_TILE = {"tc": "tc", "tcp": "tcp"}.get(os.environ.get("HALO_GPU_TILES", ""), "tck")
 # HALO_GPU_KQ_BATCH=1: steps of 2..16 tokens take halo_*_kq_t{4,8,16} instead of r1_t4 / r4_t8 / the tile.
 # Off by default: on the H200 it did not raise batched decode (engine/gpu/NOTES.md), so the measured path stays.
 KQ_BATCH = os.environ.get("HALO_GPU_KQ_BATCH") == "1"
@@ -114,6 +122,20 @@ def tensor_cores_usable(backend: Backend) -> bool:
     """halo_*_tc need mma.sync TF32: CUDA compute capability 8.0 or newer (HIP keeps the SIMT tile)."""
     arch = getattr(backend, "arch", "")
     return backend.api == "cuda" and arch.startswith("sm_") and arch[3:].isdigit() and int(arch[3:]) >= 80
+
+
+def _tc_tile(types: set[int]) -> str:
+    """The pipelined tensor-core matmul tile for matrices of these types (TC_TILE not "tc"): tck where every type is
+    a TCK_TYPES one, else tcp (faster than tc for every Qwen3-4B matmul shape on the H200)."""
+    return TC_TILE if TC_TILE != "tcp" and types <= TCK_TYPES else "tcp"
+
+
+def _glu_tile(types: set[int]) -> str:
+    """The tensor-core GLU tile: tck for TCK_TYPES gate and up, else tc (tcp's GLU, 4 warps per block, measured
+    slower than tc's 8-warp one on the H200: 518 vs 455 us at 128 tokens), unless HALO_GPU_TILES names one."""
+    if TC_TILE in ("tc", "tcp"):
+        return TC_TILE
+    return TC_TILE if types <= TCK_TYPES else "tc"
 
 
 def wmma_usable(backend: Backend) -> bool:
@@ -322,8 +344,8 @@ class GpuForward:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
         kq = tuple(f"kq_t{n}" for n in KQ_TOKENS) + tuple(f"bq_t{n}" for n in BQ_TOKENS) + \
             tuple(f"mv_t{n}" for n in MV_TOKENS)
-        for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + (("tc",) if self.use_tc else ()) + \
-                (("wm",) if self.use_wmma else ()):
+        tensor_core = ("tc", "tcp", "tck") if self.use_tc else ()
+        for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + tensor_core + (("wm",) if self.use_wmma else ()):
             self.kern("halo_quant.cu", "halo_matmul_" + suffix)
             self.kern("halo_quant.cu", "halo_glu_" + suffix)
         for name in ("halo_embed_norm", "halo_splitk_sum"):
@@ -352,7 +374,8 @@ class GpuForward:
         (Q4_K / Q6_K); kq_t1: warp per row, wide K-quant loads (any type); bq_t16: BQ_ROWS rows per block for 9..16 tokens, activations staged in shared memory
         (Q4_K / Q6_K); kq_tN (HALO_GPU_KQ_BATCH=1): warp per row for 2..16 tokens, each weight decoded once;
         tc / gt / wm: 32 x 64 shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs /
-        RDNA WMMA (HALO_GPU_TILES=wmma)."""
+        RDNA WMMA (HALO_GPU_TILES=wmma); _matmul / _glu run "tc" as the pipelined tck / tcp tiles where their
+        contract holds (_tc_tile, _glu_tile; 64 rows per matmul block), unless HALO_GPU_TILES=tc."""
         if T <= min(MV_MAX_T, MV_TOKENS[-1]) and rows_all_div4 and bq_ok and not LEGACY_TILES:
             n = next(n for n in MV_TOKENS if n >= T)
             return MV_R, n, f"mv_t{n}"
@@ -372,10 +395,10 @@ class GpuForward:
             return 1, 4, "r1_t4"
         return 4, 8, "r4_t8"
 
-    def _splits(self, rows: int, T: int, K: int, planes: int) -> int:
+    def _splits(self, rows: int, T: int, K: int, planes: int, tile_rows: int = TC_ROWS) -> int:
         if rows * K * T * planes < SPLIT_MIN_MACS:
             return 1
-        return split_k((rows // TC_ROWS) * -(-T // TC_TOKENS), K, planes * T * rows, self.partial_cap)
+        return split_k((rows // tile_rows) * -(-T // TC_TOKENS), K, planes * T * rows, self.partial_cap)
 
     def _matmul(self, mats: list[DeviceMatrix], X: DeviceBuffer, T: int, Y: DeviceBuffer, ldy: int,
                 bias=None, xrow=None) -> None:
@@ -403,9 +426,12 @@ class GpuForward:
                 self._splitk_sum(splits, T, rows, bias, -1, Y, ldy)
             return
         if suffix == "tc":
-            splits = self._splits(rows, T, K, 1)
+            if TC_TILE != "tc" and all(m.rows % TCP_ROWS == 0 for m in mats):
+                suffix, R = _tc_tile({m.ggml_type for m in mats}), TCP_ROWS
+            splits = self._splits(rows, T, K, 1, R)
             args += [np.int32(K // splits), self.partial]
-            self._launch("halo_quant.cu", "halo_matmul_tc", (rows // R, -(-T // NT), splits), 128, tuple(args))
+            self._launch("halo_quant.cu", "halo_matmul_" + suffix, (rows // R, -(-T // NT), splits), 128,
+                         tuple(args))
             if splits > 1:
                 self._splitk_sum(splits, T, rows, bias, -1, Y, ldy)
             return
@@ -426,8 +452,10 @@ class GpuForward:
                          32 * MV_WARPS, args + (np.int32(kw),))
             return
         if suffix == "tc":
+            tile = _glu_tile({gate.ggml_type, up.ggml_type})                 # every GLU tile: 32 rows of each
+            name, threads = "halo_glu_" + tile, 128 if tile != "tc" else 256
             splits = self._splits(c.n_ff, T, c.n_embd, 2)
-            self._launch("halo_quant.cu", "halo_glu_tc", (c.n_ff // R, -(-T // NT), splits), 256,
+            self._launch("halo_quant.cu", name, (c.n_ff // R, -(-T // NT), splits), threads,
                          args + (np.int32(c.n_embd // splits), self.partial))
             if splits > 1:
                 self._splitk_sum(splits, T, c.n_ff, None, act, A, c.n_ff)

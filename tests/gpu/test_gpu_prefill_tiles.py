@@ -1,9 +1,10 @@
 """The prefill matmul tiles on their own, against float64 on the host: random weights in every quant type
 (GGUF block bytes with sane scales, dequantized by engine.gguf as the reference), token counts that leave
-partial tiles, and K long enough that the tensor-core tile splits K (partial sums + halo_splitk_sum; forced
-for K = 2560, which is below the size the forward splits at) or runs one block over all of K (K = 1536).
+partial tiles, and K long enough that the tensor-core tiles (tck / tcp, the pipelined defaults, and tc) split K
+(partial sums + halo_splitk_sum; forced for K = 2560, matmul and GLU, which is below the size the forward splits
+at; that matmul case also gathers its rows through xrow) or run one block over all of K (K = 1536).
 
-Precision: the tensor-core tile splits each operand into two TF32 parts (3xTF32), so its error must stay at
+Precision: the tensor-core tiles split each operand into two TF32 parts (3xTF32), so its error must stay at
 float32 level: max |Y - Y64| / (|X| |W|^T) below 2e-6, which a single TF32 product (~1e-5 at these K) would
 fail. The SIMT tile (gt, what HIP runs) is held to the same bound, so is the RDNA WMMA tile (wm, 3xF16 with
 power-of-two tile scaling) on a gfx11 GPU (none has run it yet), and so are the batched-decode kernels
@@ -60,10 +61,19 @@ def fwd(gpu_name):
     backend.close()
 
 
-def modes(fwd):
-    """The prefill tiles this device runs: tc (CUDA tensor cores), wm (RDNA3 / 3.5 WMMA, opt-in in the engine,
-    tested wherever the arch has it), gt (FMAs, everywhere)."""
-    return (["tc"] if fwd.use_tc else []) + (["wm"] if fwd_mod.wmma_usable(fwd.backend) else []) + ["gt"]
+def modes(fwd, types=()):
+    """The prefill tiles this device runs for matrices of these types: tck, tcp and tc (CUDA tensor cores: the
+    pipelined tile with integer K-quant weights, the default for Q4_K / Q6_K; the pipelined tile, the matmul
+    default for other types, HALO_GPU_TILES=tcp; the first one, HALO_GPU_TILES=tc), wm (RDNA3 / 3.5 WMMA,
+    opt-in in the engine, tested wherever the arch has it), gt (FMAs, everywhere)."""
+    tck = ["tck"] if set(types) <= fwd_mod.TCK_TYPES else []
+    return (tck + ["tcp", "tc"] if fwd.use_tc else []) + (["wm"] if fwd_mod.wmma_usable(fwd.backend) else []) + ["gt"]
+
+
+def use_mode(fwd, mode: str, monkeypatch) -> None:
+    monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
+    monkeypatch.setattr(fwd_mod, "TC_TILE", mode if mode in ("tck", "tcp", "tc") else "tck")
+    monkeypatch.setattr(fwd, "use_wmma", mode == "wm")
 
 
 def upload(fwd, host: np.ndarray):
@@ -91,9 +101,12 @@ def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
     raw = random_matrix(rng, ggml_type, rows, K)
     W = dequantize(raw.reshape(-1), ggml_type, rows * K).reshape(rows, K).astype(np.float64)
     X = rng.standard_normal((T, K)).astype(np.float32)
-    want = X.astype(np.float64) @ W.T
-    bound = np.abs(X).astype(np.float64) @ np.abs(W).T
+    # K = 2560: the rows go through xrow as the LM head's do (a permutation of the tokens)
+    order = rng.permutation(T).astype(np.int32) if K == 2560 else np.arange(T, dtype=np.int32)
+    want = X[order].astype(np.float64) @ W.T
+    bound = np.abs(X[order]).astype(np.float64) @ np.abs(W).T
     w_dev, x_dev, y_dev = upload(fwd, raw), upload(fwd, X), fwd.backend.alloc((T, rows), np.float32)
+    idx_dev = upload(fwd, order) if K == 2560 else None
     m = DeviceMatrix(w_dev, int(ggml_type), rows, K)
     launched = []
     if K == 2560:
@@ -101,22 +114,22 @@ def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
     original = fwd._launch
     monkeypatch.setattr(fwd, "_launch", lambda f, n, *a, **k: (launched.append((n, a[0])), original(f, n, *a, **k)))
     try:
-        for mode in modes(fwd):
-            monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
-            monkeypatch.setattr(fwd, "use_wmma", mode == "wm")
+        for mode in modes(fwd, [ggml_type]):
+            use_mode(fwd, mode, monkeypatch)
             launched.clear()
             fwd.backend.memset_async(y_dev, 0xFF, fwd.stream)          # NaN: every output must be written
-            fwd._matmul([m], x_dev, T, y_dev, rows)
+            fwd._matmul([m], x_dev, T, y_dev, rows, xrow=idx_dev)
             got = download(fwd, y_dev, (T, rows))
             rel = float(np.max(np.abs(got - want) / bound))
             print(f"\n{ggml_type.name} K={K} T={T} {mode}: launches {launched}, max rel err {rel:.2e}")
             assert launched[0][0] == f"halo_matmul_{mode}"
             assert rel < BOUND
-            if mode == "tc" and K == 2560:
+            if mode in ("tc", "tcp", "tck") and K == 2560:
                 assert launched[0][1][2] > 1 and launched[1][0] == "halo_splitk_sum"   # split K, then summed
     finally:
-        for b in (w_dev, x_dev, y_dev):
-            fwd.backend.free(b)
+        for b in (w_dev, x_dev, y_dev, idx_dev):
+            if b is not None:
+                fwd.backend.free(b)
 
 
 def test_mxfp4_rows_decode_exactly_as_engine_gguf(fwd):
@@ -163,16 +176,24 @@ def test_glu_tiles_match_float64(fwd, K, T, act, monkeypatch):
                                                            activation="silu" if act == 0 else "gelu_tanh"))
     gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
     ad = fwd.backend.alloc((T, n_ff), np.float32)
+    launched = []
+    if K == 2560:
+        monkeypatch.setattr(fwd_mod, "SPLIT_MIN_MACS", 0)      # split K (two planes of partial sums), then summed
+    original = fwd._launch
+    monkeypatch.setattr(fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
     try:
-        for mode in modes(fwd):
-            monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
-            monkeypatch.setattr(fwd, "use_wmma", mode == "wm")
+        for mode in modes(fwd, [GGMLType.Q4_K, GGMLType.Q6_K]):
+            use_mode(fwd, mode, monkeypatch)
+            launched.clear()
             fwd.backend.memset_async(ad, 0xFF, fwd.stream)
             fwd._glu(DeviceMatrix(gd, int(GGMLType.Q4_K), n_ff, K), DeviceMatrix(ud, int(GGMLType.Q6_K), n_ff, K),
                      xd, T, ad)
             got = download(fwd, ad, (T, n_ff))
             rel = float(np.max(np.abs(got - want) / scale))
-            print(f"\nglu K={K} T={T} act={act} {mode}: max rel err {rel:.2e}")
+            print(f"\nglu K={K} T={T} act={act} {mode}: launches {launched}, max rel err {rel:.2e}")
+            assert launched[0] == f"halo_glu_{mode}"
+            if mode in ("tc", "tcp", "tck") and K == 2560:
+                assert launched[1:] == ["halo_splitk_sum"]
             assert rel < 4 * BOUND
     finally:
         for b in (gd, ud, xd, ad):

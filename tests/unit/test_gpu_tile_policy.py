@@ -11,6 +11,7 @@ import pytest
 import engine.gpu.forward as fwd_mod
 from engine.backends import registry
 from engine.backends.base import Kernel
+from engine.gguf.types import GGMLType
 from engine.gpu.forward import (
     SPLIT_TARGET_BLOCKS,
     TC_K,
@@ -122,9 +123,21 @@ def test_only_large_products_split(monkeypatch):
     assert splits(2560, 128, 4096) == 8 and splits(2560, 128, 9728) == 8
 
 
+@pytest.mark.parametrize("tile,types,matmul,glu", [
+    ("tck", {GGMLType.Q4_K, GGMLType.Q6_K}, "tck", "tck"), ("tck", {GGMLType.Q4_K}, "tck", "tck"),
+    ("tck", {GGMLType.Q4_K, GGMLType.Q8_0}, "tcp", "tc"), ("tck", {GGMLType.F32}, "tcp", "tc"),
+    ("tcp", {GGMLType.Q4_K}, "tcp", "tcp"), ("tc", {GGMLType.Q4_K}, "tc", "tc")])
+def test_tensor_core_tile_by_weight_types(tile, types, matmul, glu, monkeypatch):
+    """tck (integer K-quant weights) only where every matrix of the product is Q4_K / Q6_K; other matmuls take
+    tcp and other GLUs tc (each measured faster there); HALO_GPU_TILES=tcp / tc force one tile for comparisons."""
+    monkeypatch.setattr(fwd_mod, "TC_TILE", tile)
+    assert fwd_mod._tc_tile(types) == matmul and fwd_mod._glu_tile(types) == glu
+
+
 def test_prefill_launches_the_tensor_core_tile_with_a_valid_split():
-    """The host side of a tc prefill on the CPU backend (kernels recorded): every tc launch has grid z
-    slices of kc = K / z (a multiple of 32), and a split launch is followed by its halo_splitk_sum."""
+    """The host side of a tensor-core prefill on the CPU backend (kernels recorded): the Q4_K_M model's products
+    take tck, every tensor-core launch has grid z slices of kc = K / z (a multiple of 32), rows per block as the
+    tile's contract asks, and a split launch is followed by its halo_splitk_sum."""
     backend = registry.create("cpu")
     launched = []
     backend.kernel = lambda file, function: Kernel(function, None)
@@ -138,13 +151,17 @@ def test_prefill_launches_the_tensor_core_tile_with_a_valid_split():
                             query_start_loc=np.array([0, 20], np.int32), seq_lens=np.array([20], np.int32),
                             block_tables=np.arange(4, dtype=np.int32)[None, :]), kv)
         names = [n for n, _, _ in launched]
-        assert "halo_matmul_tc" in names and "halo_glu_tc" in names and "halo_matmul_gt" not in names
+        assert "halo_matmul_tck" in names and "halo_glu_tck" in names and "halo_matmul_gt" not in names
         for i, (name, grid, args) in enumerate(launched):
-            if name.endswith("_tc"):
-                K = int(args[15]) if name == "halo_matmul_tc" else int(args[9])
+            if name.endswith(("_tc", "_tcp", "_tck")):
+                matmul = name.startswith("halo_matmul")
+                K = int(args[15]) if matmul else int(args[9])
                 kc = int(args[-2])
                 assert grid[2] * kc == K and kc % TC_K == 0
                 assert (grid[2] > 1) == (i + 1 < len(launched) and launched[i + 1][0] == "halo_splitk_sum")
+                rows = sum(int(args[j]) for j in (2, 6, 10)) if matmul else int(args[6])
+                per_block = fwd_mod.TCP_ROWS if matmul and name != "halo_matmul_tc" else fwd_mod.TC_ROWS
+                assert grid[0] * per_block == rows
     finally:
         kv.free()
         m.close()

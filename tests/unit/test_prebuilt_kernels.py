@@ -124,7 +124,8 @@ def test_engine_launch_arguments_match_every_objects_metadata(manifest, infos, m
     names = {n for _, n, _ in launches}
     assert {"halo_embed_norm", "halo_rope_kv", "halo_attention", "halo_add_norm", "halo_sample",
             "halo_matmul_mv_t1", "halo_glu_mv_t1", "halo_matmul_gt", "halo_matmul_r1_t1", "halo_write_ids",
-            "halo_attention_tc", "halo_matmul_tc", "halo_glu_tc", "halo_matmul_wm", "halo_glu_wm"} <= names
+            "halo_attention_tc", "halo_matmul_tc", "halo_glu_tc", "halo_matmul_tcp", "halo_matmul_tck", "halo_glu_tck",
+            "halo_matmul_wm", "halo_glu_wm"} <= names
     assert {"halo_conv_silu", "halo_delta_prep", "halo_delta_rule", "halo_delta_chunked", "halo_gated_norm",
             "halo_output_gate", "halo_split_q_gate"} <= names
     for target in TARGETS:

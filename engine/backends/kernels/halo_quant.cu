@@ -1574,6 +1574,549 @@ HALO_KERNEL __launch_bounds__(256, 3) void halo_glu_tc(const unsigned char* wg, 
 #endif
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Pipelined tensor-core tile "tcp" (CUDA sm_80+): the tc tile's arithmetic (3xTF32, stage-wise promotion, same
+// split-K contract and partial-sum layout) with the memory side reworked:
+// - 64 weight rows x 64 tokens per 128-thread block (GLU: 32 gate + 32 up rows), each warp 32 rows x 32 tokens,
+//   so every fragment feeds more MMAs (the tc warp had 16 x 32);
+// - activations go global -> shared memory as raw float32 with 16-byte cp.async, one stage ahead (double buffer),
+//   and are split into TF32 head + tail in registers as the fragments are loaded;
+// - the weight tile of the next stage is fetched into registers before this stage's MMAs (Q4_K: one 16-byte header
+//   and one 8-byte quant load per 8 weights; Q6_K: aligned words funnel-shifted) and dequantized after them, so the
+//   global latency overlaps the MMAs; other types dequantize with dq8 after the MMAs as tc does;
+// - shared memory is laid out for wide fragment loads: within each 8-k chunk MMA slot q takes k = 2q and slot q + 4
+//   k = 2q + 1 (a relabelling of the sum's terms, the same for both operands), so a lane reads its two B values
+//   with one 8-byte load and its A head and tail pairs with one 16-byte load per row ({h(2q), h(2q+1), l(2q),
+//   l(2q+1)}); row strides 80 and 40 words keep both conflict-free.
+// Contract (host): matmul segments rows % 64 == 0, GLU n_ff % 32 == 0; kc % 32 == 0; gridDim.z * kc == K.
+#define TP_BM 64
+#define TP_BN 64
+#define TP_BK 32
+#define TP_LDW 80                  // words per weight row: 32 k x (head, tail) + 16 pad
+#define TP_LDX 40                  // words per token row: 32 k + 8 pad
+
+#if HALO_TC
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// 16 bytes global -> shared, asynchronously; bytes == 0 writes zeros (tokens past T)
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(smem_addr(dst)), "l"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// X[tok0 + n][k0 .. k0 + 32) into Xs[n * TP_LDX ..]: thread t copies chunks c = t % 8 of token rows t / 8 + 16 j;
+// xo[j]: the row's element offset in X, or -1 past T
+__device__ __forceinline__ void tp_load_x(const float* X, const int* xo, int k0, float* Xs) {
+    int t = threadIdx.x, c = t & 7;
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int n = (t >> 3) + 16 * j;
+        const float* src = xo[j] >= 0 ? X + (size_t)xo[j] + k0 + 4 * c : X;
+        cp_async16(Xs + n * TP_LDX + 4 * c, src, xo[j] >= 0 ? 16 : 0);
+    }
+}
+
+// Raw bytes of elements 8 gi .. 8 gi + 7 of the 32-k stage at k0 of one weight row, into registers (K-quants;
+// other types fetch nothing here and decode in tp_convert)
+__device__ __forceinline__ void tp_fetch(int type, const unsigned char* rp, int k0, int gi, u32* raw) {
+    if (type == T_Q4_K) {
+        const unsigned char* b = rp + (size_t)(k0 >> 8) * 144;
+        int e = (k0 & 255) + 8 * gi;
+        uint4 hdr = __ldg((const uint4*)b);
+        uint2 q = __ldg((const uint2*)(b + 16 + 32 * (e >> 6) + (e & 31)));
+        raw[0] = hdr.x; raw[1] = hdr.y; raw[2] = hdr.z; raw[3] = hdr.w; raw[4] = q.x; raw[5] = q.y;
+    } else if (type == T_Q6_K) {
+        const unsigned char* b = rp + (size_t)(k0 >> 8) * 210;             // 2-byte aligned
+        int e = (k0 & 255) + 8 * gi, hh = e >> 7, r = e & 127, l = r & 31;
+        const u32* ql = (const u32*)(((size_t)(b + 64 * hh + 32 * ((r >> 5) & 1) + l)) & ~(size_t)3);
+        const u32* qh = (const u32*)(((size_t)(b + 128 + 32 * hh + l)) & ~(size_t)3);
+        raw[0] = __ldg(ql); raw[1] = __ldg(ql + 1); raw[2] = __ldg(ql + 2);
+        raw[3] = __ldg(qh); raw[4] = __ldg(qh + 1); raw[5] = __ldg(qh + 2);
+        raw[6] = ld_u8(b + 192 + (e >> 4)) | (ld_u16(b + 208) << 16);      // int8 scale | float16 d
+        raw[7] = (u32)((size_t)b & 3) * 8u;                                 // the words' byte shift
+    }
+}
+
+// The 8 weights of tp_fetch's raw bytes (bit-identical to dq8)
+__device__ __forceinline__ void tp_convert(int type, const unsigned char* rp, int k0, int gi, const u32* raw, float* w) {
+    if (type == T_Q4_K) {
+        int e = (k0 & 255) + 8 * gi, h = (e >> 5) & 1;
+        float d = h2f(raw[0] & 0xffffu), dmin = h2f(raw[0] >> 16), sc, mn;
+        scale_min_k4_reg(e >> 5, raw[1], raw[2], raw[3], &sc, &mn);
+        float dl = d * sc, ml = dmin * mn;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            u32 v = (raw[4 + (i >> 2)] >> (8 * (i & 3) + 4 * h)) & 15u;
+            w[i] = dl * (float)v - ml;
+        }
+    } else if (type == T_Q6_K) {
+        int e = (k0 & 255) + 8 * gi, k = (e & 127) >> 5;
+        u32 sh = raw[7];
+        u32 ql[2] = {(u32)(((((u64)raw[1]) << 32) | raw[0]) >> sh), (u32)(((((u64)raw[2]) << 32) | raw[1]) >> sh)};
+        u32 qh[2] = {(u32)(((((u64)raw[4]) << 32) | raw[3]) >> sh), (u32)(((((u64)raw[5]) << 32) | raw[4]) >> sh)};
+        float dl = h2f(raw[6] >> 16) * (float)(signed char)(raw[6] & 255u);
+        int sl = 4 * (k >> 1), shh = 2 * k;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            u32 bl = ql[i >> 2] >> (8 * (i & 3)), bh = qh[i >> 2] >> (8 * (i & 3));
+            int v = (int)(((bl >> sl) & 15u) | (((bh >> shh) & 3u) << 4)) - 32;
+            w[i] = dl * (float)v;
+        }
+    } else {
+        dq8_any(type, rp, (k0 >> 3) + gi, w);
+    }
+}
+
+// 8 weights (k = 8 gi .. + 7 of a row) as TF32 (head, tail) pairs: {h(k), h(k + 1), l(k), l(k + 1)} per even k
+__device__ __forceinline__ void tp_store_w(const float* w, u32* dst) {
+    #pragma unroll
+    for (int p = 0; p < 4; p++) {
+        u32 h0, l0, h1, l1;
+        tf32_split(w[2 * p], &h0, &l0);
+        tf32_split(w[2 * p + 1], &h1, &l1);
+        *(uint4*)(dst + 4 * p) = make_uint4(h0, h1, l0, l1);
+    }
+}
+
+// acc[m][j][e] += rows (m ? mr1 : mr0) + 0..15 x tokens n0 + 8 j + 0..7 over one 32-k stage (3xTF32; the stage's
+// products accumulate in a fresh fragment added to acc with float adds, as tc_mma)
+__device__ __forceinline__ void tp_mma(const u32* Ws, const float* Xs, int mr0, int mr1, int n0, float (*acc)[4][4]) {
+    int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    float part[2][4][4];
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) part[m][j][e] = 0.0f;
+    #pragma unroll
+    for (int kk = 0; kk < TP_BK; kk += 8) {
+        u32 ah[2][4], al[2][4];
+        #pragma unroll
+        for (int m = 0; m < 2; m++) {
+            const u32* p = Ws + ((m ? mr1 : mr0) + g) * TP_LDW + 2 * kk + 4 * q;
+            uint4 r0 = *(const uint4*)p, r1 = *(const uint4*)(p + 8 * TP_LDW);
+            ah[m][0] = r0.x; ah[m][1] = r1.x; ah[m][2] = r0.y; ah[m][3] = r1.y;
+            al[m][0] = r0.z; al[m][1] = r1.z; al[m][2] = r0.w; al[m][3] = r1.w;
+        }
+        #pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 b = *(const float2*)(Xs + (n0 + 8 * j + g) * TP_LDX + kk + 2 * q);
+            u32 bh0, bl0, bh1, bl1;
+            tf32_split(b.x, &bh0, &bl0);
+            tf32_split(b.y, &bh1, &bl1);
+            #pragma unroll
+            for (int m = 0; m < 2; m++) {
+                mma_tf32(part[m][j], al[m], bh0, bh1);
+                mma_tf32(part[m][j], ah[m], bl0, bl1);
+                mma_tf32(part[m][j], ah[m], bh0, bh1);
+            }
+        }
+    }
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) acc[m][j][e] += part[m][j][e];
+}
+
+// The k loop shared by matmul and GLU: weight rows r0p (tile rows t / 4) and r1p (tile rows 32 + t / 4), types ty0 /
+// ty1; X rows xo (tp_load_x); this block's k range [kbeg, kbeg + kc)
+__device__ __forceinline__ void tp_loop(const unsigned char* r0p, int ty0, const unsigned char* r1p, int ty1,
+                                        const float* X, const int* xo, int kbeg, int kc, int mr0, int mr1, int n0,
+                                        u32* Ws, float* Xs0, float* Xs1, float (*acc)[4][4]) {
+    int t = threadIdx.x, gi = t & 3, r = t >> 2;
+    u32* w0s = Ws + r * TP_LDW + 16 * gi;
+    u32* w1s = Ws + (r + 32) * TP_LDW + 16 * gi;
+    u32 raw0[8], raw1[8];
+    float w[8];
+    tp_load_x(X, xo, kbeg, Xs0);
+    cp_async_commit();
+    tp_fetch(ty0, r0p, kbeg, gi, raw0);
+    tp_fetch(ty1, r1p, kbeg, gi, raw1);
+    tp_convert(ty0, r0p, kbeg, gi, raw0, w);
+    tp_store_w(w, w0s);
+    tp_convert(ty1, r1p, kbeg, gi, raw1, w);
+    tp_store_w(w, w1s);
+    cp_async_wait_all();
+    __syncthreads();
+    int nst = kc / TP_BK;
+    for (int s = 0; s < nst; s++) {
+        int k1 = kbeg + TP_BK * (s + 1);
+        bool more = s + 1 < nst;
+        float* cur = (s & 1) ? Xs1 : Xs0;
+        if (more) {
+            tp_load_x(X, xo, k1, (s & 1) ? Xs0 : Xs1);
+            tp_fetch(ty0, r0p, k1, gi, raw0);
+            tp_fetch(ty1, r1p, k1, gi, raw1);
+        }
+        cp_async_commit();
+        tp_mma(Ws, cur, mr0, mr1, n0, acc);
+        __syncthreads();                               // every warp is done with Ws
+        if (more) {
+            tp_convert(ty0, r0p, k1, gi, raw0, w);
+            tp_store_w(w, w0s);
+            tp_convert(ty1, r1p, k1, gi, raw1, w);
+            tp_store_w(w, w1s);
+        }
+        cp_async_wait_all();
+        __syncthreads();
+    }
+}
+
+// (row in the tile, token in the tile) of accumulator e of n8 tile j for this lane, m16 tile at mr, tokens from n0
+__device__ __forceinline__ int tp_row(int mr, int e) { return mr + ((threadIdx.x & 31) >> 2) + 8 * (e >> 1); }
+__device__ __forceinline__ int tp_tok(int n0, int j, int e) { return n0 + 8 * j + 2 * (threadIdx.x & 3) + (e & 1); }
+
+// X row offsets of this thread's 4 token rows (tp_load_x), -1 past T
+__device__ __forceinline__ void tp_x_rows(const i32* xrow, int K, int T, int tok0, int* xo) {
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int tok = tok0 + (threadIdx.x >> 3) + 16 * j;
+        xo[j] = tok < T ? (xrow ? xrow[tok] : tok) * K : -1;
+    }
+}
+#endif
+
+HALO_KERNEL __launch_bounds__(128) void halo_matmul_tcp(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+                                 const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
+                                 const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
+                                 const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
+                                 float* Y, i32 ldy, i32 kc, float* P) {
+#if HALO_TC
+    __shared__ __align__(16) u32 Ws[TP_BM * TP_LDW];
+    __shared__ __align__(16) float Xs0[TP_BN * TP_LDX];
+    __shared__ __align__(16) float Xs1[TP_BN * TP_LDX];
+    int row0 = blockIdx.x * TP_BM, tok0 = blockIdx.y * TP_BN, z = blockIdx.z, rows_all = n0 + n1 + n2;
+    const unsigned char* base; int type, rb, local;
+    if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
+    else if (row0 < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row0 - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
+    const unsigned char* rows = base + (size_t)local * rb;
+    int warp = threadIdx.x >> 5, mr0 = 32 * (warp & 1), nw = 32 * (warp >> 1);
+    int xo[4];
+    tp_x_rows(xrow, K, T, tok0, xo);
+    float acc[2][4][4];
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+    int r = threadIdx.x >> 2;
+    tp_loop(rows + (size_t)r * rb, type, rows + (size_t)(r + 32) * rb, type, X, xo, z * kc, kc, mr0, mr0 + 16, nw,
+            Ws, Xs0, Xs1, acc);
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int row = row0 + tp_row(mr0 + 16 * m, e), tok = tok0 + tp_tok(nw, j, e);
+                if (tok >= T) continue;
+                if (gridDim.z == 1) Y[(size_t)tok * ldy + row] = acc[m][j][e] + (bias ? bias[row] : 0.0f);
+                else P[((size_t)z * T + tok) * rows_all + row] = acc[m][j][e];
+            }
+#endif
+}
+
+// GLU: block rows row0 .. row0 + 31 of gate (tile rows 0-31) and of up (tile rows 32-63); warp w takes rows
+// 16 (w & 1) of both, so each lane holds gate and up of the same outputs
+HALO_KERNEL __launch_bounds__(128) void halo_glu_tcp(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
+                              i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kc,
+                              float* P) {
+#if HALO_TC
+    __shared__ __align__(16) u32 Ws[TP_BM * TP_LDW];
+    __shared__ __align__(16) float Xs0[TP_BN * TP_LDX];
+    __shared__ __align__(16) float Xs1[TP_BN * TP_LDX];
+    int row0 = blockIdx.x * (TP_BM / 2), tok0 = blockIdx.y * TP_BN, z = blockIdx.z;
+    int warp = threadIdx.x >> 5, mr0 = 16 * (warp & 1), nw = 32 * (warp >> 1);
+    int xo[4];
+    tp_x_rows(0, K, T, tok0, xo);
+    float acc[2][4][4];                            // [gate | up][n8 tile][fragment]
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+    int r = row0 + (threadIdx.x >> 2);
+    tp_loop(wg + (size_t)r * rb_g, tg, wu + (size_t)r * rb_u, tu, X, xo, z * kc, kc, mr0, mr0 + 32, nw,
+            Ws, Xs0, Xs1, acc);
+    #pragma unroll
+    for (int j = 0; j < 4; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = row0 + tp_row(mr0, e), tok = tok0 + tp_tok(nw, j, e);
+            if (tok >= T) continue;
+            if (gridDim.z == 1) A[(size_t)tok * n_ff + row] = act_fn(acc[0][j][e], act) * acc[1][j][e];
+            else {
+                P[((size_t)(2 * z) * T + tok) * n_ff + row] = acc[0][j][e];
+                P[((size_t)(2 * z + 1) * T + tok) * n_ff + row] = acc[1][j][e];
+            }
+        }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// "tck": the tcp tile for matrices whose every row is Q4_K or Q6_K (the K-quants Qwen3-style Q4_K_M files are
+// made of). Their weights are integers times per-sub-block float scales: Q4_K w = (d sc) q - (dmin m) with q in
+// 0..15 per 32 elements, Q6_K w = (d sc) (q - 32) with q - 32 in -32..31 per 16. The integer parts are exact in
+// TF32, so only the activation needs the head + tail split: 2 MMAs per product instead of 3. The products of
+// each 16-k half stage accumulate in a fresh fragment that is scaled by the row's sub-block scale when added to
+// the float32 accumulators; Q4_K's min term subtracts (dmin m) times the stage's sum of the activations (a tree
+// sum over 32 elements in float32). The weight tile is half the bytes of tcp's, so it is double-buffered too:
+// one barrier per 32-k stage. Same grid, split-K contract and partial sums as tcp.
+#define TK_LDW 40                  // words per weight row: 32 integer weights + 8 pad (8-byte loads conflict-free)
+
+#if HALO_TC
+// The 8 integer weights of tp_fetch's raw bytes, and their row's scales: sc0 (first 16 k of the stage), sc1
+// (second 16), mn (Q4_K min, subtracted times the activation sum; 0 for Q6_K)
+__device__ __forceinline__ void tk_convert(int type, int k0, int gi, const u32* raw, float* w, float* sc, float* mn) {
+    int e = (k0 & 255) + 8 * gi;
+    if (type == T_Q4_K) {
+        int h = (e >> 5) & 1;
+        float d = h2f(raw[0] & 0xffffu), dmin = h2f(raw[0] >> 16), s, m;
+        scale_min_k4_reg(e >> 5, raw[1], raw[2], raw[3], &s, &m);
+        *sc = d * s; *mn = dmin * m;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) w[i] = (float)((raw[4 + (i >> 2)] >> (8 * (i & 3) + 4 * h)) & 15u);
+    } else {                                          // T_Q6_K
+        int k = (e & 127) >> 5;
+        u32 sh = raw[7];
+        u32 ql[2] = {(u32)(((((u64)raw[1]) << 32) | raw[0]) >> sh), (u32)(((((u64)raw[2]) << 32) | raw[1]) >> sh)};
+        u32 qh[2] = {(u32)(((((u64)raw[4]) << 32) | raw[3]) >> sh), (u32)(((((u64)raw[5]) << 32) | raw[4]) >> sh)};
+        *sc = h2f(raw[6] >> 16) * (float)(signed char)(raw[6] & 255u);
+        *mn = 0.0f;
+        int sl = 4 * (k >> 1), shh = 2 * k;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            u32 bl = ql[i >> 2] >> (8 * (i & 3)), bh = qh[i >> 2] >> (8 * (i & 3));
+            w[i] = (float)((int)(((bl >> sl) & 15u) | (((bh >> shh) & 3u) << 4)) - 32);
+        }
+    }
+}
+
+// Weights of item (tile row r, group gi) and the row's scales {sc of k 0-15, sc of k 16-31, mn, 0} into the stage
+// buffers: a Q4_K row's scales come from its gi 0 thread, a Q6_K row's from gi 0 (first 16 k) and gi 2 (second)
+__device__ __forceinline__ void tk_store(int type, int k0, int gi, const u32* raw, u32* ws, float* sc4) {
+    float w[8], sc, mn;
+    tk_convert(type, k0, gi, raw, w, &sc, &mn);
+    *(uint4*)ws = make_uint4(__float_as_uint(w[0]), __float_as_uint(w[1]), __float_as_uint(w[2]), __float_as_uint(w[3]));
+    *(uint4*)(ws + 4) = make_uint4(__float_as_uint(w[4]), __float_as_uint(w[5]), __float_as_uint(w[6]),
+                                   __float_as_uint(w[7]));
+    if (gi == 0) { sc4[0] = sc; sc4[2] = mn; }
+    if (gi == (type == T_Q4_K ? 0 : 2)) sc4[1] = sc;
+}
+
+// acc[m][j][e] += one 32-k stage of rows (m ? mr1 : mr0) + 0..15 x tokens n0 + 8 j + 0..7, integer weights Ws
+// (row stride TK_LDW, pairs as in tcp: slot q <-> k 2q, slot q + 4 <-> k 2q + 1), scales Sc (float4 per row)
+__device__ __forceinline__ void tk_mma(const u32* Ws, const float* Sc, const float* Xs, int mr0, int mr1, int n0,
+                                       float (*acc)[4][4]) {
+    int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    float part[2][4][4], sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        #pragma unroll
+        for (int m = 0; m < 2; m++)
+            #pragma unroll
+            for (int j = 0; j < 4; j++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) part[m][j][e] = 0.0f;
+        #pragma unroll
+        for (int kk = 16 * half; kk < 16 * half + 16; kk += 8) {
+            u32 a[2][4];
+            #pragma unroll
+            for (int m = 0; m < 2; m++) {
+                const u32* p = Ws + ((m ? mr1 : mr0) + g) * TK_LDW + kk + 2 * q;
+                uint2 r0 = *(const uint2*)p, r1 = *(const uint2*)(p + 8 * TK_LDW);
+                a[m][0] = r0.x; a[m][1] = r1.x; a[m][2] = r0.y; a[m][3] = r1.y;
+            }
+            #pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float2 b = *(const float2*)(Xs + (n0 + 8 * j + g) * TP_LDX + kk + 2 * q);
+                sx[j] += b.x + b.y;
+                u32 bh0, bl0, bh1, bl1;
+                tf32_split(b.x, &bh0, &bl0);
+                tf32_split(b.y, &bh1, &bl1);
+                #pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    mma_tf32(part[m][j], a[m], bl0, bl1);
+                    mma_tf32(part[m][j], a[m], bh0, bh1);
+                }
+            }
+        }
+        #pragma unroll
+        for (int m = 0; m < 2; m++) {
+            int r = (m ? mr1 : mr0) + g;
+            float s0 = Sc[4 * r + half], s1 = Sc[4 * (r + 8) + half];
+            #pragma unroll
+            for (int j = 0; j < 4; j++) {
+                acc[m][j][0] = fmaf(s0, part[m][j][0], acc[m][j][0]);
+                acc[m][j][1] = fmaf(s0, part[m][j][1], acc[m][j][1]);
+                acc[m][j][2] = fmaf(s1, part[m][j][2], acc[m][j][2]);
+                acc[m][j][3] = fmaf(s1, part[m][j][3], acc[m][j][3]);
+            }
+        }
+    }
+    // Q4_K's min: acc -= mn[row] * sum of the stage's 32 activations of the token. Lane (g, q) holds 8 of token
+    // n0 + 8 j + g's; the 4 lanes of g add theirs, then each lane takes its columns 2q, 2q + 1 from lanes 8q, 8q + 4.
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float s = sx[j];
+        s += SHFL_XOR(s, 1);
+        s += SHFL_XOR(s, 2);
+        float c0 = __shfl_sync(0xffffffffu, s, 8 * q), c1 = __shfl_sync(0xffffffffu, s, 8 * q + 4);
+        #pragma unroll
+        for (int m = 0; m < 2; m++) {
+            int r = (m ? mr1 : mr0) + g;
+            float m0 = Sc[4 * r + 2], m1 = Sc[4 * (r + 8) + 2];
+            acc[m][j][0] = fmaf(-m0, c0, acc[m][j][0]);
+            acc[m][j][1] = fmaf(-m0, c1, acc[m][j][1]);
+            acc[m][j][2] = fmaf(-m1, c0, acc[m][j][2]);
+            acc[m][j][3] = fmaf(-m1, c1, acc[m][j][3]);
+        }
+    }
+}
+
+// tp_loop for tck: weight tiles and scales double-buffered, one barrier per stage
+__device__ __forceinline__ void tk_loop(const unsigned char* r0p, int ty0, const unsigned char* r1p, int ty1,
+                                        const float* X, const int* xo, int kbeg, int kc, int mr0, int mr1, int n0,
+                                        u32* Ws0, u32* Ws1, float* Sc0, float* Sc1, float* Xs0, float* Xs1,
+                                        float (*acc)[4][4]) {
+    int t = threadIdx.x, gi = t & 3, r = t >> 2;
+    int w0o = r * TK_LDW + 8 * gi, w1o = (r + 32) * TK_LDW + 8 * gi;
+    u32 raw0[8], raw1[8];
+    tp_load_x(X, xo, kbeg, Xs0);
+    cp_async_commit();
+    tp_fetch(ty0, r0p, kbeg, gi, raw0);
+    tp_fetch(ty1, r1p, kbeg, gi, raw1);
+    tk_store(ty0, kbeg, gi, raw0, Ws0 + w0o, Sc0 + 4 * r);
+    tk_store(ty1, kbeg, gi, raw1, Ws0 + w1o, Sc0 + 4 * (r + 32));
+    cp_async_wait_all();
+    __syncthreads();
+    int nst = kc / TP_BK;
+    for (int s = 0; s < nst; s++) {
+        int k1 = kbeg + TP_BK * (s + 1);
+        bool more = s + 1 < nst, odd = s & 1;
+        if (more) {
+            tp_load_x(X, xo, k1, odd ? Xs0 : Xs1);
+            tp_fetch(ty0, r0p, k1, gi, raw0);
+            tp_fetch(ty1, r1p, k1, gi, raw1);
+        }
+        cp_async_commit();
+        tk_mma(odd ? Ws1 : Ws0, odd ? Sc1 : Sc0, odd ? Xs1 : Xs0, mr0, mr1, n0, acc);
+        if (more) {                                    // the other buffers: last read before the previous barrier
+            u32* wn = odd ? Ws0 : Ws1;
+            float* sn = odd ? Sc0 : Sc1;
+            tk_store(ty0, k1, gi, raw0, wn + w0o, sn + 4 * r);
+            tk_store(ty1, k1, gi, raw1, wn + w1o, sn + 4 * (r + 32));
+        }
+        cp_async_wait_all();
+        __syncthreads();
+    }
+}
+#endif
+
+#if HALO_TC
+// The tck kernels' shared memory and k loop
+__device__ __forceinline__ void tk_run(const unsigned char* r0p, int ty0, const unsigned char* r1p, int ty1,
+                                       const float* X, const int* xo, int kbeg, int kc, int mr0, int mr1, int n0,
+                                       float (*acc)[4][4]) {
+    __shared__ __align__(16) u32 Ws0[TP_BM * TK_LDW];
+    __shared__ __align__(16) u32 Ws1[TP_BM * TK_LDW];
+    __shared__ __align__(16) float Sc0[TP_BM * 4];
+    __shared__ __align__(16) float Sc1[TP_BM * 4];
+    __shared__ __align__(16) float Xs[2 * TP_BN * TP_LDX];
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+    tk_loop(r0p, ty0, r1p, ty1, X, xo, kbeg, kc, mr0, mr1, n0, Ws0, Ws1, Sc0, Sc1, Xs, Xs + TP_BN * TP_LDX, acc);
+}
+
+__device__ __forceinline__ void tk_matmul(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+                                          const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
+                                          const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
+                                          const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
+                                          float* Y, i32 ldy, i32 kc, float* P) {
+    int row0 = blockIdx.x * TP_BM, tok0 = blockIdx.y * TP_BN, z = blockIdx.z, rows_all = n0 + n1 + n2;
+    const unsigned char* base; int type, rb, local;
+    if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
+    else if (row0 < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row0 - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
+    const unsigned char* rows = base + (size_t)local * rb;
+    int warp = threadIdx.x >> 5, mr0 = 32 * (warp & 1), nw = 32 * (warp >> 1);
+    int xo[4];
+    tp_x_rows(xrow, K, T, tok0, xo);
+    float acc[2][4][4];
+    int r = threadIdx.x >> 2;
+    tk_run(rows + (size_t)r * rb, type, rows + (size_t)(r + 32) * rb, type, X, xo, z * kc, kc, mr0, mr0 + 16, nw, acc);
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int row = row0 + tp_row(mr0 + 16 * m, e), tok = tok0 + tp_tok(nw, j, e);
+                if (tok >= T) continue;
+                if (gridDim.z == 1) Y[(size_t)tok * ldy + row] = acc[m][j][e] + (bias ? bias[row] : 0.0f);
+                else P[((size_t)z * T + tok) * rows_all + row] = acc[m][j][e];
+            }
+}
+
+// GLU: rows row0 .. row0 + 31 of gate (tile rows 0-31) and of up (32-63), as tcp
+__device__ __forceinline__ void tk_glu(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
+                                       i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kc,
+                                       float* P) {
+    int row0 = blockIdx.x * (TP_BM / 2), tok0 = blockIdx.y * TP_BN, z = blockIdx.z;
+    int warp = threadIdx.x >> 5, mr0 = 16 * (warp & 1), nw = 32 * (warp >> 1);
+    int xo[4];
+    tp_x_rows(0, K, T, tok0, xo);
+    float acc[2][4][4];
+    int r = row0 + (threadIdx.x >> 2);
+    tk_run(wg + (size_t)r * rb_g, tg, wu + (size_t)r * rb_u, tu, X, xo, z * kc, kc, mr0, mr0 + 32, nw, acc);
+    #pragma unroll
+    for (int j = 0; j < 4; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = row0 + tp_row(mr0, e), tok = tok0 + tp_tok(nw, j, e);
+            if (tok >= T) continue;
+            if (gridDim.z == 1) A[(size_t)tok * n_ff + row] = act_fn(acc[0][j][e], act) * acc[1][j][e];
+            else {
+                P[((size_t)(2 * z) * T + tok) * n_ff + row] = acc[0][j][e];
+                P[((size_t)(2 * z + 1) * T + tok) * n_ff + row] = acc[1][j][e];
+            }
+        }
+}
+#define TK_BODY(call) call
+#else
+#define TK_BODY(call)
+#endif
+
+HALO_KERNEL __launch_bounds__(128) void halo_matmul_tck(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+                                 const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
+                                 const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
+                                 const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
+                                 float* Y, i32 ldy, i32 kc, float* P) {
+    TK_BODY(tk_matmul(w0, t0_, n0, rb0, w1, t1_, n1, rb1, w2, t2_, n2, rb2, bias, X, xrow, K, T, Y, ldy, kc, P));
+}
+
+HALO_KERNEL __launch_bounds__(128) void halo_glu_tck(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
+                              i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kc,
+                              float* P) {
+    TK_BODY(tk_glu(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, kc, P));
+}
+
 // Split-K sums, in z order: Y[t][r] = bias[r] + sum_z P[z][t][r] (act < 0), or for the GLU (act >= 0)
 // A[t][r] = act(sum_z P[z][0][t][r]) * sum_z P[z][1][t][r] with ldy = R. One thread per output.
 HALO_KERNEL void halo_splitk_sum(const float* P, i32 splits, i32 T, i32 R, const float* bias, i32 act, float* Y,
