@@ -67,14 +67,14 @@ def copy_bandwidth(backend, nbytes: int = 1 << 30, repeat: int = 5) -> float:
         backend.destroy_stream(s)
 
 
-def _roles(times: list[float], names: list[str], n_layers: int, layer_roles=LAYER_ROLES) -> dict[str, float]:
-    """Sum kernel times by role. The i-th main launch has a fixed role (len(layer_roles) per layer between the
-    embedding and the LM head + sampler); a split-K sum belongs to the matmul just before it, the split-KV
-    merge to the attention before it."""
-    roles: dict[str, float] = {}
+def _launch_roles(names: list[str], n_layers: int, layer_roles=LAYER_ROLES) -> list[str]:
+    """The role of each launch of a step body. The i-th main launch has a fixed role (len(layer_roles) per layer
+    between the embedding and the LM head + sampler); a split-K sum belongs to the matmul just before it, the
+    split-KV merge to the attention before it."""
+    roles: list[str] = []
     i, role = -1, ""
     per = len(layer_roles)
-    for us, name in zip(times, names, strict=True):
+    for name in names:
         if name not in ("halo_splitk_sum", "halo_attention_merge"):
             i += 1
             if i == 0:
@@ -83,78 +83,109 @@ def _roles(times: list[float], names: list[str], n_layers: int, layer_roles=LAYE
                 role = "lm head" if i == per * n_layers + 1 else "sampler"
             else:
                 role = layer_roles[(i - 1) % per]
-        roles[role] = roles.get(role, 0.0) + us
+        roles.append(role)
     assert i >= per * n_layers + 1
     return roles
 
 
-def kernel_breakdown(gm: GpuModel, kv, T: int = 1, graph: bool = True) -> tuple[dict[str, float] | None, str]:
-    """GPU microseconds per role for one step of T tokens (logits for one row), and how it was timed.
-    graph: a graph of the step body with a timing event after every kernel, replayed once. Otherwise (or
-    when the runtime rejects timing events in graphs) the body is enqueued eagerly behind ~10 ms of
-    device-to-device copies, so the GPU never waits for Python between the timed kernels (each boundary
-    still adds a few us of event overhead)."""
+def _role_names(gm: GpuModel, T: int, names: list[str]) -> list[str]:
+    """Roles by kernel name for hybrid models (two layer kinds of different launch counts), else by position."""
+    if gm.config.has_recurrent_state:
+        return list(names)
+    c = gm.config
+    return _launch_roles(names, c.n_layers, LAYER_ROLES if c.ffn_kind != "moe" else
+                         MOE_LAYER_ROLES if T == 1 else MOE_PREFILL_ROLES)
+
+
+def _role_graphs_us(gm: GpuModel, launches: list[tuple], roles: list[str], replays: int = 5) -> dict[str, float]:
+    """GPU microseconds per role: the role's launches (one per layer, each on its own layer's weights, so the L2
+    holds none of them from the previous launch) captured into a graph of their own, replayed, median time.
+    Timing inside one graph of the whole step would need timing events in graphs, which the runtimes refuse."""
     fwd, backend, rt = gm.fwd, gm.backend, gm.rt
-    events = [backend.create_event(timing=True)]
-    names: list[str] = []
-    original = fwd._launch
-
-    def timed(file, name, grid, block, args, shared=0):
-        original(file, name, grid, block, args, shared)
-        names.append(name)
-        events.append(backend.create_event(timing=True))
-        events[-1].record(fwd.stream)
-
-    how, times = "graph with timing events", None
-    fwd._launch = timed
+    e0, e1 = backend.create_event(timing=True), backend.create_event(timing=True)
+    out: dict[str, float] = {}
     try:
-        try:
-            if not graph or rt is None:
-                raise NotImplementedError("eager timing asked for")
+        for role in dict.fromkeys(roles):
             rt.stream_begin_capture(fwd.stream.handle)
             try:
-                events[0].record(fwd.stream)
-                fwd.enqueue_body(kv, T, 1, True, True)
+                for launch, r in zip(launches, roles, strict=True):
+                    if r == role:
+                        backend.launch(fwd.kern(launch[0], launch[1]), *launch[2:5], fwd.stream, launch[5])
             finally:
                 g = rt.stream_end_capture(fwd.stream.handle)
-            graph_exec = rt.graph_instantiate(g)
-            rt.graph_launch(graph_exec, fwd.stream.handle)
+            ge = rt.graph_instantiate(g)
+            times = []
+            for _ in range(replays + 1):
+                e0.record(fwd.stream)
+                rt.graph_launch(ge, fwd.stream.handle)
+                e1.record(fwd.stream)
+                e1.synchronize()
+                times.append(backend.elapsed_ms(e0, e1) * 1e3)
+            rt.graph_exec_destroy(ge)
+            rt.graph_destroy(g)
+            out[role] = statistics.median(times[1:])
+    finally:
+        backend.destroy_event(e0)
+        backend.destroy_event(e1)
+    return out
+
+
+def kernel_breakdown(gm: GpuModel, kv, T: int = 1, graph: bool = True) -> tuple[dict[str, float] | None, str]:
+    """GPU microseconds per role for one step of T tokens (logits for one row), over the step metadata already
+    on the device. graph (decode steps, where a kernel takes a few microseconds and eager timing would mostly
+    measure launch and event overhead): each role's launches replayed as a graph of their own
+    (_role_graphs_us). Otherwise (or without graphs) the body is enqueued eagerly behind ~10 ms of
+    device-to-device copies, so the GPU never waits for Python between the timed kernels (each boundary
+    still adds a few us of event overhead: fine for prefill steps of milliseconds)."""
+    fwd, backend, rt = gm.fwd, gm.backend, gm.rt
+    names: list[str] = []
+    original = fwd._launch
+    try:
+        if graph and rt is not None:
+            launches: list[tuple] = []
+
+            def record(file, name, grid, block, args, shared=0):
+                launches.append((file, name, grid, block, args, shared))
+                names.append(name)
+
+            fwd._launch = record
+            try:
+                fwd.enqueue_body(kv, T, 1, True, True)      # recorded, not launched
+            finally:
+                fwd._launch = original
+            return _role_graphs_us(gm, launches, _role_names(gm, T, names)), "each role's launches as one graph"
+        events = [backend.create_event(timing=True)]
+
+        def timed(file, name, grid, block, args, shared=0):
+            original(file, name, grid, block, args, shared)
+            names.append(name)
+            events.append(backend.create_event(timing=True))
+            events[-1].record(fwd.stream)
+
+        fwd._launch = timed
+        a, b = backend.alloc(1 << 30, np.uint8), backend.alloc(1 << 30, np.uint8)
+        try:
+            for _ in range(20):                     # ~0.5 ms each: the GPU stays ahead of Python
+                backend.copy_d2d_async(b, a, fwd.stream)
+            events[0].record(fwd.stream)
+            fwd.enqueue_body(kv, T, 1, True, True)
             fwd.stream.synchronize()
             times = [backend.elapsed_ms(events[i], events[i + 1]) * 1e3 for i in range(len(events) - 1)]
-            rt.graph_exec_destroy(graph_exec)
-            rt.graph_destroy(g)
-        except Exception as e:  # noqa: BLE001 - fall back to eager timing below
-            how = "eager behind copies" + ("" if not graph else f" (graph timing failed: {type(e).__name__}: "
-                                                                  f"{str(e)[:60]})")
-            fwd.stream.synchronize()
-            for ev in events[1:]:
+        finally:
+            fwd._launch = original
+            backend.free(a)
+            backend.free(b)
+            for ev in events:
                 backend.destroy_event(ev)
-            del events[1:]
-            names.clear()
-            a, b = backend.alloc(1 << 30, np.uint8), backend.alloc(1 << 30, np.uint8)
-            try:
-                for _ in range(20):                     # ~0.5 ms each: the GPU stays ahead of Python
-                    backend.copy_d2d_async(b, a, fwd.stream)
-                events[0].record(fwd.stream)
-                fwd.enqueue_body(kv, T, 1, True, True)
-                fwd.stream.synchronize()
-                times = [backend.elapsed_ms(events[i], events[i + 1]) * 1e3 for i in range(len(events) - 1)]
-            finally:
-                backend.free(a)
-                backend.free(b)
-        if gm.config.has_recurrent_state:      # two layer kinds of different launch counts: time per kernel name
-            by_name: dict[str, float] = {}
-            for us, name in zip(times, names, strict=True):
-                by_name[name] = by_name.get(name, 0.0) + us
-            return by_name, how
-        layer_roles = LAYER_ROLES if gm.config.ffn_kind != "moe" else MOE_LAYER_ROLES if T == 1 else MOE_PREFILL_ROLES
-        return _roles(times, names, gm.config.n_layers, layer_roles), how
+        roles: dict[str, float] = {}
+        for us, role in zip(times, _role_names(gm, T, names), strict=True):
+            roles[role] = roles.get(role, 0.0) + us
+        return roles, "eager behind copies"
     except Exception as e:  # noqa: BLE001 - no breakdown at all
+        fwd.stream.synchronize()
         return None, f"failed: {type(e).__name__}: {str(e)[:120]}"
     finally:
         fwd._launch = original
-        for ev in events:
-            backend.destroy_event(ev)
 
 
 def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int = 128, decode_tokens: int = 64,
@@ -199,12 +230,14 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
         result["weight_bytes_per_token_mb"] = gm.fwd.w.matrix_bytes / 2**20
         result["weight_gb_s"] = gm.fwd.w.matrix_bytes / per_token_s / 1e9
         result["d2d_copy_gb_s"] = copy_bandwidth(backend)
-        result["breakdown_us"], result["breakdown_how"] = kernel_breakdown(gm, kv, 1, graph=False)
+        result["breakdown_us"], result["breakdown_how"] = kernel_breakdown(gm, kv, 1)
         # kernel_breakdown replays the body over the metadata already on the device: a prefill's, here (after
         # the decode runs it held a one-token step, which the attention and delta-rule kernels would time)
         gm.step(prefill, kv, pool, feed_next=True).get_output()
         result["prefill_breakdown_us"], _ = kernel_breakdown(gm, kv, prompt_tokens, graph=False)
-        result["prefill_tile"] = "tensor cores (tc)" if gm.fwd.use_tc else "SIMT (gt)"
+        tc_tile = "tck for Q4_K / Q6_K products, else tcp matmuls and tc GLUs" if forward_mod.TC_TILE == "tck" else \
+            forward_mod.TC_TILE
+        result["prefill_tile"] = f"tensor cores ({tc_tile})" if gm.fwd.use_tc else "SIMT (gt)"
         if gm.fwd.use_tc:                                # how the split-K target moves prefill (tuning)
             default, fwd = forward_mod.SPLIT_TARGET_BLOCKS, gm.fwd
             sweep, own_partial = {}, (fwd.partial, fwd.partial_cap)
@@ -220,6 +253,11 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
                 backend.free(fwd.partial)
                 fwd.partial, fwd.partial_cap = own_partial
             result["prefill_tok_s_by_split_target"] = sweep
+            own_tile, forward_mod.TC_TILE = forward_mod.TC_TILE, "tc"    # the first tensor-core tile, for comparison
+            try:
+                result["first_tc_prefill_tok_s"] = prompt_tokens / _median_prefill_s(gm, prefill, kv, pool, repeat)
+            finally:
+                forward_mod.TC_TILE = own_tile
             forward_mod.SIMT_TILES = True                # the SIMT tile HIP runs, same file, for comparison
             try:
                 result["simt_prefill_tok_s"] = prompt_tokens / _median_prefill_s(gm, prefill, kv, pool, repeat)
@@ -288,8 +326,8 @@ def run_long_bench(model_path, backend_name: str, prompt_tokens: int, decode_tok
             key = "decode_tok_s" if split else "decode_tok_s_no_split_kv"
             result[key] = _decode(gm, kv, pool, prompt, n_blocks, BLOCK_SIZE, decode_tokens, 2)["decode_tok_s"]
             if split:
-                result["breakdown_us"], result["breakdown_how"] = kernel_breakdown(gm, kv, 1, graph=False)
-        result["split_kv_chunks"] = forward_mod.split_kv_chunks(n_blocks * BLOCK_SIZE)
+                result["breakdown_us"], result["breakdown_how"] = kernel_breakdown(gm, kv, 1)
+        result["split_kv_chunks"] = forward_mod.SKV_CHUNKS
         pool.close()
         kv.free()
         gm.close()
@@ -324,7 +362,7 @@ def format_long_result(r: dict) -> str:
              f"  device memory used {r['device_mb']:.0f} MiB (KV cache {r['kv_mb']:.0f} MiB for {r['kv_tokens']} tokens)",
              f"  {prefill}",
              f"  decode at depth {N}: {r['decode_tok_s']:.0f} tok/s split-KV attention "
-             f"(chunk, chunks = {r['split_kv_chunks']}), {r['decode_tok_s_no_split_kv']:.0f} tok/s without"]
+             f"({r['split_kv_chunks']} chunks), {r['decode_tok_s_no_split_kv']:.0f} tok/s without"]
     if r.get("prefill_breakdown_us"):
         lines.append(_breakdown_line(f"the last {PREFILL_CHUNK}-token prefill step", r["prefill_breakdown_us"]))
     if r.get("breakdown_us"):
@@ -387,7 +425,7 @@ def run_batch_bench(model_path, backend_name: str, batches=(1, 4, 8, 16), depth:
             forward_mod.BQ_BATCH = before
             gm.drop_graphs()
             gm.step(st, kv, pool).get_output()              # this step's metadata is the last uploaded
-            row["breakdown_us"], row["how"] = kernel_breakdown(gm, kv, T, graph=False)
+            row["breakdown_us"], row["how"] = kernel_breakdown(gm, kv, T)
             result["rows"][T] = row
         pool.close()
         kv.free()
@@ -467,6 +505,9 @@ def format_result(r: dict) -> str:
     if r.get("prefill_tok_s_by_split_target"):
         sweep = ", ".join(f"{k}: {v:.0f}" for k, v in r["prefill_tok_s_by_split_target"].items())
         lines.append(f"  prefill tok/s by split-K target blocks (default {forward_mod.SPLIT_TARGET_BLOCKS}): {sweep}")
+    if "first_tc_prefill_tok_s" in r:
+        lines.append(f"  prefill with the first tensor-core tile (tc everywhere): {r['first_tc_prefill_tok_s']:.0f} "
+                     "tok/s")
     if "simt_prefill_tok_s" in r:
         lines.append(f"  prefill with the SIMT gt tile (what HIP runs): {r['simt_prefill_tok_s']:.0f} tok/s")
     if "legacy_prefill_tok_s" in r:

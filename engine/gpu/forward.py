@@ -29,7 +29,7 @@ from engine.gpu.hybrid import (
 )
 from engine.gpu.moe import MoeScratch, enqueue_moe_ffn
 from engine.gpu.stepmeta import MetaLayout, SamplingRow
-from engine.gpu.weights import DeviceMatrix, DeviceWeights
+from engine.gpu.weights import ADD_NORM_MAX_THREADS, DeviceMatrix, DeviceWeights
 from engine.model.arch import rope_attention_factor
 from engine.model.config import ModelConfig
 from engine.model.step import StepInput
@@ -40,6 +40,11 @@ GT_ROWS, GT_TOKENS, GT_K = 32, 64, 64      # halo_*_gt prefill tile: rows x toke
 KQ_TOKENS = (4, 8, 16)                     # halo_*_kq_tN: batched decode, weights decoded once for N tokens
 GT_MIN_T = 9                               # T above r4_t8's 8 tokens: the shared-memory tile
 TC_ROWS, TC_TOKENS, TC_K = 32, 64, 32      # halo_*_tc (tensor cores, CUDA sm_80+): same tile, k stage 32
+# halo_*_tcp: the pipelined tensor-core tile (engine/gpu/NOTES.md), 64 rows (GLU: 32 gate + 32 up) x 64 tokens per
+# block, same k stage, split-K contract and partial sums as tc; matmul segments need rows % TCP_ROWS == 0.
+# halo_*_tck: tcp for matrices of TCK_TYPES only, integer weights exact in TF32 (2 MMAs per product, not 3).
+TCP_ROWS = 64
+TCK_TYPES = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 # Split K until a prefill matmul has this many blocks (~8 per SM on an H200: the last wave stays short).
 # H200 sweep, Qwen3-4B-shaped 128-token prefill: 256 -> 1967, 512 -> 2225, 1024 -> 2320, 2048 -> 2384 tok/s;
 # 1024 keeps the partial-sums buffer at <= 32 MiB (2048 would double it for 3%).
@@ -57,6 +62,9 @@ SIMT_TILES = os.environ.get("HALO_GPU_TILES") == "gt"
 # only been compiled (the prebuilt gfx11 objects), never run on an AMD GPU, so the FMA tile stays the default.
 WMMA_TILES = os.environ.get("HALO_GPU_TILES") == "wmma"
 WMMA_ARCHS = frozenset({"gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151"})
+# Which tensor-core tile: "tck" (unset: the best measured for each product, see _tc_tile / _glu_tile), or "tcp" /
+# "tc" (HALO_GPU_TILES=tcp / tc: the pipelined tile for every type / the first tile everywhere, for comparisons)
+TC_TILE = {"tc": "tc", "tcp": "tcp"}.get(os.environ.get("HALO_GPU_TILES", ""), "tck")
 # HALO_GPU_KQ_BATCH=1: steps of 2..16 tokens take halo_*_kq_t{4,8,16} instead of r1_t4 / r4_t8 / the tile.
 # Off by default: on the H200 it did not raise batched decode (engine/gpu/NOTES.md), so the measured path stays.
 KQ_BATCH = os.environ.get("HALO_GPU_KQ_BATCH") == "1"
@@ -67,14 +75,27 @@ KQ_BATCH = os.environ.get("HALO_GPU_KQ_BATCH") == "1"
 # prefill tile for 9..16 tokens too (for comparisons).
 BQ_TOKENS, BQ_MIN_T, BQ_ROWS, BQ_TYPES = (16,), 9, 16, frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 BQ_BATCH = os.environ.get("HALO_GPU_BQ") != "0"
+BQ_TARGET_BLOCKS = 512                     # split K of bq_t16 below this many blocks (~4 per SM on an H200)
+# halo_*_mv_t1: single-token steps of Q4_K / Q6_K rows (K % 256 == 0, every segment's rows % 4 == 0; else kq_t1):
+# MV_R rows per warp share each activation load, MV_WARPS warps per block, K split over 1, 2 or 4 of them
+# (mv_split_warps). HALO_GPU_MV_MAX_T=0 turns it off (kq_t1, for comparisons).
+MV_TOKENS, MV_WARPS, MV_R = (1,), 4, 2
+MV_MAX_T = int(os.environ.get("HALO_GPU_MV_MAX_T", "1"))
 ATTN_WARPS = 8
 # Split-KV (flash-decoding) attention, halo_attention_split + halo_attention_merge: for steps of at most
 # SKV_MAX_T tokens (decode batches) where the kernel's limits hold (head_dim <= SKV_MAX_D, GQA group <=
-# SKV_MAX_GROUP); other steps keep halo_attention's block per (token, head). Keys are cut into at most
-# SKV_MAX_CHUNKS chunks of >= SKV_MIN_CHUNK positions, chosen from the cache's capacity (fixed per cache,
-# so a captured graph replays at any depth; chunks past a sequence's end exit at once).
-SKV_MAX_T, SKV_WARPS, SKV_MAX_GROUP, SKV_MAX_D = 16, 4, 8, 128
-SKV_MIN_CHUNK, SKV_MAX_CHUNKS = 128, 64
+# SKV_MAX_GROUP); other steps keep halo_attention's block per (token, head). The grid always has SKV_CHUNKS
+# blocks per (token, kv head); the kernel cuts each token's keys into that many chunks of at least 16 positions
+# from its own depth (read on the device, so a captured graph replays at any depth; chunks past the last key
+# exit at once).
+SKV_MAX_T, SKV_WARPS, SKV_MAX_GROUP, SKV_MAX_D = 16, 4, 8, 256
+SKV_NARROW_D = 128                         # halo_attention_split up to this head size, _d256 above
+SKV_CHUNKS = 64
+SKV_MERGE_THREADS = 128                    # halo_attention_merge: a thread per chunk
+assert SKV_MERGE_THREADS >= SKV_CHUNKS and 32 * SKV_WARPS >= SKV_CHUNKS
+# The last split block of each (token, kv head) merges the chunks (one launch per layer fewer); HALO_SKV_FUSED=0
+# launches halo_attention_merge after the split instead (for comparisons).
+SKV_FUSED = os.environ.get("HALO_SKV_FUSED") != "0"
 # Tiled prefill attention on tensor cores (halo_attention_tc, CUDA sm_80+): steps of more than SKV_MAX_T tokens
 # where head_dim % 8 == 0, head_dim <= FA_MAX_D and the GQA group fits the FA_ROWS query rows of a block (a block
 # takes FA_ROWS // group tokens x the group's heads). HALO_GPU_FLASH=0 keeps halo_attention (for comparisons).
@@ -103,6 +124,20 @@ def tensor_cores_usable(backend: Backend) -> bool:
     return backend.api == "cuda" and arch.startswith("sm_") and arch[3:].isdigit() and int(arch[3:]) >= 80
 
 
+def _tc_tile(types: set[int]) -> str:
+    """The pipelined tensor-core matmul tile for matrices of these types (TC_TILE not "tc"): tck where every type is
+    a TCK_TYPES one, else tcp (faster than tc for every Qwen3-4B matmul shape on the H200)."""
+    return TC_TILE if TC_TILE != "tcp" and types <= TCK_TYPES else "tcp"
+
+
+def _glu_tile(types: set[int]) -> str:
+    """The tensor-core GLU tile: tck for TCK_TYPES gate and up, else tc (tcp's GLU, 4 warps per block, measured
+    slower than tc's 8-warp one on the H200: 518 vs 455 us at 128 tokens), unless HALO_GPU_TILES names one."""
+    if TC_TILE in ("tc", "tcp"):
+        return TC_TILE
+    return TC_TILE if types <= TCK_TYPES else "tc"
+
+
 def wmma_usable(backend: Backend) -> bool:
     """halo_*_wm need v_wmma_f32_16x16x16_f16 in wave32: RDNA3 and RDNA3.5 (gfx11; RDNA4's WMMA differs)."""
     return backend.api == "hip" and getattr(backend, "arch", "").split(":", 1)[0] in WMMA_ARCHS
@@ -126,6 +161,17 @@ def split_k(base_blocks: int, K: int, partial_floats: int, capacity: int) -> int
     return splits
 
 
+def bq_splits(base_blocks: int, super_blocks: int, plane: int, capacity: int) -> int:
+    """K slices of a halo_matmul_bq_t16 launch of `base_blocks` blocks over rows of `super_blocks` super-blocks:
+    doubled while the grid is under BQ_TARGET_BLOCKS and every slice keeps >= 4 super-blocks, within the partial
+    buffer (`plane` floats per slice). Qwen3-4B: down (160 blocks, 38 super-blocks) and wo (160, 16) split 4 ways."""
+    splits = 1
+    while (base_blocks * splits < BQ_TARGET_BLOCKS and super_blocks // (2 * splits) >= 4
+           and 2 * splits * plane <= capacity):
+        splits *= 2
+    return splits
+
+
 def split_kv_usable(config: ModelConfig) -> bool:
     c = config
     return (c.head_dim <= SKV_MAX_D and c.n_head_kv > 0 and c.n_head % c.n_head_kv == 0
@@ -138,19 +184,34 @@ def flash_usable(config: ModelConfig) -> bool:
             and c.n_head // c.n_head_kv <= FA_ROWS)
 
 
-def split_kv_chunks(capacity_tokens: int) -> tuple[int, int]:
-    """(chunk positions, chunks) covering a cache of `capacity_tokens`: <= SKV_MAX_CHUNKS chunks, each a
-    multiple of 32 positions and >= SKV_MIN_CHUNK."""
-    per = -(-capacity_tokens // SKV_MAX_CHUNKS)
-    chunk = max(SKV_MIN_CHUNK, -(-per // 32) * 32)
-    return chunk, -(-capacity_tokens // chunk)
+def add_norm_threads(E: int) -> int:
+    """halo_add_norm's block for rows of E: ~4 elements per thread (each thread's loads in flight together),
+    within its contract E <= ADD_NORM_PER_THREAD x threads (engine.gpu.weights.gpu_refusal turns away wider
+    models)."""
+    return min(ADD_NORM_MAX_THREADS, max(32, -(-E // 128) * 32))
+
+
+def mv_split_warps(K: int) -> int:
+    """Warps of a halo_*_mv block that share one row group's K (1, 2 or 4): as many as keep >= 2 loop trips per
+    lane group, a trip being 4 super-blocks per warp (8 lanes per 256 weights). Short rows stay on one warp (no
+    shared-memory reduction); long ones (a 4B model's down projection, K = 9,728) spread over 4, so the few rows
+    of such a matrix still fill the GPU."""
+    trips = K / 1024
+    return 4 if trips >= 8 else 2 if trips >= 4 else 1
+
+
+def split_kv_parts(config: ModelConfig, max_tokens: int) -> int:
+    """Floats of the split-KV partials: (tokens, heads, chunks, head_dim + 2), 0 when unused."""
+    if not split_kv_usable(config):
+        return 0
+    return min(max_tokens, SKV_MAX_T) * config.n_head * SKV_CHUNKS * (config.head_dim + 2)
 
 
 def split_kv_floats(config: ModelConfig, max_tokens: int) -> int:
-    """Capacity of the split-KV partials: (tokens, heads, chunks, head_dim + 2) float32, 0 when unused."""
-    if not split_kv_usable(config):
-        return 0
-    return min(max_tokens, SKV_MAX_T) * config.n_head * SKV_MAX_CHUNKS * (config.head_dim + 2)
+    """Capacity of the split-KV buffer: the partials, then one int32 counter per (token, kv head) for the fused
+    merge."""
+    parts = split_kv_parts(config, max_tokens)
+    return parts and parts + min(max_tokens, SKV_MAX_T) * config.n_head_kv
 
 
 class GpuKVCache:
@@ -253,10 +314,13 @@ class GpuForward:
         self.top_vals = backend.alloc((max_seqs, TOP_LOGITS_MAX), np.float32)
         self.use_tc = tensor_cores_usable(backend)
         self.use_wmma = WMMA_TILES and wmma_usable(backend)
-        # split-K partial sums: only the tensor-core tile splits (the pre-flight counts them either way)
-        self.partial_cap = splitk_floats(c, max_tokens) if self.use_tc else 0
+        # split-K partial sums: the tensor-core tile and bq_t16 split (the pre-flight counts them on every device)
+        self.partial_cap = splitk_floats(c, max_tokens)
         self.partial = backend.alloc(max(self.partial_cap, 1), np.float32)
         self.attn_part = backend.alloc(max(split_kv_floats(c, max_tokens), 1), np.float32)
+        backend.memset_async(self.attn_part, 0, self.stream)     # the fused merge's counters start at 0
+        parts = split_kv_parts(c, max_tokens)
+        self.attn_count = view(self.attn_part, parts, split_kv_floats(c, max_tokens) - parts, np.int32)
         self.split_kv = split_kv_usable(c) and os.environ.get("HALO_SPLIT_KV") != "0"
         self.flash = self.use_tc and FLASH and flash_usable(c)
         self.scratch = [self.x, self.h, self.o, self.qkv, self.attn, self.act, self.logits, self.sampled,
@@ -278,14 +342,16 @@ class GpuForward:
 
     def warm_up(self) -> None:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
-        kq = tuple(f"kq_t{n}" for n in KQ_TOKENS) + tuple(f"bq_t{n}" for n in BQ_TOKENS)
-        for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + (("tc",) if self.use_tc else ()) + \
-                (("wm",) if self.use_wmma else ()):
+        kq = tuple(f"kq_t{n}" for n in KQ_TOKENS) + tuple(f"bq_t{n}" for n in BQ_TOKENS) + \
+            tuple(f"mv_t{n}" for n in MV_TOKENS)
+        tensor_core = ("tc", "tcp", "tck") if self.use_tc else ()
+        for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + tensor_core + (("wm",) if self.use_wmma else ()):
             self.kern("halo_quant.cu", "halo_matmul_" + suffix)
             self.kern("halo_quant.cu", "halo_glu_" + suffix)
         for name in ("halo_embed_norm", "halo_splitk_sum"):
             self.kern("halo_quant.cu", name)
-        for name in ("halo_rope_kv", "halo_attention", "halo_attention_split", "halo_attention_merge",
+        for name in ("halo_rope_kv", "halo_attention", "halo_attention_split", "halo_attention_split_d256",
+                     "halo_attention_merge",
                      "halo_add_norm"):
             self.kern("halo_layer.cu", name)
         if self.flash:
@@ -304,11 +370,15 @@ class GpuForward:
         self.launches += 1
 
     def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False, bq_ok: bool = False) -> tuple[int, int, str]:
-        """(rows per warp or block, tokens per tile, kernel suffix). kq_t1: warp per row, wide K-quant loads
-        (any type); bq_t16: BQ_ROWS rows per block for 9..16 tokens, activations staged in shared memory
+        """(rows per warp or block, tokens per tile, kernel suffix). mv_t1: MV_R rows per warp, K split over warps
+        (Q4_K / Q6_K); kq_t1: warp per row, wide K-quant loads (any type); bq_t16: BQ_ROWS rows per block for 9..16 tokens, activations staged in shared memory
         (Q4_K / Q6_K); kq_tN (HALO_GPU_KQ_BATCH=1): warp per row for 2..16 tokens, each weight decoded once;
         tc / gt / wm: 32 x 64 shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs /
-        RDNA WMMA (HALO_GPU_TILES=wmma)."""
+        RDNA WMMA (HALO_GPU_TILES=wmma); _matmul / _glu run "tc" as the pipelined tck / tcp tiles where their
+        contract holds (_tc_tile, _glu_tile; 64 rows per matmul block), unless HALO_GPU_TILES=tc."""
+        if T <= min(MV_MAX_T, MV_TOKENS[-1]) and rows_all_div4 and bq_ok and not LEGACY_TILES:
+            n = next(n for n in MV_TOKENS if n >= T)
+            return MV_R, n, f"mv_t{n}"
         if T == 1:
             return (1, 1, "r1_t1") if LEGACY_TILES else (1, 1, "kq_t1")
         if BQ_MIN_T <= T <= BQ_TOKENS[-1] and bq_ok and BQ_BATCH and not LEGACY_TILES:
@@ -325,10 +395,10 @@ class GpuForward:
             return 1, 4, "r1_t4"
         return 4, 8, "r4_t8"
 
-    def _splits(self, rows: int, T: int, K: int, planes: int) -> int:
+    def _splits(self, rows: int, T: int, K: int, planes: int, tile_rows: int = TC_ROWS) -> int:
         if rows * K * T * planes < SPLIT_MIN_MACS:
             return 1
-        return split_k((rows // TC_ROWS) * -(-T // TC_TOKENS), K, planes * T * rows, self.partial_cap)
+        return split_k((rows // tile_rows) * -(-T // TC_TOKENS), K, planes * T * rows, self.partial_cap)
 
     def _matmul(self, mats: list[DeviceMatrix], X: DeviceBuffer, T: int, Y: DeviceBuffer, ldy: int,
                 bias=None, xrow=None) -> None:
@@ -342,10 +412,26 @@ class GpuForward:
             args += [m.buf, np.int32(m.ggml_type), np.int32(m.rows), np.int32(m.row_bytes)] if m else \
                 [NULL, np.int32(0), np.int32(0), np.int32(0)]
         args += [_ptr(bias), X, _ptr(xrow), np.int32(K), np.int32(T), Y, np.int32(ldy)]
+        if suffix[:2] == "mv":
+            kw = mv_split_warps(K)
+            self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // (R * MV_WARPS // kw)), -(-T // NT)),
+                         32 * MV_WARPS, tuple(args) + (np.int32(kw),))
+            return
+        if suffix[:2] == "bq":
+            splits = bq_splits(-(-rows // R) * -(-T // NT), K // 256, T * rows, self.partial_cap)
+            ksb = -(-(K // 256) // splits)
+            self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // R), -(-T // NT), splits),
+                         32 * MATMUL_WARPS, tuple(args) + (np.int32(ksb), self.partial))
+            if splits > 1:
+                self._splitk_sum(splits, T, rows, bias, -1, Y, ldy)
+            return
         if suffix == "tc":
-            splits = self._splits(rows, T, K, 1)
+            if TC_TILE != "tc" and all(m.rows % TCP_ROWS == 0 for m in mats):
+                suffix, R = _tc_tile({m.ggml_type for m in mats}), TCP_ROWS
+            splits = self._splits(rows, T, K, 1, R)
             args += [np.int32(K // splits), self.partial]
-            self._launch("halo_quant.cu", "halo_matmul_tc", (rows // R, -(-T // NT), splits), 128, tuple(args))
+            self._launch("halo_quant.cu", "halo_matmul_" + suffix, (rows // R, -(-T // NT), splits), 128,
+                         tuple(args))
             if splits > 1:
                 self._splitk_sum(splits, T, rows, bias, -1, Y, ldy)
             return
@@ -360,9 +446,16 @@ class GpuForward:
         act = 0 if c.activation == "silu" else 1
         args = (gate.buf, np.int32(gate.ggml_type), up.buf, np.int32(up.ggml_type), np.int32(gate.row_bytes),
                 np.int32(up.row_bytes), np.int32(c.n_ff), np.int32(act), X, np.int32(c.n_embd), np.int32(T), A)
+        if suffix[:2] == "mv":
+            kw = mv_split_warps(c.n_embd)
+            self._launch("halo_quant.cu", "halo_glu_" + suffix, (-(-c.n_ff // (R * MV_WARPS // kw)), -(-T // NT)),
+                         32 * MV_WARPS, args + (np.int32(kw),))
+            return
         if suffix == "tc":
+            tile = _glu_tile({gate.ggml_type, up.ggml_type})                 # every GLU tile: 32 rows of each
+            name, threads = "halo_glu_" + tile, 128 if tile != "tc" else 256
             splits = self._splits(c.n_ff, T, c.n_embd, 2)
-            self._launch("halo_quant.cu", "halo_glu_tc", (c.n_ff // R, -(-T // NT), splits), 256,
+            self._launch("halo_quant.cu", name, (c.n_ff // R, -(-T // NT), splits), threads,
                          args + (np.int32(c.n_embd // splits), self.partial))
             if splits > 1:
                 self._splitk_sum(splits, T, c.n_ff, None, act, A, c.n_ff)
@@ -378,7 +471,7 @@ class GpuForward:
 
     def _add_norm(self, T: int, o, post_w, next_w) -> None:
         c = self.config
-        self._launch("halo_layer.cu", "halo_add_norm", T, 256,
+        self._launch("halo_layer.cu", "halo_add_norm", T, add_norm_threads(c.n_embd),
                      (self.x, _ptr(o), _ptr(post_w), next_w, np.float32(c.norm_eps), np.int32(c.n_embd), self.h))
 
     def _attention(self, kv: GpuKVCache, i: int, T: int, window: int, sinks=None) -> None:
@@ -391,11 +484,13 @@ class GpuForward:
                   kv.block_tables, np.int32(kv.num_blocks), np.int32(kv.block_size), np.int32(H), np.int32(Hkv),
                   np.int32(D), np.float32(c.attn_scale), np.int32(window))
         if self.split_kv and T <= SKV_MAX_T:
-            chunk, chunks = split_kv_chunks(kv.num_blocks * kv.block_size)
-            self._launch("halo_layer.cu", "halo_attention_split", (T, Hkv, chunks), 32 * SKV_WARPS,
-                         common + (np.int32(chunk), self.attn_part), shared=4 * SKV_WARPS * (H // Hkv) * (D + 2))
-            self._launch("halo_layer.cu", "halo_attention_merge", (T, H), 128,
-                         (self.attn_part, np.int32(chunks), np.int32(H), np.int32(D), _ptr(sinks), self.attn))
+            split = "halo_attention_split" if D <= SKV_NARROW_D else "halo_attention_split_d256"
+            self._launch("halo_layer.cu", split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS,
+                         common + (self.attn_part, self.attn_count if SKV_FUSED else NULL, _ptr(sinks), self.attn),
+                         shared=4 * SKV_WARPS * (H // Hkv) * (D + 2))
+            if not SKV_FUSED:
+                self._launch("halo_layer.cu", "halo_attention_merge", (T, H), SKV_MERGE_THREADS,
+                             (self.attn_part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), _ptr(sinks), self.attn))
             return
         if self.flash and T > SKV_MAX_T:
             rows_tokens = FA_ROWS // (H // Hkv)                # tokens per block: x the group's heads = rows

@@ -186,8 +186,15 @@ def rope_tables(config: ModelConfig, freq_factors: np.ndarray | None = None) -> 
     return rope_inv_freq(config, freq_factors)
 
 
+# halo_add_norm holds a token's row in one block's registers: AN_PER elements per thread, <= 1024 threads
+ADD_NORM_PER_THREAD, ADD_NORM_MAX_THREADS = 16, 1024
+
+
 def gpu_refusal(c: ModelConfig) -> str | None:
     """Why the GPU path cannot run this model (None: it can). Asked by the uploader and by `inspect`."""
+    if c.n_embd > ADD_NORM_PER_THREAD * ADD_NORM_MAX_THREADS:
+        return (f"{c.arch}: hidden size {c.n_embd} is wider than the GPU's residual + norm kernel takes "
+                f"({ADD_NORM_PER_THREAD * ADD_NORM_MAX_THREADS}); it runs on the CPU")
     if c.has_recurrent_state and (c.ssm_conv_kernel > CONV_MAX_K or c.ssm_k_dim > RECURRENT_MAX_DK):
         return (f"{c.arch}: the GPU's Gated DeltaNet kernels take conv kernels <= {CONV_MAX_K} and key heads "
                 f"<= {RECURRENT_MAX_DK} wide (this model: {c.ssm_conv_kernel}, {c.ssm_k_dim}); it runs on the CPU")

@@ -52,7 +52,7 @@ def test_the_forward_pass_only_launches_kernels_that_exist():
     defined = {n for f in FILES for n in kernel_names((kernels.KERNEL_DIR / f).read_text())}
     src = inspect.getsource(fwd)
     asked = set(re.findall(r'"(halo_\w+)"', src))
-    asked |= {"halo_matmul_" + s for s in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", "gt", "tc")}
-    asked |= {"halo_glu_" + s for s in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", "gt", "tc")}
+    suffixes = ("r1_t1", "r1_t4", "r4_t8", "kq_t1", "gt", "tc", "mv_t1")
+    asked |= {"halo_matmul_" + s for s in suffixes} | {"halo_glu_" + s for s in suffixes}
     asked = {a for a in asked if not a.endswith("_")}
     assert asked <= defined, asked - defined

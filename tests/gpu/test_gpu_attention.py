@@ -10,7 +10,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.gpu.forward import ATTN_WARPS, FA_ROWS, NULL, SKV_WARPS, split_kv_chunks, tensor_cores_usable
+from engine.gpu.forward import (
+    ATTN_WARPS,
+    FA_ROWS,
+    NULL,
+    SKV_CHUNKS,
+    SKV_MERGE_THREADS,
+    SKV_NARROW_D,
+    SKV_WARPS,
+    tensor_cores_usable,
+)
 
 pytestmark = pytest.mark.gpu
 FILE = "halo_layer.cu"
@@ -66,12 +75,12 @@ def _up_sinks(backend, stream, sinks, bufs):
 
 
 @pytest.mark.parametrize("H,Hkv,D,window,sinks", [(8, 2, 128, 0, False), (8, 8, 64, 0, False), (16, 2, 128, 0, False),
-                                                   (8, 2, 64, 100, False), (64, 8, 64, 128, True), (16, 8, 64, 0, True)])
+                                                   (8, 2, 64, 100, False), (64, 8, 64, 128, True), (16, 8, 64, 0, True),
+                                                   (4, 1, 256, 0, False), (16, 4, 256, 100, True)])
 def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks):
     rng = np.random.default_rng(H * 1000 + D + window)
-    num_blocks = 80                                       # 1280 positions: 10 chunks of 128
-    chunk, chunks = split_kv_chunks(num_blocks * BS)
-    depths = [1000, 37]                                   # sequence 0 spans 8 chunks, sequence 1 one
+    num_blocks = 80                                       # 1280 positions
+    depths = [1100, 37]       # keys per chunk: sequence 0 ceil(1101 / 64) -> 20 (56 chunks), sequence 1 the 16 minimum
     tables = np.stack([rng.permutation(num_blocks)[:num_blocks - 8] for _ in range(2)])
     tables[1] = np.roll(tables[0], 7)                     # both tables valid; distinct slot orders
     tables = tables.astype(np.int32)
@@ -90,23 +99,29 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks):
     bufs = [_up(backend, stream, a) for a in (qkv, kc, vc, positions, token_seq, tables)]
     qkv_d, kc_d, vc_d, pos_d, seq_d, tab_d = bufs
     sink_d = _up_sinks(backend, stream, sink, bufs)
-    part = backend.alloc(T * H * chunks * (D + 2), np.float32)
-    outs = [backend.alloc((T, H * D), np.float32) for _ in range(2)]
+    part = backend.alloc(T * H * SKV_CHUNKS * (D + 2), np.float32)
+    outs = [backend.alloc((T, H * D), np.float32) for _ in range(4)]
+    counters = backend.alloc(T * Hkv, np.int32)
+    backend.memset_async(counters, 0, stream)
     common = (qkv_d, np.int32(ld), kc_d, vc_d, pos_d, seq_d, tab_d, np.int32(tables.shape[1]), np.int32(BS),
               np.int32(H), np.int32(Hkv), np.int32(D), np.float32(scale), np.int32(window))
     try:
         launch = lambda name, grid, block, args, shared=0: backend.launch(  # noqa: E731
             backend.kernel(FILE, name), grid, block, args, stream, shared)
         launch("halo_attention", (T, H), 32 * ATTN_WARPS, common + (sink_d, outs[0]), 4 * ATTN_WARPS * (D + 2))
-        launch("halo_attention_split", (T, Hkv, chunks), 32 * SKV_WARPS, common + (np.int32(chunk), part),
-               4 * SKV_WARPS * (H // Hkv) * (D + 2))
-        launch("halo_attention_merge", (T, H), 128,
-               (part, np.int32(chunks), np.int32(H), np.int32(D), sink_d, outs[1]))
+        shared = 4 * SKV_WARPS * (H // Hkv) * (D + 2)
+        split = "halo_attention_split" if D <= SKV_NARROW_D else "halo_attention_split_d256"
+        launch(split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, NULL, NULL, NULL), shared)
+        launch("halo_attention_merge", (T, H), SKV_MERGE_THREADS,
+               (part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), sink_d, outs[1]))
+        for out in outs[2:]:        # the fused merge, twice: its counters must be back at 0 after a step
+            launch(split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, counters, sink_d, out), shared)
+        assert not _down(backend, stream, counters, (T * Hkv,)).any()
         for out in outs:
             got = _down(backend, stream, out, (T, H * D)).reshape(T, H, D)
             np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
     finally:
-        for b in bufs + outs + [part]:
+        for b in bufs + outs + [part, counters]:
             backend.free(b)
         backend.destroy_stream(stream)
 

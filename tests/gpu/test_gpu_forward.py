@@ -255,7 +255,7 @@ def test_shape_alike_models_first_tokens_match_cpu(file, prompts, backend):
 @pytest.mark.parametrize("name", NAMES)
 def test_prefill_tiles_and_kquant_decode_match_cpu_and_the_legacy_tiles(name, backend, monkeypatch):
     """A 40-token prompt (logits of its last 32 positions) through each prefill tile the device has (tensor
-    cores where usable, the SIMT tile, the legacy warp-per-row kernels) and one decode step (the wide-load
+    cores where usable: the pipelined tck (K-quant products) / tcp and the first tc tile; the SIMT tile, the legacy warp-per-row kernels) and one decode step (the wide-load
     K-quant matvec, generic fallback for other types): logits match the CPU and each other."""
     import engine.gpu.forward as fwd_mod
     cpu, gpu, g = models(name, backend)
@@ -266,9 +266,10 @@ def test_prefill_tiles_and_kquant_decode_match_cpu_and_the_legacy_tiles(name, ba
     original = gpu.fwd._launch
     monkeypatch.setattr(gpu.fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
     results, names = {}, {}
-    for mode in (["tc"] if gpu.fwd.use_tc else []) + ["gt", "legacy"]:
+    for mode in (["tck", "tcp", "tc"] if gpu.fwd.use_tc else []) + ["gt", "legacy"]:
         monkeypatch.setattr(fwd_mod, "LEGACY_TILES", mode == "legacy")
         monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
+        monkeypatch.setattr(fwd_mod, "TC_TILE", mode if mode in ("tck", "tcp", "tc") else "tck")
         launched.clear()
         kv_c, kv_g = cpu.model.new_kv_cache(4, 16), gpu.new_kv_cache(4, 16)
         try:
@@ -289,7 +290,10 @@ def test_prefill_tiles_and_kquant_decode_match_cpu_and_the_legacy_tiles(name, ba
               f"{sorted(n for n in names[mode] if n.startswith(('halo_matmul', 'halo_glu')))}")
     cfg = cpu.config
     moe = cfg.ffn_kind == "moe"                        # engine.gpu.moe's expert kernels instead of the GLU tiles
-    assert "halo_matmul_kq_t1" in names["gt"] and ("halo_moe_glu" if moe else "halo_glu_kq_t1") in names["gt"]
+    decode = {"halo_matmul_mv_t1", "halo_matmul_kq_t1"}        # mv for Q4_K / Q6_K rows with K % 256 == 0
+    glu = {"halo_moe_glu"} if moe else {"halo_glu_mv_t1", "halo_glu_kq_t1"}
+    assert decode & names["gt"] and glu & names["gt"]
     if not moe and cfg.n_embd % 64 == 0 and cfg.n_ff % 32 == 0:
         assert "halo_glu_gt" in names["gt"]
-        assert not gpu.fwd.use_tc or "halo_glu_tc" in names["tc"]
+        assert not gpu.fwd.use_tc or ("halo_glu_tc" in names["tc"] and "halo_glu_tcp" in names["tcp"]
+                                      and names["tck"] & {"halo_glu_tck", "halo_glu_tc"})

@@ -1,9 +1,10 @@
 """The prefill matmul tiles on their own, against float64 on the host: random weights in every quant type
 (GGUF block bytes with sane scales, dequantized by engine.gguf as the reference), token counts that leave
-partial tiles, and K long enough that the tensor-core tile splits K (partial sums + halo_splitk_sum; forced
-for K = 2560, which is below the size the forward splits at) or runs one block over all of K (K = 1536).
+partial tiles, and K long enough that the tensor-core tiles (tck / tcp, the pipelined defaults, and tc) split K
+(partial sums + halo_splitk_sum; forced for K = 2560, matmul and GLU, which is below the size the forward splits
+at; that matmul case also gathers its rows through xrow) or run one block over all of K (K = 1536).
 
-Precision: the tensor-core tile splits each operand into two TF32 parts (3xTF32), so its error must stay at
+Precision: the tensor-core tiles split each operand into two TF32 parts (3xTF32), so its error must stay at
 float32 level: max |Y - Y64| / (|X| |W|^T) below 2e-6, which a single TF32 product (~1e-5 at these K) would
 fail. The SIMT tile (gt, what HIP runs) is held to the same bound, so is the RDNA WMMA tile (wm, 3xF16 with
 power-of-two tile scaling) on a gfx11 GPU (none has run it yet), and so are the batched-decode kernels
@@ -60,10 +61,19 @@ def fwd(gpu_name):
     backend.close()
 
 
-def modes(fwd):
-    """The prefill tiles this device runs: tc (CUDA tensor cores), wm (RDNA3 / 3.5 WMMA, opt-in in the engine,
-    tested wherever the arch has it), gt (FMAs, everywhere)."""
-    return (["tc"] if fwd.use_tc else []) + (["wm"] if fwd_mod.wmma_usable(fwd.backend) else []) + ["gt"]
+def modes(fwd, types=()):
+    """The prefill tiles this device runs for matrices of these types: tck, tcp and tc (CUDA tensor cores: the
+    pipelined tile with integer K-quant weights, the default for Q4_K / Q6_K; the pipelined tile, the matmul
+    default for other types, HALO_GPU_TILES=tcp; the first one, HALO_GPU_TILES=tc), wm (RDNA3 / 3.5 WMMA,
+    opt-in in the engine, tested wherever the arch has it), gt (FMAs, everywhere)."""
+    tck = ["tck"] if set(types) <= fwd_mod.TCK_TYPES else []
+    return (tck + ["tcp", "tc"] if fwd.use_tc else []) + (["wm"] if fwd_mod.wmma_usable(fwd.backend) else []) + ["gt"]
+
+
+def use_mode(fwd, mode: str, monkeypatch) -> None:
+    monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
+    monkeypatch.setattr(fwd_mod, "TC_TILE", mode if mode in ("tck", "tcp", "tc") else "tck")
+    monkeypatch.setattr(fwd, "use_wmma", mode == "wm")
 
 
 def upload(fwd, host: np.ndarray):
@@ -91,9 +101,12 @@ def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
     raw = random_matrix(rng, ggml_type, rows, K)
     W = dequantize(raw.reshape(-1), ggml_type, rows * K).reshape(rows, K).astype(np.float64)
     X = rng.standard_normal((T, K)).astype(np.float32)
-    want = X.astype(np.float64) @ W.T
-    bound = np.abs(X).astype(np.float64) @ np.abs(W).T
+    # K = 2560: the rows go through xrow as the LM head's do (a permutation of the tokens)
+    order = rng.permutation(T).astype(np.int32) if K == 2560 else np.arange(T, dtype=np.int32)
+    want = X[order].astype(np.float64) @ W.T
+    bound = np.abs(X[order]).astype(np.float64) @ np.abs(W).T
     w_dev, x_dev, y_dev = upload(fwd, raw), upload(fwd, X), fwd.backend.alloc((T, rows), np.float32)
+    idx_dev = upload(fwd, order) if K == 2560 else None
     m = DeviceMatrix(w_dev, int(ggml_type), rows, K)
     launched = []
     if K == 2560:
@@ -101,22 +114,22 @@ def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
     original = fwd._launch
     monkeypatch.setattr(fwd, "_launch", lambda f, n, *a, **k: (launched.append((n, a[0])), original(f, n, *a, **k)))
     try:
-        for mode in modes(fwd):
-            monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
-            monkeypatch.setattr(fwd, "use_wmma", mode == "wm")
+        for mode in modes(fwd, [ggml_type]):
+            use_mode(fwd, mode, monkeypatch)
             launched.clear()
             fwd.backend.memset_async(y_dev, 0xFF, fwd.stream)          # NaN: every output must be written
-            fwd._matmul([m], x_dev, T, y_dev, rows)
+            fwd._matmul([m], x_dev, T, y_dev, rows, xrow=idx_dev)
             got = download(fwd, y_dev, (T, rows))
             rel = float(np.max(np.abs(got - want) / bound))
             print(f"\n{ggml_type.name} K={K} T={T} {mode}: launches {launched}, max rel err {rel:.2e}")
             assert launched[0][0] == f"halo_matmul_{mode}"
             assert rel < BOUND
-            if mode == "tc" and K == 2560:
+            if mode in ("tc", "tcp", "tck") and K == 2560:
                 assert launched[0][1][2] > 1 and launched[1][0] == "halo_splitk_sum"   # split K, then summed
     finally:
-        for b in (w_dev, x_dev, y_dev):
-            fwd.backend.free(b)
+        for b in (w_dev, x_dev, y_dev, idx_dev):
+            if b is not None:
+                fwd.backend.free(b)
 
 
 def test_mxfp4_rows_decode_exactly_as_engine_gguf(fwd):
@@ -163,16 +176,24 @@ def test_glu_tiles_match_float64(fwd, K, T, act, monkeypatch):
                                                            activation="silu" if act == 0 else "gelu_tanh"))
     gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
     ad = fwd.backend.alloc((T, n_ff), np.float32)
+    launched = []
+    if K == 2560:
+        monkeypatch.setattr(fwd_mod, "SPLIT_MIN_MACS", 0)      # split K (two planes of partial sums), then summed
+    original = fwd._launch
+    monkeypatch.setattr(fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
     try:
-        for mode in modes(fwd):
-            monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
-            monkeypatch.setattr(fwd, "use_wmma", mode == "wm")
+        for mode in modes(fwd, [GGMLType.Q4_K, GGMLType.Q6_K]):
+            use_mode(fwd, mode, monkeypatch)
+            launched.clear()
             fwd.backend.memset_async(ad, 0xFF, fwd.stream)
             fwd._glu(DeviceMatrix(gd, int(GGMLType.Q4_K), n_ff, K), DeviceMatrix(ud, int(GGMLType.Q6_K), n_ff, K),
                      xd, T, ad)
             got = download(fwd, ad, (T, n_ff))
             rel = float(np.max(np.abs(got - want) / scale))
-            print(f"\nglu K={K} T={T} act={act} {mode}: max rel err {rel:.2e}")
+            print(f"\nglu K={K} T={T} act={act} {mode}: launches {launched}, max rel err {rel:.2e}")
+            assert launched[0] == f"halo_glu_{mode}"
+            if mode in ("tc", "tcp", "tck") and K == 2560:
+                assert launched[1:] == ["halo_splitk_sum"]
             assert rel < 4 * BOUND
     finally:
         for b in (gd, ud, xd, ad):
@@ -190,7 +211,7 @@ def test_batched_decode_matvec_matches_float64(fwd, ggml_type, T, kernel, monkey
         pytest.skip("halo_matmul_bq_t16 takes 9..16 tokens of Q4_K and Q6_K rows")
     monkeypatch.setattr(fwd_mod, "BQ_BATCH", kernel == "bq")
     rng = np.random.default_rng(T + int(ggml_type))
-    rows, K = (64, 512) if kernel == "kq" else (72, 768)
+    rows, K = (64, 512) if kernel == "kq" else (72, 768 if T < 16 else 9728)   # bq 9728: K split 8 ways, uneven
     tokens = fwd_mod.KQ_TOKENS if kernel == "kq" else fwd_mod.BQ_TOKENS
     raw = random_matrix(rng, ggml_type, rows, K)
     W = dequantize(raw.reshape(-1), ggml_type, rows * K).reshape(rows, K).astype(np.float64)
@@ -199,6 +220,7 @@ def test_batched_decode_matvec_matches_float64(fwd, ggml_type, T, kernel, monkey
     want = X[order].astype(np.float64) @ W.T
     bound = np.abs(X[order]).astype(np.float64) @ np.abs(W).T
     monkeypatch.setattr(fwd_mod, "KQ_BATCH", True)
+    monkeypatch.setattr(fwd_mod, "MV_MAX_T", 0)                # else steps of up to 8 tokens take mv_tN
     w_dev, x_dev, idx_dev = upload(fwd, raw), upload(fwd, X), upload(fwd, order)
     y_dev = fwd.backend.alloc((T, rows), np.float32)
     launched = []
@@ -208,7 +230,9 @@ def test_batched_decode_matvec_matches_float64(fwd, ggml_type, T, kernel, monkey
         fwd.backend.memset_async(y_dev, 0xFF, fwd.stream)
         fwd._matmul([DeviceMatrix(w_dev, int(ggml_type), rows, K)], x_dev, T, y_dev, rows, xrow=idx_dev)
         got = download(fwd, y_dev, (T, rows))
-        assert launched == [f"halo_matmul_{kernel}_t{next(n for n in tokens if n >= T)}"]
+        split = K == 9728
+        assert launched == [f"halo_matmul_{kernel}_t{next(n for n in tokens if n >= T)}"] + \
+            (["halo_splitk_sum"] if split else [])
         assert float(np.max(np.abs(got - want) / bound)) < BOUND
     finally:
         for b in (w_dev, x_dev, idx_dev, y_dev):
@@ -233,6 +257,7 @@ def test_batched_decode_glu_matches_float64(fwd, T, kernel, monkeypatch):
     scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
     monkeypatch.setattr(fwd, "config", dataclasses.replace(fwd.config, n_ff=n_ff, n_embd=K, activation="silu"))
     monkeypatch.setattr(fwd_mod, "KQ_BATCH", True)
+    monkeypatch.setattr(fwd_mod, "MV_MAX_T", 0)                # else steps of up to 8 tokens take mv_tN
     gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
     ad = fwd.backend.alloc((T, n_ff), np.float32)
     launched = []
@@ -243,6 +268,74 @@ def test_batched_decode_glu_matches_float64(fwd, T, kernel, monkeypatch):
         fwd._glu(DeviceMatrix(gd, int(GGMLType.Q4_K), n_ff, K), DeviceMatrix(ud, int(GGMLType.Q6_K), n_ff, K), xd, T, ad)
         got = download(fwd, ad, (T, n_ff))
         assert launched[0].startswith(f"halo_glu_{kernel}_t")
+        assert float(np.max(np.abs(got - want) / scale)) < 4 * BOUND
+    finally:
+        for b in (gd, ud, xd, ad):
+            fwd.backend.free(b)
+
+
+@pytest.mark.parametrize("ggml_type", [GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("T,K", [(1, 1024), (1, 8192), (1, 4096), (1, 2560)])
+def test_decode_matvec_mv_matches_float64(fwd, ggml_type, T, K):
+    """halo_matmul_mv_t1 (single-token steps, the default decode kernel) on three stacked segments of
+    different types (q|k|v), with K split over 1, 2 and 4 warps: every output written, float32 accuracy, rows
+    gathered through xrow as the LM head's are. 68 + 8 + 8 rows leave the last block part empty at every split."""
+    rng = np.random.default_rng(T * 7 + K + int(ggml_type))
+    seg_types = (ggml_type, ggml_type, GGMLType.Q6_K if ggml_type != GGMLType.Q6_K else GGMLType.Q4_K)
+    seg_rows = (68, 8, 8)
+    raws = [random_matrix(rng, t, n, K) for t, n in zip(seg_types, seg_rows, strict=True)]
+    W = np.concatenate([dequantize(r.reshape(-1), t, n * K).reshape(n, K)
+                        for r, t, n in zip(raws, seg_types, seg_rows, strict=True)]).astype(np.float64)
+    X = rng.standard_normal((T, K)).astype(np.float32)
+    order = rng.permutation(T).astype(np.int32)
+    want = X[order].astype(np.float64) @ W.T
+    bound = np.abs(X[order]).astype(np.float64) @ np.abs(W).T
+    rows = sum(seg_rows)
+    devs = [upload(fwd, r) for r in raws]
+    x_dev, idx_dev, y_dev = upload(fwd, X), upload(fwd, order), fwd.backend.alloc((T, rows), np.float32)
+    launched = []
+    original = fwd._launch
+    fwd._launch = lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k))
+    try:
+        fwd.backend.memset_async(y_dev, 0xFF, fwd.stream)
+        mats = [DeviceMatrix(d, int(t), n, K) for d, t, n in zip(devs, seg_types, seg_rows, strict=True)]
+        fwd._matmul(mats, x_dev, T, y_dev, rows, xrow=idx_dev)
+        got = download(fwd, y_dev, (T, rows))
+        assert launched == [f"halo_matmul_mv_t{next(n for n in fwd_mod.MV_TOKENS if n >= T)}"]
+        rel = float(np.max(np.abs(got - want) / bound))
+        print(f"\nmv {ggml_type.name} T={T} K={K}: max rel err {rel:.2e}")
+        assert rel < BOUND
+    finally:
+        fwd._launch = original
+        for b in devs + [x_dev, idx_dev, y_dev]:
+            fwd.backend.free(b)
+
+
+@pytest.mark.parametrize("T,K,types", [(1, 2560, ("Q4_K", "Q4_K")), (1, 9728, ("Q4_K", "Q6_K")),
+                                       (1, 4096, ("Q6_K", "Q4_K")), (1, 8192, ("Q6_K", "Q6_K"))])
+def test_decode_glu_mv_matches_float64(fwd, T, K, types, monkeypatch):
+    rng = np.random.default_rng(T + K)
+    n_ff = 76
+    tg, tu = (GGMLType[t] for t in types)
+    raw_g, raw_u = random_matrix(rng, tg, n_ff, K), random_matrix(rng, tu, n_ff, K)
+    G = dequantize(raw_g.reshape(-1), tg, n_ff * K).reshape(n_ff, K).astype(np.float64)
+    U = dequantize(raw_u.reshape(-1), tu, n_ff * K).reshape(n_ff, K).astype(np.float64)
+    X = rng.standard_normal((T, K)).astype(np.float32)
+    g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
+    want = g / (1 + np.exp(-g)) * u
+    ax = np.abs(X).astype(np.float64)
+    scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
+    monkeypatch.setattr(fwd, "config", dataclasses.replace(fwd.config, n_ff=n_ff, n_embd=K, activation="silu"))
+    gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
+    ad = fwd.backend.alloc((T, n_ff), np.float32)
+    launched = []
+    original = fwd._launch
+    monkeypatch.setattr(fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
+    try:
+        fwd.backend.memset_async(ad, 0xFF, fwd.stream)
+        fwd._glu(DeviceMatrix(gd, int(tg), n_ff, K), DeviceMatrix(ud, int(tu), n_ff, K), xd, T, ad)
+        got = download(fwd, ad, (T, n_ff))
+        assert launched == [f"halo_glu_mv_t{next(n for n in fwd_mod.MV_TOKENS if n >= T)}"]
         assert float(np.max(np.abs(got - want) / scale)) < 4 * BOUND
     finally:
         for b in (gd, ud, xd, ad):

@@ -11,6 +11,7 @@ import pytest
 import engine.gpu.forward as fwd_mod
 from engine.backends import registry
 from engine.backends.base import Kernel
+from engine.gguf.types import GGMLType
 from engine.gpu.forward import (
     SPLIT_TARGET_BLOCKS,
     TC_K,
@@ -40,18 +41,46 @@ def test_wmma_tile_only_on_rdna3_and_rdna35(api, arch, usable):
     assert wmma_usable(SimpleNamespace(api=api, arch=arch)) is usable
 
 
-@pytest.mark.parametrize("T,bq_ok,suffix", [(1, True, "kq_t1"), (3, True, "r1_t4"), (8, True, "r4_t8"),
+@pytest.mark.parametrize("T,bq_ok,suffix", [(1, True, "mv_t1"), (3, True, "r1_t4"), (8, True, "r4_t8"),
                                             (9, True, "bq_t16"), (16, True, "bq_t16"), (16, False, "tc"),
                                             (17, True, "tc"), (128, True, "tc")])
 def test_batched_decode_kernel_by_token_count(T, bq_ok, suffix, monkeypatch):
-    """bq_t16 serves 9..16-token steps of Q4_K / Q6_K matrices (measured faster than the prefill tile there, and
-    slower than r1_t4 / r4_t8 below); the tensor-core tile takes longer steps; wm replaces gt only when asked."""
+    """mv_t1 serves single-token steps, r1_t4 / r4_t8 up to 8 tokens; bq_t16 9..16-token steps of Q4_K / Q6_K matrices (measured
+    faster than the prefill tile there); the tensor-core tile takes longer steps; wm replaces gt only when asked."""
     monkeypatch.setattr(fwd_mod, "KQ_BATCH", False)
     monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)
     fwd = SimpleNamespace(use_tc=True, use_wmma=False)
     assert fwd_mod.GpuForward._tile(fwd, T, True, True, bq_ok)[2] == suffix
     fwd = SimpleNamespace(use_tc=False, use_wmma=True)
     assert fwd_mod.GpuForward._tile(fwd, 64, True, True, False)[2] == "wm"
+
+
+@pytest.mark.parametrize("T,max_t,rows_div4,bq_ok,suffix", [(1, 1, False, True, "kq_t1"), (3, 1, False, True, "r1_t4"),
+                                                            (1, 0, True, True, "kq_t1"), (1, 1, True, False, "kq_t1"),
+                                                            (1, 1, True, True, "mv_t1")])
+def test_decode_matvec_falls_back_where_mv_does_not_apply(T, max_t, rows_div4, bq_ok, suffix, monkeypatch):
+    """mv takes single-token steps of Q4_K / Q6_K rows (bq_ok) in multiples of 4; HALO_GPU_MV_MAX_T=0 turns it off"""
+    monkeypatch.setattr(fwd_mod, "MV_MAX_T", max_t)
+    monkeypatch.setattr(fwd_mod, "KQ_BATCH", False)
+    monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)
+    fwd = SimpleNamespace(use_tc=True, use_wmma=False)
+    assert fwd_mod.GpuForward._tile(fwd, T, rows_div4, True, bq_ok)[2] == suffix
+
+
+@pytest.mark.parametrize("K,kw", [(2560, 1), (4096, 2), (9728, 4), (1024, 1), (8192, 4)])
+def test_mv_splits_long_rows_over_more_warps(K, kw):
+    # Qwen3-4B: gate/up and qkv (K 2560) one warp, wo (K 4096) two, down (K 9728) four
+    assert fwd_mod.mv_split_warps(K) == kw
+
+
+def test_bq_splits_the_few_row_matrices_of_a_16_token_step():
+    # Qwen3-4B at 16 tokens: down (2560 rows / 16 = 160 blocks, K 9728 = 38 super-blocks), wo (160, 16), gate/up's
+    # 608 blocks stay whole; 16 super-blocks stop at 4 slices of 4; no room for partial sums: no split
+    assert fwd_mod.bq_splits(160, 38, 16 * 2560, BIG) == 4
+    assert fwd_mod.bq_splits(160, 16, 16 * 2560, BIG) == 4
+    assert fwd_mod.bq_splits(5, 38, 16 * 72, BIG) == 8
+    assert fwd_mod.bq_splits(608, 10, 16 * 9728, BIG) == 1
+    assert fwd_mod.bq_splits(160, 38, 16 * 2560, 16 * 2560) == 1
 
 
 def test_split_k_on_qwen3_4b_shapes_at_128_tokens():
@@ -94,9 +123,21 @@ def test_only_large_products_split(monkeypatch):
     assert splits(2560, 128, 4096) == 8 and splits(2560, 128, 9728) == 8
 
 
+@pytest.mark.parametrize("tile,types,matmul,glu", [
+    ("tck", {GGMLType.Q4_K, GGMLType.Q6_K}, "tck", "tck"), ("tck", {GGMLType.Q4_K}, "tck", "tck"),
+    ("tck", {GGMLType.Q4_K, GGMLType.Q8_0}, "tcp", "tc"), ("tck", {GGMLType.F32}, "tcp", "tc"),
+    ("tcp", {GGMLType.Q4_K}, "tcp", "tcp"), ("tc", {GGMLType.Q4_K}, "tc", "tc")])
+def test_tensor_core_tile_by_weight_types(tile, types, matmul, glu, monkeypatch):
+    """tck (integer K-quant weights) only where every matrix of the product is Q4_K / Q6_K; other matmuls take
+    tcp and other GLUs tc (each measured faster there); HALO_GPU_TILES=tcp / tc force one tile for comparisons."""
+    monkeypatch.setattr(fwd_mod, "TC_TILE", tile)
+    assert fwd_mod._tc_tile(types) == matmul and fwd_mod._glu_tile(types) == glu
+
+
 def test_prefill_launches_the_tensor_core_tile_with_a_valid_split():
-    """The host side of a tc prefill on the CPU backend (kernels recorded): every tc launch has grid z
-    slices of kc = K / z (a multiple of 32), and a split launch is followed by its halo_splitk_sum."""
+    """The host side of a tensor-core prefill on the CPU backend (kernels recorded): the Q4_K_M model's products
+    take tck, every tensor-core launch has grid z slices of kc = K / z (a multiple of 32), rows per block as the
+    tile's contract asks, and a split launch is followed by its halo_splitk_sum."""
     backend = registry.create("cpu")
     launched = []
     backend.kernel = lambda file, function: Kernel(function, None)
@@ -110,13 +151,17 @@ def test_prefill_launches_the_tensor_core_tile_with_a_valid_split():
                             query_start_loc=np.array([0, 20], np.int32), seq_lens=np.array([20], np.int32),
                             block_tables=np.arange(4, dtype=np.int32)[None, :]), kv)
         names = [n for n, _, _ in launched]
-        assert "halo_matmul_tc" in names and "halo_glu_tc" in names and "halo_matmul_gt" not in names
+        assert "halo_matmul_tck" in names and "halo_glu_tck" in names and "halo_matmul_gt" not in names
         for i, (name, grid, args) in enumerate(launched):
-            if name.endswith("_tc"):
-                K = int(args[15]) if name == "halo_matmul_tc" else int(args[9])
+            if name.endswith(("_tc", "_tcp", "_tck")):
+                matmul = name.startswith("halo_matmul")
+                K = int(args[15]) if matmul else int(args[9])
                 kc = int(args[-2])
                 assert grid[2] * kc == K and kc % TC_K == 0
                 assert (grid[2] > 1) == (i + 1 < len(launched) and launched[i + 1][0] == "halo_splitk_sum")
+                rows = sum(int(args[j]) for j in (2, 6, 10)) if matmul else int(args[6])
+                per_block = fwd_mod.TCP_ROWS if matmul and name != "halo_matmul_tc" else fwd_mod.TC_ROWS
+                assert grid[0] * per_block == rows
     finally:
         kv.free()
         m.close()

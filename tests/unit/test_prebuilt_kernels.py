@@ -123,8 +123,9 @@ def test_engine_launch_arguments_match_every_objects_metadata(manifest, infos, m
     launches = _recorded_launches(monkeypatch)
     names = {n for _, n, _ in launches}
     assert {"halo_embed_norm", "halo_rope_kv", "halo_attention", "halo_add_norm", "halo_sample",
-            "halo_matmul_kq_t1", "halo_matmul_gt", "halo_matmul_r1_t1", "halo_write_ids",
-            "halo_attention_tc", "halo_matmul_tc", "halo_glu_tc", "halo_matmul_wm", "halo_glu_wm"} <= names
+            "halo_matmul_mv_t1", "halo_glu_mv_t1", "halo_matmul_gt", "halo_matmul_r1_t1", "halo_write_ids",
+            "halo_attention_tc", "halo_matmul_tc", "halo_glu_tc", "halo_matmul_tcp", "halo_matmul_tck", "halo_glu_tck",
+            "halo_matmul_wm", "halo_glu_wm"} <= names
     assert {"halo_conv_silu", "halo_delta_prep", "halo_delta_rule", "halo_delta_chunked", "halo_gated_norm",
             "halo_output_gate", "halo_split_q_gate"} <= names
     for target in TARGETS:
@@ -132,10 +133,13 @@ def test_engine_launch_arguments_match_every_objects_metadata(manifest, infos, m
             kernel = infos[(target, file)].kernels.get(name)
             assert kernel is not None, f"{name} is launched but missing from {target}/{file}"
             assert mismatches(kernel, args) == []
-        # bq_t16 takes kq_t1's arguments (the host passes the same tuple); the tiny models' K never selects it
+        # bq_t16 takes kq_t1's arguments (the host passes the same tuple; the matmul adds its split-K slice and
+        # partial-sums buffer); the tiny models' K never selects it
         quant = infos[(target, "halo_quant.cu")].kernels
-        for kind in ("matmul", "glu"):
-            assert quant[f"halo_{kind}_bq_t16"].args == quant[f"halo_{kind}_kq_t1"].args
+        assert quant["halo_glu_bq_t16"].args == quant["halo_glu_kq_t1"].args
+        bq, kq = quant["halo_matmul_bq_t16"].args, quant["halo_matmul_kq_t1"].args
+        assert bq[:len(kq)] == kq and [(a.size, a.value_kind) for a in bq[len(kq):]] == [
+            (4, "by_value"), (8, "global_buffer")]
 
 
 def test_the_comparison_catches_a_changed_signature(manifest, infos):

@@ -120,27 +120,76 @@ HALO_KERNEL void halo_attention(const float* qkv, i32 ld, const float* kcache, c
     }
 }
 
-// Split-KV (flash-decoding) attention for steps of few tokens at any depth: the keys of token t's sequence are
-// cut into chunks of `chunk` positions; block (t, kv head hk, chunk c) walks its chunk once for all G = H / Hkv
-// query heads of that kv head (each K/V row is read once per group, not once per head). Warps take keys
-// j = j0 + warp, j0 + warp + SKV_WARPS, ... with an online softmax per head; the block merges its warps and
+// out[t, h*D:(h+1)*D] from halo_attention_split's nc partials of (t, h), with the sinks as in halo_attention.
+// Thread c reads chunk c's m and l (one round of loads for all chunks, not a loop of nc dependent ones), the block
+// reduces the maximum and the denominator, and each chunk's weight exp(m_c - M) / L goes to shared memory; the
+// output loop skips chunks of weight 0 (no allowed key: most of them at a short depth). The partials are read
+// as volatile: in the fused form (halo_attention_split with counters) other blocks of the same launch wrote them.
+// Block: >= max(nc, D) threads, a multiple of 32, all of them calling; nc <= SKV_MERGE_MAX.
+#define SKV_MERGE_MAX 256
+__device__ void skv_merge_head(const volatile float* part, int nc, int t, int h, int H, int D, const float* sinks,
+                               float* out, float* wc, float* red) {
+    int W = D + 2, c = threadIdx.x;
+    const volatile float* p = part + (size_t)(t * H + h) * nc * W;
+    float mc = c < nc ? p[(size_t)c * W + D] : NEG_INF;
+    float lc = mc != NEG_INF ? p[(size_t)c * W + D + 1] : 0.0f;
+    float S = sinks ? sinks[h] : NEG_INF;
+    float M = fmaxf(block_max(mc, red), S);                // the sink joins the maximum
+    float e = mc != NEG_INF ? __expf(mc - M) : 0.0f;
+    float L = block_sum(lc * e, red) + (sinks ? __expf(S - M) : 0.0f);
+    if (c < nc) wc[c] = e / L;
+    __syncthreads();
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float o = 0.0f;
+        for (int k = 0; k < nc; k++) {
+            float w = wc[k];
+            if (w != 0.0f) o += p[(size_t)k * W + d] * w;
+        }
+        out[(size_t)t * H * D + (size_t)h * D + d] = o;
+    }
+    __syncthreads();                                       // wc and red are reused by the next head
+}
+
+// Grid: (T, H); block: >= max(nc, D) threads, a multiple of 32.
+HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, const float* sinks, float* out) {
+    __shared__ float wc[SKV_MERGE_MAX];
+    __shared__ float red[32];
+    skv_merge_head(part, nc, blockIdx.x, blockIdx.y, H, D, sinks, out, wc, red);
+}
+
+// Split-KV (flash-decoding) attention for steps of few tokens at any depth: the keys token t may see (lo .. pos)
+// are cut into the grid's nc chunks of ck = max(SKV_MIN_KEYS, ceil(keys / nc)) positions (rounded up to 4), so
+// every depth uses all nc blocks per head (a fixed split sized for the cache's capacity left a short context on
+// one or two blocks, each walking its keys one dependent load at a time); block (t, kv head hk, chunk c) walks its
+// chunk once for all G = H / Hkv query heads of that kv head (each K/V row is read once per group, not once per
+// head). Warp w takes keys j0 + U w .. + U - 1, then + U SKV_WARPS, ... (U = SKV_UNROLL): their loads are issued
+// together, then
+// an online softmax per head folds them in; the block merges its warps and
 // writes, per (t, h, c), the unnormalised partial part[((t * H + h) * nc + c) * (D + 2)] = acc[D] | m | l
-// (a chunk with no allowed key writes m = -inf, l = 0). halo_attention_merge combines the chunks.
+// (a chunk with no allowed key writes m = -inf, l = 0). With `counters` (T x Hkv int32, zero between steps) the
+// last block of (t, hk) to finish merges the chunks of its G heads into out (one launch per layer fewer: at a
+// short depth the launch, not the work, is what a separate merge costs); with null counters
+// halo_attention_merge does it.
+// Two builds: halo_attention_split (SKV_PER_LANE = 4: D <= 128, 4 keys per warp trip) and halo_attention_split_d256
+// (8 per lane: D <= 256, gemma-3's and Qwen3.5's heads, 2 keys per trip to stay within the registers).
 // Limits (the caller checks): D <= 32 * SKV_PER_LANE, G <= SKV_MAX_GROUP. Shared: SKV_WARPS * G * (D + 2) floats.
 #define SKV_WARPS 4
 #define SKV_MAX_GROUP 8
-#define SKV_PER_LANE 4          // D <= 128
-HALO_KERNEL void halo_attention_split(const float* qkv, i32 ld, const float* kcache, const float* vcache,
-                                      const i32* positions, const i32* token_seq, const i32* block_tables,
-                                      i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window,
-                                      i32 chunk, float* part) {
+#define SKV_MIN_KEYS 16         // shortest chunk: one trip of every warp
+template <int SKV_PER_LANE, int SKV_UNROLL>
+__device__ void attention_split(const float* qkv, i32 ld, const float* kcache, const float* vcache,
+                                const i32* positions, const i32* token_seq, const i32* block_tables,
+                                i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window,
+                                float* part, i32* counters, const float* sinks, float* out) {
     extern __shared__ float sm[];
     int t = blockIdx.x, hk = blockIdx.y, c = blockIdx.z, nc = gridDim.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int G = H / Hkv;
     int pos = positions[t], s = token_seq[t];
     int lo = window > 0 ? max(0, pos - window + 1) : 0;
-    int j0 = max(lo, c * chunk), j1 = min(pos + 1, (c + 1) * chunk);
+    int ck = max(SKV_MIN_KEYS, (pos + 1 - lo + nc - 1) / nc);
+    ck = (ck + 3) & ~3;
+    int j0 = lo + c * ck, j1 = min(pos + 1, j0 + ck);
     const i32* table = block_tables + (size_t)s * bt_width;
     float qr[SKV_MAX_GROUP][SKV_PER_LANE], acc[SKV_MAX_GROUP][SKV_PER_LANE], m[SKV_MAX_GROUP], l[SKV_MAX_GROUP];
     #pragma unroll
@@ -155,30 +204,38 @@ HALO_KERNEL void halo_attention_split(const float* qkv, i32 ld, const float* kca
             acc[g][i] = 0.0f;
         }
     }
-    for (int j = j0 + warp; j < j1; j += SKV_WARPS) {
-        size_t slot = (size_t)table[j / bs] * bs + (j % bs);
-        const float* kr = kcache + (slot * Hkv + hk) * D;
-        const float* vr = vcache + (slot * Hkv + hk) * D;
-        float kv_k[SKV_PER_LANE], kv_v[SKV_PER_LANE];
+    for (int jb = j0 + SKV_UNROLL * warp; jb < j1; jb += SKV_UNROLL * SKV_WARPS) {
+        float kv_k[SKV_UNROLL][SKV_PER_LANE], kv_v[SKV_UNROLL][SKV_PER_LANE];
         #pragma unroll
-        for (int i = 0; i < SKV_PER_LANE; i++) {
-            int d = lane + 32 * i;
-            kv_k[i] = d < D ? kr[d] : 0.0f;
-            kv_v[i] = d < D ? vr[d] : 0.0f;
+        for (int u = 0; u < SKV_UNROLL; u++) {
+            int j = min(jb + u, j1 - 1);                      // past the chunk: a repeat, skipped below
+            size_t slot = (size_t)table[j / bs] * bs + (j % bs);
+            const float* kr = kcache + (slot * Hkv + hk) * D;
+            const float* vr = vcache + (slot * Hkv + hk) * D;
+            #pragma unroll
+            for (int i = 0; i < SKV_PER_LANE; i++) {
+                int d = lane + 32 * i;
+                kv_k[u][i] = d < D ? kr[d] : 0.0f;
+                kv_v[u][i] = d < D ? vr[d] : 0.0f;
+            }
         }
         #pragma unroll
-        for (int g = 0; g < SKV_MAX_GROUP; g++) {
-            if (g >= G) break;
-            float p = 0.0f;
+        for (int u = 0; u < SKV_UNROLL; u++) {
+            if (jb + u >= j1) break;
             #pragma unroll
-            for (int i = 0; i < SKV_PER_LANE; i++) p += qr[g][i] * kv_k[i];
-            float sc = warp_sum(p);
-            float mn = fmaxf(m[g], sc);
-            float corr = __expf(m[g] - mn), e = __expf(sc - mn);
-            l[g] = l[g] * corr + e;
-            #pragma unroll
-            for (int i = 0; i < SKV_PER_LANE; i++) acc[g][i] = acc[g][i] * corr + e * kv_v[i];
-            m[g] = mn;
+            for (int g = 0; g < SKV_MAX_GROUP; g++) {
+                if (g >= G) break;
+                float p = 0.0f;
+                #pragma unroll
+                for (int i = 0; i < SKV_PER_LANE; i++) p += qr[g][i] * kv_k[u][i];
+                float sc = warp_sum(p);
+                float mn = fmaxf(m[g], sc);
+                float corr = __expf(m[g] - mn), e = __expf(sc - mn);
+                l[g] = l[g] * corr + e;
+                #pragma unroll
+                for (int i = 0; i < SKV_PER_LANE; i++) acc[g][i] = acc[g][i] * corr + e * kv_v[u][i];
+                m[g] = mn;
+            }
         }
     }
     int W = D + 2;
@@ -209,30 +266,32 @@ HALO_KERNEL void halo_attention_split(const float* qkv, i32 ld, const float* kca
         int h = hk * G + g;
         part[((size_t)(t * H + h) * nc + c) * W + d] = v;
     }
+    if (!counters) return;                      // halo_attention_merge follows
+    __shared__ float wc[SKV_MERGE_MAX];
+    __shared__ float red[32];
+    __shared__ int last;
+    __threadfence();                            // this block's partials are visible before it is counted
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        i32* cnt = counters + t * Hkv + hk;
+        last = atomicAdd(cnt, 1) == nc - 1;
+        if (last) *cnt = 0;                     // every chunk has counted: ready for the next step
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int g = 0; g < G; g++) skv_merge_head(part, nc, t, hk * G + g, H, D, sinks, out, wc, red);
 }
 
-// out[t, h*D:(h+1)*D] from halo_attention_split's nc partials of (t, h), with the sinks as in halo_attention.
-// Grid: (T, H); block: >= 32 threads.
-HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, const float* sinks, float* out) {
-    int t = blockIdx.x, h = blockIdx.y, W = D + 2;
-    const float* p = part + (size_t)(t * H + h) * nc * W;
-    float S = sinks ? sinks[h] : NEG_INF;
-    float M = S;
-    for (int c = 0; c < nc; c++) M = fmaxf(M, p[(size_t)c * W + D]);
-    float L = sinks ? __expf(S - M) : 0.0f;
-    for (int c = 0; c < nc; c++) {
-        float mc = p[(size_t)c * W + D];
-        if (mc != NEG_INF) L += p[(size_t)c * W + D + 1] * __expf(mc - M);
-    }
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float o = 0.0f;
-        for (int c = 0; c < nc; c++) {
-            float mc = p[(size_t)c * W + D];
-            if (mc != NEG_INF) o += p[(size_t)c * W + d] * __expf(mc - M);
-        }
-        out[(size_t)t * H * D + (size_t)h * D + d] = o / L;
-    }
+#define SKV_ENTRY(NAME, PER_LANE, UNROLL)                                                                           \
+HALO_KERNEL void NAME(const float* qkv, i32 ld, const float* kcache, const float* vcache, const i32* positions,      \
+                      const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D,    \
+                      float scale, i32 window, float* part, i32* counters, const float* sinks, float* out) {        \
+    attention_split<PER_LANE, UNROLL>(qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, \
+                                      Hkv, D, scale, window, part, counters, sinks, out);                          \
 }
+SKV_ENTRY(halo_attention_split, 4, 4)
+SKV_ENTRY(halo_attention_split_d256, 8, 2)
 
 // Tiled prefill attention (flash-attention style) on tensor cores, for steps of many tokens: a block takes
 // FA_ROWS query rows = up to FA_ROWS / G consecutive tokens of the step x the G = H / Hkv query heads of kv head
@@ -437,25 +496,42 @@ HALO_KERNEL __launch_bounds__(128) void halo_attention_tc(const float* qkv, i32 
 // Residual and the next norm in one pass over a token's row (grid: T blocks):
 //   if o:  x += post_w ? rmsnorm(o) * post_w : o
 //   h = rmsnorm(x) * next_w
+// Each thread holds its elements i = threadIdx.x + k blockDim.x in registers between the passes, so x and o are
+// read once (the block-wide sums between the passes made a decode step's single block wait on three rounds
+// of loads). Contract (host): E <= AN_PER * blockDim.x.
+#define AN_PER 16
 HALO_KERNEL void halo_add_norm(float* x, const float* o, const float* post_w, const float* next_w, float eps,
                                i32 E, float* h) {
     __shared__ float red[32];
     int t = blockIdx.x;
     float* xr = x + (size_t)t * E;
+    float xv[AN_PER], ov[AN_PER];
+    float oss = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < AN_PER; k++) {
+        int i = threadIdx.x + k * blockDim.x;
+        xv[k] = i < E ? xr[i] : 0.0f;
+        ov[k] = (o && i < E) ? o[(size_t)t * E + i] : 0.0f;
+        oss += ov[k] * ov[k];
+    }
     if (o) {
-        const float* orow = o + (size_t)t * E;
-        float inv = 1.0f;
-        if (post_w) {
-            float ss = 0.0f;
-            for (int i = threadIdx.x; i < E; i += blockDim.x) ss += orow[i] * orow[i];
-            inv = 1.0f / sqrtf(block_sum(ss, red) / (float)E + eps);
+        float inv = post_w ? 1.0f / sqrtf(block_sum(oss, red) / (float)E + eps) : 1.0f;
+        #pragma unroll
+        for (int k = 0; k < AN_PER; k++) {
+            int i = threadIdx.x + k * blockDim.x;
+            if (i >= E) break;
+            xv[k] += post_w ? ov[k] * inv * post_w[i] : ov[k];
+            xr[i] = xv[k];
         }
-        for (int i = threadIdx.x; i < E; i += blockDim.x)
-            xr[i] += post_w ? orow[i] * inv * post_w[i] : orow[i];
-        __syncthreads();
     }
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < E; i += blockDim.x) ss += xr[i] * xr[i];
+    #pragma unroll
+    for (int k = 0; k < AN_PER; k++) ss += xv[k] * xv[k];
     float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)E + eps);
-    for (int i = threadIdx.x; i < E; i += blockDim.x) h[(size_t)t * E + i] = xr[i] * inv * next_w[i];
+    #pragma unroll
+    for (int k = 0; k < AN_PER; k++) {
+        int i = threadIdx.x + k * blockDim.x;
+        if (i >= E) break;
+        h[(size_t)t * E + i] = xv[k] * inv * next_w[i];
+    }
 }

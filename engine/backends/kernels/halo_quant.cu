@@ -614,6 +614,251 @@ KQ_GLU_ENTRY(halo_glu_kq_t8, 8)
 KQ_GLU_ENTRY(halo_glu_kq_t16, 16)
 
 // ---------------------------------------------------------------------------------------------------------
+// Decode matvec ("mv", single-token steps; the template takes NT tokens, but at 4 and 8 tokens it lost to
+// r1_t4 / r4_t8 on an H200 at the 4B shapes (460 vs 510, 540 vs 584 tok/s; 172 registers), so only NT = 1 is
+// built). A block of MV_WARPS warps: kw of them (1, 2 or 4: the host picks by K, engine.gpu.forward.mv_split_warps)
+// share one row group's K range, the MV_WARPS / kw warp columns take MV_R rows each. Q4_K / Q6_K rows only (other
+// types keep kq_t1: through dq8 this scheme was ~10% slower on SmolLM2's Q4_1 rows), with kq_t1's lanes (8 per
+// super-block, 16-byte quant loads, scales applied per 16/32 weights). What differs from kq_t1: the rows' loads
+// are in flight together, and each activation slice a lane loads serves all of them (float32 activations are ~8x
+// the bytes of a Q4_K row; kq_t1 re-read them for every row through L1). acc[r][t]: this lane's share of row r,
+// token t; reduced over the warp, then over the kw warps through shared memory. Tokens past T repeat token T - 1
+// (read, never written). Contract (host): every segment's rows % MV_R == 0, Q4_K / Q6_K rows, K % 256 == 0.
+// Grid: (ceil(rows / (MV_R * MV_WARPS / kw)), ceil(T / NT)); block: 32 * MV_WARPS.
+#define MV_WARPS 4
+#define MV_R 2
+
+template <int R, int NT>
+__device__ __forceinline__ void mv_q4k_sb(const unsigned char* const* rows, int sb, int m, const float* const* xr,
+                                          float (*acc)[NT]) {
+    int c = m >> 1, l = 16 * (m & 1);
+    uint4 hdr[R], q[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++) {
+        const unsigned char* b = rows[r] + (size_t)sb * 144;
+        hdr[r] = __ldg((const uint4*)b);
+        q[r] = __ldg((const uint4*)(b + 16 + 16 * m));
+    }
+    float d[R], dmin[R], s1[R], m1[R], s2[R], m2[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++) {
+        d[r] = h2f(hdr[r].x & 0xffffu);
+        dmin[r] = h2f(hdr[r].x >> 16);
+        scale_min_k4_reg(2 * c, hdr[r].y, hdr[r].z, hdr[r].w, &s1[r], &m1[r]);
+        scale_min_k4_reg(2 * c + 1, hdr[r].y, hdr[r].z, hdr[r].w, &s2[r], &m2[r]);
+    }
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float4* xl = (const float4*)(xr[t] + sb * 256 + 64 * c + l);
+        float4 a[4], h[4];
+        float sl = 0.0f, sh = 0.0f;
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            a[i] = __ldg(xl + i);
+            h[i] = __ldg(xl + 8 + i);                          // + 32 elements
+            sl += (a[i].x + a[i].y) + (a[i].z + a[i].w);
+            sh += (h[i].x + h[i].y) + (h[i].z + h[i].w);
+        }
+        #pragma unroll
+        for (int r = 0; r < R; r++) {
+            u32 qw[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
+            float dl = 0.0f, dh = 0.0f;
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                u32 lo = qw[i] & 0x0f0f0f0fu, hi = (qw[i] >> 4) & 0x0f0f0f0fu;
+                dl += byte_f(lo, 0) * a[i].x + byte_f(lo, 1) * a[i].y + byte_f(lo, 2) * a[i].z + byte_f(lo, 3) * a[i].w;
+                dh += byte_f(hi, 0) * h[i].x + byte_f(hi, 1) * h[i].y + byte_f(hi, 2) * h[i].z + byte_f(hi, 3) * h[i].w;
+            }
+            acc[r][t] += d[r] * (s1[r] * dl + s2[r] * dh) - dmin[r] * (m1[r] * sl + m2[r] * sh);
+        }
+    }
+}
+
+// Q6_K lanes as q6k_row_dot: lane m takes ql bytes [16m, 16m + 16) and the matching qh bytes
+template <int R, int NT>
+__device__ __forceinline__ void mv_q6k_sb(const unsigned char* const* rows, int sb, int m, const float* const* xr,
+                                          float (*acc)[NT]) {
+    int h = m >> 2, kk = (m >> 1) & 1, l = 16 * (m & 1);
+    int si = 8 * h + 2 * kk + (l >> 4);
+    u32 s_lo = 2u * (u32)kk, s_hi = s_lo + 4u;
+    u32 lo[R][4], hi[R][4];
+    float sc_lo[R], sc_hi[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++) {
+        const unsigned char* b = rows[r] + (size_t)sb * 210;
+        u32 ql[4], qh[4];
+        ld16_a2(b + 16 * m, ql);
+        ld16_a2(b + 128 + 32 * h + l, qh);
+        float dd = h2f(ld_u16(b + 208));
+        sc_lo[r] = dd * (float)(signed char)ld_u8(b + 192 + si);
+        sc_hi[r] = dd * (float)(signed char)ld_u8(b + 192 + si + 4);
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            lo[r][i] = (ql[i] & 0x0f0f0f0fu) | (((qh[i] >> s_lo) & 0x03030303u) << 4);
+            hi[r][i] = ((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> s_hi) & 0x03030303u) << 4);
+        }
+    }
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float4* xl = (const float4*)(xr[t] + sb * 256 + 128 * h + 32 * kk + l);
+        float4 a[4], e[4];
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            a[i] = __ldg(xl + i);
+            e[i] = __ldg(xl + 16 + i);                         // + 64 elements
+        }
+        #pragma unroll
+        for (int r = 0; r < R; r++) {
+            float dl = 0.0f, dh = 0.0f;
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                dl += (byte_f(lo[r][i], 0) - 32.0f) * a[i].x + (byte_f(lo[r][i], 1) - 32.0f) * a[i].y
+                    + (byte_f(lo[r][i], 2) - 32.0f) * a[i].z + (byte_f(lo[r][i], 3) - 32.0f) * a[i].w;
+                dh += (byte_f(hi[r][i], 0) - 32.0f) * e[i].x + (byte_f(hi[r][i], 1) - 32.0f) * e[i].y
+                    + (byte_f(hi[r][i], 2) - 32.0f) * e[i].z + (byte_f(hi[r][i], 3) - 32.0f) * e[i].w;
+            }
+            acc[r][t] += sc_lo[r] * dl + sc_hi[r] * dh;
+        }
+    }
+}
+
+// this warp's share (warp column kc of kw) of R rows of one type
+template <int R, int NT>
+__device__ __forceinline__ void mv_dot(int type, const unsigned char* const* rows, int K, const float* const* xr, int kc,
+                                       int kw, float (*acc)[NT]) {
+    int lane = threadIdx.x & 31, m = lane & 7, ng = 4 * kw, nsb = K >> 8;
+    if (type == T_Q4_K)
+        for (int sb = 4 * kc + (lane >> 3); sb < nsb; sb += ng) mv_q4k_sb<R, NT>(rows, sb, m, xr, acc);
+    else
+        for (int sb = 4 * kc + (lane >> 3); sb < nsb; sb += ng) mv_q6k_sb<R, NT>(rows, sb, m, xr, acc);
+}
+
+// Sum acc over the warp, then over the kw warps of a row group (red: MV_WARPS * N * NT floats); the result is
+// complete in warp column 0's lanes.
+template <int N, int NT>
+__device__ __forceinline__ void mv_reduce(float (*acc)[NT], int kw, float* red) {
+    #pragma unroll
+    for (int r = 0; r < N; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = warp_sum(acc[r][t]);
+    if (kw == 1) return;
+    int warp = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0)
+        #pragma unroll
+        for (int r = 0; r < N; r++)
+            #pragma unroll
+            for (int t = 0; t < NT; t++) red[(warp * N + r) * NT + t] = acc[r][t];
+    __syncthreads();
+    if (warp % kw) return;
+    #pragma unroll
+    for (int r = 0; r < N; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float s = 0.0f;
+            for (int k = 0; k < kw; k++) s += red[((warp + k) * N + r) * NT + t];
+            acc[r][t] = s;
+        }
+}
+
+// x rows of tokens tok0 .. tok0 + NT - 1 (through xrow when given; clamped to T - 1)
+template <int NT>
+__device__ __forceinline__ void mv_x_rows(const float* X, const i32* xrow, int K, int tok0, int T, const float** xr) {
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        int tt = tok0 + t < T ? tok0 + t : T - 1;
+        xr[t] = X + (size_t)(xrow ? xrow[tt] : tt) * K;
+    }
+}
+
+template <int NT>
+__device__ void matmul_mv(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
+                          i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
+                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 kw) {
+    __shared__ float red[MV_WARPS * MV_R * NT];
+    int warp = threadIdx.x >> 5, kc = warp % kw, tok0 = blockIdx.y * NT;
+    int row0 = (blockIdx.x * (MV_WARPS / kw) + warp / kw) * MV_R;
+    bool valid = row0 < n0 + n1 + n2;
+    int rr = valid ? row0 : 0;                  // out-of-range warps read row 0 and join the block's reduction
+    const unsigned char* base; int type, rb, local;
+    if (rr < n0) { base = w0; type = t0_; rb = rb0; local = rr; }
+    else if (rr < n0 + n1) { base = w1; type = t1_; rb = rb1; local = rr - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = rr - n0 - n1; }
+    const unsigned char* rp[MV_R];
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++) rp[r] = base + (size_t)(local + r) * rb;
+    const float* xr[NT];
+    mv_x_rows<NT>(X, xrow, K, tok0, T, xr);
+    float acc[MV_R][NT];
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    mv_dot<MV_R, NT>(type, rp, K, xr, kc, kw, acc);
+    mv_reduce<MV_R, NT>(acc, kw, red);
+    if (!valid || kc || (threadIdx.x & 31)) return;
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (tok0 + t < T) Y[(size_t)(tok0 + t) * ldy + row0 + r] = acc[r][t] + (bias ? bias[row0 + r] : 0.0f);
+}
+
+// A[t, r] = act(gate_r . x_t) * (up_r . x_t) for MV_R rows r per warp column; contract: n_ff % MV_R == 0.
+template <int NT>
+__device__ void glu_mv(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+                       i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kw) {
+    __shared__ float red[MV_WARPS * 2 * MV_R * NT];
+    int warp = threadIdx.x >> 5, kc = warp % kw, tok0 = blockIdx.y * NT;
+    int row0 = (blockIdx.x * (MV_WARPS / kw) + warp / kw) * MV_R;
+    bool valid = row0 < n_ff;
+    int rr = valid ? row0 : 0;
+    const unsigned char* rg[MV_R];
+    const unsigned char* ru[MV_R];
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++) {
+        rg[r] = wg + (size_t)(rr + r) * rb_g;
+        ru[r] = wu + (size_t)(rr + r) * rb_u;
+    }
+    const float* xr[NT];
+    mv_x_rows<NT>(X, 0, K, tok0, T, xr);
+    float acc[2 * MV_R][NT];                    // gate rows, then up rows
+    #pragma unroll
+    for (int r = 0; r < 2 * MV_R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    if (tg == tu) {                             // one pass: the 2 MV_R rows' loads in flight together
+        const unsigned char* both[2 * MV_R];
+        #pragma unroll
+        for (int r = 0; r < MV_R; r++) { both[r] = rg[r]; both[MV_R + r] = ru[r]; }
+        mv_dot<2 * MV_R, NT>(tg, both, K, xr, kc, kw, acc);
+    } else {
+        mv_dot<MV_R, NT>(tg, rg, K, xr, kc, kw, acc);
+        mv_dot<MV_R, NT>(tu, ru, K, xr, kc, kw, acc + MV_R);
+    }
+    mv_reduce<2 * MV_R, NT>(acc, kw, red);
+    if (!valid || kc || (threadIdx.x & 31)) return;
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (tok0 + t < T) A[(size_t)(tok0 + t) * n_ff + row0 + r] = act_fn(acc[r][t], act) * acc[MV_R + r][t];
+}
+
+#define MV_MATMUL_ENTRY(NAME, NT)                                                                          \
+HALO_KERNEL void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1, i32 t1,    \
+                      i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2, const float* bias, \
+                      const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 kw) {          \
+    matmul_mv<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw);     \
+}
+#define MV_GLU_ENTRY(NAME, NT)                                                                             \
+HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,  \
+                      i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kw) {                 \
+    glu_mv<NT>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, kw);                                     \
+}
+MV_MATMUL_ENTRY(halo_matmul_mv_t1, 1)
+MV_GLU_ENTRY(halo_glu_mv_t1, 1)
+
+// ---------------------------------------------------------------------------------------------------------
 // Batched decode from shared activations (9 <= T <= 16 tokens, Q4_K / Q6_K rows, K % 256 == 0; the host checks):
 // a block of BQ_WARPS warps takes BQ_ROWS rows, 4 per warp with kq_t1's 8 lanes per super-block (lane m of
 // row group grp = lane / 8 takes 16 quant bytes with wide loads). Per super-block the block stages the NT
@@ -713,10 +958,13 @@ __device__ __forceinline__ float group8_sum(float v) {
     return v;
 }
 
+// Split K (gridDim.z > 1; the host splits matrices of few rows, a 4B model's down and wo, which gave 160 blocks
+// for 132 SMs): block z takes super-blocks [z ksb, (z + 1) ksb) and writes its partial sums to
+// P[z][t][row], added in z order by halo_splitk_sum.
 template <int NT>
 __device__ void matmul_bq(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
                           i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
-                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy) {
+                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 ksb, float* P) {
     __shared__ __align__(16) float xs[NT * BQ_XLD];
     int lane = threadIdx.x & 31, m = lane & 7;
     int row = blockIdx.x * BQ_ROWS + 4 * (threadIdx.x >> 5) + (lane >> 3), tok0 = blockIdx.y * NT;
@@ -729,16 +977,20 @@ __device__ void matmul_bq(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, con
     float acc[NT];
     #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-    for (int sb = 0; sb < (K >> 8); sb++) {
+    int sb1 = min(K >> 8, (int)(blockIdx.z + 1) * ksb);
+    for (int sb = blockIdx.z * ksb; sb < sb1; sb++) {
         __syncthreads();
         bq_stage<NT>(X, xrow, K, T, tok0, sb, xs);
         __syncthreads();
         if (valid) bq_sb<NT>(type, rp, sb, m, xs, acc);
     }
+    int rows = n0 + n1 + n2;
     #pragma unroll
     for (int t = 0; t < NT; t++) {
         float v = group8_sum(acc[t]);
-        if (valid && m == 0 && tok0 + t < T) Y[(size_t)(tok0 + t) * ldy + row] = v + (bias ? bias[row] : 0.0f);
+        if (!valid || m != 0 || tok0 + t >= T) continue;
+        if (gridDim.z > 1) P[((size_t)blockIdx.z * T + tok0 + t) * rows + row] = v;
+        else Y[(size_t)(tok0 + t) * ldy + row] = v + (bias ? bias[row] : 0.0f);
     }
 }
 
@@ -774,8 +1026,8 @@ __device__ void glu_bq(const unsigned char* wg, i32 tg, const unsigned char* wu,
 #define BQ_MATMUL_ENTRY(NAME, NT)                                                                          \
 HALO_KERNEL void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1, i32 t1,    \
                       i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2, const float* bias, \
-                      const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy) {                  \
-    matmul_bq<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy);         \
+                      const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 ksb, float* P) {  \
+    matmul_bq<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, ksb, P);  \
 }
 #define BQ_GLU_ENTRY(NAME, NT)                                                                             \
 HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,  \
@@ -1320,6 +1572,549 @@ HALO_KERNEL __launch_bounds__(256, 3) void halo_glu_tc(const unsigned char* wg, 
             }
         }
 #endif
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Pipelined tensor-core tile "tcp" (CUDA sm_80+): the tc tile's arithmetic (3xTF32, stage-wise promotion, same
+// split-K contract and partial-sum layout) with the memory side reworked:
+// - 64 weight rows x 64 tokens per 128-thread block (GLU: 32 gate + 32 up rows), each warp 32 rows x 32 tokens,
+//   so every fragment feeds more MMAs (the tc warp had 16 x 32);
+// - activations go global -> shared memory as raw float32 with 16-byte cp.async, one stage ahead (double buffer),
+//   and are split into TF32 head + tail in registers as the fragments are loaded;
+// - the weight tile of the next stage is fetched into registers before this stage's MMAs (Q4_K: one 16-byte header
+//   and one 8-byte quant load per 8 weights; Q6_K: aligned words funnel-shifted) and dequantized after them, so the
+//   global latency overlaps the MMAs; other types dequantize with dq8 after the MMAs as tc does;
+// - shared memory is laid out for wide fragment loads: within each 8-k chunk MMA slot q takes k = 2q and slot q + 4
+//   k = 2q + 1 (a relabelling of the sum's terms, the same for both operands), so a lane reads its two B values
+//   with one 8-byte load and its A head and tail pairs with one 16-byte load per row ({h(2q), h(2q+1), l(2q),
+//   l(2q+1)}); row strides 80 and 40 words keep both conflict-free.
+// Contract (host): matmul segments rows % 64 == 0, GLU n_ff % 32 == 0; kc % 32 == 0; gridDim.z * kc == K.
+#define TP_BM 64
+#define TP_BN 64
+#define TP_BK 32
+#define TP_LDW 80                  // words per weight row: 32 k x (head, tail) + 16 pad
+#define TP_LDX 40                  // words per token row: 32 k + 8 pad
+
+#if HALO_TC
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// 16 bytes global -> shared, asynchronously; bytes == 0 writes zeros (tokens past T)
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(smem_addr(dst)), "l"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// X[tok0 + n][k0 .. k0 + 32) into Xs[n * TP_LDX ..]: thread t copies chunks c = t % 8 of token rows t / 8 + 16 j;
+// xo[j]: the row's element offset in X, or -1 past T
+__device__ __forceinline__ void tp_load_x(const float* X, const int* xo, int k0, float* Xs) {
+    int t = threadIdx.x, c = t & 7;
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int n = (t >> 3) + 16 * j;
+        const float* src = xo[j] >= 0 ? X + (size_t)xo[j] + k0 + 4 * c : X;
+        cp_async16(Xs + n * TP_LDX + 4 * c, src, xo[j] >= 0 ? 16 : 0);
+    }
+}
+
+// Raw bytes of elements 8 gi .. 8 gi + 7 of the 32-k stage at k0 of one weight row, into registers (K-quants;
+// other types fetch nothing here and decode in tp_convert)
+__device__ __forceinline__ void tp_fetch(int type, const unsigned char* rp, int k0, int gi, u32* raw) {
+    if (type == T_Q4_K) {
+        const unsigned char* b = rp + (size_t)(k0 >> 8) * 144;
+        int e = (k0 & 255) + 8 * gi;
+        uint4 hdr = __ldg((const uint4*)b);
+        uint2 q = __ldg((const uint2*)(b + 16 + 32 * (e >> 6) + (e & 31)));
+        raw[0] = hdr.x; raw[1] = hdr.y; raw[2] = hdr.z; raw[3] = hdr.w; raw[4] = q.x; raw[5] = q.y;
+    } else if (type == T_Q6_K) {
+        const unsigned char* b = rp + (size_t)(k0 >> 8) * 210;             // 2-byte aligned
+        int e = (k0 & 255) + 8 * gi, hh = e >> 7, r = e & 127, l = r & 31;
+        const u32* ql = (const u32*)(((size_t)(b + 64 * hh + 32 * ((r >> 5) & 1) + l)) & ~(size_t)3);
+        const u32* qh = (const u32*)(((size_t)(b + 128 + 32 * hh + l)) & ~(size_t)3);
+        raw[0] = __ldg(ql); raw[1] = __ldg(ql + 1); raw[2] = __ldg(ql + 2);
+        raw[3] = __ldg(qh); raw[4] = __ldg(qh + 1); raw[5] = __ldg(qh + 2);
+        raw[6] = ld_u8(b + 192 + (e >> 4)) | (ld_u16(b + 208) << 16);      // int8 scale | float16 d
+        raw[7] = (u32)((size_t)b & 3) * 8u;                                 // the words' byte shift
+    }
+}
+
+// The 8 weights of tp_fetch's raw bytes (bit-identical to dq8)
+__device__ __forceinline__ void tp_convert(int type, const unsigned char* rp, int k0, int gi, const u32* raw, float* w) {
+    if (type == T_Q4_K) {
+        int e = (k0 & 255) + 8 * gi, h = (e >> 5) & 1;
+        float d = h2f(raw[0] & 0xffffu), dmin = h2f(raw[0] >> 16), sc, mn;
+        scale_min_k4_reg(e >> 5, raw[1], raw[2], raw[3], &sc, &mn);
+        float dl = d * sc, ml = dmin * mn;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            u32 v = (raw[4 + (i >> 2)] >> (8 * (i & 3) + 4 * h)) & 15u;
+            w[i] = dl * (float)v - ml;
+        }
+    } else if (type == T_Q6_K) {
+        int e = (k0 & 255) + 8 * gi, k = (e & 127) >> 5;
+        u32 sh = raw[7];
+        u32 ql[2] = {(u32)(((((u64)raw[1]) << 32) | raw[0]) >> sh), (u32)(((((u64)raw[2]) << 32) | raw[1]) >> sh)};
+        u32 qh[2] = {(u32)(((((u64)raw[4]) << 32) | raw[3]) >> sh), (u32)(((((u64)raw[5]) << 32) | raw[4]) >> sh)};
+        float dl = h2f(raw[6] >> 16) * (float)(signed char)(raw[6] & 255u);
+        int sl = 4 * (k >> 1), shh = 2 * k;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            u32 bl = ql[i >> 2] >> (8 * (i & 3)), bh = qh[i >> 2] >> (8 * (i & 3));
+            int v = (int)(((bl >> sl) & 15u) | (((bh >> shh) & 3u) << 4)) - 32;
+            w[i] = dl * (float)v;
+        }
+    } else {
+        dq8_any(type, rp, (k0 >> 3) + gi, w);
+    }
+}
+
+// 8 weights (k = 8 gi .. + 7 of a row) as TF32 (head, tail) pairs: {h(k), h(k + 1), l(k), l(k + 1)} per even k
+__device__ __forceinline__ void tp_store_w(const float* w, u32* dst) {
+    #pragma unroll
+    for (int p = 0; p < 4; p++) {
+        u32 h0, l0, h1, l1;
+        tf32_split(w[2 * p], &h0, &l0);
+        tf32_split(w[2 * p + 1], &h1, &l1);
+        *(uint4*)(dst + 4 * p) = make_uint4(h0, h1, l0, l1);
+    }
+}
+
+// acc[m][j][e] += rows (m ? mr1 : mr0) + 0..15 x tokens n0 + 8 j + 0..7 over one 32-k stage (3xTF32; the stage's
+// products accumulate in a fresh fragment added to acc with float adds, as tc_mma)
+__device__ __forceinline__ void tp_mma(const u32* Ws, const float* Xs, int mr0, int mr1, int n0, float (*acc)[4][4]) {
+    int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    float part[2][4][4];
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) part[m][j][e] = 0.0f;
+    #pragma unroll
+    for (int kk = 0; kk < TP_BK; kk += 8) {
+        u32 ah[2][4], al[2][4];
+        #pragma unroll
+        for (int m = 0; m < 2; m++) {
+            const u32* p = Ws + ((m ? mr1 : mr0) + g) * TP_LDW + 2 * kk + 4 * q;
+            uint4 r0 = *(const uint4*)p, r1 = *(const uint4*)(p + 8 * TP_LDW);
+            ah[m][0] = r0.x; ah[m][1] = r1.x; ah[m][2] = r0.y; ah[m][3] = r1.y;
+            al[m][0] = r0.z; al[m][1] = r1.z; al[m][2] = r0.w; al[m][3] = r1.w;
+        }
+        #pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 b = *(const float2*)(Xs + (n0 + 8 * j + g) * TP_LDX + kk + 2 * q);
+            u32 bh0, bl0, bh1, bl1;
+            tf32_split(b.x, &bh0, &bl0);
+            tf32_split(b.y, &bh1, &bl1);
+            #pragma unroll
+            for (int m = 0; m < 2; m++) {
+                mma_tf32(part[m][j], al[m], bh0, bh1);
+                mma_tf32(part[m][j], ah[m], bl0, bl1);
+                mma_tf32(part[m][j], ah[m], bh0, bh1);
+            }
+        }
+    }
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) acc[m][j][e] += part[m][j][e];
+}
+
+// The k loop shared by matmul and GLU: weight rows r0p (tile rows t / 4) and r1p (tile rows 32 + t / 4), types ty0 /
+// ty1; X rows xo (tp_load_x); this block's k range [kbeg, kbeg + kc)
+__device__ __forceinline__ void tp_loop(const unsigned char* r0p, int ty0, const unsigned char* r1p, int ty1,
+                                        const float* X, const int* xo, int kbeg, int kc, int mr0, int mr1, int n0,
+                                        u32* Ws, float* Xs0, float* Xs1, float (*acc)[4][4]) {
+    int t = threadIdx.x, gi = t & 3, r = t >> 2;
+    u32* w0s = Ws + r * TP_LDW + 16 * gi;
+    u32* w1s = Ws + (r + 32) * TP_LDW + 16 * gi;
+    u32 raw0[8], raw1[8];
+    float w[8];
+    tp_load_x(X, xo, kbeg, Xs0);
+    cp_async_commit();
+    tp_fetch(ty0, r0p, kbeg, gi, raw0);
+    tp_fetch(ty1, r1p, kbeg, gi, raw1);
+    tp_convert(ty0, r0p, kbeg, gi, raw0, w);
+    tp_store_w(w, w0s);
+    tp_convert(ty1, r1p, kbeg, gi, raw1, w);
+    tp_store_w(w, w1s);
+    cp_async_wait_all();
+    __syncthreads();
+    int nst = kc / TP_BK;
+    for (int s = 0; s < nst; s++) {
+        int k1 = kbeg + TP_BK * (s + 1);
+        bool more = s + 1 < nst;
+        float* cur = (s & 1) ? Xs1 : Xs0;
+        if (more) {
+            tp_load_x(X, xo, k1, (s & 1) ? Xs0 : Xs1);
+            tp_fetch(ty0, r0p, k1, gi, raw0);
+            tp_fetch(ty1, r1p, k1, gi, raw1);
+        }
+        cp_async_commit();
+        tp_mma(Ws, cur, mr0, mr1, n0, acc);
+        __syncthreads();                               // every warp is done with Ws
+        if (more) {
+            tp_convert(ty0, r0p, k1, gi, raw0, w);
+            tp_store_w(w, w0s);
+            tp_convert(ty1, r1p, k1, gi, raw1, w);
+            tp_store_w(w, w1s);
+        }
+        cp_async_wait_all();
+        __syncthreads();
+    }
+}
+
+// (row in the tile, token in the tile) of accumulator e of n8 tile j for this lane, m16 tile at mr, tokens from n0
+__device__ __forceinline__ int tp_row(int mr, int e) { return mr + ((threadIdx.x & 31) >> 2) + 8 * (e >> 1); }
+__device__ __forceinline__ int tp_tok(int n0, int j, int e) { return n0 + 8 * j + 2 * (threadIdx.x & 3) + (e & 1); }
+
+// X row offsets of this thread's 4 token rows (tp_load_x), -1 past T
+__device__ __forceinline__ void tp_x_rows(const i32* xrow, int K, int T, int tok0, int* xo) {
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int tok = tok0 + (threadIdx.x >> 3) + 16 * j;
+        xo[j] = tok < T ? (xrow ? xrow[tok] : tok) * K : -1;
+    }
+}
+#endif
+
+HALO_KERNEL __launch_bounds__(128) void halo_matmul_tcp(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+                                 const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
+                                 const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
+                                 const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
+                                 float* Y, i32 ldy, i32 kc, float* P) {
+#if HALO_TC
+    __shared__ __align__(16) u32 Ws[TP_BM * TP_LDW];
+    __shared__ __align__(16) float Xs0[TP_BN * TP_LDX];
+    __shared__ __align__(16) float Xs1[TP_BN * TP_LDX];
+    int row0 = blockIdx.x * TP_BM, tok0 = blockIdx.y * TP_BN, z = blockIdx.z, rows_all = n0 + n1 + n2;
+    const unsigned char* base; int type, rb, local;
+    if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
+    else if (row0 < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row0 - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
+    const unsigned char* rows = base + (size_t)local * rb;
+    int warp = threadIdx.x >> 5, mr0 = 32 * (warp & 1), nw = 32 * (warp >> 1);
+    int xo[4];
+    tp_x_rows(xrow, K, T, tok0, xo);
+    float acc[2][4][4];
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+    int r = threadIdx.x >> 2;
+    tp_loop(rows + (size_t)r * rb, type, rows + (size_t)(r + 32) * rb, type, X, xo, z * kc, kc, mr0, mr0 + 16, nw,
+            Ws, Xs0, Xs1, acc);
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int row = row0 + tp_row(mr0 + 16 * m, e), tok = tok0 + tp_tok(nw, j, e);
+                if (tok >= T) continue;
+                if (gridDim.z == 1) Y[(size_t)tok * ldy + row] = acc[m][j][e] + (bias ? bias[row] : 0.0f);
+                else P[((size_t)z * T + tok) * rows_all + row] = acc[m][j][e];
+            }
+#endif
+}
+
+// GLU: block rows row0 .. row0 + 31 of gate (tile rows 0-31) and of up (tile rows 32-63); warp w takes rows
+// 16 (w & 1) of both, so each lane holds gate and up of the same outputs
+HALO_KERNEL __launch_bounds__(128) void halo_glu_tcp(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
+                              i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kc,
+                              float* P) {
+#if HALO_TC
+    __shared__ __align__(16) u32 Ws[TP_BM * TP_LDW];
+    __shared__ __align__(16) float Xs0[TP_BN * TP_LDX];
+    __shared__ __align__(16) float Xs1[TP_BN * TP_LDX];
+    int row0 = blockIdx.x * (TP_BM / 2), tok0 = blockIdx.y * TP_BN, z = blockIdx.z;
+    int warp = threadIdx.x >> 5, mr0 = 16 * (warp & 1), nw = 32 * (warp >> 1);
+    int xo[4];
+    tp_x_rows(0, K, T, tok0, xo);
+    float acc[2][4][4];                            // [gate | up][n8 tile][fragment]
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+    int r = row0 + (threadIdx.x >> 2);
+    tp_loop(wg + (size_t)r * rb_g, tg, wu + (size_t)r * rb_u, tu, X, xo, z * kc, kc, mr0, mr0 + 32, nw,
+            Ws, Xs0, Xs1, acc);
+    #pragma unroll
+    for (int j = 0; j < 4; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = row0 + tp_row(mr0, e), tok = tok0 + tp_tok(nw, j, e);
+            if (tok >= T) continue;
+            if (gridDim.z == 1) A[(size_t)tok * n_ff + row] = act_fn(acc[0][j][e], act) * acc[1][j][e];
+            else {
+                P[((size_t)(2 * z) * T + tok) * n_ff + row] = acc[0][j][e];
+                P[((size_t)(2 * z + 1) * T + tok) * n_ff + row] = acc[1][j][e];
+            }
+        }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// "tck": the tcp tile for matrices whose every row is Q4_K or Q6_K (the K-quants Qwen3-style Q4_K_M files are
+// made of). Their weights are integers times per-sub-block float scales: Q4_K w = (d sc) q - (dmin m) with q in
+// 0..15 per 32 elements, Q6_K w = (d sc) (q - 32) with q - 32 in -32..31 per 16. The integer parts are exact in
+// TF32, so only the activation needs the head + tail split: 2 MMAs per product instead of 3. The products of
+// each 16-k half stage accumulate in a fresh fragment that is scaled by the row's sub-block scale when added to
+// the float32 accumulators; Q4_K's min term subtracts (dmin m) times the stage's sum of the activations (a tree
+// sum over 32 elements in float32). The weight tile is half the bytes of tcp's, so it is double-buffered too:
+// one barrier per 32-k stage. Same grid, split-K contract and partial sums as tcp.
+#define TK_LDW 40                  // words per weight row: 32 integer weights + 8 pad (8-byte loads conflict-free)
+
+#if HALO_TC
+// The 8 integer weights of tp_fetch's raw bytes, and their row's scales: sc0 (first 16 k of the stage), sc1
+// (second 16), mn (Q4_K min, subtracted times the activation sum; 0 for Q6_K)
+__device__ __forceinline__ void tk_convert(int type, int k0, int gi, const u32* raw, float* w, float* sc, float* mn) {
+    int e = (k0 & 255) + 8 * gi;
+    if (type == T_Q4_K) {
+        int h = (e >> 5) & 1;
+        float d = h2f(raw[0] & 0xffffu), dmin = h2f(raw[0] >> 16), s, m;
+        scale_min_k4_reg(e >> 5, raw[1], raw[2], raw[3], &s, &m);
+        *sc = d * s; *mn = dmin * m;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) w[i] = (float)((raw[4 + (i >> 2)] >> (8 * (i & 3) + 4 * h)) & 15u);
+    } else {                                          // T_Q6_K
+        int k = (e & 127) >> 5;
+        u32 sh = raw[7];
+        u32 ql[2] = {(u32)(((((u64)raw[1]) << 32) | raw[0]) >> sh), (u32)(((((u64)raw[2]) << 32) | raw[1]) >> sh)};
+        u32 qh[2] = {(u32)(((((u64)raw[4]) << 32) | raw[3]) >> sh), (u32)(((((u64)raw[5]) << 32) | raw[4]) >> sh)};
+        *sc = h2f(raw[6] >> 16) * (float)(signed char)(raw[6] & 255u);
+        *mn = 0.0f;
+        int sl = 4 * (k >> 1), shh = 2 * k;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            u32 bl = ql[i >> 2] >> (8 * (i & 3)), bh = qh[i >> 2] >> (8 * (i & 3));
+            w[i] = (float)((int)(((bl >> sl) & 15u) | (((bh >> shh) & 3u) << 4)) - 32);
+        }
+    }
+}
+
+// Weights of item (tile row r, group gi) and the row's scales {sc of k 0-15, sc of k 16-31, mn, 0} into the stage
+// buffers: a Q4_K row's scales come from its gi 0 thread, a Q6_K row's from gi 0 (first 16 k) and gi 2 (second)
+__device__ __forceinline__ void tk_store(int type, int k0, int gi, const u32* raw, u32* ws, float* sc4) {
+    float w[8], sc, mn;
+    tk_convert(type, k0, gi, raw, w, &sc, &mn);
+    *(uint4*)ws = make_uint4(__float_as_uint(w[0]), __float_as_uint(w[1]), __float_as_uint(w[2]), __float_as_uint(w[3]));
+    *(uint4*)(ws + 4) = make_uint4(__float_as_uint(w[4]), __float_as_uint(w[5]), __float_as_uint(w[6]),
+                                   __float_as_uint(w[7]));
+    if (gi == 0) { sc4[0] = sc; sc4[2] = mn; }
+    if (gi == (type == T_Q4_K ? 0 : 2)) sc4[1] = sc;
+}
+
+// acc[m][j][e] += one 32-k stage of rows (m ? mr1 : mr0) + 0..15 x tokens n0 + 8 j + 0..7, integer weights Ws
+// (row stride TK_LDW, pairs as in tcp: slot q <-> k 2q, slot q + 4 <-> k 2q + 1), scales Sc (float4 per row)
+__device__ __forceinline__ void tk_mma(const u32* Ws, const float* Sc, const float* Xs, int mr0, int mr1, int n0,
+                                       float (*acc)[4][4]) {
+    int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    float part[2][4][4], sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        #pragma unroll
+        for (int m = 0; m < 2; m++)
+            #pragma unroll
+            for (int j = 0; j < 4; j++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) part[m][j][e] = 0.0f;
+        #pragma unroll
+        for (int kk = 16 * half; kk < 16 * half + 16; kk += 8) {
+            u32 a[2][4];
+            #pragma unroll
+            for (int m = 0; m < 2; m++) {
+                const u32* p = Ws + ((m ? mr1 : mr0) + g) * TK_LDW + kk + 2 * q;
+                uint2 r0 = *(const uint2*)p, r1 = *(const uint2*)(p + 8 * TK_LDW);
+                a[m][0] = r0.x; a[m][1] = r1.x; a[m][2] = r0.y; a[m][3] = r1.y;
+            }
+            #pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float2 b = *(const float2*)(Xs + (n0 + 8 * j + g) * TP_LDX + kk + 2 * q);
+                sx[j] += b.x + b.y;
+                u32 bh0, bl0, bh1, bl1;
+                tf32_split(b.x, &bh0, &bl0);
+                tf32_split(b.y, &bh1, &bl1);
+                #pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    mma_tf32(part[m][j], a[m], bl0, bl1);
+                    mma_tf32(part[m][j], a[m], bh0, bh1);
+                }
+            }
+        }
+        #pragma unroll
+        for (int m = 0; m < 2; m++) {
+            int r = (m ? mr1 : mr0) + g;
+            float s0 = Sc[4 * r + half], s1 = Sc[4 * (r + 8) + half];
+            #pragma unroll
+            for (int j = 0; j < 4; j++) {
+                acc[m][j][0] = fmaf(s0, part[m][j][0], acc[m][j][0]);
+                acc[m][j][1] = fmaf(s0, part[m][j][1], acc[m][j][1]);
+                acc[m][j][2] = fmaf(s1, part[m][j][2], acc[m][j][2]);
+                acc[m][j][3] = fmaf(s1, part[m][j][3], acc[m][j][3]);
+            }
+        }
+    }
+    // Q4_K's min: acc -= mn[row] * sum of the stage's 32 activations of the token. Lane (g, q) holds 8 of token
+    // n0 + 8 j + g's; the 4 lanes of g add theirs, then each lane takes its columns 2q, 2q + 1 from lanes 8q, 8q + 4.
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float s = sx[j];
+        s += SHFL_XOR(s, 1);
+        s += SHFL_XOR(s, 2);
+        float c0 = __shfl_sync(0xffffffffu, s, 8 * q), c1 = __shfl_sync(0xffffffffu, s, 8 * q + 4);
+        #pragma unroll
+        for (int m = 0; m < 2; m++) {
+            int r = (m ? mr1 : mr0) + g;
+            float m0 = Sc[4 * r + 2], m1 = Sc[4 * (r + 8) + 2];
+            acc[m][j][0] = fmaf(-m0, c0, acc[m][j][0]);
+            acc[m][j][1] = fmaf(-m0, c1, acc[m][j][1]);
+            acc[m][j][2] = fmaf(-m1, c0, acc[m][j][2]);
+            acc[m][j][3] = fmaf(-m1, c1, acc[m][j][3]);
+        }
+    }
+}
+
+// tp_loop for tck: weight tiles and scales double-buffered, one barrier per stage
+__device__ __forceinline__ void tk_loop(const unsigned char* r0p, int ty0, const unsigned char* r1p, int ty1,
+                                        const float* X, const int* xo, int kbeg, int kc, int mr0, int mr1, int n0,
+                                        u32* Ws0, u32* Ws1, float* Sc0, float* Sc1, float* Xs0, float* Xs1,
+                                        float (*acc)[4][4]) {
+    int t = threadIdx.x, gi = t & 3, r = t >> 2;
+    int w0o = r * TK_LDW + 8 * gi, w1o = (r + 32) * TK_LDW + 8 * gi;
+    u32 raw0[8], raw1[8];
+    tp_load_x(X, xo, kbeg, Xs0);
+    cp_async_commit();
+    tp_fetch(ty0, r0p, kbeg, gi, raw0);
+    tp_fetch(ty1, r1p, kbeg, gi, raw1);
+    tk_store(ty0, kbeg, gi, raw0, Ws0 + w0o, Sc0 + 4 * r);
+    tk_store(ty1, kbeg, gi, raw1, Ws0 + w1o, Sc0 + 4 * (r + 32));
+    cp_async_wait_all();
+    __syncthreads();
+    int nst = kc / TP_BK;
+    for (int s = 0; s < nst; s++) {
+        int k1 = kbeg + TP_BK * (s + 1);
+        bool more = s + 1 < nst, odd = s & 1;
+        if (more) {
+            tp_load_x(X, xo, k1, odd ? Xs0 : Xs1);
+            tp_fetch(ty0, r0p, k1, gi, raw0);
+            tp_fetch(ty1, r1p, k1, gi, raw1);
+        }
+        cp_async_commit();
+        tk_mma(odd ? Ws1 : Ws0, odd ? Sc1 : Sc0, odd ? Xs1 : Xs0, mr0, mr1, n0, acc);
+        if (more) {                                    // the other buffers: last read before the previous barrier
+            u32* wn = odd ? Ws0 : Ws1;
+            float* sn = odd ? Sc0 : Sc1;
+            tk_store(ty0, k1, gi, raw0, wn + w0o, sn + 4 * r);
+            tk_store(ty1, k1, gi, raw1, wn + w1o, sn + 4 * (r + 32));
+        }
+        cp_async_wait_all();
+        __syncthreads();
+    }
+}
+#endif
+
+#if HALO_TC
+// The tck kernels' shared memory and k loop
+__device__ __forceinline__ void tk_run(const unsigned char* r0p, int ty0, const unsigned char* r1p, int ty1,
+                                       const float* X, const int* xo, int kbeg, int kc, int mr0, int mr1, int n0,
+                                       float (*acc)[4][4]) {
+    __shared__ __align__(16) u32 Ws0[TP_BM * TK_LDW];
+    __shared__ __align__(16) u32 Ws1[TP_BM * TK_LDW];
+    __shared__ __align__(16) float Sc0[TP_BM * 4];
+    __shared__ __align__(16) float Sc1[TP_BM * 4];
+    __shared__ __align__(16) float Xs[2 * TP_BN * TP_LDX];
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+    tk_loop(r0p, ty0, r1p, ty1, X, xo, kbeg, kc, mr0, mr1, n0, Ws0, Ws1, Sc0, Sc1, Xs, Xs + TP_BN * TP_LDX, acc);
+}
+
+__device__ __forceinline__ void tk_matmul(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+                                          const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
+                                          const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
+                                          const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
+                                          float* Y, i32 ldy, i32 kc, float* P) {
+    int row0 = blockIdx.x * TP_BM, tok0 = blockIdx.y * TP_BN, z = blockIdx.z, rows_all = n0 + n1 + n2;
+    const unsigned char* base; int type, rb, local;
+    if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
+    else if (row0 < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row0 - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
+    const unsigned char* rows = base + (size_t)local * rb;
+    int warp = threadIdx.x >> 5, mr0 = 32 * (warp & 1), nw = 32 * (warp >> 1);
+    int xo[4];
+    tp_x_rows(xrow, K, T, tok0, xo);
+    float acc[2][4][4];
+    int r = threadIdx.x >> 2;
+    tk_run(rows + (size_t)r * rb, type, rows + (size_t)(r + 32) * rb, type, X, xo, z * kc, kc, mr0, mr0 + 16, nw, acc);
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int row = row0 + tp_row(mr0 + 16 * m, e), tok = tok0 + tp_tok(nw, j, e);
+                if (tok >= T) continue;
+                if (gridDim.z == 1) Y[(size_t)tok * ldy + row] = acc[m][j][e] + (bias ? bias[row] : 0.0f);
+                else P[((size_t)z * T + tok) * rows_all + row] = acc[m][j][e];
+            }
+}
+
+// GLU: rows row0 .. row0 + 31 of gate (tile rows 0-31) and of up (32-63), as tcp
+__device__ __forceinline__ void tk_glu(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
+                                       i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kc,
+                                       float* P) {
+    int row0 = blockIdx.x * (TP_BM / 2), tok0 = blockIdx.y * TP_BN, z = blockIdx.z;
+    int warp = threadIdx.x >> 5, mr0 = 16 * (warp & 1), nw = 32 * (warp >> 1);
+    int xo[4];
+    tp_x_rows(0, K, T, tok0, xo);
+    float acc[2][4][4];
+    int r = row0 + (threadIdx.x >> 2);
+    tk_run(wg + (size_t)r * rb_g, tg, wu + (size_t)r * rb_u, tu, X, xo, z * kc, kc, mr0, mr0 + 32, nw, acc);
+    #pragma unroll
+    for (int j = 0; j < 4; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = row0 + tp_row(mr0, e), tok = tok0 + tp_tok(nw, j, e);
+            if (tok >= T) continue;
+            if (gridDim.z == 1) A[(size_t)tok * n_ff + row] = act_fn(acc[0][j][e], act) * acc[1][j][e];
+            else {
+                P[((size_t)(2 * z) * T + tok) * n_ff + row] = acc[0][j][e];
+                P[((size_t)(2 * z + 1) * T + tok) * n_ff + row] = acc[1][j][e];
+            }
+        }
+}
+#define TK_BODY(call) call
+#else
+#define TK_BODY(call)
+#endif
+
+HALO_KERNEL __launch_bounds__(128) void halo_matmul_tck(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+                                 const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
+                                 const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
+                                 const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
+                                 float* Y, i32 ldy, i32 kc, float* P) {
+    TK_BODY(tk_matmul(w0, t0_, n0, rb0, w1, t1_, n1, rb1, w2, t2_, n2, rb2, bias, X, xrow, K, T, Y, ldy, kc, P));
+}
+
+HALO_KERNEL __launch_bounds__(128) void halo_glu_tck(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
+                              i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kc,
+                              float* P) {
+    TK_BODY(tk_glu(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, kc, P));
 }
 
 // Split-K sums, in z order: Y[t][r] = bias[r] + sum_z P[z][t][r] (act < 0), or for the GLU (act >= 0)

@@ -42,6 +42,18 @@ __device__ float block_sum(float v, float* red) {
     return s;
 }
 
+// Maximum over the whole block; every thread gets the result. red: >= 32 floats of shared memory.
+__device__ float block_max(float v, float* red) {
+    v = warp_max(v);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float m = NEG_INF;
+    for (int i = 0; i < nw; i++) m = fmaxf(m, red[i]);
+    return m;
+}
+
 // NVIDIA tensor cores with TF32 operands (sm_80 and newer), shared by the prefill matmul tile (halo_quant.cu)
 // and the prefill attention tile (halo_layer.cu). "3xTF32": every operand is split into a TF32 head and a TF32
 // tail (x = head + tail, both exact in 10 mantissa bits) and a*b is taken as al*bh + ah*bl + ah*bh, about 21
