@@ -43,22 +43,41 @@ class BenchResult:
     peak_rss_mb: float | None
     blas_threads: int | None
     rss_before_load_mb: float | None = None   # resident just before the load: interpreter and libraries
+    peak_since_load_mb: float | None = None   # the peak from the load on (peak_rss_mb: the whole run's)
     file_mb: float = 0.0
     kv_cache_mb: float = 0.0
     cpu_kernels: str = ""                     # engine.model.quant_matrix.describe_kernels()
     warmup_s: float = 0.0                     # an 8-token step and a 1-token step before timing (kernel compile)
+    load_average: tuple[float, float, float] | None = None   # at the end: the cores may be shared
 
 
 def peak_rss_mb() -> float | None:
-    """The process's peak resident memory so far in MB (2^20 bytes), or None where the OS does not say."""
+    """The process's peak resident memory in MB (2^20 bytes) since it started or, on Linux, since the last
+    reset_peak_rss(); None where the OS does not say."""
     if sys.platform == "win32":
         return _windows_peak_working_set_mb()
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        pass
     try:
         import resource
     except ImportError:
         return None
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 1024 / 1024 if sys.platform == "darwin" else rss / 1024   # bytes on macOS, KiB elsewhere
+
+
+def reset_peak_rss() -> bool:
+    """Start a new peak window (Linux: the high-water mark drops to what is resident now, /proc's clear_refs);
+    False where the OS has no way, and peak_rss_mb() keeps counting from the start."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def resident_mb() -> float | None:
@@ -108,7 +127,12 @@ def run_bench(path: Path, prompt_tokens: int = 128, decode_tokens: int = 64, rep
     from engine.model.quant_matrix import describe_kernels
 
     kernels = describe_kernels()            # imports numba (when present) before the baseline is taken
-    before = resident_mb() or peak_rss_mb()
+    # the model's share: the peak from the load on minus what is resident just before it (the peak before it
+    # can be a transient: numba's compiler pages, given back once the kernels are ready)
+    peak_before = peak_rss_mb()
+    before = resident_mb() or peak_before
+    if not reset_peak_rss():
+        before = peak_before
     t0 = time.perf_counter()
     lm = load_model(path)
     load_s = time.perf_counter() - t0
@@ -138,9 +162,15 @@ def run_bench(path: Path, prompt_tokens: int = 128, decode_tokens: int = 64, rep
         weights_mb=round(lm.weights.nbytes / 1e6, 1), prompt_tokens=len(ids),
         prefill_tok_s=round(len(ids) / best_prefill, 1), decode_tokens=decode_tokens,
         decode_tok_s=round(decode_tokens / best_decode, 1), time_to_first_token_s=round(best_ttft, 3),
-        peak_rss_mb=round(peak_rss_mb(), 1) if peak_rss_mb() else None, blas_threads=blas_threads(),
-        rss_before_load_mb=round(before, 1) if before else None, file_mb=round(path.stat().st_size / 2**20, 1),
-        kv_cache_mb=round(kv.nbytes / 2**20, 1), cpu_kernels=kernels, warmup_s=round(warmup_s, 2))
+        peak_rss_mb=_rounded(max(peak_before or 0.0, peak_rss_mb() or 0.0) or None), blas_threads=blas_threads(),
+        peak_since_load_mb=_rounded(peak_rss_mb()), rss_before_load_mb=_rounded(before),
+        file_mb=round(path.stat().st_size / 2**20, 1),
+        kv_cache_mb=round(kv.nbytes / 2**20, 1), cpu_kernels=kernels, warmup_s=round(warmup_s, 2),
+        load_average=_load_average())
+
+
+def _load_average() -> tuple[float, float, float] | None:
+    return os.getloadavg() if hasattr(os, "getloadavg") else None
 
 
 def format_result(r: BenchResult) -> str:
@@ -151,7 +181,8 @@ def format_result(r: BenchResult) -> str:
             ("decode", f"{r.decode_tok_s:.1f} tok/s ({r.decode_tokens} tokens)"),
             ("time to first token", f"{r.time_to_first_token_s * 1000:.0f} ms"),
             ("peak RSS", _rss_line(r)),
-            ("BLAS threads", str(r.blas_threads))]
+            ("BLAS threads", str(r.blas_threads)),
+            ("load average", ", ".join(f"{x:.2f}" for x in r.load_average) if r.load_average else "unknown")]
     if r.model in LLAMA_CPP_2CORE:
         pre, dec = LLAMA_CPP_2CORE[r.model]
         rows.append(("vs llama.cpp (2 cores)", f"prefill {r.prefill_tok_s / pre:.2f}x, decode {r.decode_tok_s / dec:.2f}x"))
@@ -171,7 +202,7 @@ def _rss_line(r: BenchResult) -> str:
     goal = memory_goal_mb(r.file_mb, r.kv_cache_mb)
     line = f"{r.peak_rss_mb:.0f} MiB, the whole process (goal <= 1.5x file + KV = {goal:.0f} MiB)"
     if r.rss_before_load_mb:
-        added = r.peak_rss_mb - r.rss_before_load_mb
+        added = (r.peak_since_load_mb or r.peak_rss_mb) - r.rss_before_load_mb
         line += (f"; {r.rss_before_load_mb:.0f} MiB resident before the load (interpreter and libraries), "
                  f"so the model's share is {added:.0f} MiB = {added / r.file_mb:.2f}x the file")
     return line
@@ -240,7 +271,7 @@ def run_engine_bench(path: Path, async_on: bool, concurrency: int = 1, prompt_to
         generated_tokens=generated, wall_s=round(wall, 3), aggregate_tok_s=round(generated / wall, 1),
         decode_tok_s_per_request=round(sum(f.usage.decode_tokens_per_s for f in fins) / len(fins), 1),
         time_to_first_token_s=round(sum(f.usage.time_to_first_token_s for f in fins) / len(fins), 3),
-        load_s=round(load_s, 3), open_s=round(open_s, 3), load_average=os.getloadavg() if hasattr(os, "getloadavg") else None,
+        load_s=round(load_s, 3), open_s=round(open_s, 3), load_average=_load_average(),
         peak_rss_mb=_rounded(peak_rss_mb()), rss_before_load_mb=_rounded(before))
 
 

@@ -414,35 +414,43 @@ def decode_attention(q, k_blocks, v_blocks, blocks, mask, sinks, scale, out):
     bs, hkv = k_blocks.shape[1], k_blocks.shape[2]
     group = H // hkv
     L = mask.shape[0]
-    scores = np.empty(L, np.float32)
-    acc = np.empty(D, np.float32)
-    for h in range(H):
-        g = h // group
-        top = np.float32(-np.inf)
+    scores = np.empty((group, L), np.float32)    # the query heads of one KV head: each key and value read once
+    acc = np.empty((group, D), np.float32)
+    top = np.empty(group, np.float32)
+    for g in range(hkv):
+        top[:] = -np.inf
         for pos in range(L):
             key = k_blocks[blocks[pos // bs], pos % bs, g]
-            s = np.float32(0.0)
-            for d in range(D):
-                s += q[h, d] * key[d]
-            s = s * np.float32(scale) + mask[pos]
-            scores[pos] = s
-            top = max(top, s)
-        if sinks.shape[0]:
-            top = max(top, sinks[h])
-        denominator = np.float32(0.0)
-        for pos in range(L):
-            e = np.exp(scores[pos] - top)
-            scores[pos] = e
-            denominator += e
-        if sinks.shape[0]:
-            denominator += np.exp(sinks[h] - top)
+            for j in range(group):
+                s = np.float32(0.0)
+                for d in range(D):
+                    s += q[g * group + j, d] * key[d]
+                s = s * np.float32(scale) + mask[pos]
+                scores[j, pos] = s
+                top[j] = max(top[j], s)
+        for j in range(group):
+            h = g * group + j
+            if sinks.shape[0]:
+                top[j] = max(top[j], sinks[h])
+            denominator = np.float32(0.0)
+            for pos in range(L):
+                e = np.exp(scores[j, pos] - top[j])
+                scores[j, pos] = e
+                denominator += e
+            if sinks.shape[0]:
+                denominator += np.exp(sinks[h] - top[j])
+            for pos in range(L):
+                scores[j, pos] /= denominator
         acc[:] = 0.0
         for pos in range(L):
             value = v_blocks[blocks[pos // bs], pos % bs, g]
-            w = scores[pos] / denominator
-            for d in range(D):
-                acc[d] += w * value[d]
-        out[h * D:(h + 1) * D] = acc
+            for j in range(group):
+                w = scores[j, pos]
+                for d in range(D):
+                    acc[j, d] += w * value[d]
+        for j in range(group):
+            h = g * group + j
+            out[h * D:(h + 1) * D] = acc[j]
 
 
 NO_SINKS = np.zeros(0, np.float32)     # decode_attention's `sinks` for models without them (read-only, as

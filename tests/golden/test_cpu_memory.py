@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _CHILD = """
 import json, sys
 from pathlib import Path
-from engine.bench import peak_rss_mb, resident_mb
+from engine.bench import peak_rss_mb, reset_peak_rss, resident_mb
 from engine.gguf import open_gguf
 from engine.model.quant_matrix import describe_kernels, prepare_kernels
 from engine.model.loader import load_model
@@ -27,7 +27,7 @@ describe_kernels()                    # numba and its LLVM are part of the basel
 with open_gguf(path) as g:            # nor is compiling the model's kernels (when numba's cache is cold)
     prepare_kernels({t.ggml_type for t in g.tensors.values()})
 before = resident_before = resident_mb()  # what the bench measures from (the peak so far is a transient)
-if before is None:
+if not reset_peak_rss() or before is None:  # ... and from where the peak counts again (Linux)
     before = peak_rss_mb()
 lm = load_model(path)
 kv = KVCache.allocate(lm.config, 4, 16)
