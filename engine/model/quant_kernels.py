@@ -39,7 +39,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # folder keyed by the executable (its frozen-app locator)
 _CACHE = bool(getattr(sys, "frozen", False)) or (__file__.endswith(".py") and os.path.isfile(__file__))
 
-from numba import njit, prange  # noqa: E402  (after NUMBA_CACHE_DIR is set: numba reads it at import)
+# numba after NUMBA_CACHE_DIR is set (numba reads it at import); the thread-count calls are for quant_matrix
+from numba import get_num_threads, njit, prange, set_num_threads  # noqa: E402, F401
 
 NO_ROWS = np.zeros((0, 0), np.uint8)     # an unused matvec part: no rows, so no tasks
 NO_ROWS.flags.writeable = False           # read-only like the map views (numba specialises on the flag)

@@ -33,6 +33,9 @@ from engine.model.host_pages import page_out
 _PARALLEL = threading.Lock()
 DECODE_TOKENS = 4               # up to this many tokens, one matrix-vector product per token
 CHUNK_ELEMENTS = 1 << 20        # prefill decodes this many weights (4 MB of float32) at a time
+# A smaller matrix-vector product runs on the calling thread alone: waking the kernel's other threads costs
+# ~10-35 us per call (measured; more when other programs share the cores), what ~50-150k weights take on one
+SERIAL_WEIGHTS = 1 << 18
 
 
 # the types engine.model.quant_kernels serves; F16 is decoded in runs of F16_RUN values
@@ -220,8 +223,7 @@ class QuantMatrix:
 
     def matvec(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [rows] = W @ x, x [cols] float32 contiguous."""
-        with _PARALLEL:
-            self._matvec(self._alone, x, out, self._f16)
+        _product(self._matvec, self._alone, x, out, self._f16, self.rows * self.cols < SERIAL_WEIGHTS)
 
     def matmul_into(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [T, rows] = x [T, cols] @ W.T (out may be a column slice of a wider array)."""
@@ -268,12 +270,11 @@ class QuantLinear:
         if len(x) <= DECODE_TOKENS:                  # per token: one matrix-vector call per run of parts
             for t in range(len(x)):
                 xt, ot = x[t], out[t]
-                for r0, r1, matvec, raws, f16 in self._token_plan:
+                for r0, r1, matvec, raws, f16, serial in self._token_plan:
                     if matvec is None:
                         ot[r0:r1] = raws @ xt                  # a float32 part (BLAS sgemv)
                     else:
-                        with _PARALLEL:
-                            matvec(raws, xt, ot[r0:r1], f16)
+                        _product(matvec, raws, xt, ot[r0:r1], f16, serial)
             return out
         r0 = 0
         for p in self.parts:
@@ -292,13 +293,13 @@ class QuantLinear:
 
 
 def _token_plan(parts: tuple[Matrix, ...]):
-    """(first row, end row, matvec or None, raws or the float32 part, F16 table) per kernel call of one
-    token: neighbouring QuantMatrix parts of one type share a call, padded with NO_ROWS."""
+    """(first row, end row, matvec or None, raws or the float32 part, F16 table, serial) per kernel call of
+    one token: neighbouring QuantMatrix parts of one type share a call, padded with NO_ROWS."""
     r0, i = 0, 0
     while i < len(parts):
         p = parts[i]
         if not isinstance(p, QuantMatrix):
-            yield r0, r0 + p.shape[0], None, p, None
+            yield r0, r0 + p.shape[0], None, p, None, True
             r0, i = r0 + p.shape[0], i + 1
             continue
         run = [p]
@@ -307,8 +308,24 @@ def _token_plan(parts: tuple[Matrix, ...]):
                and parts[i + len(run)].ggml_type == p.ggml_type):
             run.append(parts[i + len(run)])
         rows = sum(q.rows for q in run)
-        yield r0, r0 + rows, p._matvec, tuple(q.raw for q in run) + p._alone[len(run):], p._f16
+        yield (r0, r0 + rows, p._matvec, tuple(q.raw for q in run) + p._alone[len(run):], p._f16,
+               rows * p.cols < SERIAL_WEIGHTS)
         r0, i = r0 + rows, i + len(run)
+
+
+def _product(matvec, raws, x: np.ndarray, out: np.ndarray, f16: np.ndarray, serial: bool) -> None:
+    """One matvec kernel call; on the calling thread alone when `serial` (a small product)."""
+    with _PARALLEL:
+        if not serial:
+            matvec(raws, x, out, f16)
+            return
+        k = _kernels()
+        threads = k.get_num_threads()
+        k.set_num_threads(1)
+        try:
+            matvec(raws, x, out, f16)
+        finally:
+            k.set_num_threads(threads)
 
 
 def fuse(parts: list[Matrix]) -> np.ndarray | QuantLinear:

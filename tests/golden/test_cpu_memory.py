@@ -16,13 +16,16 @@ _CHILD = """
 import json, sys
 from pathlib import Path
 from engine.bench import peak_rss_mb, resident_mb
-from engine.model.quant_matrix import describe_kernels
+from engine.gguf import open_gguf
+from engine.model.quant_matrix import describe_kernels, prepare_kernels
 from engine.model.loader import load_model
 from engine.model.step import KVCache, SequenceBlocks
 path = Path(sys.argv[1])
 
 
 describe_kernels()                    # numba and its LLVM are part of the baseline, not of the model
+with open_gguf(path) as g:            # nor is compiling the model's kernels (when numba's cache is cold)
+    prepare_kernels({t.ggml_type for t in g.tensors.values()})
 before = resident_before = resident_mb()  # what the bench measures from (the peak so far is a transient)
 if before is None:
     before = peak_rss_mb()

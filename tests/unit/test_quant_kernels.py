@@ -6,7 +6,7 @@ import pytest
 
 from engine.gguf.dequant import dequantize
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
-from engine.model.quant_matrix import QuantLinear, QuantMatrix, kernel_blocks, kernel_path
+from engine.model.quant_matrix import SERIAL_WEIGHTS, QuantLinear, QuantMatrix, kernel_blocks, kernel_path
 
 pytestmark = pytest.mark.skipif(kernel_path() != "numba", reason="numba is not installed here")
 
@@ -121,8 +121,9 @@ def test_products_from_two_threads_at_once_are_right():
     from concurrent.futures import ThreadPoolExecutor
 
     rng = np.random.default_rng(2)
-    raw, cols = random_matrix(GGMLType.Q8_0, 300, 4, rng)
-    m = QuantLinear((QuantMatrix(raw, GGMLType.Q8_0, 300, cols),))
+    rows = SERIAL_WEIGHTS // 128 + 1           # big enough for a parallel product
+    raw, cols = random_matrix(GGMLType.Q8_0, rows, 4, rng)
+    m = QuantLinear((QuantMatrix(raw, GGMLType.Q8_0, rows, cols),))
     xs = [rng.normal(size=(1, cols)).astype(np.float32) for _ in range(2)]
     want = [m(x) for x in xs]
     with ThreadPoolExecutor(2) as pool:
