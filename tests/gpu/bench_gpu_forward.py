@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.gpu.bench import format_result, run_bench  # noqa: E402
 
-MODELS = ["smollm2-135m-q4_1", "gemma-3-270m-q4_k_m", "qwen3-4b-shaped-q4_k",
+MODELS = ["smollm2-135m-q4_1", "gemma-3-270m-q4_k_m", "qwen3-4b-shaped-q4_k", "qwen35-4b-shaped-q4_k_m",
           "qwen3moe-30b-a3b-shaped-q4_k_m",           # built only when its skeleton is staged (18 GB)
           "gpt-oss-20b-shaped-mxfp4"]                 # ditto (12.1 GB); its skeleton and builder: the tool below
 # shape_alike.py has no MXFP4: gpt-oss's skeleton is written and built by this project's own tool
