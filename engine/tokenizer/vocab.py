@@ -6,9 +6,12 @@ the tokenizer never touches a file. Big arrays may arrive as numpy arrays or lis
 from __future__ import annotations
 
 import enum
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from engine.errors import InvalidModelError, UnsupportedModelError, short_repr
 from engine.gguf.meta import Meta
@@ -50,13 +53,21 @@ def _as_typed_list(value: Any, kind: type, field: str) -> list:
     return items
 
 
+def _as_float_array(value: Any, field: str) -> array:
+    """Numbers as 8-byte doubles in one array.array, not a list of float objects (32 bytes an entry): gemma's
+    262,144 scores take 2 MiB instead of 8. Indexing gives the same Python floats."""
+    if getattr(value, "dtype", None) is not None and value.dtype.kind in "fiu":      # a numpy array
+        return array("d", value.astype(np.float64).tobytes())
+    return array("d", _as_typed_list(value, float, field))
+
+
 @dataclass(frozen=True)
 class Vocab:
     model: str                      # "gpt2" (byte-level BPE) or "llama" (SentencePiece with scores)
     pre: str                        # tokenizer.ggml.pre ("" when absent)
     tokens: list[str]               # id -> text, exactly as stored
     types: list[int]                # id -> TokenType value
-    scores: list[float] | None      # id -> score (SPM); None when absent
+    scores: Sequence[float] | None  # id -> score (SPM; an array.array of doubles); None when absent
     merges: list[str] | None        # "left right" pairs, BPE only
     bos_id: int | None
     eos_id: int | None
@@ -107,7 +118,7 @@ def vocab_from_metadata(md: Mapping[str, Any]) -> Vocab:
                                 field="tokenizer.ggml.token_type")
 
     raw_scores = md.get_array("tokenizer.ggml.scores", kind="number")
-    scores = _as_typed_list(raw_scores, float, "tokenizer.ggml.scores") if raw_scores is not None else None
+    scores = _as_float_array(raw_scores, "tokenizer.ggml.scores") if raw_scores is not None else None
     if scores is not None and len(scores) != n:
         raise InvalidModelError(f"{len(scores)} scores for {n} tokens", field="tokenizer.ggml.scores")
     if model == "llama" and scores is None:
