@@ -235,8 +235,10 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
         # the decode runs it held a one-token step, which the attention and delta-rule kernels would time)
         gm.step(prefill, kv, pool, feed_next=True).get_output()
         result["prefill_breakdown_us"], _ = kernel_breakdown(gm, kv, prompt_tokens, graph=False)
-        tc_tile = "tck for Q4_K / Q6_K products, else tcp matmuls and tc GLUs" if forward_mod.TC_TILE == "tck" else \
-            forward_mod.TC_TILE
+        tc_tile = {"auto": f"tc below {forward_mod.PIPELINED_MIN_WEIGHTS} weights per product, above it tck for "
+                           "Q4_K / Q6_K products, else tcp matmuls and tc GLUs",
+                   "tck": "tck for Q4_K / Q6_K products, else tcp matmuls and tc GLUs"}.get(forward_mod.TC_TILE,
+                                                                                            forward_mod.TC_TILE)
         result["prefill_tile"] = f"tensor cores ({tc_tile})" if gm.fwd.use_tc else "SIMT (gt)"
         if gm.fwd.use_tc:                                # how the split-K target moves prefill (tuning)
             default, fwd = forward_mod.SPLIT_TARGET_BLOCKS, gm.fwd

@@ -62,9 +62,14 @@ SIMT_TILES = os.environ.get("HALO_GPU_TILES") == "gt"
 # only been compiled (the prebuilt gfx11 objects), never run on an AMD GPU, so the FMA tile stays the default.
 WMMA_TILES = os.environ.get("HALO_GPU_TILES") == "wmma"
 WMMA_ARCHS = frozenset({"gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151"})
-# Which tensor-core tile: "tck" (unset: the best measured for each product, see _tc_tile / _glu_tile), or "tcp" /
-# "tc" (HALO_GPU_TILES=tcp / tc: the pipelined tile for every type / the first tile everywhere, for comparisons)
-TC_TILE = {"tc": "tc", "tcp": "tcp"}.get(os.environ.get("HALO_GPU_TILES", ""), "tck")
+# Which tensor-core tile: "auto" (unset: the best measured for each product, see _tc_tile / _glu_tile), or "tck" /
+# "tcp" / "tc" (HALO_GPU_TILES=...: tck wherever the types allow / the pipelined tile for every type / the first tile
+# everywhere, for comparisons)
+TC_TILE = {"tc": "tc", "tcp": "tcp", "tck": "tck"}.get(os.environ.get("HALO_GPU_TILES", ""), "auto")
+# "auto" keeps products of fewer weights than this on tc: the pipelined tiles' 64-row blocks leave a small model's
+# matrices few blocks (H200, 128-token prefill: SmolLM2 13,799 tok/s with them vs 18,746 on tc, gemma-3-270m 20,264
+# vs 23,850; their largest matrix has 1.3 M weights), while every Qwen3-4B product (>= 10.5 M) gains (3,283 -> 3,656)
+PIPELINED_MIN_WEIGHTS = 1 << 23
 # HALO_GPU_KQ_BATCH=1: steps of 2..16 tokens take halo_*_kq_t{4,8,16} instead of r1_t4 / r4_t8 / the tile.
 # Off by default: on the H200 it did not raise batched decode (engine/gpu/NOTES.md), so the measured path stays.
 KQ_BATCH = os.environ.get("HALO_GPU_KQ_BATCH") == "1"
@@ -93,9 +98,10 @@ SKV_NARROW_D = 128                         # halo_attention_split up to this hea
 SKV_CHUNKS = 64
 SKV_MERGE_THREADS = 128                    # halo_attention_merge: a thread per chunk
 assert SKV_MERGE_THREADS >= SKV_CHUNKS and 32 * SKV_WARPS >= SKV_CHUNKS
-# The last split block of each (token, kv head) merges the chunks (one launch per layer fewer); HALO_SKV_FUSED=0
-# launches halo_attention_merge after the split instead (for comparisons).
-SKV_FUSED = os.environ.get("HALO_SKV_FUSED") != "0"
+# HALO_SKV_FUSED=1: the last split block of each (token, kv head) merges the chunks (one launch per layer fewer).
+# Off by default: that block merges its G heads one after another, which cost more than the launch it saves (H200,
+# decode tok/s fused vs separate merge: SmolLM2 846 vs 888, gemma-3-270m 778 vs 841, Qwen3-4B shapes 293 vs 307).
+SKV_FUSED = os.environ.get("HALO_SKV_FUSED") == "1"
 # Tiled prefill attention on tensor cores (halo_attention_tc, CUDA sm_80+): steps of more than SKV_MAX_T tokens
 # where head_dim % 8 == 0, head_dim <= FA_MAX_D and the GQA group fits the FA_ROWS query rows of a block (a block
 # takes FA_ROWS // group tokens x the group's heads). HALO_GPU_FLASH=0 keeps halo_attention (for comparisons).
@@ -124,18 +130,24 @@ def tensor_cores_usable(backend: Backend) -> bool:
     return backend.api == "cuda" and arch.startswith("sm_") and arch[3:].isdigit() and int(arch[3:]) >= 80
 
 
-def _tc_tile(types: set[int]) -> str:
-    """The pipelined tensor-core matmul tile for matrices of these types (TC_TILE not "tc"): tck where every type is
-    a TCK_TYPES one, else tcp (faster than tc for every Qwen3-4B matmul shape on the H200)."""
-    return TC_TILE if TC_TILE != "tcp" and types <= TCK_TYPES else "tcp"
+def _tc_tile(types: set[int], weights: int) -> str:
+    """The tensor-core matmul tile for a product of `weights` weights of these types: tck (integer K-quant weights)
+    where every type is a TCK_TYPES one, else tcp (both faster than tc for every Qwen3-4B matmul shape on the H200);
+    tc for products under PIPELINED_MIN_WEIGHTS (TC_TILE "auto") or everywhere (TC_TILE "tc")."""
+    if TC_TILE == "tc" or (TC_TILE == "auto" and weights < PIPELINED_MIN_WEIGHTS):
+        return "tc"
+    return "tck" if TC_TILE != "tcp" and types <= TCK_TYPES else "tcp"
 
 
-def _glu_tile(types: set[int]) -> str:
-    """The tensor-core GLU tile: tck for TCK_TYPES gate and up, else tc (tcp's GLU, 4 warps per block, measured
-    slower than tc's 8-warp one on the H200: 518 vs 455 us at 128 tokens), unless HALO_GPU_TILES names one."""
+def _glu_tile(types: set[int], weights: int) -> str:
+    """The tensor-core GLU tile (weights: of one of gate / up): tck for TCK_TYPES gate and up, else tc (tcp's GLU,
+    4 warps per block, measured slower than tc's 8-warp one on the H200: 518 vs 455 us at 128 tokens); tc for
+    products under PIPELINED_MIN_WEIGHTS (TC_TILE "auto"), unless HALO_GPU_TILES names a tile."""
     if TC_TILE in ("tc", "tcp"):
         return TC_TILE
-    return TC_TILE if types <= TCK_TYPES else "tc"
+    if TC_TILE == "auto" and weights < PIPELINED_MIN_WEIGHTS:
+        return "tc"
+    return "tck" if types <= TCK_TYPES else "tc"
 
 
 def wmma_usable(backend: Backend) -> bool:
@@ -426,8 +438,9 @@ class GpuForward:
                 self._splitk_sum(splits, T, rows, bias, -1, Y, ldy)
             return
         if suffix == "tc":
-            if TC_TILE != "tc" and all(m.rows % TCP_ROWS == 0 for m in mats):
-                suffix, R = _tc_tile({m.ggml_type for m in mats}), TCP_ROWS
+            tile = _tc_tile({m.ggml_type for m in mats}, rows * K)
+            if tile != "tc" and all(m.rows % TCP_ROWS == 0 for m in mats):
+                suffix, R = tile, TCP_ROWS
             splits = self._splits(rows, T, K, 1, R)
             args += [np.int32(K // splits), self.partial]
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (rows // R, -(-T // NT), splits), 128,
@@ -452,7 +465,7 @@ class GpuForward:
                          32 * MV_WARPS, args + (np.int32(kw),))
             return
         if suffix == "tc":
-            tile = _glu_tile({gate.ggml_type, up.ggml_type})                 # every GLU tile: 32 rows of each
+            tile = _glu_tile({gate.ggml_type, up.ggml_type}, c.n_ff * c.n_embd)   # every GLU tile: 32 rows of each
             name, threads = "halo_glu_" + tile, 128 if tile != "tc" else 256
             splits = self._splits(c.n_ff, T, c.n_embd, 2)
             self._launch("halo_quant.cu", name, (c.n_ff // R, -(-T // NT), splits), threads,

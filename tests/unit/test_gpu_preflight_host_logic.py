@@ -58,7 +58,7 @@ def test_host_side_of_a_prefill_and_a_decode_step(name):
             # linear (a decode step: the recurrent delta rule only): qkv, z, beta|alpha matmuls, conv, prep,
             # delta rule, gated norm, ssm_out + 4 of the FFN
             per_layer = 11
-        # split-KV attention merges its chunks in the split kernel, or (HALO_SKV_FUSED=0) in a launch of its own
+        # split-KV attention merges its chunks in a launch of its own, or (HALO_SKV_FUSED=1) in the split kernel
         split_merges = n_attention if m.fwd.split_kv and not fwd_mod.SKV_FUSED else 0
         assert len(launched) == per_layer * m.config.n_layers + n_linear * (m.config.has_recurrent_state) \
             + split_merges + 3

@@ -123,21 +123,26 @@ def test_only_large_products_split(monkeypatch):
     assert splits(2560, 128, 4096) == 8 and splits(2560, 128, 9728) == 8
 
 
-@pytest.mark.parametrize("tile,types,matmul,glu", [
-    ("tck", {GGMLType.Q4_K, GGMLType.Q6_K}, "tck", "tck"), ("tck", {GGMLType.Q4_K}, "tck", "tck"),
-    ("tck", {GGMLType.Q4_K, GGMLType.Q8_0}, "tcp", "tc"), ("tck", {GGMLType.F32}, "tcp", "tc"),
-    ("tcp", {GGMLType.Q4_K}, "tcp", "tcp"), ("tc", {GGMLType.Q4_K}, "tc", "tc")])
-def test_tensor_core_tile_by_weight_types(tile, types, matmul, glu, monkeypatch):
+@pytest.mark.parametrize("tile,types,weights,matmul,glu", [
+    ("auto", {GGMLType.Q4_K, GGMLType.Q6_K}, 2560 * 4096, "tck", "tck"), ("auto", {GGMLType.Q4_K}, 1 << 23, "tck", "tck"),
+    ("auto", {GGMLType.Q4_K, GGMLType.Q8_0}, 1 << 24, "tcp", "tc"), ("auto", {GGMLType.F32}, 1 << 24, "tcp", "tc"),
+    ("auto", {GGMLType.Q4_K}, 2048 * 640, "tc", "tc"), ("auto", {GGMLType.Q4_1}, 1536 * 576, "tc", "tc"),
+    ("tck", {GGMLType.Q4_K}, 64 * 256, "tck", "tck"), ("tck", {GGMLType.Q8_0}, 64 * 256, "tcp", "tc"),
+    ("tcp", {GGMLType.Q4_K}, 64, "tcp", "tcp"), ("tc", {GGMLType.Q4_K}, 1 << 30, "tc", "tc")])
+def test_tensor_core_tile_by_weight_types_and_size(tile, types, weights, matmul, glu, monkeypatch):
     """tck (integer K-quant weights) only where every matrix of the product is Q4_K / Q6_K; other matmuls take
-    tcp and other GLUs tc (each measured faster there); HALO_GPU_TILES=tcp / tc force one tile for comparisons."""
+    tcp and other GLUs tc (each measured faster there); by default products of a small model's size (gemma-3-270m's
+    largest: 2048 x 640) stay on tc; HALO_GPU_TILES=tck / tcp / tc force a tile for comparisons."""
     monkeypatch.setattr(fwd_mod, "TC_TILE", tile)
-    assert fwd_mod._tc_tile(types) == matmul and fwd_mod._glu_tile(types) == glu
+    assert fwd_mod._tc_tile(types, weights) == matmul and fwd_mod._glu_tile(types, weights) == glu
 
 
-def test_prefill_launches_the_tensor_core_tile_with_a_valid_split():
+def test_prefill_launches_the_tensor_core_tile_with_a_valid_split(monkeypatch):
     """The host side of a tensor-core prefill on the CPU backend (kernels recorded): the Q4_K_M model's products
-    take tck, every tensor-core launch has grid z slices of kc = K / z (a multiple of 32), rows per block as the
-    tile's contract asks, and a split launch is followed by its halo_splitk_sum."""
+    take tck (HALO_GPU_TILES=tck: the tiny model's products are under the size where it is the default), every
+    tensor-core launch has grid z slices of kc = K / z (a multiple of 32), rows per block as the tile's contract
+    asks, and a split launch is followed by its halo_splitk_sum."""
+    monkeypatch.setattr(fwd_mod, "TC_TILE", "tck")
     backend = registry.create("cpu")
     launched = []
     backend.kernel = lambda file, function: Kernel(function, None)
