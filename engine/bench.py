@@ -47,7 +47,7 @@ class BenchResult:
     file_mb: float = 0.0
     kv_cache_mb: float = 0.0
     cpu_kernels: str = ""                     # engine.model.quant_matrix.describe_kernels()
-    warmup_s: float = 0.0                     # an 8-token step and a 1-token step before timing (kernel compile)
+    warmup_s: float = 0.0                     # an 8-token step and a 1-token step before timing
     load_average: tuple[float, float, float] | None = None   # at the end: the cores may be shared
 
 
@@ -140,7 +140,7 @@ def run_bench(path: Path, prompt_tokens: int = 128, decode_tokens: int = 64, rep
     ids = prompt_ids(fmt, prompt_tokens)
     n_blocks = -(-(len(ids) + decode_tokens + 1) // BLOCK_SIZE)
     kv = KVCache.allocate(lm.config, n_blocks, BLOCK_SIZE)
-    t0 = time.perf_counter()         # first use of each kernel: compiled, or read from numba's disk cache
+    t0 = time.perf_counter()         # first steps (the kernels were readied by the load: compiled or cached)
     warm = SequenceBlocks(kv)
     lm.model.forward(warm.step(ids[:8]), kv)
     lm.model.forward(warm.step(ids[:1]), kv)
@@ -175,8 +175,9 @@ def _load_average() -> tuple[float, float, float] | None:
 
 def format_result(r: BenchResult) -> str:
     rows = [("model", f"{r.model} ({r.architecture})"), ("CPU path", r.cpu_kernels or "unknown"),
-            ("load", f"{r.load_s:.2f} s (weights held: {r.weights_mb:.0f} MB; file {r.file_mb:.0f} MiB)"),
-            ("warm-up", f"{r.warmup_s:.2f} s (first 8-token and 1-token steps: kernel compile or cache read)"),
+            ("load", f"{r.load_s:.2f} s (weights held: {r.weights_mb:.0f} MB; file {r.file_mb:.0f} MiB; includes "
+                     f"readying the kernels: numba's cache read, or a compile the first time)"),
+            ("warm-up", f"{r.warmup_s:.2f} s (first 8-token and 1-token steps; the load readied the kernels)"),
             ("prefill", f"{r.prefill_tok_s:.1f} tok/s ({r.prompt_tokens} tokens)"),
             ("decode", f"{r.decode_tok_s:.1f} tok/s ({r.decode_tokens} tokens)"),
             ("time to first token", f"{r.time_to_first_token_s * 1000:.0f} ms"),
