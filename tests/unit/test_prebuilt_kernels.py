@@ -94,7 +94,9 @@ def _recorded_launches(monkeypatch) -> list[tuple[str, str, tuple]]:
             # opt-in RDNA WMMA tile, where the shapes allow
             monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)
             m.fwd.use_tc, m.fwd.flash = True, fwd_mod.flash_usable(m.config)
-            m.fwd.enqueue_body(kv, 20, 1, True, False)
+            for tile in ("auto", "tck"):                  # the tiny products stay on tc unless the pipelined
+                monkeypatch.setattr(fwd_mod, "TC_TILE", tile)     # tiles are asked for
+                m.fwd.enqueue_body(kv, 20, 1, True, False)
             m.fwd.use_tc, m.fwd.flash, m.fwd.use_wmma = False, False, True
             m.fwd.enqueue_body(kv, 20, 1, True, False)
         finally:
