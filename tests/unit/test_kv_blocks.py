@@ -29,7 +29,20 @@ def test_grow_is_all_or_nothing_when_blocks_run_out():
     assert b == [2] and kv.num_free == 0
 
 
-def test_free_returns_blocks_and_reuses_them_fifo():
+def test_freed_blocks_are_handed_out_again_before_untouched_ones():
+    """A chat's next request reuses the blocks (and so the memory pages) the previous one wrote, in order."""
+    kv = KVBlockManager(num_blocks=8, block_size=2)
+    a, b, c = [], [], []
+    kv.grow(a, 6)
+    kv.grow(b, 2)
+    kv.free(a)
+    kv.grow(c, 5)
+    assert a == [] and b == [3] and c == [0, 1, 2]
+    kv.grow(c, 9)                       # past the reused ones: the untouched blocks, in id order
+    assert c == [0, 1, 2, 4, 5] and kv.num_free == 2
+
+
+def test_free_returns_blocks_and_reuses_them():
     kv = KVBlockManager(num_blocks=4, block_size=2)
     a, b = [], []
     kv.grow(a, 4)
