@@ -382,12 +382,13 @@ class GpuForward:
         self.launches += 1
 
     def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False, bq_ok: bool = False) -> tuple[int, int, str]:
-        """(rows per warp or block, tokens per tile, kernel suffix). mv_t1: MV_R rows per warp, K split over warps
-        (Q4_K / Q6_K); kq_t1: warp per row, wide K-quant loads (any type); bq_t16: BQ_ROWS rows per block for 9..16 tokens, activations staged in shared memory
-        (Q4_K / Q6_K); kq_tN (HALO_GPU_KQ_BATCH=1): warp per row for 2..16 tokens, each weight decoded once;
-        tc / gt / wm: 32 x 64 shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs /
-        RDNA WMMA (HALO_GPU_TILES=wmma); _matmul / _glu run "tc" as the pipelined tck / tcp tiles where their
-        contract holds (_tc_tile, _glu_tile; 64 rows per matmul block), unless HALO_GPU_TILES=tc."""
+        """(rows per warp or block, tokens per tile, kernel suffix). mv_t1: MV_R rows per warp, K split over
+        warps (Q4_K / Q6_K); kq_t1: warp per row, wide K-quant loads (any type); bq_t16: BQ_ROWS rows per block
+        for 9..16 tokens, activations staged in shared memory (Q4_K / Q6_K); kq_tN (HALO_GPU_KQ_BATCH=1): warp
+        per row for 2..16 tokens, each weight decoded once; tc / gt / wm: 32 x 64 shared-memory tile per block
+        (128 threads; tc GLU 256), tensor cores / FMAs / RDNA WMMA (HALO_GPU_TILES=wmma). _matmul / _glu run
+        "tc" as the pipelined tck / tcp tiles for products of >= PIPELINED_MIN_WEIGHTS where their contract
+        holds (_tc_tile, _glu_tile; 64 rows per matmul block)."""
         if T <= min(MV_MAX_T, MV_TOKENS[-1]) and rows_all_div4 and bq_ok and not LEGACY_TILES:
             n = next(n for n in MV_TOKENS if n >= T)
             return MV_R, n, f"mv_t{n}"
