@@ -352,6 +352,48 @@ __device__ __forceinline__ void scale_min_k4_reg(int j, u32 s0, u32 s1, u32 s2, 
     *sc = (float)s; *mn = (float)m;
 }
 
+// Q4_K lane m's scales (c = m / 2: sub-blocks 2c, 2c + 1 of the super-block whose 16-byte header is hdr):
+// the super-block's d and dmin, each sub-block's 6-bit scale and min
+__device__ __forceinline__ void q4k_lane_scales(uint4 hdr, int c, float* d, float* dmin, float* s1, float* m1,
+                                                float* s2, float* m2) {
+    *d = h2f(hdr.x & 0xffffu);
+    *dmin = h2f(hdr.x >> 16);
+    scale_min_k4_reg(2 * c, hdr.y, hdr.z, hdr.w, s1, m1);
+    scale_min_k4_reg(2 * c + 1, hdr.y, hdr.z, hdr.w, s2, m2);
+}
+
+// sum over the 4 bytes of q (each < 256) of byte i * a[i]
+__device__ __forceinline__ float q_dot4(u32 q, float4 a) {
+    return byte_f(q, 0) * a.x + byte_f(q, 1) * a.y + byte_f(q, 2) * a.z + byte_f(q, 3) * a.w;
+}
+
+// the same with Q6_K's offset: sum of (byte i - 32) * a[i]
+__device__ __forceinline__ float q6_dot4(u32 q, float4 a) {
+    return (byte_f(q, 0) - 32.0f) * a.x + (byte_f(q, 1) - 32.0f) * a.y
+         + (byte_f(q, 2) - 32.0f) * a.z + (byte_f(q, 3) - 32.0f) * a.w;
+}
+
+// Q6_K lane m's share of the super-block at b (210 bytes; lanes as q6k_row_dot's comment says): the 6-bit codes
+// of its 16 low-nibble weights (elements 128 h + 32 kk + l ..) in the bytes of lo[0..3], of its 16 high-nibble
+// ones (64 elements further) in hi[0..3], and their scales: weight = (code - 32) * sc_lo (sc_hi)
+__device__ __forceinline__ void q6k_lane(const unsigned char* b, int m, u32* lo, u32* hi, float* sc_lo,
+                                         float* sc_hi) {
+    int h = m >> 2, kk = (m >> 1) & 1, l = 16 * (m & 1);
+    u32 ql[4], qh[4];
+    ld16_a2(b + 16 * m, ql);
+    ld16_a2(b + 128 + 32 * h + l, qh);
+    float d = h2f(ld_u16(b + 208));
+    int si = 8 * h + 2 * kk + (l >> 4);
+    *sc_lo = d * (float)(signed char)ld_u8(b + 192 + si);
+    *sc_hi = d * (float)(signed char)ld_u8(b + 192 + si + 4);
+    u32 s_lo = 2u * (u32)kk, s_hi = s_lo + 4u;
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        lo[i] = (ql[i] & 0x0f0f0f0fu) | (((qh[i] >> s_lo) & 0x03030303u) << 4);
+        hi[i] = ((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> s_hi) & 0x03030303u) << 4);
+    }
+}
+
 // partial dot of one Q4_K row with x (this lane's share; reduce over the warp)
 __device__ __forceinline__ float q4k_row_dot(const unsigned char* row, int K, const float* x) {
     int lane = threadIdx.x & 31, grp = lane >> 3, m = lane & 7;
@@ -365,17 +407,16 @@ __device__ __forceinline__ float q4k_row_dot(const unsigned char* row, int K, co
         uint4 q = __ldg((const uint4*)(b + 16 + 16 * m));
         const float4* xl = (const float4*)(x + sb * 256 + 64 * c + l);
         const float4* xh = xl + 8;                             // + 32 elements
-        float d = h2f(hdr.x & 0xffffu), dmin = h2f(hdr.x >> 16), s1, m1, s2, m2;
-        scale_min_k4_reg(2 * c, hdr.y, hdr.z, hdr.w, &s1, &m1);
-        scale_min_k4_reg(2 * c + 1, hdr.y, hdr.z, hdr.w, &s2, &m2);
+        float d, dmin, s1, m1, s2, m2;
+        q4k_lane_scales(hdr, c, &d, &dmin, &s1, &m1, &s2, &m2);
         u32 qw[4] = {q.x, q.y, q.z, q.w};
         float dl = 0.0f, sl = 0.0f, dh = 0.0f, sh = 0.0f;
         #pragma unroll
         for (int i = 0; i < 4; i++) {
             float4 a = __ldg(xl + i), h = __ldg(xh + i);
             u32 lo = qw[i] & 0x0f0f0f0fu, hi = (qw[i] >> 4) & 0x0f0f0f0fu;
-            dl += byte_f(lo, 0) * a.x + byte_f(lo, 1) * a.y + byte_f(lo, 2) * a.z + byte_f(lo, 3) * a.w;
-            dh += byte_f(hi, 0) * h.x + byte_f(hi, 1) * h.y + byte_f(hi, 2) * h.z + byte_f(hi, 3) * h.w;
+            dl += q_dot4(lo, a);
+            dh += q_dot4(hi, h);
             sl += (a.x + a.y) + (a.z + a.w);
             sh += (h.x + h.y) + (h.z + h.w);
         }
@@ -393,27 +434,17 @@ __device__ __forceinline__ float q6k_row_dot(const unsigned char* row, int K, co
     int nsb = K >> 8;
     #pragma unroll 2
     for (int sb = grp; sb < nsb; sb += 4) {
-        const unsigned char* b = row + (size_t)sb * 210;
-        u32 ql[4], qh[4];
-        ld16_a2(b + 16 * m, ql);
-        ld16_a2(b + 128 + 32 * h + l, qh);
-        float d = h2f(ld_u16(b + 208));
-        int si = 8 * h + 2 * kk + (l >> 4);
-        float sc_lo = d * (float)(signed char)ld_u8(b + 192 + si);
-        float sc_hi = d * (float)(signed char)ld_u8(b + 192 + si + 4);
+        u32 lo[4], hi[4];
+        float sc_lo, sc_hi;
+        q6k_lane(row + (size_t)sb * 210, m, lo, hi, &sc_lo, &sc_hi);
         const float4* xl = (const float4*)(x + sb * 256 + 128 * h + 32 * kk + l);
         const float4* xh = xl + 16;                            // + 64 elements (k + 2)
-        u32 s_lo = 2u * (u32)kk, s_hi = s_lo + 4u;
         float dl = 0.0f, dh = 0.0f;
         #pragma unroll
         for (int i = 0; i < 4; i++) {
             float4 a = __ldg(xl + i), e = __ldg(xh + i);
-            u32 lo = (ql[i] & 0x0f0f0f0fu) | (((qh[i] >> s_lo) & 0x03030303u) << 4);
-            u32 hi = ((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> s_hi) & 0x03030303u) << 4);
-            dl += (byte_f(lo, 0) - 32.0f) * a.x + (byte_f(lo, 1) - 32.0f) * a.y
-                + (byte_f(lo, 2) - 32.0f) * a.z + (byte_f(lo, 3) - 32.0f) * a.w;
-            dh += (byte_f(hi, 0) - 32.0f) * e.x + (byte_f(hi, 1) - 32.0f) * e.y
-                + (byte_f(hi, 2) - 32.0f) * e.z + (byte_f(hi, 3) - 32.0f) * e.w;
+            dl += q6_dot4(lo[i], a);
+            dh += q6_dot4(hi[i], e);
         }
         acc += sc_lo * dl + sc_hi * dh;
     }
@@ -477,9 +508,8 @@ __device__ __forceinline__ void q4k_row_dot_nt(const unsigned char* row, int K, 
         const unsigned char* b = row + (size_t)sb * 144;
         uint4 hdr = __ldg((const uint4*)b);
         uint4 q = __ldg((const uint4*)(b + 16 + 16 * m));
-        float d = h2f(hdr.x & 0xffffu), dmin = h2f(hdr.x >> 16), s1, m1, s2, m2;
-        scale_min_k4_reg(2 * c, hdr.y, hdr.z, hdr.w, &s1, &m1);
-        scale_min_k4_reg(2 * c + 1, hdr.y, hdr.z, hdr.w, &s2, &m2);
+        float d, dmin, s1, m1, s2, m2;
+        q4k_lane_scales(hdr, c, &d, &dmin, &s1, &m1, &s2, &m2);
         u32 qw[4] = {q.x, q.y, q.z, q.w};
         #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -490,8 +520,8 @@ __device__ __forceinline__ void q4k_row_dot_nt(const unsigned char* row, int K, 
             for (int i = 0; i < 4; i++) {
                 float4 a = __ldg(xl + i), h = __ldg(xh + i);
                 u32 lo = qw[i] & 0x0f0f0f0fu, hi = (qw[i] >> 4) & 0x0f0f0f0fu;
-                dl += byte_f(lo, 0) * a.x + byte_f(lo, 1) * a.y + byte_f(lo, 2) * a.z + byte_f(lo, 3) * a.w;
-                dh += byte_f(hi, 0) * h.x + byte_f(hi, 1) * h.y + byte_f(hi, 2) * h.z + byte_f(hi, 3) * h.w;
+                dl += q_dot4(lo, a);
+                dh += q_dot4(hi, h);
                 sl += (a.x + a.y) + (a.z + a.w);
                 sh += (h.x + h.y) + (h.z + h.w);
             }
@@ -506,21 +536,9 @@ __device__ __forceinline__ void q6k_row_dot_nt(const unsigned char* row, int K, 
     int h = m >> 2, kk = (m >> 1) & 1, l = 16 * (m & 1);
     int nsb = K >> 8;
     for (int sb = grp; sb < nsb; sb += 4) {
-        const unsigned char* b = row + (size_t)sb * 210;
-        u32 ql[4], qh[4];
-        ld16_a2(b + 16 * m, ql);
-        ld16_a2(b + 128 + 32 * h + l, qh);
-        float d = h2f(ld_u16(b + 208));
-        int si = 8 * h + 2 * kk + (l >> 4);
-        float sc_lo = d * (float)(signed char)ld_u8(b + 192 + si);
-        float sc_hi = d * (float)(signed char)ld_u8(b + 192 + si + 4);
-        u32 s_lo = 2u * (u32)kk, s_hi = s_lo + 4u;
         u32 lo[4], hi[4];
-        #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            lo[i] = (ql[i] & 0x0f0f0f0fu) | (((qh[i] >> s_lo) & 0x03030303u) << 4);
-            hi[i] = ((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> s_hi) & 0x03030303u) << 4);
-        }
+        float sc_lo, sc_hi;
+        q6k_lane(row + (size_t)sb * 210, m, lo, hi, &sc_lo, &sc_hi);
         #pragma unroll
         for (int t = 0; t < NT; t++) {
             const float4* xl = (const float4*)(xr[t] + sb * 256 + 128 * h + 32 * kk + l);
@@ -529,10 +547,8 @@ __device__ __forceinline__ void q6k_row_dot_nt(const unsigned char* row, int K, 
             #pragma unroll
             for (int i = 0; i < 4; i++) {
                 float4 a = __ldg(xl + i), e = __ldg(xh + i);
-                dl += (byte_f(lo[i], 0) - 32.0f) * a.x + (byte_f(lo[i], 1) - 32.0f) * a.y
-                    + (byte_f(lo[i], 2) - 32.0f) * a.z + (byte_f(lo[i], 3) - 32.0f) * a.w;
-                dh += (byte_f(hi[i], 0) - 32.0f) * e.x + (byte_f(hi[i], 1) - 32.0f) * e.y
-                    + (byte_f(hi[i], 2) - 32.0f) * e.z + (byte_f(hi[i], 3) - 32.0f) * e.w;
+                dl += q6_dot4(lo[i], a);
+                dh += q6_dot4(hi[i], e);
             }
             acc[t] += sc_lo * dl + sc_hi * dh;
         }
@@ -641,12 +657,7 @@ __device__ __forceinline__ void mv_q4k_sb(const unsigned char* const* rows, int 
     }
     float d[R], dmin[R], s1[R], m1[R], s2[R], m2[R];
     #pragma unroll
-    for (int r = 0; r < R; r++) {
-        d[r] = h2f(hdr[r].x & 0xffffu);
-        dmin[r] = h2f(hdr[r].x >> 16);
-        scale_min_k4_reg(2 * c, hdr[r].y, hdr[r].z, hdr[r].w, &s1[r], &m1[r]);
-        scale_min_k4_reg(2 * c + 1, hdr[r].y, hdr[r].z, hdr[r].w, &s2[r], &m2[r]);
-    }
+    for (int r = 0; r < R; r++) q4k_lane_scales(hdr[r], c, &d[r], &dmin[r], &s1[r], &m1[r], &s2[r], &m2[r]);
     #pragma unroll
     for (int t = 0; t < NT; t++) {
         const float4* xl = (const float4*)(xr[t] + sb * 256 + 64 * c + l);
@@ -666,8 +677,8 @@ __device__ __forceinline__ void mv_q4k_sb(const unsigned char* const* rows, int 
             #pragma unroll
             for (int i = 0; i < 4; i++) {
                 u32 lo = qw[i] & 0x0f0f0f0fu, hi = (qw[i] >> 4) & 0x0f0f0f0fu;
-                dl += byte_f(lo, 0) * a[i].x + byte_f(lo, 1) * a[i].y + byte_f(lo, 2) * a[i].z + byte_f(lo, 3) * a[i].w;
-                dh += byte_f(hi, 0) * h[i].x + byte_f(hi, 1) * h[i].y + byte_f(hi, 2) * h[i].z + byte_f(hi, 3) * h[i].w;
+                dl += q_dot4(lo, a[i]);
+                dh += q_dot4(hi, h[i]);
             }
             acc[r][t] += d[r] * (s1[r] * dl + s2[r] * dh) - dmin[r] * (m1[r] * sl + m2[r] * sh);
         }
@@ -679,25 +690,10 @@ template <int R, int NT>
 __device__ __forceinline__ void mv_q6k_sb(const unsigned char* const* rows, int sb, int m, const float* const* xr,
                                           float (*acc)[NT]) {
     int h = m >> 2, kk = (m >> 1) & 1, l = 16 * (m & 1);
-    int si = 8 * h + 2 * kk + (l >> 4);
-    u32 s_lo = 2u * (u32)kk, s_hi = s_lo + 4u;
     u32 lo[R][4], hi[R][4];
     float sc_lo[R], sc_hi[R];
     #pragma unroll
-    for (int r = 0; r < R; r++) {
-        const unsigned char* b = rows[r] + (size_t)sb * 210;
-        u32 ql[4], qh[4];
-        ld16_a2(b + 16 * m, ql);
-        ld16_a2(b + 128 + 32 * h + l, qh);
-        float dd = h2f(ld_u16(b + 208));
-        sc_lo[r] = dd * (float)(signed char)ld_u8(b + 192 + si);
-        sc_hi[r] = dd * (float)(signed char)ld_u8(b + 192 + si + 4);
-        #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            lo[r][i] = (ql[i] & 0x0f0f0f0fu) | (((qh[i] >> s_lo) & 0x03030303u) << 4);
-            hi[r][i] = ((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> s_hi) & 0x03030303u) << 4);
-        }
-    }
+    for (int r = 0; r < R; r++) q6k_lane(rows[r] + (size_t)sb * 210, m, lo[r], hi[r], &sc_lo[r], &sc_hi[r]);
     #pragma unroll
     for (int t = 0; t < NT; t++) {
         const float4* xl = (const float4*)(xr[t] + sb * 256 + 128 * h + 32 * kk + l);
@@ -712,10 +708,8 @@ __device__ __forceinline__ void mv_q6k_sb(const unsigned char* const* rows, int 
             float dl = 0.0f, dh = 0.0f;
             #pragma unroll
             for (int i = 0; i < 4; i++) {
-                dl += (byte_f(lo[r][i], 0) - 32.0f) * a[i].x + (byte_f(lo[r][i], 1) - 32.0f) * a[i].y
-                    + (byte_f(lo[r][i], 2) - 32.0f) * a[i].z + (byte_f(lo[r][i], 3) - 32.0f) * a[i].w;
-                dh += (byte_f(hi[r][i], 0) - 32.0f) * e[i].x + (byte_f(hi[r][i], 1) - 32.0f) * e[i].y
-                    + (byte_f(hi[r][i], 2) - 32.0f) * e[i].z + (byte_f(hi[r][i], 3) - 32.0f) * e[i].w;
+                dl += q6_dot4(lo[r][i], a[i]);
+                dh += q6_dot4(hi[r][i], e[i]);
             }
             acc[r][t] += sc_lo[r] * dl + sc_hi[r] * dh;
         }
@@ -888,9 +882,8 @@ __device__ __forceinline__ void q4k_sb_nt(const unsigned char* b, int m, const f
     int c = m >> 1, l = 16 * (m & 1);
     uint4 hdr = __ldg((const uint4*)b);
     uint4 q = __ldg((const uint4*)(b + 16 + 16 * m));
-    float d = h2f(hdr.x & 0xffffu), dmin = h2f(hdr.x >> 16), s1, m1, s2, m2;
-    scale_min_k4_reg(2 * c, hdr.y, hdr.z, hdr.w, &s1, &m1);
-    scale_min_k4_reg(2 * c + 1, hdr.y, hdr.z, hdr.w, &s2, &m2);
+    float d, dmin, s1, m1, s2, m2;
+    q4k_lane_scales(hdr, c, &d, &dmin, &s1, &m1, &s2, &m2);
     u32 qw[4] = {q.x, q.y, q.z, q.w};
     #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -901,8 +894,8 @@ __device__ __forceinline__ void q4k_sb_nt(const unsigned char* b, int m, const f
         for (int i = 0; i < 4; i++) {
             float4 a = xl[i], h = xh[i];
             u32 lo = qw[i] & 0x0f0f0f0fu, hi = (qw[i] >> 4) & 0x0f0f0f0fu;
-            dl += byte_f(lo, 0) * a.x + byte_f(lo, 1) * a.y + byte_f(lo, 2) * a.z + byte_f(lo, 3) * a.w;
-            dh += byte_f(hi, 0) * h.x + byte_f(hi, 1) * h.y + byte_f(hi, 2) * h.z + byte_f(hi, 3) * h.w;
+            dl += q_dot4(lo, a);
+            dh += q_dot4(hi, h);
             sl += (a.x + a.y) + (a.z + a.w);
             sh += (h.x + h.y) + (h.z + h.w);
         }
@@ -913,20 +906,9 @@ __device__ __forceinline__ void q4k_sb_nt(const unsigned char* b, int m, const f
 template <int NT>
 __device__ __forceinline__ void q6k_sb_nt(const unsigned char* b, int m, const float* xs, float* acc) {
     int h = m >> 2, kk = (m >> 1) & 1, l = 16 * (m & 1);
-    u32 ql[4], qh[4];
-    ld16_a2(b + 16 * m, ql);
-    ld16_a2(b + 128 + 32 * h + l, qh);
-    float d = h2f(ld_u16(b + 208));
-    int si = 8 * h + 2 * kk + (l >> 4);
-    float sc_lo = d * (float)(signed char)ld_u8(b + 192 + si);
-    float sc_hi = d * (float)(signed char)ld_u8(b + 192 + si + 4);
-    u32 s_lo = 2u * (u32)kk, s_hi = s_lo + 4u;
     u32 lo[4], hi[4];
-    #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        lo[i] = (ql[i] & 0x0f0f0f0fu) | (((qh[i] >> s_lo) & 0x03030303u) << 4);
-        hi[i] = ((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> s_hi) & 0x03030303u) << 4);
-    }
+    float sc_lo, sc_hi;
+    q6k_lane(b, m, lo, hi, &sc_lo, &sc_hi);
     #pragma unroll
     for (int t = 0; t < NT; t++) {
         const float4* xl = (const float4*)(xs + t * BQ_XLD + bq_pos(128 * h + 32 * kk + l));
@@ -935,10 +917,8 @@ __device__ __forceinline__ void q6k_sb_nt(const unsigned char* b, int m, const f
         #pragma unroll
         for (int i = 0; i < 4; i++) {
             float4 a = xl[i], e = xh[i];
-            dl += (byte_f(lo[i], 0) - 32.0f) * a.x + (byte_f(lo[i], 1) - 32.0f) * a.y
-                + (byte_f(lo[i], 2) - 32.0f) * a.z + (byte_f(lo[i], 3) - 32.0f) * a.w;
-            dh += (byte_f(hi[i], 0) - 32.0f) * e.x + (byte_f(hi[i], 1) - 32.0f) * e.y
-                + (byte_f(hi[i], 2) - 32.0f) * e.z + (byte_f(hi[i], 3) - 32.0f) * e.w;
+            dl += q6_dot4(lo[i], a);
+            dh += q6_dot4(hi[i], e);
         }
         acc[t] += sc_lo * dl + sc_hi * dh;
     }
