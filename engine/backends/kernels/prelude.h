@@ -30,29 +30,22 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// Sum over the whole block; every thread gets the result. red: >= 32 floats of shared memory.
-__device__ float block_sum(float v, float* red) {
-    v = warp_sum(v);
+// Sum (MAX false) or maximum (MAX true) over the whole block; every thread gets the result. red: >= 32 floats of
+// shared memory.
+template <bool MAX>
+__device__ float block_reduce(float v, float* red) {
+    v = MAX ? warp_max(v) : warp_sum(v);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
     __syncthreads();
     if (lane == 0) red[warp] = v;
     __syncthreads();
-    float s = 0.0f;
-    for (int i = 0; i < nw; i++) s += red[i];
+    float s = MAX ? NEG_INF : 0.0f;
+    for (int i = 0; i < nw; i++) s = MAX ? fmaxf(s, red[i]) : s + red[i];
     return s;
 }
 
-// Maximum over the whole block; every thread gets the result. red: >= 32 floats of shared memory.
-__device__ float block_max(float v, float* red) {
-    v = warp_max(v);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float m = NEG_INF;
-    for (int i = 0; i < nw; i++) m = fmaxf(m, red[i]);
-    return m;
-}
+__device__ __forceinline__ float block_sum(float v, float* red) { return block_reduce<false>(v, red); }
+__device__ __forceinline__ float block_max(float v, float* red) { return block_reduce<true>(v, red); }
 
 // NVIDIA tensor cores with TF32 operands (sm_80 and newer), shared by the prefill matmul tile (halo_quant.cu)
 // and the prefill attention tile (halo_layer.cu). "3xTF32": every operand is split into a TF32 head and a TF32
