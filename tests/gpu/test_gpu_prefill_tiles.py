@@ -92,6 +92,23 @@ def download(fwd, buf, shape) -> np.ndarray:
         fwd.backend.free_pinned(out)
 
 
+def record_launches(fwd, monkeypatch) -> list[str]:
+    """The names of the kernels fwd launches from now on (they still run)."""
+    launched: list[str] = []
+    original = fwd._launch
+    monkeypatch.setattr(fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
+    return launched
+
+
+def glu_inputs(rng, tg: GGMLType, tu: GGMLType, n_ff: int, K: int, T: int):
+    """Random gate (tg) and up (tu) rows and T activation rows: (raw gate, raw up, X, gate as float64, up as
+    float64), drawn in that order."""
+    raw_g, raw_u = random_matrix(rng, tg, n_ff, K), random_matrix(rng, tu, n_ff, K)
+    G = dequantize(raw_g.reshape(-1), tg, n_ff * K).reshape(n_ff, K).astype(np.float64)
+    U = dequantize(raw_u.reshape(-1), tu, n_ff * K).reshape(n_ff, K).astype(np.float64)
+    return raw_g, raw_u, rng.standard_normal((T, K)).astype(np.float32), G, U
+
+
 @pytest.mark.parametrize("ggml_type", TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("K,T", [(256, 9), (2560, 100), (1536, 128)])
 def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
@@ -163,10 +180,7 @@ def test_mxfp4_rows_decode_exactly_as_engine_gguf(fwd):
 def test_glu_tiles_match_float64(fwd, K, T, act, monkeypatch):
     rng = np.random.default_rng(K + T)
     n_ff = 96
-    raw_g, raw_u = random_matrix(rng, GGMLType.Q4_K, n_ff, K), random_matrix(rng, GGMLType.Q6_K, n_ff, K)
-    G = dequantize(raw_g.reshape(-1), GGMLType.Q4_K, n_ff * K).reshape(n_ff, K).astype(np.float64)
-    U = dequantize(raw_u.reshape(-1), GGMLType.Q6_K, n_ff * K).reshape(n_ff, K).astype(np.float64)
-    X = rng.standard_normal((T, K)).astype(np.float32)
+    raw_g, raw_u, X, G, U = glu_inputs(rng, GGMLType.Q4_K, GGMLType.Q6_K, n_ff, K, T)
     g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
     gate = g / (1 + np.exp(-g)) if act == 0 else 0.5 * g * (1 + np.tanh(0.7978845608028654 * (g + 0.044715 * g ** 3)))
     want = gate * u
@@ -176,11 +190,9 @@ def test_glu_tiles_match_float64(fwd, K, T, act, monkeypatch):
                                                            activation="silu" if act == 0 else "gelu_tanh"))
     gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
     ad = fwd.backend.alloc((T, n_ff), np.float32)
-    launched = []
     if K == 2560:
         monkeypatch.setattr(fwd_mod, "SPLIT_MIN_MACS", 0)      # split K (two planes of partial sums), then summed
-    original = fwd._launch
-    monkeypatch.setattr(fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
+    launched = record_launches(fwd, monkeypatch)
     try:
         for mode in modes(fwd, [GGMLType.Q4_K, GGMLType.Q6_K]):
             use_mode(fwd, mode, monkeypatch)
@@ -223,9 +235,7 @@ def test_batched_decode_matvec_matches_float64(fwd, ggml_type, T, kernel, monkey
     monkeypatch.setattr(fwd_mod, "MV_MAX_T", 0)                # else steps of up to 8 tokens take mv_tN
     w_dev, x_dev, idx_dev = upload(fwd, raw), upload(fwd, X), upload(fwd, order)
     y_dev = fwd.backend.alloc((T, rows), np.float32)
-    launched = []
-    original = fwd._launch
-    monkeypatch.setattr(fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
+    launched = record_launches(fwd, monkeypatch)
     try:
         fwd.backend.memset_async(y_dev, 0xFF, fwd.stream)
         fwd._matmul([DeviceMatrix(w_dev, int(ggml_type), rows, K)], x_dev, T, y_dev, rows, xrow=idx_dev)
@@ -247,10 +257,7 @@ def test_batched_decode_glu_matches_float64(fwd, T, kernel, monkeypatch):
     monkeypatch.setattr(fwd_mod, "BQ_BATCH", kernel == "bq")
     rng = np.random.default_rng(T)
     n_ff, K = (96, 512) if kernel == "kq" else (88, 1024)
-    raw_g, raw_u = random_matrix(rng, GGMLType.Q4_K, n_ff, K), random_matrix(rng, GGMLType.Q6_K, n_ff, K)
-    G = dequantize(raw_g.reshape(-1), GGMLType.Q4_K, n_ff * K).reshape(n_ff, K).astype(np.float64)
-    U = dequantize(raw_u.reshape(-1), GGMLType.Q6_K, n_ff * K).reshape(n_ff, K).astype(np.float64)
-    X = rng.standard_normal((T, K)).astype(np.float32)
+    raw_g, raw_u, X, G, U = glu_inputs(rng, GGMLType.Q4_K, GGMLType.Q6_K, n_ff, K, T)
     g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
     want = g / (1 + np.exp(-g)) * u
     ax = np.abs(X).astype(np.float64)
@@ -260,9 +267,7 @@ def test_batched_decode_glu_matches_float64(fwd, T, kernel, monkeypatch):
     monkeypatch.setattr(fwd_mod, "MV_MAX_T", 0)                # else steps of up to 8 tokens take mv_tN
     gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
     ad = fwd.backend.alloc((T, n_ff), np.float32)
-    launched = []
-    original = fwd._launch
-    monkeypatch.setattr(fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
+    launched = record_launches(fwd, monkeypatch)
     try:
         fwd.backend.memset_async(ad, 0xFF, fwd.stream)
         fwd._glu(DeviceMatrix(gd, int(GGMLType.Q4_K), n_ff, K), DeviceMatrix(ud, int(GGMLType.Q6_K), n_ff, K), xd, T, ad)
@@ -276,7 +281,7 @@ def test_batched_decode_glu_matches_float64(fwd, T, kernel, monkeypatch):
 
 @pytest.mark.parametrize("ggml_type", [GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
 @pytest.mark.parametrize("T,K", [(1, 1024), (1, 8192), (1, 4096), (1, 2560)])
-def test_decode_matvec_mv_matches_float64(fwd, ggml_type, T, K):
+def test_decode_matvec_mv_matches_float64(fwd, ggml_type, T, K, monkeypatch):
     """halo_matmul_mv_t1 (single-token steps, the default decode kernel) on three stacked segments of
     different types (q|k|v), with K split over 1, 2 and 4 warps: every output written, float32 accuracy, rows
     gathered through xrow as the LM head's are. 68 + 8 + 8 rows leave the last block part empty at every split."""
@@ -293,9 +298,7 @@ def test_decode_matvec_mv_matches_float64(fwd, ggml_type, T, K):
     rows = sum(seg_rows)
     devs = [upload(fwd, r) for r in raws]
     x_dev, idx_dev, y_dev = upload(fwd, X), upload(fwd, order), fwd.backend.alloc((T, rows), np.float32)
-    launched = []
-    original = fwd._launch
-    fwd._launch = lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k))
+    launched = record_launches(fwd, monkeypatch)
     try:
         fwd.backend.memset_async(y_dev, 0xFF, fwd.stream)
         mats = [DeviceMatrix(d, int(t), n, K) for d, t, n in zip(devs, seg_types, seg_rows, strict=True)]
@@ -306,7 +309,6 @@ def test_decode_matvec_mv_matches_float64(fwd, ggml_type, T, K):
         print(f"\nmv {ggml_type.name} T={T} K={K}: max rel err {rel:.2e}")
         assert rel < BOUND
     finally:
-        fwd._launch = original
         for b in devs + [x_dev, idx_dev, y_dev]:
             fwd.backend.free(b)
 
@@ -317,10 +319,7 @@ def test_decode_glu_mv_matches_float64(fwd, T, K, types, monkeypatch):
     rng = np.random.default_rng(T + K)
     n_ff = 76
     tg, tu = (GGMLType[t] for t in types)
-    raw_g, raw_u = random_matrix(rng, tg, n_ff, K), random_matrix(rng, tu, n_ff, K)
-    G = dequantize(raw_g.reshape(-1), tg, n_ff * K).reshape(n_ff, K).astype(np.float64)
-    U = dequantize(raw_u.reshape(-1), tu, n_ff * K).reshape(n_ff, K).astype(np.float64)
-    X = rng.standard_normal((T, K)).astype(np.float32)
+    raw_g, raw_u, X, G, U = glu_inputs(rng, tg, tu, n_ff, K, T)
     g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
     want = g / (1 + np.exp(-g)) * u
     ax = np.abs(X).astype(np.float64)
@@ -328,9 +327,7 @@ def test_decode_glu_mv_matches_float64(fwd, T, K, types, monkeypatch):
     monkeypatch.setattr(fwd, "config", dataclasses.replace(fwd.config, n_ff=n_ff, n_embd=K, activation="silu"))
     gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
     ad = fwd.backend.alloc((T, n_ff), np.float32)
-    launched = []
-    original = fwd._launch
-    monkeypatch.setattr(fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
+    launched = record_launches(fwd, monkeypatch)
     try:
         fwd.backend.memset_async(ad, 0xFF, fwd.stream)
         fwd._glu(DeviceMatrix(gd, int(tg), n_ff, K), DeviceMatrix(ud, int(tu), n_ff, K), xd, T, ad)
