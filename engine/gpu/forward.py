@@ -86,6 +86,13 @@ BQ_TARGET_BLOCKS = 512                     # split K of bq_t16 below this many b
 # (mv_split_warps). HALO_GPU_MV_MAX_T=0 turns it off (kq_t1, for comparisons).
 MV_TOKENS, MV_WARPS, MV_R = (1,), 4, 2
 MV_MAX_T = int(os.environ.get("HALO_GPU_MV_MAX_T", "1"))
+# halo_*_tn_t{8,16}: batched decode on tensor cores (CUDA sm_80+; HIP keeps bq_t16 / r1_t4 / r4_t8): steps of
+# TN_MIN_T..16 tokens where every matrix is Q4_K or Q6_K, K % 256 == 0 and every segment's rows % TN_ROWS == 0; a warp
+# takes TN_ROWS rows as the MMA's A operand, TN_WARPS warps per block, K split over kw of them (tn_split_warps).
+# HALO_GPU_TN_MIN_T=1 lets single-token steps take it too (for comparison with mv_t1); 17 turns it off.
+TN_TOKENS, TN_WARPS, TN_ROWS = (8, 16), 8, 16
+TN_MIN_T = int(os.environ.get("HALO_GPU_TN_MIN_T", "2"))
+TN_TARGET_WARPS = 2048                     # split K over a block's warps until a launch has this many (~16 per SM)
 ATTN_WARPS = 8
 # Split-KV (flash-decoding) attention, halo_attention_split + halo_attention_merge: for steps of at most
 # SKV_MAX_T tokens (decode batches) where the kernel's limits hold (head_dim <= SKV_MAX_D, GQA group <=
@@ -182,6 +189,16 @@ def bq_splits(base_blocks: int, super_blocks: int, plane: int, capacity: int) ->
            and 2 * splits * plane <= capacity):
         splits *= 2
     return splits
+
+
+def tn_split_warps(row_groups: int, K: int) -> int:
+    """Warps of a halo_*_tn block that share one TN_ROWS row group's super-blocks (1, 2, 4 or 8): doubled while
+    the launch has fewer than TN_TARGET_WARPS warps and every warp keeps >= 2 super-blocks. Qwen3-4B shapes:
+    q|k|v and gate/up 4, wo and down 8."""
+    kw = 1
+    while 2 * kw <= TN_WARPS and row_groups * kw < TN_TARGET_WARPS and K // 256 >= 4 * kw:
+        kw *= 2
+    return kw
 
 
 def split_kv_usable(config: ModelConfig) -> bool:
@@ -356,7 +373,7 @@ class GpuForward:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
         kq = tuple(f"kq_t{n}" for n in KQ_TOKENS) + tuple(f"bq_t{n}" for n in BQ_TOKENS) + \
             tuple(f"mv_t{n}" for n in MV_TOKENS)
-        tensor_core = ("tc", "tcp", "tck") if self.use_tc else ()
+        tensor_core = ("tc", "tcp", "tck") + tuple(f"tn_t{n}" for n in TN_TOKENS) if self.use_tc else ()
         for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + tensor_core + (("wm",) if self.use_wmma else ()):
             self.kern("halo_quant.cu", "halo_matmul_" + suffix)
             self.kern("halo_quant.cu", "halo_glu_" + suffix)
@@ -381,14 +398,19 @@ class GpuForward:
         self.backend.launch(self.kern(file, name), grid, block, args, self.stream, shared)
         self.launches += 1
 
-    def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False, bq_ok: bool = False) -> tuple[int, int, str]:
-        """(rows per warp or block, tokens per tile, kernel suffix). mv_t1: MV_R rows per warp, K split over
-        warps (Q4_K / Q6_K); kq_t1: warp per row, wide K-quant loads (any type); bq_t16: BQ_ROWS rows per block
-        for 9..16 tokens, activations staged in shared memory (Q4_K / Q6_K); kq_tN (HALO_GPU_KQ_BATCH=1): warp
-        per row for 2..16 tokens, each weight decoded once; tc / gt / wm: 32 x 64 shared-memory tile per block
-        (128 threads; tc GLU 256), tensor cores / FMAs / RDNA WMMA (HALO_GPU_TILES=wmma). _matmul / _glu run
-        "tc" as the pipelined tck / tcp tiles for products of >= PIPELINED_MIN_WEIGHTS where their contract
-        holds (_tc_tile, _glu_tile; 64 rows per matmul block)."""
+    def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False, bq_ok: bool = False,
+              tn_ok: bool = False) -> tuple[int, int, str]:
+        """(rows per warp or block, tokens per tile, kernel suffix). tn_t8 / tn_t16: TN_ROWS rows per warp on
+        tensor cores for TN_MIN_T..16 tokens (Q4_K / Q6_K, rows % TN_ROWS, CUDA sm_80+); mv_t1: MV_R rows per
+        warp, K split over warps (Q4_K / Q6_K); kq_t1: warp per row, wide K-quant loads (any type); bq_t16:
+        BQ_ROWS rows per block for 9..16 tokens, activations staged in shared memory (Q4_K / Q6_K); kq_tN
+        (HALO_GPU_KQ_BATCH=1): warp per row for 2..16 tokens, each weight decoded once; tc / gt / wm: 32 x 64
+        shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs / RDNA WMMA
+        (HALO_GPU_TILES=wmma). _matmul / _glu run "tc" as the pipelined tck / tcp tiles for products of >=
+        PIPELINED_MIN_WEIGHTS where their contract holds (_tc_tile, _glu_tile; 64 rows per matmul block)."""
+        if TN_MIN_T <= T <= TN_TOKENS[-1] and tn_ok and bq_ok and self.use_tc and not LEGACY_TILES:
+            n = next(n for n in TN_TOKENS if n >= T)
+            return TN_ROWS, n, f"tn_t{n}"
         if T <= min(MV_MAX_T, MV_TOKENS[-1]) and rows_all_div4 and bq_ok and not LEGACY_TILES:
             n = next(n for n in MV_TOKENS if n >= T)
             return MV_R, n, f"mv_t{n}"
@@ -419,7 +441,8 @@ class GpuForward:
         rows, K = sum(m.rows for m in mats), mats[0].cols
         tile_ok = all(m.rows % GT_ROWS == 0 for m in mats) and K % GT_K == 0
         bq_ok = all(m.ggml_type in BQ_TYPES for m in mats) and K % 256 == 0
-        R, NT, suffix = self._tile(T, all(m.rows % 4 == 0 for m in mats), tile_ok, bq_ok)
+        R, NT, suffix = self._tile(T, all(m.rows % 4 == 0 for m in mats), tile_ok, bq_ok,
+                                   all(m.rows % TN_ROWS == 0 for m in mats))
         args = []
         for m in segs:
             args += [m.buf, np.int32(m.ggml_type), np.int32(m.rows), np.int32(m.row_bytes)] if m else \
@@ -429,6 +452,11 @@ class GpuForward:
             kw = mv_split_warps(K)
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // (R * MV_WARPS // kw)), -(-T // NT)),
                          32 * MV_WARPS, tuple(args) + (np.int32(kw),))
+            return
+        if suffix[:2] == "tn":
+            kw = tn_split_warps(rows // TN_ROWS, K)
+            self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // (R * TN_WARPS // kw)), -(-T // NT)),
+                         32 * TN_WARPS, tuple(args) + (np.int32(kw),))
             return
         if suffix[:2] == "bq":
             splits = bq_splits(-(-rows // R) * -(-T // NT), K // 256, T * rows, self.partial_cap)
@@ -456,7 +484,8 @@ class GpuForward:
     def _glu(self, gate: DeviceMatrix, up: DeviceMatrix, X, T: int, A) -> None:
         c = self.config
         R, NT, suffix = self._tile(T, c.n_ff % 4 == 0, c.n_ff % GT_ROWS == 0 and c.n_embd % GT_K == 0,
-                                   {gate.ggml_type, up.ggml_type} <= BQ_TYPES and c.n_embd % 256 == 0)
+                                   {gate.ggml_type, up.ggml_type} <= BQ_TYPES and c.n_embd % 256 == 0,
+                                   c.n_ff % TN_ROWS == 0)
         act = 0 if c.activation == "silu" else 1
         args = (gate.buf, np.int32(gate.ggml_type), up.buf, np.int32(up.ggml_type), np.int32(gate.row_bytes),
                 np.int32(up.row_bytes), np.int32(c.n_ff), np.int32(act), X, np.int32(c.n_embd), np.int32(T), A)
@@ -464,6 +493,11 @@ class GpuForward:
             kw = mv_split_warps(c.n_embd)
             self._launch("halo_quant.cu", "halo_glu_" + suffix, (-(-c.n_ff // (R * MV_WARPS // kw)), -(-T // NT)),
                          32 * MV_WARPS, args + (np.int32(kw),))
+            return
+        if suffix[:2] == "tn":
+            kw = tn_split_warps(c.n_ff // TN_ROWS, c.n_embd)
+            self._launch("halo_quant.cu", "halo_glu_" + suffix, (-(-c.n_ff // (R * TN_WARPS // kw)), -(-T // NT)),
+                         32 * TN_WARPS, args + (np.int32(kw),))
             return
         if suffix == "tc":
             tile = _glu_tile({gate.ggml_type, up.ggml_type}, c.n_ff * c.n_embd)   # every GLU tile: 32 rows of each
