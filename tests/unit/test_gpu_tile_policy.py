@@ -191,3 +191,9 @@ def test_tn_splits_k_until_the_launch_fills_the_gpu(row_groups, K, kw):
     # Qwen3-4B: q|k|v (6144 rows = 384 groups of 16) and gate/up (9728) K 2560, wo (2560 rows) K 4096, down K 9728,
     # the LM head (151,936 rows) alone fills the GPU; each warp keeps >= 2 super-blocks
     assert fwd_mod.tn_split_warps(row_groups, K) == kw
+
+
+@pytest.mark.parametrize("T,chunks", [(1, 64), (2, 32), (3, 16), (4, 16), (8, 8), (16, 4)])
+def test_split_kv_launch_keeps_one_tokens_block_count(T, chunks):
+    assert fwd_mod.skv_chunks(T) == chunks
+    assert chunks >= fwd_mod.SKV_MIN_CHUNKS and T * chunks <= max(fwd_mod.SKV_CHUNKS, T * fwd_mod.SKV_MIN_CHUNKS)
