@@ -404,13 +404,13 @@ def _steps_ms(gm: GpuModel, step: StepInput, kv, pool, n: int) -> float:
 def run_batch_bench(model_path, backend_name: str, batches=(1, 4, 8, 16), depth: int = BATCH_DEPTH, steps: int = 32,
                     backend=None) -> dict:
     """Decode steps of T sequences (one token each), replayed as the engine replays them (one graph per T): ms per
-    step (9..16 tokens: with the batched-decode kernels bq_t16 and without, i.e. the prefill tile as before),
-    and where a step goes on the GPU (kernel roles, eager; the LM head on one row)."""
+    step (2..16 tokens where tensor cores exist: with the tensor-core kernels tn_tN and without, i.e. bq_t16 /
+    r1_t4 / r4_t8 as HIP runs them), and where a step goes on the GPU (kernel roles; the LM head on one row)."""
     path = Path(model_path)
     own = backend is None
     backend = backend or registry.create(backend_name)
     result: dict = {"model": path.name, "backend": backend.name, "depth": depth, "rows": {}}
-    before = forward_mod.BQ_BATCH
+    before = forward_mod.TN_MIN_T
     try:
         bps = -(-depth // BLOCK_SIZE) + 1
         n_blocks = max(batches) * bps
@@ -420,11 +420,11 @@ def run_batch_bench(model_path, backend_name: str, batches=(1, 4, 8, 16), depth:
         for T in batches:
             st = _batch_step(T, depth, bps)
             row = {}
-            for bq in ((True, False) if T >= forward_mod.BQ_MIN_T else (True,)):
-                forward_mod.BQ_BATCH = bq
+            for tn in ((True, False) if T >= 2 and gm.fwd.use_tc else (True,)):
+                forward_mod.TN_MIN_T = before if tn else forward_mod.TN_TOKENS[-1] + 1
                 gm.drop_graphs()
-                row["ms" if bq else "ms_without_bq"] = _steps_ms(gm, st, kv, pool, steps)
-            forward_mod.BQ_BATCH = before
+                row["ms" if tn else "ms_without_tn"] = _steps_ms(gm, st, kv, pool, steps)
+            forward_mod.TN_MIN_T = before
             gm.drop_graphs()
             gm.step(st, kv, pool).get_output()              # this step's metadata is the last uploaded
             row["breakdown_us"], row["how"] = kernel_breakdown(gm, kv, T)
@@ -433,7 +433,7 @@ def run_batch_bench(model_path, backend_name: str, batches=(1, 4, 8, 16), depth:
         kv.free()
         gm.close()
     finally:
-        forward_mod.BQ_BATCH = before
+        forward_mod.TN_MIN_T = before
         if own:
             backend.close()
     return result
@@ -443,8 +443,8 @@ def format_batch_result(r: dict) -> str:
     lines = [f"{r['model']} on {r['backend']}: decode steps of T sequences at depth {r['depth']} (graph replays)"]
     for T, row in r["rows"].items():
         line = f"  T={T}: {row['ms']:.2f} ms/step = {T / row['ms'] * 1e3:.0f} tok/s"
-        if "ms_without_bq" in row:
-            line += f" (without bq_t16: {row['ms_without_bq']:.2f} ms = {T / row['ms_without_bq'] * 1e3:.0f} tok/s)"
+        if "ms_without_tn" in row:
+            line += f" (without tn_tN: {row['ms_without_tn']:.2f} ms = {T / row['ms_without_tn'] * 1e3:.0f} tok/s)"
         lines.append(line)
         if row.get("breakdown_us"):
             lines.append("  " + _breakdown_line(f"T={T} step", row["breakdown_us"]))

@@ -86,16 +86,24 @@ BQ_TARGET_BLOCKS = 512                     # split K of bq_t16 below this many b
 # (mv_split_warps). HALO_GPU_MV_MAX_T=0 turns it off (kq_t1, for comparisons).
 MV_TOKENS, MV_WARPS, MV_R = (1,), 4, 2
 MV_MAX_T = int(os.environ.get("HALO_GPU_MV_MAX_T", "1"))
+# halo_*_tn_t{8,16}: batched decode on tensor cores (CUDA sm_80+; HIP keeps bq_t16 / r1_t4 / r4_t8): steps of
+# TN_MIN_T..16 tokens where every matrix is Q4_K or Q6_K, K % 256 == 0 and every segment's rows % TN_ROWS == 0; a warp
+# takes TN_ROWS rows as the MMA's A operand, TN_WARPS warps per block, K split over kw of them (tn_split_warps).
+# HALO_GPU_TN_MIN_T=1 lets single-token steps take it too (for comparison with mv_t1); 17 turns it off.
+TN_TOKENS, TN_WARPS, TN_ROWS = (8, 16), 8, 16
+TN_MIN_T = int(os.environ.get("HALO_GPU_TN_MIN_T", "2"))
+TN_TARGET_WARPS = 2048                     # split K over a block's warps until a launch has this many (~16 per SM)
 ATTN_WARPS = 8
 # Split-KV (flash-decoding) attention, halo_attention_split + halo_attention_merge: for steps of at most
 # SKV_MAX_T tokens (decode batches) where the kernel's limits hold (head_dim <= SKV_MAX_D, GQA group <=
-# SKV_MAX_GROUP); other steps keep halo_attention's block per (token, head). The grid always has SKV_CHUNKS
+# SKV_MAX_GROUP); other steps keep halo_attention's block per (token, head). The grid always has skv_chunks(T)
 # blocks per (token, kv head); the kernel cuts each token's keys into that many chunks of at least 16 positions
 # from its own depth (read on the device, so a captured graph replays at any depth; chunks past the last key
 # exit at once).
 SKV_MAX_T, SKV_WARPS, SKV_MAX_GROUP, SKV_MAX_D = 16, 4, 8, 256
 SKV_NARROW_D = 128                         # halo_attention_split up to this head size, _d256 above
-SKV_CHUNKS = 64
+SKV_CHUNKS = 64                            # ... for one token; skv_chunks: fewer per token as tokens add blocks
+SKV_MIN_CHUNKS = 4
 SKV_MERGE_THREADS = 128                    # halo_attention_merge: a thread per chunk
 assert SKV_MERGE_THREADS >= SKV_CHUNKS and 32 * SKV_WARPS >= SKV_CHUNKS
 # HALO_SKV_FUSED=1: the last split block of each (token, kv head) merges the chunks (one launch per layer fewer).
@@ -184,6 +192,16 @@ def bq_splits(base_blocks: int, super_blocks: int, plane: int, capacity: int) ->
     return splits
 
 
+def tn_split_warps(row_groups: int, K: int) -> int:
+    """Warps of a halo_*_tn block that share one TN_ROWS row group's super-blocks (1, 2, 4 or 8): doubled while
+    the launch has fewer than TN_TARGET_WARPS warps and every warp keeps >= 2 super-blocks. Qwen3-4B shapes:
+    q|k|v and gate/up 4, wo and down 8."""
+    kw = 1
+    while 2 * kw <= TN_WARPS and row_groups * kw < TN_TARGET_WARPS and K // 256 >= 4 * kw:
+        kw *= 2
+    return kw
+
+
 def split_kv_usable(config: ModelConfig) -> bool:
     c = config
     return (c.head_dim <= SKV_MAX_D and c.n_head_kv > 0 and c.n_head % c.n_head_kv == 0
@@ -210,6 +228,17 @@ def mv_split_warps(K: int) -> int:
     of such a matrix still fill the GPU."""
     trips = K / 1024
     return 4 if trips >= 8 else 2 if trips >= 4 else 1
+
+
+def skv_chunks(T: int) -> int:
+    """Chunks per (token, kv head) of a split-KV launch of T tokens: SKV_CHUNKS for one, halved while T x chunks
+    exceeds SKV_CHUNKS (down to SKV_MIN_CHUNKS), so a batch's launch keeps about one token's block count. With 64
+    chunks for each of 16 tokens (8,192 blocks on the 4B shapes) most blocks found no key at a short depth and the
+    launches alone took 83 us per layer (H200, depth 192: 28% of the 16-token step)."""
+    n = SKV_CHUNKS
+    while n > SKV_MIN_CHUNKS and n * T > SKV_CHUNKS:
+        n //= 2
+    return n
 
 
 def split_kv_parts(config: ModelConfig, max_tokens: int) -> int:
@@ -356,7 +385,7 @@ class GpuForward:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
         kq = tuple(f"kq_t{n}" for n in KQ_TOKENS) + tuple(f"bq_t{n}" for n in BQ_TOKENS) + \
             tuple(f"mv_t{n}" for n in MV_TOKENS)
-        tensor_core = ("tc", "tcp", "tck") if self.use_tc else ()
+        tensor_core = ("tc", "tcp", "tck") + tuple(f"tn_t{n}" for n in TN_TOKENS) if self.use_tc else ()
         for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + tensor_core + (("wm",) if self.use_wmma else ()):
             self.kern("halo_quant.cu", "halo_matmul_" + suffix)
             self.kern("halo_quant.cu", "halo_glu_" + suffix)
@@ -381,14 +410,19 @@ class GpuForward:
         self.backend.launch(self.kern(file, name), grid, block, args, self.stream, shared)
         self.launches += 1
 
-    def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False, bq_ok: bool = False) -> tuple[int, int, str]:
-        """(rows per warp or block, tokens per tile, kernel suffix). mv_t1: MV_R rows per warp, K split over
-        warps (Q4_K / Q6_K); kq_t1: warp per row, wide K-quant loads (any type); bq_t16: BQ_ROWS rows per block
-        for 9..16 tokens, activations staged in shared memory (Q4_K / Q6_K); kq_tN (HALO_GPU_KQ_BATCH=1): warp
-        per row for 2..16 tokens, each weight decoded once; tc / gt / wm: 32 x 64 shared-memory tile per block
-        (128 threads; tc GLU 256), tensor cores / FMAs / RDNA WMMA (HALO_GPU_TILES=wmma). _matmul / _glu run
-        "tc" as the pipelined tck / tcp tiles for products of >= PIPELINED_MIN_WEIGHTS where their contract
-        holds (_tc_tile, _glu_tile; 64 rows per matmul block)."""
+    def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False, bq_ok: bool = False,
+              tn_ok: bool = False) -> tuple[int, int, str]:
+        """(rows per warp or block, tokens per tile, kernel suffix). tn_t8 / tn_t16: TN_ROWS rows per warp on
+        tensor cores for TN_MIN_T..16 tokens (Q4_K / Q6_K, rows % TN_ROWS, CUDA sm_80+); mv_t1: MV_R rows per
+        warp, K split over warps (Q4_K / Q6_K); kq_t1: warp per row, wide K-quant loads (any type); bq_t16:
+        BQ_ROWS rows per block for 9..16 tokens, activations staged in shared memory (Q4_K / Q6_K); kq_tN
+        (HALO_GPU_KQ_BATCH=1): warp per row for 2..16 tokens, each weight decoded once; tc / gt / wm: 32 x 64
+        shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs / RDNA WMMA
+        (HALO_GPU_TILES=wmma). _matmul / _glu run "tc" as the pipelined tck / tcp tiles for products of >=
+        PIPELINED_MIN_WEIGHTS where their contract holds (_tc_tile, _glu_tile; 64 rows per matmul block)."""
+        if TN_MIN_T <= T <= TN_TOKENS[-1] and tn_ok and bq_ok and self.use_tc and not LEGACY_TILES:
+            n = next(n for n in TN_TOKENS if n >= T)
+            return TN_ROWS, n, f"tn_t{n}"
         if T <= min(MV_MAX_T, MV_TOKENS[-1]) and rows_all_div4 and bq_ok and not LEGACY_TILES:
             n = next(n for n in MV_TOKENS if n >= T)
             return MV_R, n, f"mv_t{n}"
@@ -419,7 +453,8 @@ class GpuForward:
         rows, K = sum(m.rows for m in mats), mats[0].cols
         tile_ok = all(m.rows % GT_ROWS == 0 for m in mats) and K % GT_K == 0
         bq_ok = all(m.ggml_type in BQ_TYPES for m in mats) and K % 256 == 0
-        R, NT, suffix = self._tile(T, all(m.rows % 4 == 0 for m in mats), tile_ok, bq_ok)
+        R, NT, suffix = self._tile(T, all(m.rows % 4 == 0 for m in mats), tile_ok, bq_ok,
+                                   all(m.rows % TN_ROWS == 0 for m in mats))
         args = []
         for m in segs:
             args += [m.buf, np.int32(m.ggml_type), np.int32(m.rows), np.int32(m.row_bytes)] if m else \
@@ -429,6 +464,11 @@ class GpuForward:
             kw = mv_split_warps(K)
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // (R * MV_WARPS // kw)), -(-T // NT)),
                          32 * MV_WARPS, tuple(args) + (np.int32(kw),))
+            return
+        if suffix[:2] == "tn":
+            kw = tn_split_warps(rows // TN_ROWS, K)
+            self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // (R * TN_WARPS // kw)), -(-T // NT)),
+                         32 * TN_WARPS, tuple(args) + (np.int32(kw),))
             return
         if suffix[:2] == "bq":
             splits = bq_splits(-(-rows // R) * -(-T // NT), K // 256, T * rows, self.partial_cap)
@@ -456,7 +496,8 @@ class GpuForward:
     def _glu(self, gate: DeviceMatrix, up: DeviceMatrix, X, T: int, A) -> None:
         c = self.config
         R, NT, suffix = self._tile(T, c.n_ff % 4 == 0, c.n_ff % GT_ROWS == 0 and c.n_embd % GT_K == 0,
-                                   {gate.ggml_type, up.ggml_type} <= BQ_TYPES and c.n_embd % 256 == 0)
+                                   {gate.ggml_type, up.ggml_type} <= BQ_TYPES and c.n_embd % 256 == 0,
+                                   c.n_ff % TN_ROWS == 0)
         act = 0 if c.activation == "silu" else 1
         args = (gate.buf, np.int32(gate.ggml_type), up.buf, np.int32(up.ggml_type), np.int32(gate.row_bytes),
                 np.int32(up.row_bytes), np.int32(c.n_ff), np.int32(act), X, np.int32(c.n_embd), np.int32(T), A)
@@ -464,6 +505,11 @@ class GpuForward:
             kw = mv_split_warps(c.n_embd)
             self._launch("halo_quant.cu", "halo_glu_" + suffix, (-(-c.n_ff // (R * MV_WARPS // kw)), -(-T // NT)),
                          32 * MV_WARPS, args + (np.int32(kw),))
+            return
+        if suffix[:2] == "tn":
+            kw = tn_split_warps(c.n_ff // TN_ROWS, c.n_embd)
+            self._launch("halo_quant.cu", "halo_glu_" + suffix, (-(-c.n_ff // (R * TN_WARPS // kw)), -(-T // NT)),
+                         32 * TN_WARPS, args + (np.int32(kw),))
             return
         if suffix == "tc":
             tile = _glu_tile({gate.ggml_type, up.ggml_type}, c.n_ff * c.n_embd)   # every GLU tile: 32 rows of each
@@ -499,12 +545,13 @@ class GpuForward:
                   np.int32(D), np.float32(c.attn_scale), np.int32(window))
         if self.split_kv and T <= SKV_MAX_T:
             split = "halo_attention_split" if D <= SKV_NARROW_D else "halo_attention_split_d256"
-            self._launch("halo_layer.cu", split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS,
+            nc = skv_chunks(T)
+            self._launch("halo_layer.cu", split, (T, Hkv, nc), 32 * SKV_WARPS,
                          common + (self.attn_part, self.attn_count if SKV_FUSED else NULL, _ptr(sinks), self.attn),
                          shared=4 * SKV_WARPS * (H // Hkv) * (D + 2))
             if not SKV_FUSED:
                 self._launch("halo_layer.cu", "halo_attention_merge", (T, H), SKV_MERGE_THREADS,
-                             (self.attn_part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), _ptr(sinks), self.attn))
+                             (self.attn_part, np.int32(nc), np.int32(H), np.int32(D), _ptr(sinks), self.attn))
             return
         if self.flash and T > SKV_MAX_T:
             rows_tokens = FA_ROWS // (H // Hkv)                # tokens per block: x the group's heads = rows

@@ -3,9 +3,9 @@
     python tests/gpu/bench_long_context.py [BACKEND]
 Needs HALO_SHAPE_ALIKE_DIR/qwen3-4b-shaped-q4_k.gguf (tests/gpu/device_call.sh builds it from the staged
 skeleton). Prints, per depth, prefill (chunked as the engine runs it) and decode at that depth with split-KV
-attention on and off; decode steps of 1/4/8/16 sequences (16: with and without the batched-decode kernels
-bq_t16) and where such a step goes; one request through the Engine with async scheduling off; aggregate
-decode through the Engine (async on) at 1/4/8/16 concurrent requests.
+attention on and off; decode steps of 1/4/8/16 sequences (with and without the tensor-core batched kernels
+tn_tN where tensor cores exist) and where such a step goes; one request through the Engine with async
+scheduling off; aggregate decode through the Engine (async on) at 1/4/8/16 concurrent requests.
 """
 from __future__ import annotations
 

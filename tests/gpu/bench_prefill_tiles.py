@@ -3,8 +3,9 @@ microseconds per call (split-K sum included) of the first tile (tc, HALO_GPU_TIL
 and the pipelined one with integer K-quant weights (tck, the default for these types), at 128 and 512 tokens
 (the whole-model benchmark sweeps the split-K target).
 
-    python tests/gpu/bench_prefill_tiles.py [BACKEND] [--profile]
---profile: each product once at 128 tokens on the default tile, nothing timed (for running under a profiler).
+    python tests/gpu/bench_prefill_tiles.py [BACKEND] [--profile] [--tokens=128,512]
+--profile: each product once at each --tokens count on the default kernels, nothing timed (for running under a
+profiler). --tokens: the step sizes (default 128 and 512; 9..16 take bq_t16 unless HALO_GPU_BQ=0, 1 takes mv_t1).
 Much cheaper than the whole-model benchmark (no GGUF to build): each product is launched through
 GpuForward._matmul / _glu exactly as the forward launches it, timed with events around repeated launches.
 """
@@ -98,11 +99,14 @@ def main() -> int:
     widths = {"qkv": Q_DIM + 2 * KV_DIM, "wo": N_EMBD, "gate/up": N_FF, "down": N_EMBD}
     own_tile = fwd_mod.TC_TILE
     try:
+        tokens = next((tuple(int(t) for t in a.split("=", 1)[1].split(",")) for a in sys.argv
+                       if a.startswith("--tokens=")), (128, 512))
         if "--profile" in sys.argv:
-            for launch, _ in products.values():
-                launch(128)
+            for T in tokens:
+                for launch, _ in products.values():
+                    launch(T)
             return 0
-        for T in (128, 512):
+        for T in tokens:
             print(f"\n== {T} tokens: us per call (TFLOP/s of float32-exact work); last column: max |mode - tc| "
                   "/ max |tc| per mode")
             print("| product | " + " | ".join(MODES) + " | " + " | ".join(f"{m} / tc" for m in MODES[1:]) + " | diff |")

@@ -8,7 +8,7 @@ Precision: the tensor-core tiles split each operand into two TF32 parts (3xTF32)
 float32 level: max |Y - Y64| / (|X| |W|^T) below 2e-6, which a single TF32 product (~1e-5 at these K) would
 fail. The SIMT tile (gt, what HIP runs) is held to the same bound, so is the RDNA WMMA tile (wm, 3xF16 with
 power-of-two tile scaling) on a gfx11 GPU (none has run it yet), and so are the batched-decode kernels
-(bq_t16 for Q4_K / Q6_K, kq_tN behind HALO_GPU_KQ_BATCH=1).
+(tn_tN on tensor cores and bq_t16 for Q4_K / Q6_K, kq_tN behind HALO_GPU_KQ_BATCH=1).
 """
 from __future__ import annotations
 
@@ -222,6 +222,7 @@ def test_batched_decode_matvec_matches_float64(fwd, ggml_type, T, kernel, monkey
     if kernel == "bq" and (ggml_type not in fwd_mod.BQ_TYPES or T < fwd_mod.BQ_MIN_T):
         pytest.skip("halo_matmul_bq_t16 takes 9..16 tokens of Q4_K and Q6_K rows")
     monkeypatch.setattr(fwd_mod, "BQ_BATCH", kernel == "bq")
+    monkeypatch.setattr(fwd_mod, "TN_MIN_T", 99)               # CUDA sm_80+ would take halo_matmul_tn_tN
     rng = np.random.default_rng(T + int(ggml_type))
     rows, K = (64, 512) if kernel == "kq" else (72, 768 if T < 16 else 9728)   # bq 9728: K split 8 ways, uneven
     tokens = fwd_mod.KQ_TOKENS if kernel == "kq" else fwd_mod.BQ_TOKENS
@@ -255,6 +256,7 @@ def test_batched_decode_glu_matches_float64(fwd, T, kernel, monkeypatch):
     if kernel == "bq" and T < fwd_mod.BQ_MIN_T:
         pytest.skip("halo_glu_bq_t16 takes 9..16 tokens")
     monkeypatch.setattr(fwd_mod, "BQ_BATCH", kernel == "bq")
+    monkeypatch.setattr(fwd_mod, "TN_MIN_T", 99)
     rng = np.random.default_rng(T)
     n_ff, K = (96, 512) if kernel == "kq" else (88, 1024)
     raw_g, raw_u, X, G, U = glu_inputs(rng, GGMLType.Q4_K, GGMLType.Q6_K, n_ff, K, T)
@@ -333,6 +335,78 @@ def test_decode_glu_mv_matches_float64(fwd, T, K, types, monkeypatch):
         fwd._glu(DeviceMatrix(gd, int(tg), n_ff, K), DeviceMatrix(ud, int(tu), n_ff, K), xd, T, ad)
         got = download(fwd, ad, (T, n_ff))
         assert launched == [f"halo_glu_mv_t{next(n for n in fwd_mod.MV_TOKENS if n >= T)}"]
+        assert float(np.max(np.abs(got - want) / scale)) < 4 * BOUND
+    finally:
+        for b in (gd, ud, xd, ad):
+            fwd.backend.free(b)
+
+
+def tn_only(fwd):
+    if not fwd.use_tc:
+        pytest.skip("halo_*_tn_tN need tensor cores (CUDA sm_80+)")
+
+
+@pytest.mark.parametrize("T", [1, 2, 5, 8, 9, 16])
+@pytest.mark.parametrize("K,types", [(256, ("Q4_K", "Q4_K", "Q6_K")), (2560, ("Q4_K", "Q6_K", "Q6_K")),
+                                     (9728, ("Q6_K", "Q4_K", "Q4_K"))])
+def test_batched_decode_tn_matches_float64(fwd, T, K, types, monkeypatch):
+    """halo_matmul_tn_t{8,16} (2..16 tokens on tensor cores; one token behind HALO_GPU_TN_MIN_T=1) on three
+    stacked segments (q|k|v) of mixed types, with a bias and the rows gathered through xrow: every output
+    written, float32 accuracy. K = 256 / 2560 / 9728 splits K over 1 / 4 / 8 warps; 5 row groups leave the last
+    block part empty at every split."""
+    tn_only(fwd)
+    monkeypatch.setattr(fwd_mod, "TN_MIN_T", 1)
+    rng = np.random.default_rng(T * 31 + K)
+    seg_types, seg_rows = [GGMLType[t] for t in types], (48, 16, 16)
+    raws = [random_matrix(rng, t, n, K) for t, n in zip(seg_types, seg_rows, strict=True)]
+    W = np.concatenate([dequantize(r.reshape(-1), t, n * K).reshape(n, K)
+                        for r, t, n in zip(raws, seg_types, seg_rows, strict=True)]).astype(np.float64)
+    rows = sum(seg_rows)
+    X = rng.standard_normal((T, K)).astype(np.float32)
+    bias = rng.standard_normal(rows).astype(np.float32)
+    order = rng.permutation(T).astype(np.int32)
+    want = X[order].astype(np.float64) @ W.T + bias
+    bound = np.abs(X[order]).astype(np.float64) @ np.abs(W).T
+    devs = [upload(fwd, r) for r in raws]
+    x_dev, idx_dev, b_dev = upload(fwd, X), upload(fwd, order), upload(fwd, bias)
+    y_dev = fwd.backend.alloc((T, rows), np.float32)
+    launched = record_launches(fwd, monkeypatch)
+    try:
+        fwd.backend.memset_async(y_dev, 0xFF, fwd.stream)
+        mats = [DeviceMatrix(d, int(t), n, K) for d, t, n in zip(devs, seg_types, seg_rows, strict=True)]
+        fwd._matmul(mats, x_dev, T, y_dev, rows, bias=b_dev, xrow=idx_dev)
+        got = download(fwd, y_dev, (T, rows))
+        assert launched == [f"halo_matmul_tn_t{8 if T <= 8 else 16}"]
+        rel = float(np.max(np.abs(got - want) / bound))
+        print(f"\ntn T={T} K={K}: kw {fwd_mod.tn_split_warps(rows // fwd_mod.TN_ROWS, K)}, max rel err {rel:.2e}")
+        assert rel < BOUND
+    finally:
+        for b in devs + [x_dev, idx_dev, b_dev, y_dev]:
+            fwd.backend.free(b)
+
+
+@pytest.mark.parametrize("T", [3, 8, 12, 16])
+@pytest.mark.parametrize("K,types", [(2560, ("Q4_K", "Q4_K")), (9728, ("Q4_K", "Q6_K")), (1024, ("Q6_K", "Q6_K"))])
+def test_batched_decode_glu_tn_matches_float64(fwd, T, K, types, monkeypatch):
+    """halo_glu_tn_t{8,16}: gate and up in one pass (same types) or two (mixed), float32 accuracy."""
+    tn_only(fwd)
+    rng = np.random.default_rng(T + 3 * K)
+    n_ff = 80
+    tg, tu = (GGMLType[t] for t in types)
+    raw_g, raw_u, X, G, U = glu_inputs(rng, tg, tu, n_ff, K, T)
+    g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
+    want = g / (1 + np.exp(-g)) * u
+    ax = np.abs(X).astype(np.float64)
+    scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
+    monkeypatch.setattr(fwd, "config", dataclasses.replace(fwd.config, n_ff=n_ff, n_embd=K, activation="silu"))
+    gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
+    ad = fwd.backend.alloc((T, n_ff), np.float32)
+    launched = record_launches(fwd, monkeypatch)
+    try:
+        fwd.backend.memset_async(ad, 0xFF, fwd.stream)
+        fwd._glu(DeviceMatrix(gd, int(tg), n_ff, K), DeviceMatrix(ud, int(tu), n_ff, K), xd, T, ad)
+        got = download(fwd, ad, (T, n_ff))
+        assert launched == [f"halo_glu_tn_t{8 if T <= 8 else 16}"]
         assert float(np.max(np.abs(got - want) / scale)) < 4 * BOUND
     finally:
         for b in (gd, ud, xd, ad):

@@ -24,6 +24,8 @@ def defines(file: str) -> dict[str, int]:
     ("halo_quant.cu", "MV_WARPS", fwd.MV_WARPS),
     ("halo_quant.cu", "MV_R", fwd.MV_R),
     ("halo_quant.cu", "BQ_WARPS", fwd.MATMUL_WARPS),
+    ("halo_quant.cu", "TN_WARPS", fwd.TN_WARPS),
+    ("halo_quant.cu", "TN_ROWS", fwd.TN_ROWS),
 ])
 def test_host_constant_matches_the_kernel(file, name, host):
     assert defines(file)[name] == host

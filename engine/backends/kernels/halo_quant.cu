@@ -2097,6 +2097,319 @@ HALO_KERNEL __launch_bounds__(128) void halo_glu_tck(const unsigned char* wg, i3
     TK_BODY(tk_glu(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, kc, P));
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Batched decode on NVIDIA tensor cores, "tn" (CUDA sm_80+): steps of 2..16 tokens (one token of each of up to 16
+// requests) on Q4_K / Q6_K rows with K % 256 == 0. bq_t16 and kq_tN spend 16 float FMAs per weight there (the
+// H200 ran a 16-token step of the 4B shapes at ~7 TFLOP/s, 5x a one-token step); here a warp's 16 weight rows are
+// the A operand of mma.m16n8k8 TF32 and the step's tokens the B operand (NT = 8: one n8 tile, NT = 16: two).
+// Arithmetic as tck: the weights enter as their integer codes, exact in TF32 (Q4_K 0..15, Q6_K -32..31), the
+// activations as TF32 head + tail (2 MMAs per product); each sub-block's products accumulate in a fresh fragment
+// that is scaled by the row's sub-block scale when added to the float32 accumulators, and Q4_K's min subtracts
+// (dmin m) times the token's sum of the sub-block's activations.
+// k order: one MMA's 8 k slots must share a sub-block scale, so lane (g, q) takes a run of the sub-block: Q4_K
+// (32 elements) elements 8q .. 8q + 7, slot q <-> 8q + 2s and slot q + 4 <-> 8q + 2s + 1 in MMA s of 4 (one
+// 8-byte load holds both nibbles: two sub-blocks); Q6_K (16 elements) 4q .. 4q + 3 over 2 MMAs. Both operands
+// use the same order, so this only relabels the sum's terms. No shared memory on the way in: each lane loads its
+// rows' bytes and its tokens' activations itself (L1 serves a group's 16 rows from one activation load).
+// Block: TN_WARPS warps; kw of them (host: engine.gpu.forward.tn_split_warps) share one 16-row group's
+// super-blocks (strided), their accumulators added in warp order through shared memory (deterministic).
+// Tokens past T read token T - 1 and are never written. Contract (host): every segment's rows % 16 == 0.
+// Grid: (ceil(rows / (16 * TN_WARPS / kw)), ceil(T / NT)); block: 32 * TN_WARPS. HIP: compiles to nothing.
+#define TN_WARPS 8
+#define TN_ROWS 16
+
+#if HALO_TC
+// byte i of w as the float whose bits the MMA reads (exact small integer minus `off`)
+__device__ __forceinline__ u32 tn_code(u32 w, int i, float off) {
+    return __float_as_uint(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | (u32)i)) - (8388608.0f + off));
+}
+
+// 4 bytes at a 2-byte aligned address (two aligned words, funnel-shifted; never reads past p + 6)
+__device__ __forceinline__ u32 tn_ld4(const unsigned char* p) {
+    const u32* a = (const u32*)((size_t)p & ~(size_t)3);
+    return __funnelshift_r(__ldg(a), __ldg(a + 1), (u32)((size_t)p & 3) * 8u);
+}
+
+// activations of one sub-block run for NJ token tiles: v[j][0..n) = x[token 8 j + g][e0 .. e0 + n) as TF32 head /
+// tail; the token sums of the run for this lane's output columns (2q, 2q + 1 of each tile) in c0 / c1 when wanted
+template <int NJ, int N>
+__device__ __forceinline__ void tn_x(const float* const* xr, int e0, u32 (*bh)[N], u32 (*bl)[N], float* c0,
+                                     float* c1) {
+    int q = threadIdx.x & 3;
+    #pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        float v[N];
+        #pragma unroll
+        for (int i = 0; i < N; i += 4) *(float4*)(v + i) = __ldg((const float4*)(xr[j] + e0 + i));
+        float s = 0.0f;
+        #pragma unroll
+        for (int i = 0; i < N; i++) { tf32_split(v[i], &bh[j][i], &bl[j][i]); s += v[i]; }
+        if (c0) {
+            s += SHFL_XOR(s, 1);
+            s += SHFL_XOR(s, 2);
+            c0[j] = __shfl_sync(0xffffffffu, s, 8 * q);
+            c1[j] = __shfl_sync(0xffffffffu, s, 8 * q + 4);
+        }
+    }
+}
+
+// acc[j] += sc * part, part = the integer rows (codes: word w[r][i / 4] byte i % 4 of row g (r = 0) / g + 8 (r = 1),
+// minus off) times the run's activations; then minus mn * the token sums (Q4_K)
+template <int NJ, int N>
+__device__ __forceinline__ void tn_mma(const u32 (*w)[N / 4], float off, const u32 (*bh)[N], const u32 (*bl)[N],
+                                       const float* sc, const float* mn, const float* c0, const float* c1,
+                                       float (*acc)[4]) {
+    float part[NJ][4];
+    #pragma unroll
+    for (int j = 0; j < NJ; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) part[j][e] = 0.0f;
+    #pragma unroll
+    for (int s = 0; s < N / 2; s++) {
+        int i0 = 2 * s, i1 = 2 * s + 1;
+        u32 a[4] = {tn_code(w[0][i0 >> 2], i0 & 3, off), tn_code(w[1][i0 >> 2], i0 & 3, off),
+                    tn_code(w[0][i1 >> 2], i1 & 3, off), tn_code(w[1][i1 >> 2], i1 & 3, off)};
+        #pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            mma_tf32(part[j], a, bl[j][i0], bl[j][i1]);
+            mma_tf32(part[j], a, bh[j][i0], bh[j][i1]);
+        }
+    }
+    #pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        acc[j][0] = fmaf(sc[0], part[j][0], acc[j][0]);
+        acc[j][1] = fmaf(sc[0], part[j][1], acc[j][1]);
+        acc[j][2] = fmaf(sc[1], part[j][2], acc[j][2]);
+        acc[j][3] = fmaf(sc[1], part[j][3], acc[j][3]);
+        if (mn) {
+            acc[j][0] = fmaf(-mn[0], c0[j], acc[j][0]);
+            acc[j][1] = fmaf(-mn[0], c1[j], acc[j][1]);
+            acc[j][2] = fmaf(-mn[1], c0[j], acc[j][2]);
+            acc[j][3] = fmaf(-mn[1], c1[j], acc[j][3]);
+        }
+    }
+}
+
+// One Q4_K super-block of NS row sets (rows g and g + 8 of each: rp[s][0..1]) against NJ token tiles
+template <int NS, int NJ>
+__device__ __forceinline__ void tn_q4k_sb(const unsigned char* const (*rp)[2], int sb, const float* const* xr,
+                                          float (*const *acc)[4]) {
+    int q = threadIdx.x & 3;
+    uint4 hdr[NS][2];
+    uint2 qs[NS][2][4];
+    #pragma unroll
+    for (int s = 0; s < NS; s++)
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const unsigned char* b = rp[s][r] + (size_t)sb * 144;
+            hdr[s][r] = __ldg((const uint4*)b);
+            #pragma unroll
+            for (int c = 0; c < 4; c++) qs[s][r][c] = __ldg((const uint2*)(b + 16 + 32 * c + 8 * q));
+        }
+    #pragma unroll
+    for (int c = 0; c < 4; c++)
+        #pragma unroll
+        for (int hh = 0; hh < 2; hh++) {                 // sub-block 2c + hh: low / high nibbles of the bytes
+            u32 bh[NJ][8], bl[NJ][8];
+            float c0[NJ], c1[NJ];
+            tn_x<NJ, 8>(xr, sb * 256 + 64 * c + 32 * hh + 8 * q, bh, bl, c0, c1);
+            #pragma unroll
+            for (int s = 0; s < NS; s++) {
+                u32 w[2][2];
+                float sc[2], mn[2];
+                #pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    w[r][0] = (qs[s][r][c].x >> (4 * hh)) & 0x0f0f0f0fu;
+                    w[r][1] = (qs[s][r][c].y >> (4 * hh)) & 0x0f0f0f0fu;
+                    float S, M;
+                    scale_min_k4_reg(2 * c + hh, hdr[s][r].y, hdr[s][r].z, hdr[s][r].w, &S, &M);
+                    sc[r] = h2f(hdr[s][r].x & 0xffffu) * S;
+                    mn[r] = h2f(hdr[s][r].x >> 16) * M;
+                }
+                tn_mma<NJ, 8>(w, 0.0f, bh, bl, sc, mn, c0, c1, acc[s]);
+            }
+        }
+}
+
+// One Q6_K super-block (layout as q6k_lane: element 128 h + 32 kk + l is ql[64 h + 32 (kk & 1) + l], nibble
+// kk >> 1, with bits 2 kk of qh[32 h + l] above it; scale 8 h + 2 kk + l / 16), lane q taking l = 16 i + 4q .. + 3
+template <int NS, int NJ>
+__device__ __forceinline__ void tn_q6k_sb(const unsigned char* const (*rp)[2], int sb, const float* const* xr,
+                                          float (*const *acc)[4]) {
+    int q = threadIdx.x & 3;
+    #pragma unroll
+    for (int h = 0; h < 2; h++) {
+        u32 ql[NS][2][2][2], qh[NS][2][2], scw[NS][2][2];
+        float d[NS][2];
+        #pragma unroll
+        for (int s = 0; s < NS; s++)
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const unsigned char* b = rp[s][r] + (size_t)sb * 210;
+                #pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    ql[s][r][i][0] = tn_ld4(b + 64 * h + 16 * i + 4 * q);
+                    ql[s][r][i][1] = tn_ld4(b + 64 * h + 32 + 16 * i + 4 * q);
+                    qh[s][r][i] = tn_ld4(b + 128 + 32 * h + 16 * i + 4 * q);
+                }
+                scw[s][r][0] = tn_ld4(b + 192 + 8 * h);
+                scw[s][r][1] = tn_ld4(b + 196 + 8 * h);
+                d[s][r] = h2f(ld_u16(b + 208));
+            }
+        #pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            #pragma unroll
+            for (int i = 0; i < 2; i++) {
+                u32 bh[NJ][4], bl[NJ][4];
+                tn_x<NJ, 4>(xr, sb * 256 + 128 * h + 32 * kk + 16 * i + 4 * q, bh, bl, nullptr, nullptr);
+                int si = 2 * kk + i;                         // scale byte within this half's 8
+                #pragma unroll
+                for (int s = 0; s < NS; s++) {
+                    u32 w[2][1];
+                    float sc[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        w[r][0] = ((ql[s][r][i][kk & 1] >> (4 * (kk >> 1))) & 0x0f0f0f0fu) |
+                                  (((qh[s][r][i] >> (2 * kk)) & 0x03030303u) << 4);
+                        sc[r] = d[s][r] * (float)(signed char)((scw[s][r][si >> 2] >> (8 * (si & 3))) & 255u);
+                    }
+                    tn_mma<NJ, 4>(w, 32.0f, bh, bl, sc, nullptr, nullptr, nullptr, acc[s]);
+                }
+            }
+    }
+}
+
+// this warp's share (warp column kc of kw: super-blocks kc, kc + kw, ..) of NS row sets of one type
+template <int NS, int NJ>
+__device__ __forceinline__ void tn_dot(int type, const unsigned char* const (*rp)[2], int K, const float* const* xr,
+                                       int kc, int kw, float (*const *acc)[4]) {
+    int nsb = K >> 8;
+    if (type == T_Q4_K)
+        for (int sb = kc; sb < nsb; sb += kw) tn_q4k_sb<NS, NJ>(rp, sb, xr, acc);
+    else
+        for (int sb = kc; sb < nsb; sb += kw) tn_q6k_sb<NS, NJ>(rp, sb, xr, acc);
+}
+
+// Add the kw warps' accumulators of a row group (n floats per lane) into warp column 0's; red: TN_WARPS * n * 32
+__device__ __forceinline__ void tn_reduce(float* acc, int n, int kw, float* red) {
+    if (kw == 1) return;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (warp % kw)
+        for (int i = 0; i < n; i++) red[(warp * n + i) * 32 + lane] = acc[i];
+    __syncthreads();
+    if (warp % kw) return;
+    for (int i = 0; i < n; i++) {
+        float s = acc[i];
+        for (int k = 1; k < kw; k++) s += red[((warp + k) * n + i) * 32 + lane];
+        acc[i] = s;
+    }
+}
+
+// x rows of this lane's tokens tok0 + 8 j + g (through xrow when given; clamped to T - 1)
+template <int NJ>
+__device__ __forceinline__ void tn_x_rows(const float* X, const i32* xrow, int K, int tok0, int T, const float** xr) {
+    int g = (threadIdx.x & 31) >> 2;
+    #pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        int t = tok0 + 8 * j + g, tt = t < T ? t : T - 1;
+        xr[j] = X + (size_t)(xrow ? xrow[tt] : tt) * K;
+    }
+}
+
+template <int NJ>
+__device__ void matmul_tn(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
+                          i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
+                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 kw) {
+    __shared__ float red[TN_WARPS * NJ * 4 * 32];
+    int warp = threadIdx.x >> 5, kc = warp % kw, g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;
+    int tok0 = blockIdx.y * 8 * NJ, row0 = (blockIdx.x * (TN_WARPS / kw) + warp / kw) * TN_ROWS;
+    bool valid = row0 < n0 + n1 + n2;
+    int rr = valid ? row0 : 0;                  // out-of-range warps read row 0 and join the block's reduction
+    const unsigned char* base; int type, rb, local;
+    if (rr < n0) { base = w0; type = t0_; rb = rb0; local = rr; }
+    else if (rr < n0 + n1) { base = w1; type = t1_; rb = rb1; local = rr - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = rr - n0 - n1; }
+    const unsigned char* rp[1][2] = {{base + (size_t)(local + g) * rb, base + (size_t)(local + g + 8) * rb}};
+    const float* xr[NJ];
+    tn_x_rows<NJ>(X, xrow, K, tok0, T, xr);
+    float acc[NJ][4];
+    #pragma unroll
+    for (int j = 0; j < NJ; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;
+    float (*const accs[1])[4] = {acc};
+    tn_dot<1, NJ>(type, rp, K, xr, kc, kw, accs);
+    tn_reduce(&acc[0][0], NJ * 4, kw, red);
+    if (!valid || kc) return;
+    #pragma unroll
+    for (int j = 0; j < NJ; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = row0 + g + 8 * (e >> 1), tok = tok0 + 8 * j + 2 * q + (e & 1);
+            if (tok < T) Y[(size_t)tok * ldy + row] = acc[j][e] + (bias ? bias[row] : 0.0f);
+        }
+}
+
+// A[t, r] = act(gate_r . x_t) * (up_r . x_t) for the 16 rows r of each warp column's group; gate and up in one
+// pass when their types match (each activation load serves both)
+template <int NJ>
+__device__ void glu_tn(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+                       i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kw) {
+    __shared__ float red[TN_WARPS * 2 * NJ * 4 * 32];
+    int warp = threadIdx.x >> 5, kc = warp % kw, g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;
+    int tok0 = blockIdx.y * 8 * NJ, row0 = (blockIdx.x * (TN_WARPS / kw) + warp / kw) * TN_ROWS;
+    bool valid = row0 < n_ff;
+    int rr = valid ? row0 : 0;
+    const unsigned char* rp[2][2] = {{wg + (size_t)(rr + g) * rb_g, wg + (size_t)(rr + g + 8) * rb_g},
+                                     {wu + (size_t)(rr + g) * rb_u, wu + (size_t)(rr + g + 8) * rb_u}};
+    const float* xr[NJ];
+    tn_x_rows<NJ>(X, 0, K, tok0, T, xr);
+    float acc[2][NJ][4];                        // gate, up
+    #pragma unroll
+    for (int s = 0; s < 2; s++)
+        #pragma unroll
+        for (int j = 0; j < NJ; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) acc[s][j][e] = 0.0f;
+    float (*const accs[2])[4] = {acc[0], acc[1]};
+    if (tg == tu) {
+        tn_dot<2, NJ>(tg, rp, K, xr, kc, kw, accs);
+    } else {
+        tn_dot<1, NJ>(tg, rp, K, xr, kc, kw, accs);
+        tn_dot<1, NJ>(tu, rp + 1, K, xr, kc, kw, accs + 1);
+    }
+    tn_reduce(&acc[0][0][0], 2 * NJ * 4, kw, red);
+    if (!valid || kc) return;
+    #pragma unroll
+    for (int j = 0; j < NJ; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = row0 + g + 8 * (e >> 1), tok = tok0 + 8 * j + 2 * q + (e & 1);
+            if (tok < T) A[(size_t)tok * n_ff + row] = act_fn(acc[0][j][e], act) * acc[1][j][e];
+        }
+}
+#define TN_BODY(call) call
+#else
+#define TN_BODY(call)
+#endif
+
+#define TN_MATMUL_ENTRY(NAME, NJ)                                                                          \
+HALO_KERNEL __launch_bounds__(32 * TN_WARPS) void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0,    \
+        const unsigned char* w1, i32 t1, i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2,  \
+        const float* bias, const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 kw) {     \
+    TN_BODY(matmul_tn<NJ>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw)); \
+}
+#define TN_GLU_ENTRY(NAME, NJ)                                                                             \
+HALO_KERNEL __launch_bounds__(32 * TN_WARPS) void NAME(const unsigned char* wg, i32 tg,                    \
+        const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, \
+        float* A, i32 kw) {                                                                                \
+    TN_BODY(glu_tn<NJ>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, kw));                            \
+}
+TN_MATMUL_ENTRY(halo_matmul_tn_t8, 1)
+TN_MATMUL_ENTRY(halo_matmul_tn_t16, 2)
+TN_GLU_ENTRY(halo_glu_tn_t8, 1)
+TN_GLU_ENTRY(halo_glu_tn_t16, 2)
+
 // Split-K sums, in z order: Y[t][r] = bias[r] + sum_z P[z][t][r] (act < 0), or for the GLU (act >= 0)
 // A[t][r] = act(sum_z P[z][0][t][r]) * sum_z P[z][1][t][r] with ldy = R. One thread per output.
 HALO_KERNEL void halo_splitk_sum(const float* P, i32 splits, i32 T, i32 R, const float* bias, i32 act, float* Y,
