@@ -91,15 +91,23 @@ def unicode_to_byte() -> dict[str, int]:
 
 def build_bpe(vocab: Vocab) -> Tokenizer:
     """A `tokenizers.Tokenizer` that encodes plain text (no special tokens registered: those are split
-    out beforehand by `specials.partition`). The Python dict and merge pairs it is built from are dropped
-    once the Rust side holds its own copies."""
+    out beforehand by `specials.partition`). The dict and merge pairs it is built from are dropped once the
+    Rust side holds its own copies."""
     regexes, ignore_merges = pre_tokenizer_spec(vocab.pre)
+    # Python objects alive together while the Rust side copies them: merge pairs made of the vocabulary's
+    # own str objects (a new str per side was ~5 MiB more of SmolLM2's transient peak at load)
+    texts = list(vocab.tokens)
+    token_to_id = dict(zip(texts, range(vocab.n_vocab), strict=True))     # last wins, as in TokenIndex
+
+    def shared(text: str) -> str:          # (a text that is no token stays as it is: the Rust side refuses it)
+        token = token_to_id.get(text)
+        return text if token is None else texts[token]
+
     merges = []
     for line in vocab.merges or ():
         left, sep, right = line.partition(" ")
         if sep:
-            merges.append((left, right))
-    token_to_id = dict(zip(vocab.tokens, range(vocab.n_vocab), strict=True))     # last wins, as in TokenIndex
+            merges.append((shared(left), shared(right)))
     try:
         model = models.BPE(vocab=token_to_id, merges=merges, ignore_merges=ignore_merges, fuse_unk=False)
     except Exception as e:   # the Rust library raises plain Exception for merges naming unknown tokens etc.
