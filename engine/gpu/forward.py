@@ -93,6 +93,11 @@ MV_MAX_T = int(os.environ.get("HALO_GPU_MV_MAX_T", "1"))
 TN_TOKENS, TN_WARPS, TN_ROWS = (8, 16), 8, 16
 TN_MIN_T = int(os.environ.get("HALO_GPU_TN_MIN_T", "2"))
 TN_TARGET_WARPS = 2048                     # split K over a block's warps until a launch has this many (~16 per SM)
+# halo_*_ts_t{8,16} (the default): tn's arithmetic with each super-block's activations staged in shared memory once
+# per block of TS_WARPS x TN_ROWS rows, K split over blocks (k_slices, partial sums + halo_splitk_sum);
+# HALO_GPU_TN_KERNEL=tn keeps tn (every warp loads its own activations), for comparisons.
+TS_WARPS, TS_TARGET_BLOCKS = 8, 264
+TN_KERNEL = "tn" if os.environ.get("HALO_GPU_TN_KERNEL") == "tn" else "ts"
 ATTN_WARPS = 8
 # Split-KV (flash-decoding) attention, halo_attention_split + halo_attention_merge: for steps of at most
 # SKV_MAX_T tokens (decode batches) where the kernel's limits hold (head_dim <= SKV_MAX_D, GQA group <=
@@ -181,12 +186,14 @@ def split_k(base_blocks: int, K: int, partial_floats: int, capacity: int) -> int
     return splits
 
 
-def bq_splits(base_blocks: int, super_blocks: int, plane: int, capacity: int) -> int:
-    """K slices of a halo_matmul_bq_t16 launch of `base_blocks` blocks over rows of `super_blocks` super-blocks:
-    doubled while the grid is under BQ_TARGET_BLOCKS and every slice keeps >= 4 super-blocks, within the partial
-    buffer (`plane` floats per slice). Qwen3-4B: down (160 blocks, 38 super-blocks) and wo (160, 16) split 4 ways."""
+def k_slices(base_blocks: int, super_blocks: int, plane: int, capacity: int, target: int = BQ_TARGET_BLOCKS,
+             min_super_blocks: int = 4) -> int:
+    """K slices of a launch of `base_blocks` blocks over rows of `super_blocks` super-blocks (bq_t16, ts_tN): doubled
+    while the grid is under `target` blocks and every slice keeps >= `min_super_blocks`, within the partial
+    buffer (`plane` floats per slice). bq_t16 at 16 tokens on Qwen3-4B: down (160 blocks, 38 super-blocks) and wo
+    (160, 16) split 4 ways; ts_t16 (TS_TARGET_BLOCKS, 2): q|k|v 4, wo 8, down 16, gate/up 4."""
     splits = 1
-    while (base_blocks * splits < BQ_TARGET_BLOCKS and super_blocks // (2 * splits) >= 4
+    while (base_blocks * splits < target and super_blocks // (2 * splits) >= min_super_blocks
            and 2 * splits * plane <= capacity):
         splits *= 2
     return splits
@@ -385,7 +392,7 @@ class GpuForward:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
         kq = tuple(f"kq_t{n}" for n in KQ_TOKENS) + tuple(f"bq_t{n}" for n in BQ_TOKENS) + \
             tuple(f"mv_t{n}" for n in MV_TOKENS)
-        tensor_core = ("tc", "tcp", "tck") + tuple(f"tn_t{n}" for n in TN_TOKENS) if self.use_tc else ()
+        tensor_core = ("tc", "tcp", "tck") + tuple(f"t{k}_t{n}" for k in "ns" for n in TN_TOKENS) if self.use_tc else ()
         for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + tensor_core + (("wm",) if self.use_wmma else ()):
             self.kern("halo_quant.cu", "halo_matmul_" + suffix)
             self.kern("halo_quant.cu", "halo_glu_" + suffix)
@@ -422,7 +429,7 @@ class GpuForward:
         PIPELINED_MIN_WEIGHTS where their contract holds (_tc_tile, _glu_tile; 64 rows per matmul block)."""
         if TN_MIN_T <= T <= TN_TOKENS[-1] and tn_ok and bq_ok and self.use_tc and not LEGACY_TILES:
             n = next(n for n in TN_TOKENS if n >= T)
-            return TN_ROWS, n, f"tn_t{n}"
+            return TN_ROWS, n, f"{TN_KERNEL}_t{n}"
         if T <= min(MV_MAX_T, MV_TOKENS[-1]) and rows_all_div4 and bq_ok and not LEGACY_TILES:
             n = next(n for n in MV_TOKENS if n >= T)
             return MV_R, n, f"mv_t{n}"
@@ -465,13 +472,23 @@ class GpuForward:
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // (R * MV_WARPS // kw)), -(-T // NT)),
                          32 * MV_WARPS, tuple(args) + (np.int32(kw),))
             return
+        if suffix[:2] == "ts":
+            block_rows = TN_ROWS * TS_WARPS
+            splits = k_slices(-(-rows // block_rows) * -(-T // NT), K // 256, T * rows, self.partial_cap,
+                              TS_TARGET_BLOCKS, 2)
+            ksb = -(-(K // 256) // splits)
+            self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // block_rows), -(-T // NT), splits),
+                         32 * TS_WARPS, tuple(args) + (np.int32(ksb), self.partial))
+            if splits > 1:
+                self._splitk_sum(splits, T, rows, bias, -1, Y, ldy)
+            return
         if suffix[:2] == "tn":
             kw = tn_split_warps(rows // TN_ROWS, K)
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // (R * TN_WARPS // kw)), -(-T // NT)),
                          32 * TN_WARPS, tuple(args) + (np.int32(kw),))
             return
         if suffix[:2] == "bq":
-            splits = bq_splits(-(-rows // R) * -(-T // NT), K // 256, T * rows, self.partial_cap)
+            splits = k_slices(-(-rows // R) * -(-T // NT), K // 256, T * rows, self.partial_cap)
             ksb = -(-(K // 256) // splits)
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // R), -(-T // NT), splits),
                          32 * MATMUL_WARPS, tuple(args) + (np.int32(ksb), self.partial))
@@ -505,6 +522,16 @@ class GpuForward:
             kw = mv_split_warps(c.n_embd)
             self._launch("halo_quant.cu", "halo_glu_" + suffix, (-(-c.n_ff // (R * MV_WARPS // kw)), -(-T // NT)),
                          32 * MV_WARPS, args + (np.int32(kw),))
+            return
+        if suffix[:2] == "ts":
+            block_rows = TN_ROWS * TS_WARPS
+            splits = k_slices(-(-c.n_ff // block_rows) * -(-T // NT), c.n_embd // 256, 2 * T * c.n_ff,
+                              self.partial_cap, TS_TARGET_BLOCKS, 2)
+            ksb = -(-(c.n_embd // 256) // splits)
+            self._launch("halo_quant.cu", "halo_glu_" + suffix, (-(-c.n_ff // block_rows), -(-T // NT), splits),
+                         32 * TS_WARPS, args + (np.int32(ksb), self.partial))
+            if splits > 1:
+                self._splitk_sum(splits, T, c.n_ff, None, act, A, c.n_ff)
             return
         if suffix[:2] == "tn":
             kw = tn_split_warps(c.n_ff // TN_ROWS, c.n_embd)

@@ -76,11 +76,11 @@ def test_mv_splits_long_rows_over_more_warps(K, kw):
 def test_bq_splits_the_few_row_matrices_of_a_16_token_step():
     # Qwen3-4B at 16 tokens: down (2560 rows / 16 = 160 blocks, K 9728 = 38 super-blocks), wo (160, 16), gate/up's
     # 608 blocks stay whole; 16 super-blocks stop at 4 slices of 4; no room for partial sums: no split
-    assert fwd_mod.bq_splits(160, 38, 16 * 2560, BIG) == 4
-    assert fwd_mod.bq_splits(160, 16, 16 * 2560, BIG) == 4
-    assert fwd_mod.bq_splits(5, 38, 16 * 72, BIG) == 8
-    assert fwd_mod.bq_splits(608, 10, 16 * 9728, BIG) == 1
-    assert fwd_mod.bq_splits(160, 38, 16 * 2560, 16 * 2560) == 1
+    assert fwd_mod.k_slices(160, 38, 16 * 2560, BIG) == 4
+    assert fwd_mod.k_slices(160, 16, 16 * 2560, BIG) == 4
+    assert fwd_mod.k_slices(5, 38, 16 * 72, BIG) == 8
+    assert fwd_mod.k_slices(608, 10, 16 * 9728, BIG) == 1
+    assert fwd_mod.k_slices(160, 38, 16 * 2560, 16 * 2560) == 1
 
 
 def test_split_k_on_qwen3_4b_shapes_at_128_tokens():
@@ -172,13 +172,15 @@ def test_prefill_launches_the_tensor_core_tile_with_a_valid_split(monkeypatch):
         m.close()
 
 
-@pytest.mark.parametrize("T,use_tc,tn_ok,suffix", [(2, True, True, "tn_t8"), (8, True, True, "tn_t8"),
-                                                   (9, True, True, "tn_t16"), (16, True, True, "tn_t16"),
+@pytest.mark.parametrize("T,use_tc,tn_ok,suffix", [(2, True, True, "ts_t8"), (8, True, True, "ts_t8"),
+                                                   (9, True, True, "ts_t16"), (16, True, True, "ts_t16"),
                                                    (17, True, True, "tc"), (1, True, True, "mv_t1"),
                                                    (4, False, True, "r1_t4"), (12, True, False, "bq_t16")])
 def test_tensor_core_batched_decode_where_it_applies(T, use_tc, tn_ok, suffix, monkeypatch):
-    """tn_t8 / tn_t16 take 2..16-token steps of Q4_K / Q6_K rows in multiples of 16 where tensor cores exist;
-    single-token steps stay on mv_t1 unless HALO_GPU_TN_MIN_T=1; elsewhere the SIMT kernels as before."""
+    """ts_t8 / ts_t16 take 2..16-token steps of Q4_K / Q6_K rows in multiples of 16 where tensor cores exist (tn_tN
+    with HALO_GPU_TN_KERNEL=tn); single-token steps stay on mv_t1 unless HALO_GPU_TN_MIN_T=1; elsewhere the SIMT
+    kernels as before."""
+    monkeypatch.setattr(fwd_mod, "TN_KERNEL", "ts")
     monkeypatch.setattr(fwd_mod, "KQ_BATCH", False)
     monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)
     fwd = SimpleNamespace(use_tc=use_tc, use_wmma=False)
@@ -197,3 +199,12 @@ def test_tn_splits_k_until_the_launch_fills_the_gpu(row_groups, K, kw):
 def test_split_kv_launch_keeps_one_tokens_block_count(T, chunks):
     assert fwd_mod.skv_chunks(T) == chunks
     assert chunks >= fwd_mod.SKV_MIN_CHUNKS and T * chunks <= max(fwd_mod.SKV_CHUNKS, T * fwd_mod.SKV_MIN_CHUNKS)
+
+
+def test_ts_splits_k_until_two_blocks_per_sm():
+    # Qwen3-4B at 16 tokens, blocks of TS_WARPS x TN_ROWS = 128 rows: q|k|v (48 blocks, 10 super-blocks) 4 slices,
+    # wo (20, 16) 8, down (20, 38) 16, gate/up (76, 10; two planes) 4; slices keep >= 2 super-blocks
+    def ts(base, sbs):
+        return fwd_mod.k_slices(base, sbs, 16 * 9728 * 2, BIG, fwd_mod.TS_TARGET_BLOCKS, 2)
+    assert (ts(48, 10), ts(20, 16), ts(20, 38), ts(76, 10)) == (4, 8, 16, 4)
+    assert ts(1, 1) == 1 and ts(1, 4) == 2
