@@ -346,19 +346,16 @@ def tn_only(fwd):
         pytest.skip("halo_*_tn_tN need tensor cores (CUDA sm_80+)")
 
 
-@pytest.mark.parametrize("kernel", ["ts", "tn"])
 @pytest.mark.parametrize("T", [1, 2, 5, 8, 9, 16])
 @pytest.mark.parametrize("K,types", [(256, ("Q4_K", "Q4_K", "Q6_K")), (2560, ("Q4_K", "Q6_K", "Q6_K")),
                                      (9728, ("Q6_K", "Q4_K", "Q4_K"))])
-def test_batched_decode_tn_matches_float64(fwd, T, K, types, kernel, monkeypatch):
-    """halo_matmul_ts_t{8,16} / tn_t{8,16} (2..16 tokens on tensor cores; one token behind HALO_GPU_TN_MIN_T=1)
-    on three stacked segments (q|k|v) of mixed types, with a bias and the rows gathered through xrow: every output
-    written, float32 accuracy. tn: K = 256 / 2560 / 9728 splits K over 1 / 4 / 8 warps, 5 row groups leave the
-    last block part empty at every split; ts: one block of 8 row groups (3 empty), K split over blocks (partial
-    sums) for K = 2560 and 9728."""
+def test_batched_decode_tn_matches_float64(fwd, T, K, types, monkeypatch):
+    """halo_matmul_tn_t{8,16} (2..16 tokens on tensor cores; one token behind HALO_GPU_TN_MIN_T=1) on three
+    stacked segments (q|k|v) of mixed types, with a bias and the rows gathered through xrow: every output
+    written, float32 accuracy. One block of 8 row groups (3 without rows); K split over blocks (partial sums)
+    for K = 2560 and 9728, none for 256."""
     tn_only(fwd)
     monkeypatch.setattr(fwd_mod, "TN_MIN_T", 1)
-    monkeypatch.setattr(fwd_mod, "TN_KERNEL", kernel)
     rng = np.random.default_rng(T * 31 + K)
     seg_types, seg_rows = [GGMLType[t] for t in types], (48, 16, 16)
     raws = [random_matrix(rng, t, n, K) for t, n in zip(seg_types, seg_rows, strict=True)]
@@ -379,24 +376,21 @@ def test_batched_decode_tn_matches_float64(fwd, T, K, types, kernel, monkeypatch
         mats = [DeviceMatrix(d, int(t), n, K) for d, t, n in zip(devs, seg_types, seg_rows, strict=True)]
         fwd._matmul(mats, x_dev, T, y_dev, rows, bias=b_dev, xrow=idx_dev)
         got = download(fwd, y_dev, (T, rows))
-        assert launched[0] == f"halo_matmul_{kernel}_t{8 if T <= 8 else 16}"
-        assert set(launched[1:]) <= {"halo_splitk_sum"} and (kernel == "ts" or len(launched) == 1)
+        assert launched == [f"halo_matmul_tn_t{8 if T <= 8 else 16}"] + (["halo_splitk_sum"] if K > 256 else [])
         rel = float(np.max(np.abs(got - want) / bound))
-        print(f"\n{kernel} T={T} K={K}: {launched}, max rel err {rel:.2e}")
+        print(f"\ntn T={T} K={K}: max rel err {rel:.2e}")
         assert rel < BOUND
     finally:
         for b in devs + [x_dev, idx_dev, b_dev, y_dev]:
             fwd.backend.free(b)
 
 
-@pytest.mark.parametrize("kernel", ["ts", "tn"])
 @pytest.mark.parametrize("T", [3, 8, 12, 16])
 @pytest.mark.parametrize("K,types", [(2560, ("Q4_K", "Q4_K")), (9728, ("Q4_K", "Q6_K")), (1024, ("Q6_K", "Q6_K"))])
-def test_batched_decode_glu_tn_matches_float64(fwd, T, K, types, kernel, monkeypatch):
-    """halo_glu_ts_t{8,16} / tn_t{8,16}: gate and up of the same or mixed types, split K (ts: two planes of partial
-    sums, then the activation), float32 accuracy."""
+def test_batched_decode_glu_tn_matches_float64(fwd, T, K, types, monkeypatch):
+    """halo_glu_tn_t{8,16}: gate and up of the same or mixed types, K split (two planes of partial sums, then the
+    activation), float32 accuracy."""
     tn_only(fwd)
-    monkeypatch.setattr(fwd_mod, "TN_KERNEL", kernel)
     rng = np.random.default_rng(T + 3 * K)
     n_ff = 80
     tg, tu = (GGMLType[t] for t in types)
@@ -413,8 +407,7 @@ def test_batched_decode_glu_tn_matches_float64(fwd, T, K, types, kernel, monkeyp
         fwd.backend.memset_async(ad, 0xFF, fwd.stream)
         fwd._glu(DeviceMatrix(gd, int(tg), n_ff, K), DeviceMatrix(ud, int(tu), n_ff, K), xd, T, ad)
         got = download(fwd, ad, (T, n_ff))
-        assert launched[0] == f"halo_glu_{kernel}_t{8 if T <= 8 else 16}"
-        assert set(launched[1:]) <= {"halo_splitk_sum"} and (kernel == "ts" or len(launched) == 1)
+        assert launched == [f"halo_glu_tn_t{8 if T <= 8 else 16}", "halo_splitk_sum"]
         assert float(np.max(np.abs(got - want) / scale)) < 4 * BOUND
     finally:
         for b in (gd, ud, xd, ad):

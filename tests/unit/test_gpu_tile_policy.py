@@ -172,27 +172,17 @@ def test_prefill_launches_the_tensor_core_tile_with_a_valid_split(monkeypatch):
         m.close()
 
 
-@pytest.mark.parametrize("T,use_tc,tn_ok,suffix", [(2, True, True, "ts_t8"), (8, True, True, "ts_t8"),
-                                                   (9, True, True, "ts_t16"), (16, True, True, "ts_t16"),
+@pytest.mark.parametrize("T,use_tc,tn_ok,suffix", [(2, True, True, "tn_t8"), (8, True, True, "tn_t8"),
+                                                   (9, True, True, "tn_t16"), (16, True, True, "tn_t16"),
                                                    (17, True, True, "tc"), (1, True, True, "mv_t1"),
                                                    (4, False, True, "r1_t4"), (12, True, False, "bq_t16")])
 def test_tensor_core_batched_decode_where_it_applies(T, use_tc, tn_ok, suffix, monkeypatch):
-    """ts_t8 / ts_t16 take 2..16-token steps of Q4_K / Q6_K rows in multiples of 16 where tensor cores exist (tn_tN
-    with HALO_GPU_TN_KERNEL=tn); single-token steps stay on mv_t1 unless HALO_GPU_TN_MIN_T=1; elsewhere the SIMT
-    kernels as before."""
-    monkeypatch.setattr(fwd_mod, "TN_KERNEL", "ts")
+    """tn_t8 / tn_t16 take 2..16-token steps of Q4_K / Q6_K rows in multiples of 16 where tensor cores exist;
+    single-token steps stay on mv_t1 unless HALO_GPU_TN_MIN_T=1; elsewhere the SIMT kernels as before."""
     monkeypatch.setattr(fwd_mod, "KQ_BATCH", False)
     monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)
     fwd = SimpleNamespace(use_tc=use_tc, use_wmma=False)
     assert fwd_mod.GpuForward._tile(fwd, T, True, True, True, tn_ok)[2] == suffix
-
-
-@pytest.mark.parametrize("row_groups,K,kw", [(384, 2560, 4), (160, 4096, 8), (160, 9728, 8), (608, 2560, 4),
-                                             (9496, 2560, 1), (5, 256, 1), (5, 1024, 2)])
-def test_tn_splits_k_until_the_launch_fills_the_gpu(row_groups, K, kw):
-    # Qwen3-4B: q|k|v (6144 rows = 384 groups of 16) and gate/up (9728) K 2560, wo (2560 rows) K 4096, down K 9728,
-    # the LM head (151,936 rows) alone fills the GPU; each warp keeps >= 2 super-blocks
-    assert fwd_mod.tn_split_warps(row_groups, K) == kw
 
 
 @pytest.mark.parametrize("T,chunks", [(1, 64), (2, 32), (3, 16), (4, 16), (8, 8), (16, 4)])
@@ -201,10 +191,10 @@ def test_split_kv_launch_keeps_one_tokens_block_count(T, chunks):
     assert chunks >= fwd_mod.SKV_MIN_CHUNKS and T * chunks <= max(fwd_mod.SKV_CHUNKS, T * fwd_mod.SKV_MIN_CHUNKS)
 
 
-def test_ts_splits_k_until_two_blocks_per_sm():
-    # Qwen3-4B at 16 tokens, blocks of TS_WARPS x TN_ROWS = 128 rows: q|k|v (48 blocks, 10 super-blocks) 4 slices,
+def test_tn_splits_k_until_two_blocks_per_sm():
+    # Qwen3-4B at 16 tokens, blocks of TN_WARPS x TN_ROWS = 128 rows: q|k|v (48 blocks, 10 super-blocks) 4 slices,
     # wo (20, 16) 8, down (20, 38) 16, gate/up (76, 10; two planes) 4; slices keep >= 2 super-blocks
     def ts(base, sbs):
-        return fwd_mod.k_slices(base, sbs, 16 * 9728 * 2, BIG, fwd_mod.TS_TARGET_BLOCKS, 2)
+        return fwd_mod.k_slices(base, sbs, 16 * 9728 * 2, BIG, fwd_mod.TN_TARGET_BLOCKS, 2)
     assert (ts(48, 10), ts(20, 16), ts(20, 38), ts(76, 10)) == (4, 8, 16, 4)
     assert ts(1, 1) == 1 and ts(1, 4) == 2

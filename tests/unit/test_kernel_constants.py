@@ -26,7 +26,6 @@ def defines(file: str) -> dict[str, int]:
     ("halo_quant.cu", "BQ_WARPS", fwd.MATMUL_WARPS),
     ("halo_quant.cu", "TN_WARPS", fwd.TN_WARPS),
     ("halo_quant.cu", "TN_ROWS", fwd.TN_ROWS),
-    ("halo_quant.cu", "TS_WARPS", fwd.TS_WARPS),
 ])
 def test_host_constant_matches_the_kernel(file, name, host):
     assert defines(file)[name] == host
