@@ -74,7 +74,7 @@ def cmd_inspect(args) -> int:
         typed = Meta(meta)
         try:
             print(f"tokenizer:     {typed.get_str('tokenizer.ggml.model')} "
-                  f"({len(typed.get_str_list('tokenizer.ggml.tokens', []))} tokens)")
+                  f"({len(typed.get_str_array('tokenizer.ggml.tokens', []))} tokens)")
         except EngineError as e:
             print(f"tokenizer:     unreadable - {e}")
         print("tensor types:  " + ", ".join(f"{k} x{v}" for k, v in sorted(hist.items(), key=lambda kv: -kv[1])))

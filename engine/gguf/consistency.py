@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from engine.errors import InvalidModelError
+from engine.gguf.strings import StringArray
 from engine.gguf.tensors import TensorInfo
 
 MAX_BLOCKS = 4096
@@ -119,7 +120,7 @@ def _check_tokenizer(metadata: Mapping, tensors: Mapping[str, TensorInfo]) -> No
     tokens = metadata.get("tokenizer.ggml.tokens")
     if tokens is None:
         return
-    if not isinstance(tokens, list) or not tokens:
+    if not isinstance(tokens, StringArray | list) or not tokens:
         raise InvalidModelError("tokenizer.ggml.tokens must be a non-empty array of strings",
                                 field="tokenizer.ggml.tokens")
     n_vocab = len(tokens)
@@ -129,7 +130,7 @@ def _check_tokenizer(metadata: Mapping, tensors: Mapping[str, TensorInfo]) -> No
             length = len(value) if isinstance(value, np.ndarray | list) else "not an array of"
             raise InvalidModelError(f"{key} has {length} entries but there are {n_vocab} tokens", field=key)
     merges = metadata.get("tokenizer.ggml.merges")
-    if merges is not None and not isinstance(merges, list):
+    if merges is not None and not isinstance(merges, StringArray | list):
         raise InvalidModelError("tokenizer.ggml.merges must be an array of strings", field="tokenizer.ggml.merges")
     for key, value in metadata.items():
         if _SPECIAL_ID.fullmatch(key) and (type(value) is not int or not 0 <= value < n_vocab):

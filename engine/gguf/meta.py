@@ -6,7 +6,7 @@ number was expected. Each getter checks the type (and the range, when given) and
 `InvalidModelError` naming the key; a missing key gives the default, or an error when the key is
 required (`default=REQUIRED`).
 
-Types as the parser returns them (engine.gguf.metadata): int/float/bool/str scalars, list[str] for string
+Types as the parser returns them (engine.gguf.metadata): int/float/bool/str scalars, StringArray for string
 arrays, read-only 1-D numpy arrays for numeric and bool arrays. Plain dicts built in tests work the same.
 
     meta = Meta(gguf.metadata)          # or Meta.of(anything_mapping_or_meta)
@@ -14,7 +14,7 @@ arrays, read-only 1-D numpy arrays for numeric and bool arrays. Plain dicts buil
     meta.get_int("llama.context_length", REQUIRED, lo=16, hi=1 << 24)
     meta.get_float("llama.attention.layer_norm_rms_epsilon", 1e-6, lo=1e-12, hi=1e-2)
     meta.get_bool("tokenizer.ggml.add_bos_token", False)
-    meta.get_str_list("tokenizer.ggml.tokens")
+    meta.get_str_array("tokenizer.ggml.tokens")     # a compact Sequence[str]; get_str_list for short ones
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import MAX_QUOTE_CHARS, InvalidModelError, short_repr
+from engine.gguf.strings import StringArray
 
 REQUIRED: Any = object()   # sentinel default: the key must be present
 
@@ -103,15 +104,29 @@ class Meta(Mapping):
         return bool(value)
 
     def get_str_list(self, key: str, default: Any = None, *, max_len: int | None = None) -> list[str] | None:
+        """A short string array as a list (a vocabulary: get_str_array, which makes no str objects)."""
         present, value = self._fetch(key, default)
         if not present:
             return value
-        if not isinstance(value, (list, tuple)) or not all(type(v) is str for v in value):
-            raise _wrong(key, "an array of strings", value)
-        if max_len is not None and len(value) > max_len:
+        if max_len is not None and isinstance(value, (list, tuple, StringArray)) and len(value) > max_len:
             raise InvalidModelError(f"{short_repr(key)} has {len(value)} entries, over the cap of {max_len}",
                                     field=key)
-        return list(value)
+        return list(self.get_str_array(key))
+
+    def get_str_array(self, key: str, default: Any = None) -> StringArray | None:
+        """A string array as one compact StringArray (what the parser makes; a list of str is converted)."""
+        present, value = self._fetch(key, default)
+        if not present:
+            return value
+        if isinstance(value, StringArray):
+            return value
+        if not isinstance(value, (list, tuple)) or not all(type(v) is str for v in value):
+            raise _wrong(key, "an array of strings", value)
+        try:
+            return StringArray.from_strs(value)
+        except UnicodeEncodeError as e:
+            raise InvalidModelError(f"{short_repr(key)} holds a string that is not valid UTF-8 ({e.reason})",
+                                    field=key) from None
 
     def get_array(self, key: str, default: Any = None, *, kind: str = "number", lo: float | None = None,
                   hi: float | None = None, length: int | None = None) -> np.ndarray | None:
@@ -161,7 +176,7 @@ def _in_range(key: str, value, lo, hi):
 def _describe(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"an array of {len(value)} {value.dtype} values"
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple, StringArray)):
         return f"an array of {len(value)} values"
     return f"{type(value).__name__} {short_repr(value, 60)}"
 

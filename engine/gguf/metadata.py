@@ -1,6 +1,7 @@
 """Parse the key/value section of a GGUF file.
 
-Values come back as: int, float, bool, str for scalars; list[str] for string arrays; and a read-only
+Values come back as: int, float, bool, str for scalars; a StringArray (engine.gguf.strings: a
+Sequence[str] over one UTF-8 blob) for string arrays; and a read-only
 1-D numpy array (dtype from the file: uint8 .. float64, bool for BOOL) for every numeric or bool array,
 whatever its length. Nested arrays are refused (no real model uses them and they are a recursion hazard).
 """
@@ -12,6 +13,7 @@ import numpy as np
 
 from engine.errors import InvalidModelError
 from engine.gguf.cursor import Cursor
+from engine.gguf.strings import StringArray
 from engine.gguf.types import (
     MAX_ARRAY_LEN,
     MAX_KEY_BYTES,
@@ -25,7 +27,6 @@ from engine.gguf.types import (
 _STRUCT_CODE = {"u1": "B", "i1": "b", "u2": "H", "i2": "h", "u4": "I", "i4": "i",
                 "u8": "Q", "i8": "q", "f4": "f", "f8": "d"}
 _SCALAR_STRUCT = {vt: struct.Struct("<" + _STRUCT_CODE[dt[1:]]) for vt, dt in SCALAR_DTYPE.items()}
-_U64 = struct.Struct("<Q")
 # Smallest encoding of one KV pair: key length (8) + value type (4) + a 1-byte value.
 _MIN_KV_BYTES = 13
 
@@ -97,26 +98,6 @@ def _read_array(cur: Cursor, field: str):
     return array
 
 
-def _read_string_array(cur: Cursor, count: int, field: str) -> list[str]:
-    """The hot loop of opening a model (262k vocabulary strings): kept to one unpack and one decode each."""
-    buf, end = cur.buf, cur.size
-    unpack = _U64.unpack_from
-    pos = cur.pos
-    out: list[str] = []
-    append = out.append
-    for index in range(count):
-        if pos + 8 > end:
-            raise InvalidModelError(f"the file ends inside string #{index} of the array", field=field, offset=pos)
-        (length,) = unpack(buf, pos)
-        start = pos + 8
-        pos = start + length
-        if length > MAX_STRING_BYTES or pos > end:
-            raise InvalidModelError(f"string #{index} of {length} bytes is over the cap or past the end "
-                                    f"of the file", field=field, offset=start - 8)
-        try:
-            append(buf[start:pos].decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise InvalidModelError(f"string #{index} is not valid UTF-8 ({e.reason})",
-                                    field=field, offset=start + e.start) from None
-    cur.pos = pos
-    return out
+def _read_string_array(cur: Cursor, count: int, field: str) -> StringArray:
+    array, cur.pos = StringArray.parse(cur.buf, cur.pos, cur.size, count, field)
+    return array

@@ -13,6 +13,7 @@ import numpy as np
 
 from engine.gguf.cursor import Cursor
 from engine.gguf.metadata import read_metadata
+from engine.gguf.strings import StringArray
 from engine.gguf.tensors import read_tensor_infos
 from engine.gguf.types import DEFAULT_ALIGNMENT, GGUFValueType
 
@@ -46,8 +47,8 @@ def typed(value: Any) -> Typed:
         return V.FLOAT32, value
     if isinstance(value, str):
         return V.STRING, value
-    if isinstance(value, list):
-        return V.ARRAY, (V.STRING, value)
+    if isinstance(value, StringArray | list):
+        return V.ARRAY, (V.STRING, list(value))
     if isinstance(value, np.ndarray):
         return V.ARRAY, (_NUMPY_TYPE[value.dtype.name], value.tolist())
     raise TypeError(f"no GGUF type for {type(value).__name__}")

@@ -144,7 +144,7 @@ class _Reader:
 
 
 def _vocab_size(meta: dict[str, Any], r: _Reader) -> int:
-    tokens = r.meta.get_str_list("tokenizer.ggml.tokens")
+    tokens = r.meta.get_str_array("tokenizer.ggml.tokens")
     default = len(tokens) if tokens is not None else None
     return r.int("vocab_size", 1, _MAX_VOCAB, default)
 

@@ -9,7 +9,6 @@ clear "not supported" message. A file without `tokenizer.ggml.pre` gets llama.cp
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from functools import lru_cache
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
@@ -90,17 +89,19 @@ def unicode_to_byte() -> dict[str, int]:
     return {c: b for b, c in byte_to_unicode().items()}
 
 
-def build_bpe(vocab: Vocab, token_to_id: Mapping[str, int]) -> Tokenizer:
+def build_bpe(vocab: Vocab) -> Tokenizer:
     """A `tokenizers.Tokenizer` that encodes plain text (no special tokens registered: those are split
-    out beforehand by `specials.partition`)."""
+    out beforehand by `specials.partition`). The Python dict and merge pairs it is built from are dropped
+    once the Rust side holds its own copies."""
     regexes, ignore_merges = pre_tokenizer_spec(vocab.pre)
     merges = []
     for line in vocab.merges or ():
         left, sep, right = line.partition(" ")
         if sep:
             merges.append((left, right))
+    token_to_id = dict(zip(vocab.tokens, range(vocab.n_vocab), strict=True))     # last wins, as in TokenIndex
     try:
-        model = models.BPE(vocab=dict(token_to_id), merges=merges, ignore_merges=ignore_merges, fuse_unk=False)
+        model = models.BPE(vocab=token_to_id, merges=merges, ignore_merges=ignore_merges, fuse_unk=False)
     except Exception as e:   # the Rust library raises plain Exception for merges naming unknown tokens etc.
         raise InvalidModelError(f"the BPE vocabulary is rejected by the tokenizer: {short_repr(str(e))}",
                                 field="tokenizer.ggml.merges") from None

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .bpe import bpe_token_bytes, build_bpe
+from .index import TokenIndex
 from .specials import partition
 from .spm import byte_token_ids, spm_encode
 from .vocab import TokenType, Vocab, check_ids, special_token_table, stop_ids_of, vocab_from_metadata
@@ -25,13 +26,13 @@ class Tokenizer:
 
     def __init__(self, vocab: Vocab):
         self.vocab = vocab
-        self.token_to_id: dict[str, int] = dict(zip(vocab.tokens, range(vocab.n_vocab), strict=False))  # last wins
+        self.token_to_id: Mapping[str, int] = TokenIndex(vocab.tokens)    # a compact dict: last id wins
         self._specials = special_token_table(vocab)
         self.stop_ids: frozenset[int] = stop_ids_of(vocab, self.token_to_id)
-        self._piece_cache: list[bytes | None] = [None] * vocab.n_vocab
+        self._piece_cache: dict[int, bytes] = {}     # the ids decoded so far (a list of n_vocab would be 2 MiB)
         self._affixes: tuple[frozenset[str], frozenset[str]] | None = None
         if vocab.model == "gpt2":
-            self._bpe = build_bpe(vocab, self.token_to_id)
+            self._bpe = build_bpe(vocab)
         else:
             self._byte_ids = byte_token_ids(self.token_to_id, vocab.unk_id)
 
@@ -63,7 +64,7 @@ class Tokenizer:
     @functools.cached_property
     def max_token_bytes(self) -> int:
         """An upper bound on the bytes one token stands for (its stored UTF-8 text is never shorter)."""
-        return max(1, max(len(t.encode("utf-8")) for t in self.vocab.tokens))
+        return max(1, int(self.vocab.tokens.byte_lengths().max()))
 
     def token_text(self, token_id: int) -> str:
         """The vocabulary entry as stored (byte-level or U+2581-escaped), for display and debugging."""
@@ -107,6 +108,7 @@ class Tokenizer:
                     out.extend(self._bpe.encode(fragment, add_special_tokens=False).ids)
         else:
             prev_special = True     # llama.cpp: the space prefix goes on text that follows a token/start
+            seen: dict[str, int | None] = {}     # vocabulary lookups, shared by this text's fragments
             for fragment in fragments:
                 if isinstance(fragment, int):
                     out.append(fragment)
@@ -114,8 +116,8 @@ class Tokenizer:
                 elif fragment:
                     if vocab.add_space_prefix and prev_special:
                         fragment = " " + fragment
-                    out.extend(spm_encode(fragment.replace(" ", _SPM_SPACE), self.token_to_id,
-                                          vocab.scores, self._byte_ids))
+                    out.extend(spm_encode(fragment.replace(" ", _SPM_SPACE), self.token_to_id.get,
+                                          vocab.scores, self._byte_ids, seen))
                     prev_special = False
         if (vocab.add_eos if add_eos is None else add_eos) and vocab.eos_id is not None:
             out.append(vocab.eos_id)
@@ -129,8 +131,8 @@ class Tokenizer:
         """The bytes one token stands for. Control tokens give b"" unless `special` is true."""
         ttype = self.vocab.types[token_id]
         if ttype == TokenType.CONTROL:
-            return self.vocab.tokens[token_id].encode("utf-8") if special else b""
-        cached = self._piece_cache[token_id]
+            return self.vocab.tokens.item_bytes(token_id) if special else b""
+        cached = self._piece_cache.get(token_id)
         if cached is None:
             cached = self._piece_cache[token_id] = self._compute_piece(token_id, ttype)
         return cached

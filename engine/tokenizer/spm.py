@@ -13,7 +13,7 @@ tokenizer is one dict of the vocabulary (~30 ms); encoding costs ~5 us per chara
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 
 def byte_token_ids(token_to_id: Mapping[str, int], unk_id: int | None) -> list[int]:
@@ -27,35 +27,43 @@ def byte_token_ids(token_to_id: Mapping[str, int], unk_id: int | None) -> list[i
     return ids
 
 
-def spm_encode(text: str, token_to_id: Mapping[str, int], scores: Sequence[float],
-               byte_ids: Sequence[int]) -> list[int]:
-    """Encode one raw fragment whose spaces are already escaped to U+2581."""
+def spm_encode(text: str, lookup: Callable[[str], int | None], scores: Sequence[float],
+               byte_ids: Sequence[int], seen: dict[str, int | None] | None = None) -> list[int]:
+    """Encode one raw fragment whose spaces are already escaped to U+2581. `lookup`: text -> id or None
+    (the TokenIndex's `get`, ~1 us a call); `seen`: its answers so far, shared by the fragments of one text
+    (a text repeats its words)."""
     symbols = list(text)                 # symbol i's current text; "" once merged into its left
     n = len(symbols)
     if n == 0:
         return []
+    ids: list[int | None] = [None] * n   # symbol i's id once a merge made it (a merged symbol is a token)
     nxt = list(range(1, n + 1))
     nxt[-1] = -1
     prev = list(range(-1, n - 1))
-    heap: list[tuple[float, int, int, int]] = []   # (-score, left, right, merged length)
+    heap: list[tuple[float, int, int, int, int]] = []   # (-score, left, right, merged length, id)
+    if seen is None:
+        seen = {}
 
     def push(left: int, right: int) -> None:
         if left < 0 or right < 0:
             return
         merged = symbols[left] + symbols[right]
-        token = token_to_id.get(merged)
-        if token is not None:
-            heapq.heappush(heap, (-scores[token], left, right, len(merged)))
+        token = seen.get(merged, -1)
+        if token == -1:
+            token = seen[merged] = lookup(merged)
+        if token is not None:            # (left, right, length) decide the order before the id is compared
+            heapq.heappush(heap, (-scores[token], left, right, len(merged), token))
 
     for i in range(n - 1):
         push(i, i + 1)
     while heap:
-        _, left, right, size = heapq.heappop(heap)
+        _, left, right, size, token = heapq.heappop(heap)
         left_text, right_text = symbols[left], symbols[right]
         if not left_text or not right_text or len(left_text) + len(right_text) != size:
             continue                     # stale: one side changed since this pair was queued
         symbols[left] = left_text + right_text
         symbols[right] = ""
+        ids[left] = token
         nxt[left] = nxt[right]
         if nxt[right] >= 0:
             prev[nxt[right]] = left
@@ -65,7 +73,7 @@ def spm_encode(text: str, token_to_id: Mapping[str, int], scores: Sequence[float
     out: list[int] = []
     i = 0
     while i >= 0:
-        token = token_to_id.get(symbols[i])
+        token = ids[i] if ids[i] is not None else lookup(symbols[i])
         if token is not None:
             out.append(token)
         else:

@@ -6,7 +6,6 @@ the tokenizer never touches a file. Big arrays may arrive as numpy arrays or lis
 from __future__ import annotations
 
 import enum
-from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +14,7 @@ import numpy as np
 
 from engine.errors import InvalidModelError, UnsupportedModelError, short_repr
 from engine.gguf.meta import Meta
+from engine.gguf.strings import StringArray
 
 
 class TokenType(enum.IntEnum):
@@ -38,37 +38,22 @@ STOP_TOKEN_TEXTS = (
 SUPPORTED_MODELS = ("gpt2", "llama")
 
 
-def _as_list(value: Any) -> list:
-    return value.tolist() if hasattr(value, "tolist") else list(value)
-
-
-def _as_typed_list(value: Any, kind: type, field: str) -> list:
-    """A list whose items are all `kind`; converts only when needed (262k-entry arrays are common)."""
-    items = _as_list(value)
-    if not all(type(item) is kind for item in items):
-        try:
-            items = [kind(item) for item in items]
-        except (TypeError, ValueError) as e:
-            raise InvalidModelError(f"entries must be {kind.__name__}: {e}", field=field) from None
-    return items
-
-
-def _as_float_array(value: Any, field: str) -> array:
-    """Numbers as 8-byte doubles in one array.array, not a list of float objects (32 bytes an entry): gemma's
-    262,144 scores take 2 MiB instead of 8. Indexing gives the same Python floats."""
-    if getattr(value, "dtype", None) is not None and value.dtype.kind in "fiu":      # a numpy array
-        return array("d", value.astype(np.float64).tobytes())
-    return array("d", _as_typed_list(value, float, field))
+def _as_float_array(value: np.ndarray) -> memoryview:
+    """The scores as a memoryview of the metadata's own float array (no copy: gemma's 262,144 float32 scores
+    stay 1 MiB, where a list of floats took 8); indexing it gives the same Python floats."""
+    if value.dtype not in (np.float32, np.float64):
+        value = value.astype(np.float64)
+    return memoryview(np.ascontiguousarray(value))
 
 
 @dataclass(frozen=True)
 class Vocab:
     model: str                      # "gpt2" (byte-level BPE) or "llama" (SentencePiece with scores)
     pre: str                        # tokenizer.ggml.pre ("" when absent)
-    tokens: list[str]               # id -> text, exactly as stored
-    types: list[int]                # id -> TokenType value
-    scores: Sequence[float] | None  # id -> score (SPM; an array.array of doubles); None when absent
-    merges: list[str] | None        # "left right" pairs, BPE only
+    tokens: StringArray             # id -> text, exactly as stored (one UTF-8 blob, not a str per token)
+    types: bytes                    # id -> TokenType value (one byte each)
+    scores: Sequence[float] | None  # id -> score (SPM; a memoryview of floats); None when absent
+    merges: StringArray | None      # "left right" pairs, BPE only
     bos_id: int | None
     eos_id: int | None
     eot_id: int | None
@@ -103,28 +88,30 @@ def vocab_from_metadata(md: Mapping[str, Any]) -> Vocab:
         raise UnsupportedModelError(
             f"tokenizer type {short_repr(model)} is not supported (supported: {', '.join(SUPPORTED_MODELS)})")
 
-    tokens = md.get_str_list("tokenizer.ggml.tokens")
+    tokens = md.get_str_array("tokenizer.ggml.tokens")
     if tokens is None or len(tokens) == 0:
         raise InvalidModelError("the vocabulary is empty", field="tokenizer.ggml.tokens")
     n = len(tokens)
 
     raw_types = md.get_array("tokenizer.ggml.token_type", kind="int")
-    types = (_as_typed_list(raw_types, int, "tokenizer.ggml.token_type") if raw_types is not None
-             else [int(TokenType.NORMAL)] * n)
-    if len(types) != n:
-        raise InvalidModelError(f"{len(types)} token types for {n} tokens", field="tokenizer.ggml.token_type")
-    if types and not (min(types) >= 0 and max(types) <= max(TokenType)):
-        raise InvalidModelError(f"token types must be 0..{int(max(TokenType))}, found {min(types)}..{max(types)}",
+    if raw_types is None:
+        raw_types = np.full(n, int(TokenType.NORMAL), np.uint8)
+    if len(raw_types) != n:
+        raise InvalidModelError(f"{len(raw_types)} token types for {n} tokens", field="tokenizer.ggml.token_type")
+    lo, hi = int(raw_types.min()), int(raw_types.max())
+    if not (lo >= 0 and hi <= max(TokenType)):
+        raise InvalidModelError(f"token types must be 0..{int(max(TokenType))}, found {lo}..{hi}",
                                 field="tokenizer.ggml.token_type")
+    types = raw_types.astype(np.uint8).tobytes()
 
     raw_scores = md.get_array("tokenizer.ggml.scores", kind="number")
-    scores = _as_float_array(raw_scores, "tokenizer.ggml.scores") if raw_scores is not None else None
+    scores = _as_float_array(raw_scores) if raw_scores is not None else None
     if scores is not None and len(scores) != n:
         raise InvalidModelError(f"{len(scores)} scores for {n} tokens", field="tokenizer.ggml.scores")
     if model == "llama" and scores is None:
         raise InvalidModelError("a SentencePiece vocabulary needs scores", field="tokenizer.ggml.scores")
 
-    merges = md.get_str_list("tokenizer.ggml.merges")
+    merges = md.get_str_array("tokenizer.ggml.merges")
     if model == "gpt2" and not merges:
         raise InvalidModelError("a BPE vocabulary needs merges", field="tokenizer.ggml.merges")
 
@@ -155,10 +142,10 @@ def special_token_table(vocab: Vocab) -> list[tuple[str, int, bool]]:
     longest UTF-8 text first. USER_DEFINED tokens are always split out; CONTROL/UNKNOWN only when
     special parsing is on (is_control=True marks those).
     """
-    wanted = {int(TokenType.CONTROL), int(TokenType.USER_DEFINED), int(TokenType.UNKNOWN)}
-    tokens = vocab.tokens
-    table = [(tokens[i], i, ttype != TokenType.USER_DEFINED)
-             for i, ttype in enumerate(vocab.types) if ttype in wanted and tokens[i]]
+    kinds = np.frombuffer(vocab.types, np.uint8)
+    wanted = np.flatnonzero(np.isin(kinds, (TokenType.CONTROL, TokenType.USER_DEFINED, TokenType.UNKNOWN))
+                            & (vocab.tokens.byte_lengths() > 0))
+    table = [(vocab.tokens[i], i, vocab.types[i] != TokenType.USER_DEFINED) for i in wanted.tolist()]
     table.sort(key=lambda entry: -len(entry[0].encode("utf-8")))
     return table
 
