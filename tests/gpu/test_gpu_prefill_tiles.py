@@ -112,7 +112,8 @@ def glu_inputs(rng, tg: GGMLType, tu: GGMLType, n_ff: int, K: int, T: int):
 @pytest.mark.parametrize("ggml_type", TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("K,T", [(256, 9), (2560, 100), (1536, 128)])
 def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
-    monkeypatch.setattr(fwd_mod, "BQ_BATCH", False)           # T = 9 would take the batched-decode kernel
+    monkeypatch.setattr(fwd_mod, "BQ_BATCH", False)           # T = 9 would take a batched-decode kernel
+    monkeypatch.setattr(fwd_mod, "TN_MIN_T", 99)
     rng = np.random.default_rng(K + T + int(ggml_type))
     rows = 64
     raw = random_matrix(rng, ggml_type, rows, K)
