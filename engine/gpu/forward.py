@@ -87,12 +87,13 @@ BQ_TARGET_BLOCKS = 512                     # split K of bq_t16 below this many b
 MV_TOKENS, MV_WARPS, MV_R = (1,), 4, 2
 MV_MAX_T = int(os.environ.get("HALO_GPU_MV_MAX_T", "1"))
 # halo_*_tn_t{8,16}: batched decode on tensor cores (CUDA sm_80+; HIP keeps bq_t16 / r1_t4 / r4_t8): steps of
-# TN_MIN_T..16 tokens where every matrix is Q4_K or Q6_K, K % 256 == 0 and every segment's rows % TN_ROWS == 0; a warp
-# takes TN_ROWS rows as the MMA's A operand, TN_WARPS warps per block, K split over kw of them (tn_split_warps).
-# HALO_GPU_TN_MIN_T=1 lets single-token steps take it too (for comparison with mv_t1); 17 turns it off.
+# TN_MIN_T..16 tokens where every matrix is Q4_K or Q6_K, K % 256 == 0 and every segment's rows % TN_ROWS == 0.
+# A block of TN_WARPS warps takes TN_WARPS x TN_ROWS rows and one K slice (k_slices up to TN_TARGET_BLOCKS, each
+# slice >= 2 super-blocks; partial sums + halo_splitk_sum). HALO_GPU_TN_MIN_T=1 lets single-token steps take it
+# too (for comparison with mv_t1: half its speed on the H200); 17 turns it off.
 TN_TOKENS, TN_WARPS, TN_ROWS = (8, 16), 8, 16
 TN_MIN_T = int(os.environ.get("HALO_GPU_TN_MIN_T", "2"))
-TN_TARGET_WARPS = 2048                     # split K over a block's warps until a launch has this many (~16 per SM)
+TN_TARGET_BLOCKS = int(os.environ.get("HALO_GPU_TN_BLOCKS", "264"))     # ~2 per SM on an H200
 ATTN_WARPS = 8
 # Split-KV (flash-decoding) attention, halo_attention_split + halo_attention_merge: for steps of at most
 # SKV_MAX_T tokens (decode batches) where the kernel's limits hold (head_dim <= SKV_MAX_D, GQA group <=
@@ -181,25 +182,17 @@ def split_k(base_blocks: int, K: int, partial_floats: int, capacity: int) -> int
     return splits
 
 
-def bq_splits(base_blocks: int, super_blocks: int, plane: int, capacity: int) -> int:
-    """K slices of a halo_matmul_bq_t16 launch of `base_blocks` blocks over rows of `super_blocks` super-blocks:
-    doubled while the grid is under BQ_TARGET_BLOCKS and every slice keeps >= 4 super-blocks, within the partial
-    buffer (`plane` floats per slice). Qwen3-4B: down (160 blocks, 38 super-blocks) and wo (160, 16) split 4 ways."""
+def k_slices(base_blocks: int, super_blocks: int, plane: int, capacity: int, target: int = BQ_TARGET_BLOCKS,
+             min_super_blocks: int = 4) -> int:
+    """K slices of a launch of `base_blocks` blocks over rows of `super_blocks` super-blocks (bq_t16, tn_tN): doubled
+    while the grid is under `target` blocks and every slice keeps >= `min_super_blocks`, within the partial
+    buffer (`plane` floats per slice). bq_t16 at 16 tokens on Qwen3-4B: down (160 blocks, 38 super-blocks) and wo
+    (160, 16) split 4 ways; tn_t16 (TN_TARGET_BLOCKS, 2): q|k|v 4, wo 8, down 16, gate/up 4."""
     splits = 1
-    while (base_blocks * splits < BQ_TARGET_BLOCKS and super_blocks // (2 * splits) >= 4
+    while (base_blocks * splits < target and super_blocks // (2 * splits) >= min_super_blocks
            and 2 * splits * plane <= capacity):
         splits *= 2
     return splits
-
-
-def tn_split_warps(row_groups: int, K: int) -> int:
-    """Warps of a halo_*_tn block that share one TN_ROWS row group's super-blocks (1, 2, 4 or 8): doubled while
-    the launch has fewer than TN_TARGET_WARPS warps and every warp keeps >= 2 super-blocks. Qwen3-4B shapes:
-    q|k|v and gate/up 4, wo and down 8."""
-    kw = 1
-    while 2 * kw <= TN_WARPS and row_groups * kw < TN_TARGET_WARPS and K // 256 >= 4 * kw:
-        kw *= 2
-    return kw
 
 
 def split_kv_usable(config: ModelConfig) -> bool:
@@ -466,12 +459,16 @@ class GpuForward:
                          32 * MV_WARPS, tuple(args) + (np.int32(kw),))
             return
         if suffix[:2] == "tn":
-            kw = tn_split_warps(rows // TN_ROWS, K)
-            self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // (R * TN_WARPS // kw)), -(-T // NT)),
-                         32 * TN_WARPS, tuple(args) + (np.int32(kw),))
+            block_rows = TN_ROWS * TN_WARPS
+            splits = k_slices(-(-rows // block_rows) * -(-T // NT), K // 256, T * rows, self.partial_cap,
+                              TN_TARGET_BLOCKS, 2)
+            self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // block_rows), -(-T // NT), splits),
+                         32 * TN_WARPS, tuple(args) + (np.int32(-(-(K // 256) // splits)), self.partial))
+            if splits > 1:
+                self._splitk_sum(splits, T, rows, bias, -1, Y, ldy)
             return
         if suffix[:2] == "bq":
-            splits = bq_splits(-(-rows // R) * -(-T // NT), K // 256, T * rows, self.partial_cap)
+            splits = k_slices(-(-rows // R) * -(-T // NT), K // 256, T * rows, self.partial_cap)
             ksb = -(-(K // 256) // splits)
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // R), -(-T // NT), splits),
                          32 * MATMUL_WARPS, tuple(args) + (np.int32(ksb), self.partial))
@@ -507,9 +504,13 @@ class GpuForward:
                          32 * MV_WARPS, args + (np.int32(kw),))
             return
         if suffix[:2] == "tn":
-            kw = tn_split_warps(c.n_ff // TN_ROWS, c.n_embd)
-            self._launch("halo_quant.cu", "halo_glu_" + suffix, (-(-c.n_ff // (R * TN_WARPS // kw)), -(-T // NT)),
-                         32 * TN_WARPS, args + (np.int32(kw),))
+            block_rows = TN_ROWS * TN_WARPS
+            splits = k_slices(-(-c.n_ff // block_rows) * -(-T // NT), c.n_embd // 256, 2 * T * c.n_ff,
+                              self.partial_cap, TN_TARGET_BLOCKS, 2)
+            self._launch("halo_quant.cu", "halo_glu_" + suffix, (-(-c.n_ff // block_rows), -(-T // NT), splits),
+                         32 * TN_WARPS, args + (np.int32(-(-(c.n_embd // 256) // splits)), self.partial))
+            if splits > 1:
+                self._splitk_sum(splits, T, c.n_ff, None, act, A, c.n_ff)
             return
         if suffix == "tc":
             tile = _glu_tile({gate.ggml_type, up.ggml_type}, c.n_ff * c.n_embd)   # every GLU tile: 32 rows of each

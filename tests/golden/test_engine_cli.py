@@ -79,7 +79,10 @@ def test_chat_ctrl_c_stops_a_reply_and_the_repl_continues(smollm2_path):
     import threading
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "engine", "chat", str(smollm2_path), "--max-tokens", "400",
+    # 4000 tokens: the reply must still be streaming when the signal lands. At 400 (~9 s of story on an idle
+    # 2-core machine) a loaded CI machine once read the first 20 characters only after the reply had ended, and the
+    # signal hit the next prompt instead (exit 0, no "[stopped]").
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "chat", str(smollm2_path), "--max-tokens", "4000",
                              "--seed", "1"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out: list[str] = []

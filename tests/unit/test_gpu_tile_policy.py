@@ -76,11 +76,11 @@ def test_mv_splits_long_rows_over_more_warps(K, kw):
 def test_bq_splits_the_few_row_matrices_of_a_16_token_step():
     # Qwen3-4B at 16 tokens: down (2560 rows / 16 = 160 blocks, K 9728 = 38 super-blocks), wo (160, 16), gate/up's
     # 608 blocks stay whole; 16 super-blocks stop at 4 slices of 4; no room for partial sums: no split
-    assert fwd_mod.bq_splits(160, 38, 16 * 2560, BIG) == 4
-    assert fwd_mod.bq_splits(160, 16, 16 * 2560, BIG) == 4
-    assert fwd_mod.bq_splits(5, 38, 16 * 72, BIG) == 8
-    assert fwd_mod.bq_splits(608, 10, 16 * 9728, BIG) == 1
-    assert fwd_mod.bq_splits(160, 38, 16 * 2560, 16 * 2560) == 1
+    assert fwd_mod.k_slices(160, 38, 16 * 2560, BIG) == 4
+    assert fwd_mod.k_slices(160, 16, 16 * 2560, BIG) == 4
+    assert fwd_mod.k_slices(5, 38, 16 * 72, BIG) == 8
+    assert fwd_mod.k_slices(608, 10, 16 * 9728, BIG) == 1
+    assert fwd_mod.k_slices(160, 38, 16 * 2560, 16 * 2560) == 1
 
 
 def test_split_k_on_qwen3_4b_shapes_at_128_tokens():
@@ -185,15 +185,16 @@ def test_tensor_core_batched_decode_where_it_applies(T, use_tc, tn_ok, suffix, m
     assert fwd_mod.GpuForward._tile(fwd, T, True, True, True, tn_ok)[2] == suffix
 
 
-@pytest.mark.parametrize("row_groups,K,kw", [(384, 2560, 4), (160, 4096, 8), (160, 9728, 8), (608, 2560, 4),
-                                             (9496, 2560, 1), (5, 256, 1), (5, 1024, 2)])
-def test_tn_splits_k_until_the_launch_fills_the_gpu(row_groups, K, kw):
-    # Qwen3-4B: q|k|v (6144 rows = 384 groups of 16) and gate/up (9728) K 2560, wo (2560 rows) K 4096, down K 9728,
-    # the LM head (151,936 rows) alone fills the GPU; each warp keeps >= 2 super-blocks
-    assert fwd_mod.tn_split_warps(row_groups, K) == kw
-
-
 @pytest.mark.parametrize("T,chunks", [(1, 64), (2, 32), (3, 16), (4, 16), (8, 8), (16, 4)])
 def test_split_kv_launch_keeps_one_tokens_block_count(T, chunks):
     assert fwd_mod.skv_chunks(T) == chunks
     assert chunks >= fwd_mod.SKV_MIN_CHUNKS and T * chunks <= max(fwd_mod.SKV_CHUNKS, T * fwd_mod.SKV_MIN_CHUNKS)
+
+
+def test_tn_splits_k_until_two_blocks_per_sm():
+    # Qwen3-4B at 16 tokens, blocks of TN_WARPS x TN_ROWS = 128 rows: q|k|v (48 blocks, 10 super-blocks) 4 slices,
+    # wo (20, 16) 8, down (20, 38) 16, gate/up (76, 10; two planes) 4; slices keep >= 2 super-blocks
+    def ts(base, sbs):
+        return fwd_mod.k_slices(base, sbs, 16 * 9728 * 2, BIG, fwd_mod.TN_TARGET_BLOCKS, 2)
+    assert (ts(48, 10), ts(20, 16), ts(20, 38), ts(76, 10)) == (4, 8, 16, 4)
+    assert ts(1, 1) == 1 and ts(1, 4) == 2

@@ -1853,7 +1853,9 @@ HALO_KERNEL __launch_bounds__(128) void halo_glu_tcp(const unsigned char* wg, i3
 // each 16-k half stage accumulate in a fresh fragment that is scaled by the row's sub-block scale when added to
 // the float32 accumulators; Q4_K's min term subtracts (dmin m) times the stage's sum of the activations (a tree
 // sum over 32 elements in float32). The weight tile is half the bytes of tcp's, so it is double-buffered too:
-// one barrier per 32-k stage. Same grid, split-K contract and partial sums as tcp.
+// one barrier per 32-k stage. Same grid, split-K contract and partial sums as tcp. Three blocks per SM
+// (__launch_bounds__, <= 168 registers, a few bytes spilled) where 176 registers allowed two: H200, 4B matmuls
+// at 512 tokens 119.5 -> 113.9 ms per 36 layers, at 128 unchanged.
 #define TK_LDW 40                  // words per weight row: 32 integer weights + 8 pad (8-byte loads conflict-free)
 
 #if HALO_TC
@@ -2083,7 +2085,7 @@ __device__ __forceinline__ void tk_glu(const unsigned char* wg, i32 tg, const un
 #define TK_BODY(call)
 #endif
 
-HALO_KERNEL __launch_bounds__(128) void halo_matmul_tck(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+HALO_KERNEL __launch_bounds__(128, 3) void halo_matmul_tck(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
                                  const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
                                  const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
                                  const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
@@ -2091,7 +2093,7 @@ HALO_KERNEL __launch_bounds__(128) void halo_matmul_tck(const unsigned char* w0,
     TK_BODY(tk_matmul(w0, t0_, n0, rb0, w1, t1_, n1, rb1, w2, t2_, n2, rb2, bias, X, xrow, K, T, Y, ldy, kc, P));
 }
 
-HALO_KERNEL __launch_bounds__(128) void halo_glu_tck(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
+HALO_KERNEL __launch_bounds__(128, 3) void halo_glu_tck(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
                               i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kc,
                               float* P) {
     TK_BODY(tk_glu(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, kc, P));
@@ -2109,14 +2111,24 @@ HALO_KERNEL __launch_bounds__(128) void halo_glu_tck(const unsigned char* wg, i3
 // k order: one MMA's 8 k slots must share a sub-block scale, so lane (g, q) takes a run of the sub-block: Q4_K
 // (32 elements) elements 8q .. 8q + 7, slot q <-> 8q + 2s and slot q + 4 <-> 8q + 2s + 1 in MMA s of 4 (one
 // 8-byte load holds both nibbles: two sub-blocks); Q6_K (16 elements) 4q .. 4q + 3 over 2 MMAs. Both operands
-// use the same order, so this only relabels the sum's terms. No shared memory on the way in: each lane loads its
-// rows' bytes and its tokens' activations itself (L1 serves a group's 16 rows from one activation load).
-// Block: TN_WARPS warps; kw of them (host: engine.gpu.forward.tn_split_warps) share one 16-row group's
-// super-blocks (strided), their accumulators added in warp order through shared memory (deterministic).
-// Tokens past T read token T - 1 and are never written. Contract (host): every segment's rows % 16 == 0.
-// Grid: (ceil(rows / (16 * TN_WARPS / kw)), ceil(T / NT)); block: 32 * TN_WARPS. HIP: compiles to nothing.
+// use the same order, so this only relabels the sum's terms.
+// Activations: 16 tokens x 4 bytes per k against 16 rows x ~0.6 bytes of weights, so a warp loading its own
+// (measured: per-warp loads and TF32 splits, 1.3x slower at 16 tokens on the whole step) spends most of its
+// time on them. A block of TN_WARPS warps takes TN_WARPS x 16 rows (each warp its own 16-row group, any
+// segment) over a K slice (gridDim.z > 1: super-blocks [z ksb, (z + 1) ksb), partial sums in P as tck, added by
+// halo_splitk_sum); per super-block the block writes the NT tokens' 256 activations to shared memory once,
+// already split into TF32 head and tail, with each 32-k sub-block's sums, and every warp reads its B fragments
+// from there. The weights of a super-block are fetched before its staging so their latency overlaps it; the
+// next activations are fetched during the MMAs. Tokens past T read token T - 1 and are never written.
+// Two blocks per SM (__launch_bounds__: at most 128 registers, a few spilled at 16 tokens): H200, 4B shapes, the
+// 16-token step 7.52 -> 6.48 ms against one block of 140 registers.
+// Contract (host): every segment's rows % 16 == 0. Grid: (ceil(rows / (16 TN_WARPS)), ceil(T / NT), splits);
+// block: 32 * TN_WARPS. HIP: compiles to nothing (the host keeps bq_t16 / r1_t4 / r4_t8 there).
 #define TN_WARPS 8
 #define TN_ROWS 16
+#define TN_LDX 260                 // words per staged token row: 256 k + 4 pad (16-byte reads conflict-free)
+#define TN_RAW 17                  // raw words per row and super-block (Q6_K's; Q4_K uses 12)
+#define TN_V(NJ) (64 * (NJ) / TN_WARPS)   // activations each thread stages per super-block (8 NJ tokens x 256)
 
 #if HALO_TC
 // byte i of w as the float whose bits the MMA reads (exact small integer minus `off`)
@@ -2128,29 +2140,6 @@ __device__ __forceinline__ u32 tn_code(u32 w, int i, float off) {
 __device__ __forceinline__ u32 tn_ld4(const unsigned char* p) {
     const u32* a = (const u32*)((size_t)p & ~(size_t)3);
     return __funnelshift_r(__ldg(a), __ldg(a + 1), (u32)((size_t)p & 3) * 8u);
-}
-
-// activations of one sub-block run for NJ token tiles: v[j][0..n) = x[token 8 j + g][e0 .. e0 + n) as TF32 head /
-// tail; the token sums of the run for this lane's output columns (2q, 2q + 1 of each tile) in c0 / c1 when wanted
-template <int NJ, int N>
-__device__ __forceinline__ void tn_x(const float* const* xr, int e0, u32 (*bh)[N], u32 (*bl)[N], float* c0,
-                                     float* c1) {
-    int q = threadIdx.x & 3;
-    #pragma unroll
-    for (int j = 0; j < NJ; j++) {
-        float v[N];
-        #pragma unroll
-        for (int i = 0; i < N; i += 4) *(float4*)(v + i) = __ldg((const float4*)(xr[j] + e0 + i));
-        float s = 0.0f;
-        #pragma unroll
-        for (int i = 0; i < N; i++) { tf32_split(v[i], &bh[j][i], &bl[j][i]); s += v[i]; }
-        if (c0) {
-            s += SHFL_XOR(s, 1);
-            s += SHFL_XOR(s, 2);
-            c0[j] = __shfl_sync(0xffffffffu, s, 8 * q);
-            c1[j] = __shfl_sync(0xffffffffu, s, 8 * q + 4);
-        }
-    }
 }
 
 // acc[j] += sc * part, part = the integer rows (codes: word w[r][i / 4] byte i % 4 of row g (r = 0) / g + 8 (r = 1),
@@ -2190,181 +2179,229 @@ __device__ __forceinline__ void tn_mma(const u32 (*w)[N / 4], float off, const u
     }
 }
 
-// One Q4_K super-block of NS row sets (rows g and g + 8 of each: rp[s][0..1]) against NJ token tiles
-template <int NS, int NJ>
-__device__ __forceinline__ void tn_q4k_sb(const unsigned char* const (*rp)[2], int sb, const float* const* xr,
-                                          float (*const *acc)[4]) {
+// This thread's share of super-block sb's staging: V = TN_V(NJ) consecutive activations of token n (256 / V threads
+// per token row; V <= 32: a sub-block's sum comes from whole threads), read from xt (the token's row) into v
+template <int V>
+__device__ __forceinline__ void tn_load_x(const float* xt, int sb, float4* v) {
+    int k0 = (threadIdx.x % (256 / V)) * V;
+    #pragma unroll
+    for (int i = 0; i < V / 4; i++) v[i] = __ldg((const float4*)(xt + sb * 256 + k0) + i);
+}
+
+// ... written to Xh / Xl (TF32 head / tail, [token][TN_LDX]) and the sub-block sums to Sx[token][8]
+template <int V>
+__device__ __forceinline__ void tn_store_x(const float4* v, u32* Xh, u32* Xl, float* Sx) {
+    int t = threadIdx.x, n = t / (256 / V), k0 = (t % (256 / V)) * V;
+    float s = 0.0f;
+    #pragma unroll
+    for (int i = 0; i < V / 4; i++) {
+        float e[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+        u32 h[4], l[4];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) { tf32_split(e[c], &h[c], &l[c]); s += e[c]; }
+        *(uint4*)(Xh + n * TN_LDX + k0 + 4 * i) = make_uint4(h[0], h[1], h[2], h[3]);
+        *(uint4*)(Xl + n * TN_LDX + k0 + 4 * i) = make_uint4(l[0], l[1], l[2], l[3]);
+    }
+    #pragma unroll
+    for (int o = 1; o < 32 / V; o <<= 1) s += SHFL_XOR(s, o);
+    if (t % (32 / V) == 0) Sx[n * 8 + k0 / 32] = s;
+}
+
+// Raw words of super-block sb for this lane's two rows (g, g + 8): Q4_K {header x4, quant uint2 x4 as 8}; Q6_K
+// {ql windows [h][i][2] x8, qh windows [h][i] x4, scale windows [h][2] x4, d}
+__device__ __forceinline__ void tn_fetch(int type, const unsigned char* row, int sb, u32* raw) {
     int q = threadIdx.x & 3;
-    uint4 hdr[NS][2];
-    uint2 qs[NS][2][4];
-    #pragma unroll
-    for (int s = 0; s < NS; s++)
+    if (type == T_Q4_K) {
+        const unsigned char* b = row + (size_t)sb * 144;
+        uint4 hdr = __ldg((const uint4*)b);
+        raw[0] = hdr.x; raw[1] = hdr.y; raw[2] = hdr.z; raw[3] = hdr.w;
         #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const unsigned char* b = rp[s][r] + (size_t)sb * 144;
-            hdr[s][r] = __ldg((const uint4*)b);
-            #pragma unroll
-            for (int c = 0; c < 4; c++) qs[s][r][c] = __ldg((const uint2*)(b + 16 + 32 * c + 8 * q));
+        for (int c = 0; c < 4; c++) {
+            uint2 w = __ldg((const uint2*)(b + 16 + 32 * c + 8 * q));
+            raw[4 + 2 * c] = w.x; raw[5 + 2 * c] = w.y;
         }
-    #pragma unroll
-    for (int c = 0; c < 4; c++)
+    } else {
+        const unsigned char* b = row + (size_t)sb * 210;
         #pragma unroll
-        for (int hh = 0; hh < 2; hh++) {                 // sub-block 2c + hh: low / high nibbles of the bytes
-            u32 bh[NJ][8], bl[NJ][8];
-            float c0[NJ], c1[NJ];
-            tn_x<NJ, 8>(xr, sb * 256 + 64 * c + 32 * hh + 8 * q, bh, bl, c0, c1);
+        for (int h = 0; h < 2; h++) {
             #pragma unroll
-            for (int s = 0; s < NS; s++) {
-                u32 w[2][2];
-                float sc[2], mn[2];
-                #pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    w[r][0] = (qs[s][r][c].x >> (4 * hh)) & 0x0f0f0f0fu;
-                    w[r][1] = (qs[s][r][c].y >> (4 * hh)) & 0x0f0f0f0fu;
-                    float S, M;
-                    scale_min_k4_reg(2 * c + hh, hdr[s][r].y, hdr[s][r].z, hdr[s][r].w, &S, &M);
-                    sc[r] = h2f(hdr[s][r].x & 0xffffu) * S;
-                    mn[r] = h2f(hdr[s][r].x >> 16) * M;
-                }
-                tn_mma<NJ, 8>(w, 0.0f, bh, bl, sc, mn, c0, c1, acc[s]);
+            for (int i = 0; i < 2; i++) {
+                raw[4 * h + 2 * i] = tn_ld4(b + 64 * h + 16 * i + 4 * q);
+                raw[4 * h + 2 * i + 1] = tn_ld4(b + 64 * h + 32 + 16 * i + 4 * q);
+                raw[8 + 2 * h + i] = tn_ld4(b + 128 + 32 * h + 16 * i + 4 * q);
             }
+            raw[12 + 2 * h] = tn_ld4(b + 192 + 8 * h);
+            raw[13 + 2 * h] = tn_ld4(b + 196 + 8 * h);
+        }
+        raw[16] = ld_u16(b + 208);
+    }
+}
+
+// B fragments of tokens 8 j + g, elements e0 .. e0 + N of the staged super-block
+template <int NJ, int N>
+__device__ __forceinline__ void tn_b(const u32* Xh, const u32* Xl, int e0, u32 (*bh)[N], u32 (*bl)[N]) {
+    int g = (threadIdx.x & 31) >> 2;
+    #pragma unroll
+    for (int j = 0; j < NJ; j++)
+        #pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            *(uint4*)&bh[j][i] = *(const uint4*)(Xh + (8 * j + g) * TN_LDX + e0 + i);
+            *(uint4*)&bl[j][i] = *(const uint4*)(Xl + (8 * j + g) * TN_LDX + e0 + i);
         }
 }
 
-// One Q6_K super-block (layout as q6k_lane: element 128 h + 32 kk + l is ql[64 h + 32 (kk & 1) + l], nibble
-// kk >> 1, with bits 2 kk of qh[32 h + l] above it; scale 8 h + 2 kk + l / 16), lane q taking l = 16 i + 4q .. + 3
+// acc[s] += NS row sets' raw super-blocks (raw[s][0 / 1]: rows g / g + 8) times the staged activations
 template <int NS, int NJ>
-__device__ __forceinline__ void tn_q6k_sb(const unsigned char* const (*rp)[2], int sb, const float* const* xr,
-                                          float (*const *acc)[4]) {
+__device__ __forceinline__ void tn_smma(int type, const u32 (*raw)[2][TN_RAW], const u32* Xh, const u32* Xl,
+                                       const float* Sx, float (*const *acc)[4]) {
     int q = threadIdx.x & 3;
-    #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        u32 ql[NS][2][2][2], qh[NS][2][2], scw[NS][2][2];
-        float d[NS][2];
+    if (type == T_Q4_K) {
+        float d[NS][2], dmin[NS][2];
         #pragma unroll
         for (int s = 0; s < NS; s++)
             #pragma unroll
             for (int r = 0; r < 2; r++) {
-                const unsigned char* b = rp[s][r] + (size_t)sb * 210;
-                #pragma unroll
-                for (int i = 0; i < 2; i++) {
-                    ql[s][r][i][0] = tn_ld4(b + 64 * h + 16 * i + 4 * q);
-                    ql[s][r][i][1] = tn_ld4(b + 64 * h + 32 + 16 * i + 4 * q);
-                    qh[s][r][i] = tn_ld4(b + 128 + 32 * h + 16 * i + 4 * q);
-                }
-                scw[s][r][0] = tn_ld4(b + 192 + 8 * h);
-                scw[s][r][1] = tn_ld4(b + 196 + 8 * h);
-                d[s][r] = h2f(ld_u16(b + 208));
+                d[s][r] = h2f(raw[s][r][0] & 0xffffu);
+                dmin[s][r] = h2f(raw[s][r][0] >> 16);
             }
         #pragma unroll
-        for (int kk = 0; kk < 4; kk++)
+        for (int c = 0; c < 4; c++)
             #pragma unroll
-            for (int i = 0; i < 2; i++) {
-                u32 bh[NJ][4], bl[NJ][4];
-                tn_x<NJ, 4>(xr, sb * 256 + 128 * h + 32 * kk + 16 * i + 4 * q, bh, bl, nullptr, nullptr);
-                int si = 2 * kk + i;                         // scale byte within this half's 8
+            for (int hh = 0; hh < 2; hh++) {
+                int e0 = 64 * c + 32 * hh + 8 * q, j8 = 2 * c + hh;
+                u32 bh[NJ][8], bl[NJ][8];
+                tn_b<NJ, 8>(Xh, Xl, e0, bh, bl);
+                float c0[NJ], c1[NJ];
+                #pragma unroll
+                for (int j = 0; j < NJ; j++) {
+                    c0[j] = Sx[(8 * j + 2 * q) * 8 + j8];
+                    c1[j] = Sx[(8 * j + 2 * q + 1) * 8 + j8];
+                }
                 #pragma unroll
                 for (int s = 0; s < NS; s++) {
-                    u32 w[2][1];
-                    float sc[2];
+                    u32 w[2][2];
+                    float sc[2], mn[2];
                     #pragma unroll
                     for (int r = 0; r < 2; r++) {
-                        w[r][0] = ((ql[s][r][i][kk & 1] >> (4 * (kk >> 1))) & 0x0f0f0f0fu) |
-                                  (((qh[s][r][i] >> (2 * kk)) & 0x03030303u) << 4);
-                        sc[r] = d[s][r] * (float)(signed char)((scw[s][r][si >> 2] >> (8 * (si & 3))) & 255u);
+                        w[r][0] = (raw[s][r][4 + 2 * c] >> (4 * hh)) & 0x0f0f0f0fu;
+                        w[r][1] = (raw[s][r][5 + 2 * c] >> (4 * hh)) & 0x0f0f0f0fu;
+                        float S, M;
+                        scale_min_k4_reg(j8, raw[s][r][1], raw[s][r][2], raw[s][r][3], &S, &M);
+                        sc[r] = d[s][r] * S;
+                        mn[r] = dmin[s][r] * M;
                     }
-                    tn_mma<NJ, 4>(w, 32.0f, bh, bl, sc, nullptr, nullptr, nullptr, acc[s]);
+                    tn_mma<NJ, 8>(w, 0.0f, bh, bl, sc, mn, c0, c1, acc[s]);
                 }
             }
+    } else {
+        float d[NS][2];
+        #pragma unroll
+        for (int s = 0; s < NS; s++)
+            #pragma unroll
+            for (int r = 0; r < 2; r++) d[s][r] = h2f(raw[s][r][16]);
+        #pragma unroll
+        for (int h = 0; h < 2; h++)
+            #pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                #pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    u32 bh[NJ][4], bl[NJ][4];
+                    tn_b<NJ, 4>(Xh, Xl, 128 * h + 32 * kk + 16 * i + 4 * q, bh, bl);
+                    int si = 2 * kk + i;
+                    #pragma unroll
+                    for (int s = 0; s < NS; s++) {
+                        u32 w[2][1];
+                        float sc[2];
+                        #pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            const u32* rw = raw[s][r];
+                            w[r][0] = ((rw[4 * h + 2 * i + (kk & 1)] >> (4 * (kk >> 1))) & 0x0f0f0f0fu) |
+                                      (((rw[8 + 2 * h + i] >> (2 * kk)) & 0x03030303u) << 4);
+                            sc[r] = d[s][r] * (float)(signed char)((rw[12 + 2 * h + (si >> 2)] >> (8 * (si & 3))) & 255u);
+                        }
+                        tn_mma<NJ, 4>(w, 32.0f, bh, bl, sc, nullptr, nullptr, nullptr, acc[s]);
+                    }
+                }
     }
 }
 
-// this warp's share (warp column kc of kw: super-blocks kc, kc + kw, ..) of NS row sets of one type
+// The k loop shared by matmul and GLU: NS row sets of one type (rp[s][0 / 1]: this lane's rows g / g + 8; busy:
+// this warp has rows), x the row of this thread's staging token; super-blocks [sb0, sb1); the staging buffers
+// Xh, Xl ([8 NJ][TN_LDX] words) and Sx ([8 NJ][8] floats) in shared memory
 template <int NS, int NJ>
-__device__ __forceinline__ void tn_dot(int type, const unsigned char* const (*rp)[2], int K, const float* const* xr,
-                                       int kc, int kw, float (*const *acc)[4]) {
-    int nsb = K >> 8;
-    if (type == T_Q4_K)
-        for (int sb = kc; sb < nsb; sb += kw) tn_q4k_sb<NS, NJ>(rp, sb, xr, acc);
-    else
-        for (int sb = kc; sb < nsb; sb += kw) tn_q6k_sb<NS, NJ>(rp, sb, xr, acc);
-}
-
-// Add the kw warps' accumulators of a row group (n floats per lane) into warp column 0's; red: TN_WARPS * n * 32
-__device__ __forceinline__ void tn_reduce(float* acc, int n, int kw, float* red) {
-    if (kw == 1) return;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (warp % kw)
-        for (int i = 0; i < n; i++) red[(warp * n + i) * 32 + lane] = acc[i];
-    __syncthreads();
-    if (warp % kw) return;
-    for (int i = 0; i < n; i++) {
-        float s = acc[i];
-        for (int k = 1; k < kw; k++) s += red[((warp + k) * n + i) * 32 + lane];
-        acc[i] = s;
+__device__ __forceinline__ void tn_loop(int type, const unsigned char* const (*rp)[2], bool busy, const float* x,
+                                        int sb0, int sb1, u32* Xh, u32* Xl, float* Sx, float (*const *acc)[4]) {
+    static_assert(TN_V(NJ) % 4 == 0 && TN_V(NJ) <= 32, "TN_V: whole float4s, at most one sub-block per thread");
+    float4 v[TN_V(NJ) / 4];
+    u32 raw[NS][2][TN_RAW];
+    if (sb0 < sb1) tn_load_x<TN_V(NJ)>(x, sb0, v);
+    for (int sb = sb0; sb < sb1; sb++) {
+        if (busy)
+            #pragma unroll
+            for (int s = 0; s < NS; s++)
+                #pragma unroll
+                for (int r = 0; r < 2; r++) tn_fetch(type, rp[s][r], sb, raw[s][r]);
+        tn_store_x<TN_V(NJ)>(v, Xh, Xl, Sx);
+        __syncthreads();
+        if (sb + 1 < sb1) tn_load_x<TN_V(NJ)>(x, sb + 1, v);
+        if (busy) tn_smma<NS, NJ>(type, raw, Xh, Xl, Sx, acc);
+        __syncthreads();                                // every warp is done with this stage
     }
 }
 
-// x rows of this lane's tokens tok0 + 8 j + g (through xrow when given; clamped to T - 1)
+// The activation row of this thread's staging token (through xrow when given; clamped to T - 1)
 template <int NJ>
-__device__ __forceinline__ void tn_x_rows(const float* X, const i32* xrow, int K, int tok0, int T, const float** xr) {
-    int g = (threadIdx.x & 31) >> 2;
-    #pragma unroll
-    for (int j = 0; j < NJ; j++) {
-        int t = tok0 + 8 * j + g, tt = t < T ? t : T - 1;
-        xr[j] = X + (size_t)(xrow ? xrow[tt] : tt) * K;
-    }
+__device__ __forceinline__ const float* tn_x_row(const float* X, const i32* xrow, int K, int tok0, int T) {
+    int n = tok0 + threadIdx.x / (256 / TN_V(NJ)), tt = n < T ? n : T - 1;
+    return X + (size_t)(xrow ? xrow[tt] : tt) * K;
 }
 
 template <int NJ>
 __device__ void matmul_tn(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
                           i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
-                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 kw) {
-    __shared__ float red[TN_WARPS * NJ * 4 * 32];
-    int warp = threadIdx.x >> 5, kc = warp % kw, g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;
-    int tok0 = blockIdx.y * 8 * NJ, row0 = (blockIdx.x * (TN_WARPS / kw) + warp / kw) * TN_ROWS;
-    bool valid = row0 < n0 + n1 + n2;
-    int rr = valid ? row0 : 0;                  // out-of-range warps read row 0 and join the block's reduction
+                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 ksb, float* P) {
+    int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3, z = blockIdx.z;
+    int tok0 = blockIdx.y * 8 * NJ, row0 = (blockIdx.x * TN_WARPS + warp) * TN_ROWS, rows_all = n0 + n1 + n2;
+    bool busy = row0 < rows_all;
+    int rr = busy ? row0 : 0;
     const unsigned char* base; int type, rb, local;
     if (rr < n0) { base = w0; type = t0_; rb = rb0; local = rr; }
     else if (rr < n0 + n1) { base = w1; type = t1_; rb = rb1; local = rr - n0; }
     else { base = w2; type = t2_; rb = rb2; local = rr - n0 - n1; }
     const unsigned char* rp[1][2] = {{base + (size_t)(local + g) * rb, base + (size_t)(local + g + 8) * rb}};
-    const float* xr[NJ];
-    tn_x_rows<NJ>(X, xrow, K, tok0, T, xr);
     float acc[NJ][4];
     #pragma unroll
     for (int j = 0; j < NJ; j++)
         #pragma unroll
         for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;
     float (*const accs[1])[4] = {acc};
-    tn_dot<1, NJ>(type, rp, K, xr, kc, kw, accs);
-    tn_reduce(&acc[0][0], NJ * 4, kw, red);
-    if (!valid || kc) return;
+    __shared__ __align__(16) u32 Xh[8 * NJ * TN_LDX], Xl[8 * NJ * TN_LDX];
+    __shared__ float Sx[8 * NJ * 8];
+    int nsb = K >> 8, sb0 = min(z * ksb, nsb), sb1 = min(sb0 + ksb, nsb);
+    tn_loop<1, NJ>(type, rp, busy, tn_x_row<NJ>(X, xrow, K, tok0, T), sb0, sb1, Xh, Xl, Sx, accs);
+    if (!busy) return;
     #pragma unroll
     for (int j = 0; j < NJ; j++)
         #pragma unroll
         for (int e = 0; e < 4; e++) {
             int row = row0 + g + 8 * (e >> 1), tok = tok0 + 8 * j + 2 * q + (e & 1);
-            if (tok < T) Y[(size_t)tok * ldy + row] = acc[j][e] + (bias ? bias[row] : 0.0f);
+            if (tok >= T) continue;
+            if (gridDim.z == 1) Y[(size_t)tok * ldy + row] = acc[j][e] + (bias ? bias[row] : 0.0f);
+            else P[((size_t)z * T + tok) * rows_all + row] = acc[j][e];
         }
 }
 
-// A[t, r] = act(gate_r . x_t) * (up_r . x_t) for the 16 rows r of each warp column's group; gate and up in one
-// pass when their types match (each activation load serves both)
+// GLU: each warp's 16 rows of gate and of up
 template <int NJ>
 __device__ void glu_tn(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
-                       i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kw) {
-    __shared__ float red[TN_WARPS * 2 * NJ * 4 * 32];
-    int warp = threadIdx.x >> 5, kc = warp % kw, g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;
-    int tok0 = blockIdx.y * 8 * NJ, row0 = (blockIdx.x * (TN_WARPS / kw) + warp / kw) * TN_ROWS;
-    bool valid = row0 < n_ff;
-    int rr = valid ? row0 : 0;
+                       i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 ksb, float* P) {
+    int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3, z = blockIdx.z;
+    int tok0 = blockIdx.y * 8 * NJ, row0 = (blockIdx.x * TN_WARPS + warp) * TN_ROWS;
+    bool busy = row0 < n_ff;
+    int rr = busy ? row0 : 0;
     const unsigned char* rp[2][2] = {{wg + (size_t)(rr + g) * rb_g, wg + (size_t)(rr + g + 8) * rb_g},
                                      {wu + (size_t)(rr + g) * rb_u, wu + (size_t)(rr + g + 8) * rb_u}};
-    const float* xr[NJ];
-    tn_x_rows<NJ>(X, 0, K, tok0, T, xr);
-    float acc[2][NJ][4];                        // gate, up
+    float acc[2][NJ][4];
     #pragma unroll
     for (int s = 0; s < 2; s++)
         #pragma unroll
@@ -2372,20 +2409,25 @@ __device__ void glu_tn(const unsigned char* wg, i32 tg, const unsigned char* wu,
             #pragma unroll
             for (int e = 0; e < 4; e++) acc[s][j][e] = 0.0f;
     float (*const accs[2])[4] = {acc[0], acc[1]};
-    if (tg == tu) {
-        tn_dot<2, NJ>(tg, rp, K, xr, kc, kw, accs);
-    } else {
-        tn_dot<1, NJ>(tg, rp, K, xr, kc, kw, accs);
-        tn_dot<1, NJ>(tu, rp + 1, K, xr, kc, kw, accs + 1);
-    }
-    tn_reduce(&acc[0][0][0], 2 * NJ * 4, kw, red);
-    if (!valid || kc) return;
+    int nsb = K >> 8, sb0 = min(z * ksb, nsb), sb1 = min(sb0 + ksb, nsb);
+    const float* x = tn_x_row<NJ>(X, 0, K, tok0, T);
+    __shared__ __align__(16) u32 Xh[8 * NJ * TN_LDX], Xl[8 * NJ * TN_LDX];
+    __shared__ float Sx[8 * NJ * 8];
+    // gate, then up (one pass over both would hold two row sets' raw words: 255 registers and spills at 16 tokens)
+    tn_loop<1, NJ>(tg, rp, busy, x, sb0, sb1, Xh, Xl, Sx, accs);
+    tn_loop<1, NJ>(tu, rp + 1, busy, x, sb0, sb1, Xh, Xl, Sx, accs + 1);
+    if (!busy) return;
     #pragma unroll
     for (int j = 0; j < NJ; j++)
         #pragma unroll
         for (int e = 0; e < 4; e++) {
             int row = row0 + g + 8 * (e >> 1), tok = tok0 + 8 * j + 2 * q + (e & 1);
-            if (tok < T) A[(size_t)tok * n_ff + row] = act_fn(acc[0][j][e], act) * acc[1][j][e];
+            if (tok >= T) continue;
+            if (gridDim.z == 1) A[(size_t)tok * n_ff + row] = act_fn(acc[0][j][e], act) * acc[1][j][e];
+            else {
+                P[((size_t)(2 * z) * T + tok) * n_ff + row] = acc[0][j][e];
+                P[((size_t)(2 * z + 1) * T + tok) * n_ff + row] = acc[1][j][e];
+            }
         }
 }
 #define TN_BODY(call) call
@@ -2394,16 +2436,17 @@ __device__ void glu_tn(const unsigned char* wg, i32 tg, const unsigned char* wu,
 #endif
 
 #define TN_MATMUL_ENTRY(NAME, NJ)                                                                          \
-HALO_KERNEL __launch_bounds__(32 * TN_WARPS) void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0,    \
+HALO_KERNEL __launch_bounds__(32 * TN_WARPS, 2) void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0,    \
         const unsigned char* w1, i32 t1, i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2,  \
-        const float* bias, const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 kw) {     \
-    TN_BODY(matmul_tn<NJ>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw)); \
+        const float* bias, const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 ksb,      \
+        float* P) {                                                                                        \
+    TN_BODY(matmul_tn<NJ>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, ksb, P)); \
 }
 #define TN_GLU_ENTRY(NAME, NJ)                                                                             \
-HALO_KERNEL __launch_bounds__(32 * TN_WARPS) void NAME(const unsigned char* wg, i32 tg,                    \
+HALO_KERNEL __launch_bounds__(32 * TN_WARPS, 2) void NAME(const unsigned char* wg, i32 tg,                    \
         const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, \
-        float* A, i32 kw) {                                                                                \
-    TN_BODY(glu_tn<NJ>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, kw));                            \
+        float* A, i32 ksb, float* P) {                                                                     \
+    TN_BODY(glu_tn<NJ>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, ksb, P));                        \
 }
 TN_MATMUL_ENTRY(halo_matmul_tn_t8, 1)
 TN_MATMUL_ENTRY(halo_matmul_tn_t16, 2)
