@@ -30,6 +30,7 @@ import sys
 import numpy as np
 
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
+from engine.model.numba_cache import lean_cache_loads
 from engine.model.quant_matrix import F16_RUN
 from engine.paths import cache_dir
 
@@ -455,3 +456,12 @@ def decode_attention(q, k_blocks, v_blocks, blocks, mask, sinks, scale, out):
 
 NO_SINKS = np.zeros(0, np.float32)     # decode_attention's `sinks` for models without them (read-only, as
 NO_SINKS.flags.writeable = False       # the loader's weights are: numba specialises on the flag)
+
+
+def _dispatchers():
+    from numba.core.dispatcher import Dispatcher
+
+    return [v for v in globals().values() if isinstance(v, Dispatcher)]
+
+
+lean_cache_loads(_dispatchers())      # cached kernels are read without numba's implementation registry

@@ -118,6 +118,41 @@ def test_the_compilers_pages_are_given_back_once_the_kernels_are_ready():
     assert r["product_error"] < 1e-5
 
 
+_LEAN_CHILD = """
+import json, sys
+import numpy as np
+from engine.gguf.dequant import dequantize
+from engine.gguf.types import GGMLType
+from engine.model.quant_matrix import QuantMatrix, describe_kernels, prepare_kernels
+describe_kernels()
+prepare_kernels({GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K})
+raw = np.zeros((3, 34), np.uint8)     # a Q8_0 product runs right
+raw[:, 1], raw[:, 2:] = 0x3C, np.arange(32, dtype=np.uint8)
+m = QuantMatrix(raw, GGMLType.Q8_0, 3, 32)
+x = np.linspace(-1, 1, 32, dtype=np.float32)
+out = np.empty(3, np.float32)
+m.matvec(x, out)
+want = dequantize(raw, GGMLType.Q8_0, 96).reshape(3, 32) @ x
+print(json.dumps({"registry": sorted(n for n in ("numba.np.linalg", "numba.experimental.jitclass.base",
+                                                 "numba.typed.typeddict") if n in sys.modules),
+                  "product_error": float(np.abs(out - want).max())}))
+"""
+
+
+@pytest.mark.skipif(kernel_path() != "numba", reason="numba is not installed here")
+def test_cached_kernels_are_read_without_numbas_implementation_registry():
+    """engine.model.numba_cache: numba's cache read no longer installs every implementation it has (~11 MiB
+    resident: linalg, typed containers, jitclass, ...). The first run may compile (a cold cache; a compile
+    loads them all, as it must); the second reads every kernel from the cache."""
+    for _ in range(2):
+        run = subprocess.run([sys.executable, "-c", _LEAN_CHILD], cwd=ROOT, capture_output=True, text=True,
+                             timeout=600)
+        assert run.returncode == 0, run.stderr
+    r = json.loads(run.stdout.strip().splitlines()[-1])
+    assert r["registry"] == []
+    assert r["product_error"] < 1e-5
+
+
 _IMPORTS_CHILD = """
 import json, sys
 from pathlib import Path
