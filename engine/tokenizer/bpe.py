@@ -103,16 +103,13 @@ def build_bpe(vocab: Vocab) -> Tokenizer:
     # own str objects (a new str per side was ~5 MiB more of SmolLM2's transient peak at load)
     texts = list(vocab.tokens)
     token_to_id = dict(zip(texts, range(vocab.n_vocab), strict=True))     # last wins, as in TokenIndex
-
-    def shared(text: str) -> str:          # (a text that is no token stays as it is: the Rust side refuses it)
-        token = token_to_id.get(text)
-        return text if token is None else texts[token]
-
+    get = token_to_id.get
     merges = []
     for line in vocab.merges or ():
         left, sep, right = line.partition(" ")
-        if sep:
-            merges.append((shared(left), shared(right)))
+        if sep:                          # (a side that is no token stays as it is: the Rust side refuses it)
+            i, j = get(left), get(right)
+            merges.append((left if i is None else texts[i], right if j is None else texts[j]))
     try:
         model = models.BPE(vocab=token_to_id, merges=merges, ignore_merges=ignore_merges, fuse_unk=False)
     except Exception as e:   # the Rust library raises plain Exception for merges naming unknown tokens etc.
