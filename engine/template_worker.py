@@ -13,7 +13,7 @@ Contract:
   started on first use and restarted at once after it is killed, so renders stay fast (a round trip
   is well under a millisecond plus the render itself). Requests are serialized through one lock.
 - Wall clock: the parent waits at most `time_limit_s + KILL_GRACE_S`; then it kills the child and raises
-  TemplateError. The child also stops itself at `time_limit_s` where it can (engine.chat_template's
+  TemplateError. The child also stops itself at `time_limit_s` where it can (engine.template_sandbox's
   trace function), which keeps the warm process for ordinary slow loops.
 - Memory: on POSIX the child sets RLIMIT_AS to `WORKER_MEMORY_LIMIT` before reading any request, so the
   total of everything a template builds is bounded (not each value alone). Windows has no RLIMIT_AS;
@@ -183,7 +183,7 @@ def _limit_memory(limit: int) -> None:
 
 
 def child_main(argv: list[str]) -> int:
-    from engine import chat_template as ct  # jinja2 and the sandbox live only here and in the parent
+    from engine import template_sandbox as ct  # jinja2 and the sandbox live only here
 
     out = sys.stdout.buffer
     sys.stdout = sys.stderr                  # nothing but answers may reach the protocol stream

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 from functools import lru_cache
-
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from typing import TYPE_CHECKING
 
 from engine.errors import InvalidModelError, UnsupportedModelError, short_repr
 
 from .vocab import Vocab
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +94,10 @@ def unicode_to_byte() -> dict[str, int]:
 def build_bpe(vocab: Vocab) -> Tokenizer:
     """A `tokenizers.Tokenizer` that encodes plain text (no special tokens registered: those are split
     out beforehand by `specials.partition`). The dict and merge pairs it is built from are dropped once the
-    Rust side holds its own copies."""
+    Rust side holds its own copies. `tokenizers` is imported here, by BPE vocabularies only (~4 MiB resident
+    that a SentencePiece model such as gemma does not need)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
     regexes, ignore_merges = pre_tokenizer_spec(vocab.pre)
     # Python objects alive together while the Rust side copies them: merge pairs made of the vocabulary's
     # own str objects (a new str per side was ~5 MiB more of SmolLM2's transient peak at load)
