@@ -109,6 +109,28 @@ def glu_inputs(rng, tg: GGMLType, tu: GGMLType, n_ff: int, K: int, T: int):
     return raw_g, raw_u, rng.standard_normal((T, K)).astype(np.float32), G, U
 
 
+def glu_case(fwd, monkeypatch, rng, tg: GGMLType, tu: GGMLType, n_ff: int, K: int, T: int) -> tuple[list[str], float]:
+    """One SiLU GLU of random gate (tg) / up (tu) rows and T activation rows through fwd._glu: (the kernels it
+    launched, max |A - A64| / the float32-level scale of each output)."""
+    raw_g, raw_u, X, G, U = glu_inputs(rng, tg, tu, n_ff, K, T)
+    g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
+    want = g / (1 + np.exp(-g)) * u
+    ax = np.abs(X).astype(np.float64)
+    scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
+    monkeypatch.setattr(fwd, "config", dataclasses.replace(fwd.config, n_ff=n_ff, n_embd=K, activation="silu"))
+    gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
+    ad = fwd.backend.alloc((T, n_ff), np.float32)
+    launched = record_launches(fwd, monkeypatch)
+    try:
+        fwd.backend.memset_async(ad, 0xFF, fwd.stream)
+        fwd._glu(DeviceMatrix(gd, int(tg), n_ff, K), DeviceMatrix(ud, int(tu), n_ff, K), xd, T, ad)
+        got = download(fwd, ad, (T, n_ff))
+        return list(launched), float(np.max(np.abs(got - want) / scale))
+    finally:
+        for b in (gd, ud, xd, ad):
+            fwd.backend.free(b)
+
+
 @pytest.mark.parametrize("ggml_type", TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("K,T", [(256, 9), (2560, 100), (1536, 128)])
 def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
@@ -258,28 +280,12 @@ def test_batched_decode_glu_matches_float64(fwd, T, kernel, monkeypatch):
         pytest.skip("halo_glu_bq_t16 takes 9..16 tokens")
     monkeypatch.setattr(fwd_mod, "BQ_BATCH", kernel == "bq")
     monkeypatch.setattr(fwd_mod, "TN_MIN_T", 99)
-    rng = np.random.default_rng(T)
-    n_ff, K = (96, 512) if kernel == "kq" else (88, 1024)
-    raw_g, raw_u, X, G, U = glu_inputs(rng, GGMLType.Q4_K, GGMLType.Q6_K, n_ff, K, T)
-    g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
-    want = g / (1 + np.exp(-g)) * u
-    ax = np.abs(X).astype(np.float64)
-    scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
-    monkeypatch.setattr(fwd, "config", dataclasses.replace(fwd.config, n_ff=n_ff, n_embd=K, activation="silu"))
     monkeypatch.setattr(fwd_mod, "KQ_BATCH", True)
     monkeypatch.setattr(fwd_mod, "MV_MAX_T", 0)                # else steps of up to 8 tokens take mv_tN
-    gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
-    ad = fwd.backend.alloc((T, n_ff), np.float32)
-    launched = record_launches(fwd, monkeypatch)
-    try:
-        fwd.backend.memset_async(ad, 0xFF, fwd.stream)
-        fwd._glu(DeviceMatrix(gd, int(GGMLType.Q4_K), n_ff, K), DeviceMatrix(ud, int(GGMLType.Q6_K), n_ff, K), xd, T, ad)
-        got = download(fwd, ad, (T, n_ff))
-        assert launched[0].startswith(f"halo_glu_{kernel}_t")
-        assert float(np.max(np.abs(got - want) / scale)) < 4 * BOUND
-    finally:
-        for b in (gd, ud, xd, ad):
-            fwd.backend.free(b)
+    n_ff, K = (96, 512) if kernel == "kq" else (88, 1024)
+    launched, rel = glu_case(fwd, monkeypatch, np.random.default_rng(T), GGMLType.Q4_K, GGMLType.Q6_K, n_ff, K, T)
+    assert launched[0].startswith(f"halo_glu_{kernel}_t")
+    assert rel < 4 * BOUND
 
 
 @pytest.mark.parametrize("ggml_type", [GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
@@ -319,27 +325,10 @@ def test_decode_matvec_mv_matches_float64(fwd, ggml_type, T, K, monkeypatch):
 @pytest.mark.parametrize("T,K,types", [(1, 2560, ("Q4_K", "Q4_K")), (1, 9728, ("Q4_K", "Q6_K")),
                                        (1, 4096, ("Q6_K", "Q4_K")), (1, 8192, ("Q6_K", "Q6_K"))])
 def test_decode_glu_mv_matches_float64(fwd, T, K, types, monkeypatch):
-    rng = np.random.default_rng(T + K)
-    n_ff = 76
-    tg, tu = (GGMLType[t] for t in types)
-    raw_g, raw_u, X, G, U = glu_inputs(rng, tg, tu, n_ff, K, T)
-    g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
-    want = g / (1 + np.exp(-g)) * u
-    ax = np.abs(X).astype(np.float64)
-    scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
-    monkeypatch.setattr(fwd, "config", dataclasses.replace(fwd.config, n_ff=n_ff, n_embd=K, activation="silu"))
-    gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
-    ad = fwd.backend.alloc((T, n_ff), np.float32)
-    launched = record_launches(fwd, monkeypatch)
-    try:
-        fwd.backend.memset_async(ad, 0xFF, fwd.stream)
-        fwd._glu(DeviceMatrix(gd, int(tg), n_ff, K), DeviceMatrix(ud, int(tu), n_ff, K), xd, T, ad)
-        got = download(fwd, ad, (T, n_ff))
-        assert launched == [f"halo_glu_mv_t{next(n for n in fwd_mod.MV_TOKENS if n >= T)}"]
-        assert float(np.max(np.abs(got - want) / scale)) < 4 * BOUND
-    finally:
-        for b in (gd, ud, xd, ad):
-            fwd.backend.free(b)
+    launched, rel = glu_case(fwd, monkeypatch, np.random.default_rng(T + K), GGMLType[types[0]], GGMLType[types[1]],
+                             76, K, T)
+    assert launched == [f"halo_glu_mv_t{next(n for n in fwd_mod.MV_TOKENS if n >= T)}"]
+    assert rel < 4 * BOUND
 
 
 def tn_only(fwd):
@@ -392,24 +381,7 @@ def test_batched_decode_glu_tn_matches_float64(fwd, T, K, types, monkeypatch):
     """halo_glu_tn_t{8,16}: gate and up of the same or mixed types, K split (two planes of partial sums, then the
     activation), float32 accuracy."""
     tn_only(fwd)
-    rng = np.random.default_rng(T + 3 * K)
-    n_ff = 80
-    tg, tu = (GGMLType[t] for t in types)
-    raw_g, raw_u, X, G, U = glu_inputs(rng, tg, tu, n_ff, K, T)
-    g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
-    want = g / (1 + np.exp(-g)) * u
-    ax = np.abs(X).astype(np.float64)
-    scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
-    monkeypatch.setattr(fwd, "config", dataclasses.replace(fwd.config, n_ff=n_ff, n_embd=K, activation="silu"))
-    gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
-    ad = fwd.backend.alloc((T, n_ff), np.float32)
-    launched = record_launches(fwd, monkeypatch)
-    try:
-        fwd.backend.memset_async(ad, 0xFF, fwd.stream)
-        fwd._glu(DeviceMatrix(gd, int(tg), n_ff, K), DeviceMatrix(ud, int(tu), n_ff, K), xd, T, ad)
-        got = download(fwd, ad, (T, n_ff))
-        assert launched == [f"halo_glu_tn_t{8 if T <= 8 else 16}", "halo_splitk_sum"]
-        assert float(np.max(np.abs(got - want) / scale)) < 4 * BOUND
-    finally:
-        for b in (gd, ud, xd, ad):
-            fwd.backend.free(b)
+    launched, rel = glu_case(fwd, monkeypatch, np.random.default_rng(T + 3 * K), GGMLType[types[0]],
+                             GGMLType[types[1]], 80, K, T)
+    assert launched == [f"halo_glu_tn_t{8 if T <= 8 else 16}", "halo_splitk_sum"]
+    assert rel < 4 * BOUND

@@ -1381,6 +1381,23 @@ HALO_KERNEL void halo_glu_wm(const unsigned char* wg, i32 tg, const unsigned cha
 #define TC_LD (TC_BK + 4)          // row stride in words: the fragment loads of a warp hit 32 distinct banks
 
 #if HALO_TC  // (HALO_TC, tf32_split and mma_tf32: prelude.h)
+// The split-K contract's output of one (token, row) for every tensor-core kernel (tc, tcp, tck, tn): the whole sum
+// to Y (+ bias) when the grid has one K slice, else this block's slice to P[z][t][row]
+__device__ __forceinline__ void tc_out(float* Y, i32 ldy, const float* bias, float* P, int rows_all, int T, int tok,
+                                       int row, float v) {
+    if (gridDim.z == 1) Y[(size_t)tok * ldy + row] = v + (bias ? bias[row] : 0.0f);
+    else P[((size_t)blockIdx.z * T + tok) * rows_all + row] = v;
+}
+
+// ... and of a GLU: A = act(gate) * up, else both sums to P's planes [z][gate | up][t][row]
+__device__ __forceinline__ void tc_glu_out(float* A, int n_ff, int act, float* P, int T, int tok, int row, float g,
+                                           float u) {
+    if (gridDim.z == 1) A[(size_t)tok * n_ff + row] = act_fn(g, act) * u;
+    else {
+        P[((size_t)(2 * blockIdx.z) * T + tok) * n_ff + row] = g;
+        P[((size_t)(2 * blockIdx.z + 1) * T + tok) * n_ff + row] = u;
+    }
+}
 __device__ __forceinline__ void st_split8(const float* v, u32* head, u32* tail) {
     u32 h[8], l[8];
     #pragma unroll
@@ -1505,8 +1522,7 @@ HALO_KERNEL void halo_matmul_tc(const unsigned char* w0, i32 t0_, i32 n0, i32 rb
         for (int e = 0; e < 4; e++) {
             int row = row0 + tc_row(e), tok = tok0 + tc_tok(n0w, j, e);
             if (tok >= T) continue;
-            if (gridDim.z == 1) Y[(size_t)tok * ldy + row] = acc[0][j][e] + (bias ? bias[row] : 0.0f);
-            else P[((size_t)z * T + tok) * rows_all + row] = acc[0][j][e];
+            tc_out(Y, ldy, bias, P, rows_all, T, tok, row, acc[0][j][e]);
         }
 #endif
 }
@@ -1545,11 +1561,7 @@ HALO_KERNEL __launch_bounds__(256, 3) void halo_glu_tc(const unsigned char* wg, 
         for (int e = 0; e < 4; e++) {
             int row = row0 + tc_row(e), tok = tok0 + tc_tok(n0w, j, e);
             if (tok >= T) continue;
-            if (gridDim.z == 1) A[(size_t)tok * n_ff + row] = act_fn(acc[0][j][e], act) * acc[1][j][e];
-            else {
-                P[((size_t)(2 * z) * T + tok) * n_ff + row] = acc[0][j][e];
-                P[((size_t)(2 * z + 1) * T + tok) * n_ff + row] = acc[1][j][e];
-            }
+            tc_glu_out(A, n_ff, act, P, T, tok, row, acc[0][j][e], acc[1][j][e]);
         }
 #endif
 }
@@ -1801,8 +1813,7 @@ HALO_KERNEL __launch_bounds__(128) void halo_matmul_tcp(const unsigned char* w0,
             for (int e = 0; e < 4; e++) {
                 int row = row0 + tp_row(mr0 + 16 * m, e), tok = tok0 + tp_tok(nw, j, e);
                 if (tok >= T) continue;
-                if (gridDim.z == 1) Y[(size_t)tok * ldy + row] = acc[m][j][e] + (bias ? bias[row] : 0.0f);
-                else P[((size_t)z * T + tok) * rows_all + row] = acc[m][j][e];
+                tc_out(Y, ldy, bias, P, rows_all, T, tok, row, acc[m][j][e]);
             }
 #endif
 }
@@ -1836,11 +1847,7 @@ HALO_KERNEL __launch_bounds__(128) void halo_glu_tcp(const unsigned char* wg, i3
         for (int e = 0; e < 4; e++) {
             int row = row0 + tp_row(mr0, e), tok = tok0 + tp_tok(nw, j, e);
             if (tok >= T) continue;
-            if (gridDim.z == 1) A[(size_t)tok * n_ff + row] = act_fn(acc[0][j][e], act) * acc[1][j][e];
-            else {
-                P[((size_t)(2 * z) * T + tok) * n_ff + row] = acc[0][j][e];
-                P[((size_t)(2 * z + 1) * T + tok) * n_ff + row] = acc[1][j][e];
-            }
+            tc_glu_out(A, n_ff, act, P, T, tok, row, acc[0][j][e], acc[1][j][e]);
         }
 #endif
 }
@@ -2051,8 +2058,7 @@ __device__ __forceinline__ void tk_matmul(const unsigned char* w0, i32 t0_, i32 
             for (int e = 0; e < 4; e++) {
                 int row = row0 + tp_row(mr0 + 16 * m, e), tok = tok0 + tp_tok(nw, j, e);
                 if (tok >= T) continue;
-                if (gridDim.z == 1) Y[(size_t)tok * ldy + row] = acc[m][j][e] + (bias ? bias[row] : 0.0f);
-                else P[((size_t)z * T + tok) * rows_all + row] = acc[m][j][e];
+                tc_out(Y, ldy, bias, P, rows_all, T, tok, row, acc[m][j][e]);
             }
 }
 
@@ -2073,11 +2079,7 @@ __device__ __forceinline__ void tk_glu(const unsigned char* wg, i32 tg, const un
         for (int e = 0; e < 4; e++) {
             int row = row0 + tp_row(mr0, e), tok = tok0 + tp_tok(nw, j, e);
             if (tok >= T) continue;
-            if (gridDim.z == 1) A[(size_t)tok * n_ff + row] = act_fn(acc[0][j][e], act) * acc[1][j][e];
-            else {
-                P[((size_t)(2 * z) * T + tok) * n_ff + row] = acc[0][j][e];
-                P[((size_t)(2 * z + 1) * T + tok) * n_ff + row] = acc[1][j][e];
-            }
+            tc_glu_out(A, n_ff, act, P, T, tok, row, acc[0][j][e], acc[1][j][e]);
         }
 }
 #define TK_BODY(call) call
@@ -2360,7 +2362,7 @@ template <int NJ>
 __device__ void matmul_tn(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
                           i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
                           const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 ksb, float* P) {
-    int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3, z = blockIdx.z;
+    int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, z = blockIdx.z;
     int tok0 = blockIdx.y * 8 * NJ, row0 = (blockIdx.x * TN_WARPS + warp) * TN_ROWS, rows_all = n0 + n1 + n2;
     bool busy = row0 < rows_all;
     int rr = busy ? row0 : 0;
@@ -2384,10 +2386,9 @@ __device__ void matmul_tn(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, con
     for (int j = 0; j < NJ; j++)
         #pragma unroll
         for (int e = 0; e < 4; e++) {
-            int row = row0 + g + 8 * (e >> 1), tok = tok0 + 8 * j + 2 * q + (e & 1);
+            int row = row0 + tp_row(0, e), tok = tok0 + tp_tok(0, j, e);
             if (tok >= T) continue;
-            if (gridDim.z == 1) Y[(size_t)tok * ldy + row] = acc[j][e] + (bias ? bias[row] : 0.0f);
-            else P[((size_t)z * T + tok) * rows_all + row] = acc[j][e];
+            tc_out(Y, ldy, bias, P, rows_all, T, tok, row, acc[j][e]);
         }
 }
 
@@ -2395,7 +2396,7 @@ __device__ void matmul_tn(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, con
 template <int NJ>
 __device__ void glu_tn(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
                        i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 ksb, float* P) {
-    int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3, z = blockIdx.z;
+    int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, z = blockIdx.z;
     int tok0 = blockIdx.y * 8 * NJ, row0 = (blockIdx.x * TN_WARPS + warp) * TN_ROWS;
     bool busy = row0 < n_ff;
     int rr = busy ? row0 : 0;
@@ -2421,13 +2422,9 @@ __device__ void glu_tn(const unsigned char* wg, i32 tg, const unsigned char* wu,
     for (int j = 0; j < NJ; j++)
         #pragma unroll
         for (int e = 0; e < 4; e++) {
-            int row = row0 + g + 8 * (e >> 1), tok = tok0 + 8 * j + 2 * q + (e & 1);
+            int row = row0 + tp_row(0, e), tok = tok0 + tp_tok(0, j, e);
             if (tok >= T) continue;
-            if (gridDim.z == 1) A[(size_t)tok * n_ff + row] = act_fn(acc[0][j][e], act) * acc[1][j][e];
-            else {
-                P[((size_t)(2 * z) * T + tok) * n_ff + row] = acc[0][j][e];
-                P[((size_t)(2 * z + 1) * T + tok) * n_ff + row] = acc[1][j][e];
-            }
+            tc_glu_out(A, n_ff, act, P, T, tok, row, acc[0][j][e], acc[1][j][e]);
         }
 }
 #define TN_BODY(call) call
