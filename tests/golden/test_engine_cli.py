@@ -79,12 +79,13 @@ def test_chat_ctrl_c_stops_a_reply_and_the_repl_continues(smollm2_path):
     import threading
     import time
 
-    # 4000 tokens: the reply must still be streaming when the signal lands. At 400 (~9 s of story on an idle
-    # 2-core machine) a loaded CI machine once read the first 20 characters only after the reply had ended, and the
-    # signal hit the next prompt instead (exit 0, no "[stopped]").
-    proc = subprocess.Popen([sys.executable, "-m", "engine", "chat", str(smollm2_path), "--max-tokens", "4000",
+    # The child gets SIGINT's default disposition back: a test run started in the background (a CI job under
+    # `cmd &`) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler, so the signal
+    # would do nothing (the reply ran to its end and the test failed, through no fault of the chat loop).
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "chat", str(smollm2_path), "--max-tokens", "400",
                              "--seed", "1"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     out: list[str] = []
     reader = threading.Thread(target=lambda: out.extend(iter(lambda: proc.stdout.read(1), "")), daemon=True)
     reader.start()
