@@ -61,6 +61,18 @@ def test_loading_the_starter_adds_about_its_file_size_not_its_float32_size(smoll
         assert file_mib * 0.5 < resident_added < 2.0 * file_mib + r["kv"]
 
 
+# A child's check that a small Q8_0 product through QuantMatrix is right (`want` vs `out`), in place of the line
+# Q8_0_PRODUCT in the child scripts below
+_Q8_0_PRODUCT = """
+raw = np.zeros((3, 34), np.uint8)
+raw[:, 1], raw[:, 2:] = 0x3C, np.arange(32, dtype=np.uint8)
+m = QuantMatrix(raw, GGMLType.Q8_0, 3, 32)
+x = np.linspace(-1, 1, 32, dtype=np.float32)
+out = np.empty(3, np.float32)
+m.matvec(x, out)
+want = dequantize(raw, GGMLType.Q8_0, 96).reshape(3, 32) @ x
+"""
+
 _LLVM_CHILD = """
 import json
 import numpy as np
@@ -89,16 +101,11 @@ touched = llvm_pages_mb()[0]
 describe_kernels()                    # the kernels' first use: the smoke test, then the pages go back
 after_first_use = llvm_pages_mb()[1]
 advised = release_compiler_pages()
-raw = np.zeros((3, 34), np.uint8)     # a Q8_0 product still runs right without the pages
-raw[:, 1], raw[:, 2:] = 0x3C, np.arange(32, dtype=np.uint8)
-m = QuantMatrix(raw, GGMLType.Q8_0, 3, 32)
-x = np.linspace(-1, 1, 32, dtype=np.float32)
-out = np.empty(3, np.float32)
-m.matvec(x, out)
-want = dequantize(raw, GGMLType.Q8_0, 96).reshape(3, 32) @ x
+# a Q8_0 product still runs right without the pages
+Q8_0_PRODUCT
 print(json.dumps({"touched": touched, "after_first_use": after_first_use, "advised": advised,
                   "product_error": float(np.abs(out - want).max())}))
-"""
+""".replace("Q8_0_PRODUCT\n", _Q8_0_PRODUCT.lstrip("\n"), 1)
 
 
 @pytest.mark.skipif(kernel_path() != "numba" or not sys.platform.startswith("linux"),
@@ -126,17 +133,11 @@ from engine.gguf.types import GGMLType
 from engine.model.quant_matrix import QuantMatrix, describe_kernels, prepare_kernels
 describe_kernels()
 prepare_kernels({GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K})
-raw = np.zeros((3, 34), np.uint8)     # a Q8_0 product runs right
-raw[:, 1], raw[:, 2:] = 0x3C, np.arange(32, dtype=np.uint8)
-m = QuantMatrix(raw, GGMLType.Q8_0, 3, 32)
-x = np.linspace(-1, 1, 32, dtype=np.float32)
-out = np.empty(3, np.float32)
-m.matvec(x, out)
-want = dequantize(raw, GGMLType.Q8_0, 96).reshape(3, 32) @ x
+Q8_0_PRODUCT
 print(json.dumps({"registry": sorted(n for n in ("numba.np.linalg", "numba.experimental.jitclass.base",
                                                  "numba.typed.typeddict") if n in sys.modules),
                   "product_error": float(np.abs(out - want).max())}))
-"""
+""".replace("Q8_0_PRODUCT\n", _Q8_0_PRODUCT.lstrip("\n"), 1)
 
 
 @pytest.mark.skipif(kernel_path() != "numba", reason="numba is not installed here")
