@@ -2138,7 +2138,7 @@ __device__ __forceinline__ u32 tn_code(u32 w, int i, float off) {
     return __float_as_uint(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | (u32)i)) - (8388608.0f + off));
 }
 
-// 4 bytes at a 2-byte aligned address (two aligned words, funnel-shifted; never reads past p + 6)
+// 4 bytes at a 2-byte aligned address (the two aligned words from p & ~3, funnel-shifted: reads up to p + 7)
 __device__ __forceinline__ u32 tn_ld4(const unsigned char* p) {
     const u32* a = (const u32*)((size_t)p & ~(size_t)3);
     return __funnelshift_r(__ldg(a), __ldg(a + 1), (u32)((size_t)p & 3) * 8u);
@@ -2252,20 +2252,18 @@ __device__ __forceinline__ void tn_b(const u32* Xh, const u32* Xl, int e0, u32 (
         }
 }
 
-// acc[s] += NS row sets' raw super-blocks (raw[s][0 / 1]: rows g / g + 8) times the staged activations
-template <int NS, int NJ>
-__device__ __forceinline__ void tn_smma(int type, const u32 (*raw)[2][TN_RAW], const u32* Xh, const u32* Xl,
-                                       const float* Sx, float (*const *acc)[4]) {
+// acc += the raw super-block of this lane's rows (raw[0 / 1]: rows g / g + 8) times the staged activations
+template <int NJ>
+__device__ __forceinline__ void tn_smma(int type, const u32 (*raw)[TN_RAW], const u32* Xh, const u32* Xl,
+                                       const float* Sx, float (*acc)[4]) {
     int q = threadIdx.x & 3;
     if (type == T_Q4_K) {
-        float d[NS][2], dmin[NS][2];
+        float d[2], dmin[2];
         #pragma unroll
-        for (int s = 0; s < NS; s++)
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                d[s][r] = h2f(raw[s][r][0] & 0xffffu);
-                dmin[s][r] = h2f(raw[s][r][0] >> 16);
-            }
+        for (int r = 0; r < 2; r++) {
+            d[r] = h2f(raw[r][0] & 0xffffu);
+            dmin[r] = h2f(raw[r][0] >> 16);
+        }
         #pragma unroll
         for (int c = 0; c < 4; c++)
             #pragma unroll
@@ -2279,28 +2277,21 @@ __device__ __forceinline__ void tn_smma(int type, const u32 (*raw)[2][TN_RAW], c
                     c0[j] = Sx[(8 * j + 2 * q) * 8 + j8];
                     c1[j] = Sx[(8 * j + 2 * q + 1) * 8 + j8];
                 }
+                u32 w[2][2];
+                float sc[2], mn[2];
                 #pragma unroll
-                for (int s = 0; s < NS; s++) {
-                    u32 w[2][2];
-                    float sc[2], mn[2];
-                    #pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        w[r][0] = (raw[s][r][4 + 2 * c] >> (4 * hh)) & 0x0f0f0f0fu;
-                        w[r][1] = (raw[s][r][5 + 2 * c] >> (4 * hh)) & 0x0f0f0f0fu;
-                        float S, M;
-                        scale_min_k4_reg(j8, raw[s][r][1], raw[s][r][2], raw[s][r][3], &S, &M);
-                        sc[r] = d[s][r] * S;
-                        mn[r] = dmin[s][r] * M;
-                    }
-                    tn_mma<NJ, 8>(w, 0.0f, bh, bl, sc, mn, c0, c1, acc[s]);
+                for (int r = 0; r < 2; r++) {
+                    w[r][0] = (raw[r][4 + 2 * c] >> (4 * hh)) & 0x0f0f0f0fu;
+                    w[r][1] = (raw[r][5 + 2 * c] >> (4 * hh)) & 0x0f0f0f0fu;
+                    float S, M;
+                    scale_min_k4_reg(j8, raw[r][1], raw[r][2], raw[r][3], &S, &M);
+                    sc[r] = d[r] * S;
+                    mn[r] = dmin[r] * M;
                 }
+                tn_mma<NJ, 8>(w, 0.0f, bh, bl, sc, mn, c0, c1, acc);
             }
     } else {
-        float d[NS][2];
-        #pragma unroll
-        for (int s = 0; s < NS; s++)
-            #pragma unroll
-            for (int r = 0; r < 2; r++) d[s][r] = h2f(raw[s][r][16]);
+        float d[2] = {h2f(raw[0][16]), h2f(raw[1][16])};
         #pragma unroll
         for (int h = 0; h < 2; h++)
             #pragma unroll
@@ -2309,44 +2300,39 @@ __device__ __forceinline__ void tn_smma(int type, const u32 (*raw)[2][TN_RAW], c
                 for (int i = 0; i < 2; i++) {
                     u32 bh[NJ][4], bl[NJ][4];
                     tn_b<NJ, 4>(Xh, Xl, 128 * h + 32 * kk + 16 * i + 4 * q, bh, bl);
-                    int si = 2 * kk + i;
+                    int si = 2 * kk + i;             // the scale's byte in this half's 8
+                    u32 w[2][1];
+                    float sc[2];
                     #pragma unroll
-                    for (int s = 0; s < NS; s++) {
-                        u32 w[2][1];
-                        float sc[2];
-                        #pragma unroll
-                        for (int r = 0; r < 2; r++) {
-                            const u32* rw = raw[s][r];
-                            w[r][0] = ((rw[4 * h + 2 * i + (kk & 1)] >> (4 * (kk >> 1))) & 0x0f0f0f0fu) |
-                                      (((rw[8 + 2 * h + i] >> (2 * kk)) & 0x03030303u) << 4);
-                            sc[r] = d[s][r] * (float)(signed char)((rw[12 + 2 * h + (si >> 2)] >> (8 * (si & 3))) & 255u);
-                        }
-                        tn_mma<NJ, 4>(w, 32.0f, bh, bl, sc, nullptr, nullptr, nullptr, acc[s]);
+                    for (int r = 0; r < 2; r++) {
+                        const u32* rw = raw[r];
+                        w[r][0] = ((rw[4 * h + 2 * i + (kk & 1)] >> (4 * (kk >> 1))) & 0x0f0f0f0fu) |
+                                  (((rw[8 + 2 * h + i] >> (2 * kk)) & 0x03030303u) << 4);
+                        sc[r] = d[r] * (float)(signed char)((rw[12 + 2 * h + (si >> 2)] >> (8 * (si & 3))) & 255u);
                     }
+                    tn_mma<NJ, 4>(w, 32.0f, bh, bl, sc, nullptr, nullptr, nullptr, acc);
                 }
     }
 }
 
-// The k loop shared by matmul and GLU: NS row sets of one type (rp[s][0 / 1]: this lane's rows g / g + 8; busy:
-// this warp has rows), x the row of this thread's staging token; super-blocks [sb0, sb1); the staging buffers
-// Xh, Xl ([8 NJ][TN_LDX] words) and Sx ([8 NJ][8] floats) in shared memory
-template <int NS, int NJ>
-__device__ __forceinline__ void tn_loop(int type, const unsigned char* const (*rp)[2], bool busy, const float* x,
-                                        int sb0, int sb1, u32* Xh, u32* Xl, float* Sx, float (*const *acc)[4]) {
+// The k loop shared by matmul and GLU (gate, then up): rows of one type (rp[0 / 1]: this lane's rows g / g + 8;
+// busy: this warp has rows), x the row of this thread's staging token; super-blocks [sb0, sb1); the staging
+// buffers Xh, Xl ([8 NJ][TN_LDX] words) and Sx ([8 NJ][8] floats) in shared memory
+template <int NJ>
+__device__ __forceinline__ void tn_loop(int type, const unsigned char* const* rp, bool busy, const float* x,
+                                        int sb0, int sb1, u32* Xh, u32* Xl, float* Sx, float (*acc)[4]) {
     static_assert(TN_V(NJ) % 4 == 0 && TN_V(NJ) <= 32, "TN_V: whole float4s, at most one sub-block per thread");
     float4 v[TN_V(NJ) / 4];
-    u32 raw[NS][2][TN_RAW];
+    u32 raw[2][TN_RAW];
     if (sb0 < sb1) tn_load_x<TN_V(NJ)>(x, sb0, v);
     for (int sb = sb0; sb < sb1; sb++) {
         if (busy)
             #pragma unroll
-            for (int s = 0; s < NS; s++)
-                #pragma unroll
-                for (int r = 0; r < 2; r++) tn_fetch(type, rp[s][r], sb, raw[s][r]);
+            for (int r = 0; r < 2; r++) tn_fetch(type, rp[r], sb, raw[r]);
         tn_store_x<TN_V(NJ)>(v, Xh, Xl, Sx);
         __syncthreads();
         if (sb + 1 < sb1) tn_load_x<TN_V(NJ)>(x, sb + 1, v);
-        if (busy) tn_smma<NS, NJ>(type, raw, Xh, Xl, Sx, acc);
+        if (busy) tn_smma<NJ>(type, raw, Xh, Xl, Sx, acc);
         __syncthreads();                                // every warp is done with this stage
     }
 }
@@ -2370,17 +2356,16 @@ __device__ void matmul_tn(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, con
     if (rr < n0) { base = w0; type = t0_; rb = rb0; local = rr; }
     else if (rr < n0 + n1) { base = w1; type = t1_; rb = rb1; local = rr - n0; }
     else { base = w2; type = t2_; rb = rb2; local = rr - n0 - n1; }
-    const unsigned char* rp[1][2] = {{base + (size_t)(local + g) * rb, base + (size_t)(local + g + 8) * rb}};
+    const unsigned char* rp[2] = {base + (size_t)(local + g) * rb, base + (size_t)(local + g + 8) * rb};
     float acc[NJ][4];
     #pragma unroll
     for (int j = 0; j < NJ; j++)
         #pragma unroll
         for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;
-    float (*const accs[1])[4] = {acc};
     __shared__ __align__(16) u32 Xh[8 * NJ * TN_LDX], Xl[8 * NJ * TN_LDX];
     __shared__ float Sx[8 * NJ * 8];
     int nsb = K >> 8, sb0 = min(z * ksb, nsb), sb1 = min(sb0 + ksb, nsb);
-    tn_loop<1, NJ>(type, rp, busy, tn_x_row<NJ>(X, xrow, K, tok0, T), sb0, sb1, Xh, Xl, Sx, accs);
+    tn_loop<NJ>(type, rp, busy, tn_x_row<NJ>(X, xrow, K, tok0, T), sb0, sb1, Xh, Xl, Sx, acc);
     if (!busy) return;
     #pragma unroll
     for (int j = 0; j < NJ; j++)
@@ -2409,14 +2394,13 @@ __device__ void glu_tn(const unsigned char* wg, i32 tg, const unsigned char* wu,
         for (int j = 0; j < NJ; j++)
             #pragma unroll
             for (int e = 0; e < 4; e++) acc[s][j][e] = 0.0f;
-    float (*const accs[2])[4] = {acc[0], acc[1]};
     int nsb = K >> 8, sb0 = min(z * ksb, nsb), sb1 = min(sb0 + ksb, nsb);
     const float* x = tn_x_row<NJ>(X, 0, K, tok0, T);
     __shared__ __align__(16) u32 Xh[8 * NJ * TN_LDX], Xl[8 * NJ * TN_LDX];
     __shared__ float Sx[8 * NJ * 8];
     // gate, then up (one pass over both would hold two row sets' raw words: 255 registers and spills at 16 tokens)
-    tn_loop<1, NJ>(tg, rp, busy, x, sb0, sb1, Xh, Xl, Sx, accs);
-    tn_loop<1, NJ>(tu, rp + 1, busy, x, sb0, sb1, Xh, Xl, Sx, accs + 1);
+    tn_loop<NJ>(tg, rp[0], busy, x, sb0, sb1, Xh, Xl, Sx, acc[0]);
+    tn_loop<NJ>(tu, rp[1], busy, x, sb0, sb1, Xh, Xl, Sx, acc[1]);
     if (!busy) return;
     #pragma unroll
     for (int j = 0; j < NJ; j++)
