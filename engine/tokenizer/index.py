@@ -20,10 +20,6 @@ from engine.gguf.strings import StringArray
 _EMPTY = -1
 
 
-def _tag(h: int) -> int:
-    return (h >> 32) & 0xFFFFFFFF
-
-
 class TokenIndex(Mapping):
     """A read-only Mapping[str, int]; `get` is the hot path (the SentencePiece encoder calls it per merge)."""
 
@@ -43,7 +39,7 @@ class TokenIndex(Mapping):
             slots[pos[free]] = ids[free]       # where several claim one free slot, one of them gets it
             placed = free & (slots[pos] == ids)
             ids, pos = ids[~placed], (pos[~placed] + 1) & self._mask
-        tags = (hashes >> 32).astype(np.uint32)             # the same bits as _tag(hash)
+        tags = (hashes >> 32).astype(np.uint32)             # each token's tag: its hash's high 32 bits
         slots.flags.writeable = tags.flags.writeable = False
         self._slots, self._tags = memoryview(slots), memoryview(tags)   # indexing gives Python ints
         self._arrays = (slots, tags)
@@ -56,7 +52,7 @@ class TokenIndex(Mapping):
 
     def get(self, text: str, default=None):
         h = hash(text)
-        tag = (h >> 32) & 0xFFFFFFFF                 # _tag(h), inline: this is called per candidate merge
+        tag = (h >> 32) & 0xFFFFFFFF                 # the tags' bits (__init__): the hash's high 32 bits
         slots, tags, at = self._slots, self._tags, self._at
         mask = self._mask
         i = h & mask
