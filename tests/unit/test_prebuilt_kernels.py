@@ -142,6 +142,12 @@ def test_engine_launch_arguments_match_every_objects_metadata(manifest, infos, m
         bq, kq = quant["halo_matmul_bq_t16"].args, quant["halo_matmul_kq_t1"].args
         assert bq[:len(kq)] == kq and [(a.size, a.value_kind) for a in bq[len(kq):]] == [
             (4, "by_value"), (8, "global_buffer")]
+        # tn_t8 / tn_t16 (CUDA only, empty here) take the same tuple plus their K slice and partial sums, GLU too
+        for n in (8, 16):
+            assert quant[f"halo_matmul_tn_t{n}"].args == bq
+            glu, glu_kq = quant[f"halo_glu_tn_t{n}"].args, quant["halo_glu_kq_t1"].args
+            assert glu[:len(glu_kq)] == glu_kq and [(a.size, a.value_kind) for a in glu[len(glu_kq):]] == [
+                (4, "by_value"), (8, "global_buffer")]
 
 
 def test_the_comparison_catches_a_changed_signature(manifest, infos):
