@@ -30,7 +30,7 @@ from engine.gpu.hybrid import (
 from engine.gpu.moe import MoeScratch, enqueue_moe_ffn
 from engine.gpu.stepmeta import MetaLayout, SamplingRow
 from engine.gpu.weights import ADD_NORM_MAX_THREADS, DeviceMatrix, DeviceWeights
-from engine.model.arch import rope_attention_factor
+from engine.model.arch import DEFAULT_KV_CACHE_TYPE, KV_CACHE_TYPES, kv_cache_type, rope_attention_factor
 from engine.model.config import ModelConfig
 from engine.model.step import StepInput
 
@@ -102,7 +102,8 @@ ATTN_WARPS = 8
 # from its own depth (read on the device, so a captured graph replays at any depth; chunks past the last key
 # exit at once).
 SKV_MAX_T, SKV_WARPS, SKV_MAX_GROUP, SKV_MAX_D = 16, 4, 8, 256
-SKV_NARROW_D = 128                         # halo_attention_split up to this head size, _d256 above
+SKV_NARROW_D = 128                         # halo_attention_split_d128_* up to this head size, _d256_* above
+SKV_GROUPS = (2, 4, 8)                     # builds per GQA group size (rounded up): q and acc registers scale with it
 SKV_CHUNKS = 64                            # ... for one token; skv_chunks: fewer per token as tokens add blocks
 SKV_MIN_CHUNKS = 4
 SKV_MERGE_THREADS = 128                    # halo_attention_merge: a thread per chunk
@@ -197,8 +198,20 @@ def k_slices(base_blocks: int, super_blocks: int, plane: int, capacity: int, tar
 
 def split_kv_usable(config: ModelConfig) -> bool:
     c = config
-    return (c.head_dim <= SKV_MAX_D and c.n_head_kv > 0 and c.n_head % c.n_head_kv == 0
+    return (c.head_dim <= SKV_MAX_D and c.head_dim % 4 == 0 and c.n_head_kv > 0 and c.n_head % c.n_head_kv == 0
             and c.n_head // c.n_head_kv <= SKV_MAX_GROUP)
+
+
+def kv_suffix(f16: bool) -> str:
+    """Kernel-name suffix of the halo_layer.cu builds that read or write an f16 KV cache."""
+    return "_f16" if f16 else ""
+
+
+def split_kernel_name(head_dim: int, group: int, f16: bool) -> str:
+    """The halo_attention_split build for heads of `head_dim` in GQA groups of `group` (split_kv_usable)."""
+    width = SKV_NARROW_D if head_dim <= SKV_NARROW_D else SKV_MAX_D
+    g = next(n for n in SKV_GROUPS if n >= group)
+    return f"halo_attention_split_d{width}{kv_suffix(f16)}_g{g}"
 
 
 def flash_usable(config: ModelConfig) -> bool:
@@ -249,17 +262,20 @@ def split_kv_floats(config: ModelConfig, max_tokens: int) -> int:
 
 
 class GpuKVCache:
-    """Per attention layer K and V, [num_blocks, block_size, n_kv, head_dim] float32, in one allocation (None
-    for linear-attention layers, whose recurrent state of `state_slots` sequences is `recurrent`), plus the
-    step metadata buffers sized by this cache (block-table width = num_blocks)."""
+    """Per attention layer K and V, [num_blocks, block_size, n_kv, head_dim] of `kv_type` (float32 or f16:
+    engine.model.arch.KV_CACHE_TYPES), in one allocation (None for linear-attention layers, whose recurrent
+    state of `state_slots` sequences is `recurrent`), plus the step metadata buffers sized by this cache
+    (block-table width = num_blocks)."""
 
     def __init__(self, backend: Backend, config: ModelConfig, num_blocks: int, block_size: int,
-                 max_tokens: int, max_seqs: int, stream, state_slots: int = 0):
+                 max_tokens: int, max_seqs: int, stream, state_slots: int = 0, kv_type: str = DEFAULT_KV_CACHE_TYPE):
         self.backend, self.num_blocks, self.block_size = backend, num_blocks, block_size
+        self.kv_type = kv_cache_type(kv_type, "gpu")
+        self.f16 = self.kv_type == "f16"
         per = num_blocks * block_size * config.kv_dim
         attn = [i for i, kind in enumerate(config.layer_kinds) if kind == "attention"]
-        self.nbytes = 2 * len(attn) * per * 4
-        self.storage = backend.alloc(max(1, 2 * len(attn) * per), np.float32)
+        self.nbytes = 2 * len(attn) * per * KV_CACHE_TYPES[self.kv_type]
+        self.storage = backend.alloc(max(1, 2 * len(attn) * per), np.float16 if self.f16 else np.float32)
         backend.memset_async(self.storage, 0, stream)
         self.k: list[DeviceBuffer | None] = [None] * config.n_layers
         self.v: list[DeviceBuffer | None] = [None] * config.n_layers
@@ -384,12 +400,15 @@ class GpuForward:
             self.kern("halo_quant.cu", "halo_glu_" + suffix)
         for name in ("halo_embed_norm", "halo_splitk_sum"):
             self.kern("halo_quant.cu", name)
-        for name in ("halo_rope_kv", "halo_attention", "halo_attention_split", "halo_attention_split_d256",
-                     "halo_attention_merge",
-                     "halo_add_norm"):
+        c = self.config
+        for f16 in (False, True):                  # either cache type may be asked for (new_kv_cache)
+            layer = ("halo_rope_kv", "halo_attention") + (("halo_attention_tc",) if self.flash else ())
+            for name in layer:
+                self.kern("halo_layer.cu", name + kv_suffix(f16))
+            if split_kv_usable(c):
+                self.kern("halo_layer.cu", split_kernel_name(c.head_dim, c.n_head // c.n_head_kv, f16))
+        for name in ("halo_attention_merge", "halo_add_norm"):
             self.kern("halo_layer.cu", name)
-        if self.flash:
-            self.kern("halo_layer.cu", "halo_attention_tc")
         self.kern("halo_sample.cu", "halo_sample")
         if self.hybrid:
             for name in HYBRID_KERNELS:
@@ -545,7 +564,7 @@ class GpuForward:
                   kv.block_tables, np.int32(kv.num_blocks), np.int32(kv.block_size), np.int32(H), np.int32(Hkv),
                   np.int32(D), np.float32(c.attn_scale), np.int32(window))
         if self.split_kv and T <= SKV_MAX_T:
-            split = "halo_attention_split" if D <= SKV_NARROW_D else "halo_attention_split_d256"
+            split = split_kernel_name(D, H // Hkv, kv.f16)
             nc = skv_chunks(T)
             self._launch("halo_layer.cu", split, (T, Hkv, nc), 32 * SKV_WARPS,
                          common + (self.attn_part, self.attn_count if SKV_FUSED else NULL, _ptr(sinks), self.attn),
@@ -556,10 +575,11 @@ class GpuForward:
             return
         if self.flash and T > SKV_MAX_T:
             rows_tokens = FA_ROWS // (H // Hkv)                # tokens per block: x the group's heads = rows
-            self._launch("halo_layer.cu", "halo_attention_tc", (-(-T // rows_tokens), Hkv), 128,
+            self._launch("halo_layer.cu", "halo_attention_tc" + kv_suffix(kv.f16), (-(-T // rows_tokens), Hkv), 128,
                          common + (np.int32(T), _ptr(sinks), self.attn))
             return
-        self._launch("halo_layer.cu", "halo_attention", (T, H), 32 * ATTN_WARPS, common + (_ptr(sinks), self.attn),
+        self._launch("halo_layer.cu", "halo_attention" + kv_suffix(kv.f16), (T, H), 32 * ATTN_WARPS,
+                     common + (_ptr(sinks), self.attn),
                      shared=4 * ATTN_WARPS * (D + 2))
 
     # the step body: everything after the metadata upload; graph-capturable ---------------------------
@@ -586,7 +606,7 @@ class GpuForward:
                 enqueue_gated_qkv(self, L, T)
             else:
                 self._matmul([L.wq, L.wk, L.wv], self.h, T, self.qkv, self.qkv_width, bias=L.bqkv)
-            self._launch("halo_layer.cu", "halo_rope_kv", (T, H + Hkv), max(32, -(-D // 32) * 32),
+            self._launch("halo_layer.cu", "halo_rope_kv" + kv_suffix(kv.f16), (T, H + Hkv), max(32, -(-D // 32) * 32),
                          (self.qkv, np.int32(self.qkv_width), kv.positions, kv.slots, _ptr(L.q_norm),
                           _ptr(L.k_norm), np.float32(c.norm_eps), np.int32(H), np.int32(Hkv), np.int32(D),
                           np.int32(c.rope_dim), np.int32(c.rope_style == "neox"),

@@ -18,7 +18,7 @@ from engine.gpu.forward import GpuForward, GpuKVCache, view
 from engine.gpu.preflight import MemoryPlan, check_fits, kv_bytes, plan_memory
 from engine.gpu.stepmeta import SamplingRow
 from engine.gpu.weights import upload_weights
-from engine.model.arch import BLOCK_SIZE, recurrent_state_bytes
+from engine.model.arch import BLOCK_SIZE, DEFAULT_KV_CACHE_TYPE, recurrent_state_bytes
 from engine.model.config import ModelConfig
 from engine.model.host_memory import plan_host_memory
 from engine.model.memory_fit import amd_dedicated_bytes
@@ -78,17 +78,17 @@ class GpuModel:
         fwd.warm_up()
         return GpuModel(backend, config, fwd, plan, use_graphs)
 
-    def new_kv_cache(self, num_blocks: int, block_size: int = BLOCK_SIZE, state_slots: int | None = None
-                     ) -> GpuKVCache:
+    def new_kv_cache(self, num_blocks: int, block_size: int = BLOCK_SIZE, state_slots: int | None = None,
+                     kv_type: str = DEFAULT_KV_CACHE_TYPE) -> GpuKVCache:
         """state_slots (hybrid models): sequences holding recurrent state at once; default max_seqs, the
-        scheduler's StateSlots count (engine.core.scheduler)."""
+        scheduler's StateSlots count (engine.core.scheduler). kv_type: engine.model.arch.KV_CACHE_TYPES."""
         slots = self.fwd.max_seqs if state_slots is None else state_slots
-        need = kv_bytes(self.config, num_blocks, block_size) + slots * recurrent_state_bytes(self.config)
+        need = kv_bytes(self.config, num_blocks, block_size, kv_type) + slots * recurrent_state_bytes(self.config)
         mem = self.backend.memory_info()
         if need > mem.free:
             check_fits(MemoryPlan(0, need, 0, 0), mem.free, mem.total, what=f"a KV cache of {num_blocks} blocks")
         kv = GpuKVCache(self.backend, self.config, num_blocks, block_size, self.fwd.max_tokens, self.fwd.max_seqs,
-                        self.fwd.stream, slots)
+                        self.fwd.stream, slots, kv_type)
         self.fwd.stream.synchronize()
         return kv
 

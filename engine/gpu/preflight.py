@@ -55,9 +55,10 @@ def weight_bytes(tensors) -> int:
     return arch.weight_bytes(tensors, "gpu")
 
 
-def kv_bytes(config: ModelConfig, num_blocks: int, block_size: int) -> int:
-    """K and V float32, plus the token id at every slot (the repetition penalty's history)."""
-    return arch.kv_cache_bytes(config, num_blocks, block_size, "gpu")
+def kv_bytes(config: ModelConfig, num_blocks: int, block_size: int, kv_type: str = arch.DEFAULT_KV_CACHE_TYPE) -> int:
+    """K and V (`kv_type`, arch.KV_CACHE_TYPES), plus the token id at every slot (the repetition penalty's
+    history)."""
+    return arch.kv_cache_bytes(config, num_blocks, block_size, "gpu", kv_type)
 
 
 def scratch_bytes(config: ModelConfig, max_tokens: int, max_seqs: int, max_blocks_per_seq: int) -> int:
@@ -74,9 +75,9 @@ def scratch_bytes(config: ModelConfig, max_tokens: int, max_seqs: int, max_block
 
 
 def plan_memory(config: ModelConfig, tensors, num_blocks: int, block_size: int, max_tokens: int,
-                max_seqs: int) -> MemoryPlan:
+                max_seqs: int, kv_type: str = arch.DEFAULT_KV_CACHE_TYPE) -> MemoryPlan:
     w = weight_bytes(tensors)
-    kv = kv_bytes(config, num_blocks, block_size) + max_seqs * arch.recurrent_state_bytes(config)
+    kv = kv_bytes(config, num_blocks, block_size, kv_type) + max_seqs * arch.recurrent_state_bytes(config)
     scratch = scratch_bytes(config, max_tokens, max_seqs, num_blocks)
     reserve = FIXED_RESERVE + int(RESERVE_FRACTION * (w + kv + scratch))
     return MemoryPlan(w, kv, scratch, reserve)
@@ -108,9 +109,9 @@ def check_fits(plan: MemoryPlan, free: int, total: int, what: str = "the model",
 
 
 def max_kv_blocks(config: ModelConfig, tensors, block_size: int, max_tokens: int, max_seqs: int,
-                  free: int, fraction: float = 0.9) -> int:
+                  free: int, fraction: float = 0.9, kv_type: str = arch.DEFAULT_KV_CACHE_TYPE) -> int:
     """The most KV blocks that fit in `fraction` of `free` next to the weights and scratch (0 if none)."""
     base = plan_memory(config, tensors, 0, block_size, max_tokens, max_seqs)
-    per_block = kv_bytes(config, 1, block_size) + 4 * max_seqs          # + its block-table column
+    per_block = kv_bytes(config, 1, block_size, kv_type) + 4 * max_seqs          # + its block-table column
     room = int(free * fraction) - base.total
     return max(0, int(room / (per_block * (1 + RESERVE_FRACTION))))

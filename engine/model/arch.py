@@ -221,7 +221,12 @@ def rope_attention_factor(config: ModelConfig) -> float:
 
 
 # memory ------------------------------------------------------------------------------------------------
-KV_BYTES_PER_VALUE = 4       # both paths keep K and V in float32
+# KV cache element types: bytes per value. "f32" (the default) is exact: both paths match transformers float32.
+# "f16" (GPU only, what llama.cpp keeps by default) halves the cache and the bytes a decode step reads at depth;
+# K and V are rounded to f16 when written (about 3 decimal digits per value).
+KV_CACHE_TYPES = {"f32": 4, "f16": 2}
+KvCacheType = Literal["f32", "f16"]
+DEFAULT_KV_CACHE_TYPE: KvCacheType = "f32"
 TOKEN_ID_BYTES = 4           # the GPU cache keeps the token id of every slot (the repetition penalty's history)
 ALLOC_GRANULARITY = 512      # cudaMalloc/hipMalloc round small allocations up to at least this
 VECTOR_NAMES = ("norm", "bias")   # tensor names holding vectors uploaded as float32
@@ -235,15 +240,23 @@ def n_attention_layers(config: ModelConfig) -> int:
     return sum(kind == "attention" for kind in config.layer_kinds)
 
 
-def kv_bytes_per_token(config: ModelConfig, backend: Backend = "cpu") -> int:
+def kv_cache_type(name: str, backend: Backend) -> KvCacheType:
+    """`name` checked against KV_CACHE_TYPES; the CPU path keeps float32 whatever is asked (its kernels and
+    goldens are float32), so it gets "f32"."""
+    if name not in KV_CACHE_TYPES:
+        raise ValueError(f"KV cache type must be one of {', '.join(KV_CACHE_TYPES)}, not {name!r}")
+    return name if backend == "gpu" else "f32"            # type: ignore[return-value]
+
+
+def kv_bytes_per_token(config: ModelConfig, backend: Backend = "cpu", kv_type: str = DEFAULT_KV_CACHE_TYPE) -> int:
     """Bytes of paged KV cache one token occupies (K and V of every attention layer)."""
-    per = 2 * n_attention_layers(config) * config.kv_dim * KV_BYTES_PER_VALUE
+    per = 2 * n_attention_layers(config) * config.kv_dim * KV_CACHE_TYPES[kv_cache_type(kv_type, backend)]
     return per + (TOKEN_ID_BYTES if backend == "gpu" else 0)
 
 
 def kv_cache_bytes(config: ModelConfig, num_blocks: int, block_size: int = BLOCK_SIZE,
-                   backend: Backend = "cpu") -> int:
-    return num_blocks * block_size * kv_bytes_per_token(config, backend)
+                   backend: Backend = "cpu", kv_type: str = DEFAULT_KV_CACHE_TYPE) -> int:
+    return num_blocks * block_size * kv_bytes_per_token(config, backend, kv_type)
 
 
 def recurrent_state_shapes(config: ModelConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -307,13 +320,13 @@ class MemoryEstimate:
         return self.weights + self.kv_cache + self.recurrent_state
 
 
-def memory_estimate(config: ModelConfig, ctx: int, backend: Backend, tensors=(), num_seqs: int = 1
-                    ) -> MemoryEstimate:
+def memory_estimate(config: ModelConfig, ctx: int, backend: Backend, tensors=(), num_seqs: int = 1,
+                    kv_type: str = DEFAULT_KV_CACHE_TYPE) -> MemoryEstimate:
     """What loading the model with a context of `ctx` tokens (capped at the trained length) costs on
     `backend`: weights (from the GGUF `tensors`), the KV cache and `num_seqs` sequences' recurrent state.
     Scratch activations and the runtime's reserve are not included (engine.gpu.preflight adds them)."""
     ctx = min(ctx, config.context_length)
     blocks = -(-ctx // BLOCK_SIZE)
     return MemoryEstimate(weights=weight_bytes(tensors, backend),
-                          kv_cache=kv_cache_bytes(config, blocks, BLOCK_SIZE, backend),
+                          kv_cache=kv_cache_bytes(config, blocks, BLOCK_SIZE, backend, kv_type),
                           recurrent_state=num_seqs * recurrent_state_bytes(config))

@@ -4,7 +4,8 @@ cache, with scattered block tables, two sequences at different depths (one past 
 groups of 1, 4 and 8, a sliding window and gpt-oss's attention sinks (a per-head logit in the denominator);
 and the tiled prefill kernel (halo_attention_tc) on a mixed prefill step: a whole 37-token prompt, a 150-token
 chunk deep in another sequence, and a token of the first sequence after the chunk (so a block holds two
-sequences, one of them twice), GQA groups of 1, 3, 4 and 8, sinks with gpt-oss's 64/8 heads."""
+sequences, one of them twice), GQA groups of 1, 3, 4 and 8, sinks with gpt-oss's 64/8 heads. Every kernel also
+reads an f16 cache (its _f16 build), against the same float64 reference over the f16-rounded keys and values."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,14 +17,21 @@ from engine.gpu.forward import (
     NULL,
     SKV_CHUNKS,
     SKV_MERGE_THREADS,
-    SKV_NARROW_D,
     SKV_WARPS,
+    kv_suffix,
+    split_kernel_name,
     tensor_cores_usable,
 )
 
 pytestmark = pytest.mark.gpu
 FILE = "halo_layer.cu"
 BS = 16
+
+
+def random_caches(rng, slots: int, Hkv: int, D: int, f16: bool):
+    """K and V [slots, Hkv, D] as stored (float32 or float16) and as the reference reads them (float32)."""
+    kc, vc = (rng.normal(size=(slots, Hkv, D)).astype(np.float16 if f16 else np.float32) for _ in range(2))
+    return kc, vc, kc.astype(np.float32), vc.astype(np.float32)
 
 
 def _up(be, stream, a):
@@ -77,7 +85,8 @@ def _up_sinks(backend, stream, sinks, bufs):
 @pytest.mark.parametrize("H,Hkv,D,window,sinks", [(8, 2, 128, 0, False), (8, 8, 64, 0, False), (16, 2, 128, 0, False),
                                                    (8, 2, 64, 100, False), (64, 8, 64, 128, True), (16, 8, 64, 0, True),
                                                    (4, 1, 256, 0, False), (16, 4, 256, 100, True)])
-def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks):
+@pytest.mark.parametrize("f16", [False, True], ids=["f32-cache", "f16-cache"])
+def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks, f16):
     rng = np.random.default_rng(H * 1000 + D + window)
     num_blocks = 80                                       # 1280 positions
     depths = [1100, 37]       # keys per chunk: sequence 0 ceil(1101 / 64) -> 20 (56 chunks), sequence 1 the 16 minimum
@@ -90,11 +99,10 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks):
     T = len(positions)
     ld = (H + 2 * Hkv) * D
     qkv = rng.normal(size=(T, ld)).astype(np.float32)
-    kc = rng.normal(size=(num_blocks * BS, Hkv, D)).astype(np.float32)
-    vc = rng.normal(size=(num_blocks * BS, Hkv, D)).astype(np.float32)
+    kc, vc, k32, v32 = random_caches(rng, num_blocks * BS, Hkv, D, f16)
     scale = 1.0 / np.sqrt(D)
     sink = sink_logits(rng, H, sinks)
-    want = reference(qkv[:, :H * D].reshape(T, H, D), kc, vc, positions, token_seq, tables, scale, window, sink)
+    want = reference(qkv[:, :H * D].reshape(T, H, D), k32, v32, positions, token_seq, tables, scale, window, sink)
     stream = backend.create_stream()
     bufs = [_up(backend, stream, a) for a in (qkv, kc, vc, positions, token_seq, tables)]
     qkv_d, kc_d, vc_d, pos_d, seq_d, tab_d = bufs
@@ -108,9 +116,10 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks):
     try:
         launch = lambda name, grid, block, args, shared=0: backend.launch(  # noqa: E731
             backend.kernel(FILE, name), grid, block, args, stream, shared)
-        launch("halo_attention", (T, H), 32 * ATTN_WARPS, common + (sink_d, outs[0]), 4 * ATTN_WARPS * (D + 2))
+        launch("halo_attention" + kv_suffix(f16), (T, H), 32 * ATTN_WARPS, common + (sink_d, outs[0]),
+               4 * ATTN_WARPS * (D + 2))
         shared = 4 * SKV_WARPS * (H // Hkv) * (D + 2)
-        split = "halo_attention_split" if D <= SKV_NARROW_D else "halo_attention_split_d256"
+        split = split_kernel_name(D, H // Hkv, f16)
         launch(split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, NULL, NULL, NULL), shared)
         launch("halo_attention_merge", (T, H), SKV_MERGE_THREADS,
                (part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), sink_d, outs[1]))
@@ -129,7 +138,8 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks):
 @pytest.mark.parametrize("H,Hkv,D,window,sinks", [(8, 2, 128, 0, False), (8, 8, 64, 0, False), (16, 2, 128, 0, False),
                                                    (9, 3, 64, 0, False), (8, 2, 64, 100, False), (4, 1, 128, 60, False),
                                                    (64, 8, 64, 128, True)])
-def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sinks):
+@pytest.mark.parametrize("f16", [False, True], ids=["f32-cache", "f16-cache"])
+def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sinks, f16):
     if not tensor_cores_usable(backend):
         pytest.skip("halo_attention_tc needs CUDA tensor cores (sm_80+)")
     rng = np.random.default_rng(H * 7 + D + window)
@@ -140,11 +150,10 @@ def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sin
     T = len(positions)
     ld = (H + 2 * Hkv) * D
     qkv = rng.normal(size=(T, ld)).astype(np.float32)
-    kc = rng.normal(size=(num_blocks * BS, Hkv, D)).astype(np.float32)
-    vc = rng.normal(size=(num_blocks * BS, Hkv, D)).astype(np.float32)
+    kc, vc, k32, v32 = random_caches(rng, num_blocks * BS, Hkv, D, f16)
     scale = 1.0 / np.sqrt(D)
     sink = sink_logits(rng, H, sinks)
-    want = reference(qkv[:, :H * D].reshape(T, H, D), kc, vc, positions, token_seq, tables, scale, window, sink)
+    want = reference(qkv[:, :H * D].reshape(T, H, D), k32, v32, positions, token_seq, tables, scale, window, sink)
     stream = backend.create_stream()
     bufs = [_up(backend, stream, a) for a in (qkv, kc, vc, positions, token_seq, tables)]
     qkv_d, kc_d, vc_d, pos_d, seq_d, tab_d = bufs
@@ -152,7 +161,7 @@ def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sin
     out = backend.alloc((T, H * D), np.float32)
     try:
         tokens_per_block = FA_ROWS // (H // Hkv)
-        backend.launch(backend.kernel(FILE, "halo_attention_tc"), (-(-T // tokens_per_block), Hkv), 128,
+        backend.launch(backend.kernel(FILE, "halo_attention_tc" + kv_suffix(f16)), (-(-T // tokens_per_block), Hkv), 128,
                        (qkv_d, np.int32(ld), kc_d, vc_d, pos_d, seq_d, tab_d, np.int32(tables.shape[1]),
                         np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D), np.float32(scale), np.int32(window),
                         np.int32(T), sink_d, out), stream)

@@ -101,6 +101,33 @@ def test_prompt_logits_match_cpu(name, backend):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_f16_kv_cache_stays_near_the_float32_cache(name, backend):
+    """An f16 cache (kv_type="f16": halo_rope_kv_f16 writes, the _f16 attention builds read) against the
+    float32 cache on the same prompt (prefill attention) and one decode step after it (split-KV): K and V are
+    rounded to 11 significant bits, so the logits move, but by about that much, not more."""
+    cpu, gpu, g = models(name, backend)
+    prompt = list(g["prompt_ids"])
+    T = len(prompt)
+    nb = -(-(T + 1) // 16)
+    blocks = list(range(nb))
+    logits = {}
+    for kv_type in ("f32", "f16"):
+        kv = gpu.new_kv_cache(nb, 16, kv_type=kv_type)
+        try:
+            assert kv.kv_type == kv_type
+            first = gpu.forward(seq_step(prompt, 0, blocks, 16, np.arange(T, dtype=np.int32)), kv)
+            nxt = gpu.forward(seq_step([int(np.argmax(first[-1]))], T, blocks, 16, [0]), kv)
+            logits[kv_type] = np.concatenate([first, nxt])
+        finally:
+            kv.free()
+    ref, half = logits["f32"], logits["f16"]
+    diff = float(np.abs(half - ref).max())
+    scale = max(1.0, float(np.abs(ref).max()))
+    print(f"\n{name}: max |f16 cache - f32 cache| = {diff:.2e} (logits up to {scale:.2f})")
+    assert 0 < diff <= 1e-2 * scale
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_greedy_decode_eager_and_graph_match_golden(name, backend):
     cpu, gpu, g = models(name, backend)
     n = len(g["greedy_ids"])

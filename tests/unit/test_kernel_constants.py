@@ -32,9 +32,20 @@ def test_host_constant_matches_the_kernel(file, name, host):
 
 
 def test_split_kv_limits_fit_the_kernels():
+    """Every build split_kernel_name can ask for exists, with the dims per lane (128 NV) its head-size class
+    needs and a group bound at least the group asked for."""
     layer = defines("halo_layer.cu")
     assert fwd.SKV_CHUNKS <= layer["SKV_MERGE_MAX"]
+    assert fwd.SKV_MAX_GROUP == layer["SKV_MAX_GROUP"] == max(fwd.SKV_GROUPS)
     text = (kernels.KERNEL_DIR / "halo_layer.cu").read_text()
-    per_lane = {m[1]: int(m[2]) for m in re.finditer(r"^SKV_ENTRY\((\w+), (\d+), \d+\)", text, re.M)}
-    assert 32 * per_lane["halo_attention_split"] == fwd.SKV_NARROW_D
-    assert 32 * per_lane["halo_attention_split_d256"] == fwd.SKV_MAX_D
+    builds = {m[1]: (m[2], int(m[3])) for m in re.finditer(r"^SKV_GROUPS\((\w+), ([\w ]+), (\d+), \d+, \w+\)", text, re.M)}
+    groups = {int(g) for g in re.findall(r"^SKV_ENTRY\(NAME##_g(\d+), KV, NV, UNROLL, \1, PREFETCH\)", text, re.M)}
+    assert groups == set(fwd.SKV_GROUPS)
+    for D in (64, 80, 128, 192, 256):
+        for group in range(1, fwd.SKV_MAX_GROUP + 1):
+            for f16 in (False, True):
+                name = fwd.split_kernel_name(D, group, f16)
+                base, g = name.rsplit("_g", 1)
+                kv, nv = builds[base]
+                assert int(g) >= group and 128 * nv >= D
+                assert (kv == "unsigned short") == f16

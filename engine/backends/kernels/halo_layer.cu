@@ -10,9 +10,11 @@
 // normal: (2i, 2i + 1)), angles = pos * inv_freq[i] in double, cos and sin times rope_scale (YaRN's magnitude
 // factor, engine.model.arch.rope_attention_factor; else 1). q is rotated in place; k (rotated) and v are
 // written to the cache slot slot_mapping[t]. Grid: (T, H + Hkv); block: D threads rounded up to 32.
-HALO_KERNEL void halo_rope_kv(float* qkv, i32 ld, const i32* positions, const i32* slots, const float* q_norm,
-                              const float* k_norm, float eps, i32 H, i32 Hkv, i32 D, i32 rope_dim, i32 neox,
-                              const double* inv_freq, double rope_scale, float* kcache, float* vcache) {
+// Builds: halo_rope_kv (float32 cache), halo_rope_kv_f16 (f16 cache: K and V rounded to nearest).
+template <typename KV>
+__device__ void rope_kv(float* qkv, i32 ld, const i32* positions, const i32* slots, const float* q_norm,
+                        const float* k_norm, float eps, i32 H, i32 Hkv, i32 D, i32 rope_dim, i32 neox,
+                        const double* inv_freq, double rope_scale, KV* kcache, KV* vcache) {
     __shared__ float buf[1024];
     __shared__ float red[32];
     int t = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
@@ -43,9 +45,19 @@ HALO_KERNEL void halo_rope_kv(float* qkv, i32 ld, const i32* positions, const i3
     int hk = head - H;
     size_t slot = (size_t)slots[t];
     src[d] = out;
-    kcache[(slot * Hkv + hk) * D + d] = out;
-    vcache[(slot * Hkv + hk) * D + d] = src[(size_t)Hkv * D + d];   // v head hk sits Hkv heads after k head hk
+    kv_store(kcache + (slot * Hkv + hk) * D + d, out);
+    kv_store(vcache + (slot * Hkv + hk) * D + d, src[(size_t)Hkv * D + d]);   // v head hk: Hkv heads after k head hk
 }
+
+#define ROPE_KV_ENTRY(NAME, KV)                                                                                      \
+HALO_KERNEL void NAME(float* qkv, i32 ld, const i32* positions, const i32* slots, const float* q_norm,               \
+                      const float* k_norm, float eps, i32 H, i32 Hkv, i32 D, i32 rope_dim, i32 neox,                 \
+                      const double* inv_freq, double rope_scale, KV* kcache, KV* vcache) {                           \
+    rope_kv<KV>(qkv, ld, positions, slots, q_norm, k_norm, eps, H, Hkv, D, rope_dim, neox, inv_freq, rope_scale,    \
+                kcache, vcache);                                                                                     \
+}
+ROPE_KV_ENTRY(halo_rope_kv, float)
+ROPE_KV_ENTRY(halo_rope_kv_f16, unsigned short)
 
 // out[t, h*D:(h+1)*D] = softmax(scale * q . K^T + mask) V over the sequence's cached keys, read through its
 // block table. Keys allowed: j <= pos (causal), and j > pos - window when window > 0 (sliding). sinks (null:
@@ -53,10 +65,12 @@ HALO_KERNEL void halo_rope_kv(float* qkv, i32 ld, const i32* positions, const i3
 // Grid: (T, H); block: 32 * NW threads; each warp walks keys j = lo + warp, lo + warp + NW, ... with an
 // online softmax; warps merge through shared memory (dynamic: NW * (D + 2) floats).
 #define ATT_MAX_PER_LANE 8      // D <= 256
-HALO_KERNEL void halo_attention(const float* qkv, i32 ld, const float* kcache, const float* vcache,
-                                const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width,
-                                i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window, const float* sinks,
-                                float* out) {
+// Builds: halo_attention (float32 cache), halo_attention_f16.
+template <typename KV>
+__device__ void attention_rows(const float* qkv, i32 ld, const KV* kcache, const KV* vcache,
+                               const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width,
+                               i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window, const float* sinks,
+                               float* out) {
     extern __shared__ float sm[];
     int t = blockIdx.x, h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int nw = blockDim.x >> 5;
@@ -75,13 +89,13 @@ HALO_KERNEL void halo_attention(const float* qkv, i32 ld, const float* kcache, c
     float m = NEG_INF, l = 0.0f;
     for (int j = lo + warp; j <= pos; j += nw) {
         size_t slot = (size_t)table[j / bs] * bs + (j % bs);
-        const float* kr = kcache + (slot * Hkv + hk) * D;
-        const float* vr = vcache + (slot * Hkv + hk) * D;
+        const KV* kr = kcache + (slot * Hkv + hk) * D;
+        const KV* vr = vcache + (slot * Hkv + hk) * D;
         float p = 0.0f;
         #pragma unroll
         for (int i = 0; i < ATT_MAX_PER_LANE; i++) {
             int d = lane + 32 * i;
-            if (d < D) p += qr[i] * kr[d];
+            if (d < D) p += qr[i] * kv_value(kr[d]);
         }
         float sc = warp_sum(p);
         float mn = fmaxf(m, sc);
@@ -90,7 +104,7 @@ HALO_KERNEL void halo_attention(const float* qkv, i32 ld, const float* kcache, c
         #pragma unroll
         for (int i = 0; i < ATT_MAX_PER_LANE; i++) {
             int d = lane + 32 * i;
-            if (d < D) acc[i] = acc[i] * corr + e * vr[d];
+            if (d < D) acc[i] = acc[i] * corr + e * kv_value(vr[d]);
         }
         m = mn;
     }
@@ -119,6 +133,16 @@ HALO_KERNEL void halo_attention(const float* qkv, i32 ld, const float* kcache, c
         out[(size_t)t * H * D + (size_t)h * D + d] = o / L;
     }
 }
+
+#define ATTENTION_ENTRY(NAME, KV)                                                                                    \
+HALO_KERNEL void NAME(const float* qkv, i32 ld, const KV* kcache, const KV* vcache, const i32* positions,            \
+                      const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D,    \
+                      float scale, i32 window, const float* sinks, float* out) {                                     \
+    attention_rows<KV>(qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, Hkv, D, scale,  \
+                       window, sinks, out);                                                                          \
+}
+ATTENTION_ENTRY(halo_attention, float)
+ATTENTION_ENTRY(halo_attention_f16, unsigned short)
 
 // out[t, h*D:(h+1)*D] from halo_attention_split's nc partials of (t, h), with the sinks as in halo_attention.
 // Thread c reads chunk c's m and l (one round of loads for all chunks, not a loop of nc dependent ones), the block
@@ -162,22 +186,45 @@ HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, c
 // every depth uses all nc blocks per head (a fixed split sized for the cache's capacity left a short context on
 // one or two blocks, each walking its keys one dependent load at a time); block (t, kv head hk, chunk c) walks its
 // chunk once for all G = H / Hkv query heads of that kv head (each K/V row is read once per group, not once per
-// head). Warp w takes keys j0 + U w .. + U - 1, then + U SKV_WARPS, ... (U = SKV_UNROLL): their loads are issued
-// together, then
-// an online softmax per head folds them in; the block merges its warps and
-// writes, per (t, h, c), the unnormalised partial part[((t * H + h) * nc + c) * (D + 2)] = acc[D] | m | l
-// (a chunk with no allowed key writes m = -inf, l = 0). With `counters` (T x Hkv int32, zero between steps) the
-// last block of (t, hk) to finish merges the chunks of its G heads into out (one launch per layer fewer: at a
-// short depth the launch, not the work, is what a separate merge costs); with null counters
-// halo_attention_merge does it.
-// Two builds: halo_attention_split (SKV_PER_LANE = 4: D <= 128, 4 keys per warp trip) and halo_attention_split_d256
-// (8 per lane: D <= 256, gemma-3's and Qwen3.5's heads, 2 keys per trip to stay within the registers).
-// Limits (the caller checks): D <= 32 * SKV_PER_LANE, G <= SKV_MAX_GROUP. Shared: SKV_WARPS * G * (D + 2) floats.
+// head). Warp w takes keys j0 + U w .. + U - 1, then + U SKV_WARPS, ... (U = UNROLL): their loads are issued
+// together (with PREFETCH, one trip ahead: the next trip's rows are in flight while this one's are folded in),
+// then an online softmax per head folds them in; the block merges its warps and writes, per (t, h, c), the
+// unnormalised partial part[((t * H + h) * nc + c) * (D + 2)] = acc[D] | m | l (a chunk with no allowed key
+// writes m = -inf, l = 0). With `counters` (T x Hkv int32, zero between steps) the last block of (t, hk) to
+// finish merges the chunks of its G heads into out (one launch per layer fewer: at a short depth the launch, not
+// the work, is what a separate merge costs); with null counters halo_attention_merge does it.
+// Lane l holds dims 128 v + 4 l .. + 3 of each head (v < NV: one 16-byte float / 8-byte f16 load per row and v).
+// Builds: halo_attention_split_d{128,256}_g{2,4,8}[_f16]: NV = 1 or 2 (D <= 128 or 256), GMAX the group size
+// rounded up (the registers of q and acc are GMAX x 4 NV: a build for 8 heads held 144 registers on the Qwen3-4B
+// shapes, 3 blocks per SM), _f16 for an f16 cache. Limits (the caller checks): D % 4 == 0, D <= 128 NV,
+// G <= GMAX. Shared: SKV_WARPS * G * (D + 2) floats.
 #define SKV_WARPS 4
 #define SKV_MAX_GROUP 8
 #define SKV_MIN_KEYS 16         // shortest chunk: one trip of every warp
-template <int SKV_PER_LANE, int SKV_UNROLL>
-__device__ void attention_split(const float* qkv, i32 ld, const float* kcache, const float* vcache,
+template <typename KV, int NV, int UNROLL>
+__device__ __forceinline__ void skv_load(const KV* kcache, const KV* vcache, const i32* table, int bs, int Hkv,
+                                         int hk, int D, int jb, int j1, int lane, float (&kk)[UNROLL][4 * NV],
+                                         float (&vv)[UNROLL][4 * NV]) {
+    #pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+        int j = min(jb + u, j1 - 1);                          // past the chunk: a repeat, skipped by the caller
+        size_t row = (((size_t)table[j / bs] * bs + (j % bs)) * Hkv + hk) * D;
+        #pragma unroll
+        for (int v = 0; v < NV; v++) {
+            int d = 128 * v + 4 * lane;
+            if (d < D) {
+                kv_load4(kcache + row + d, &kk[u][4 * v]);
+                kv_load4(vcache + row + d, &vv[u][4 * v]);
+            } else {
+                #pragma unroll
+                for (int e = 0; e < 4; e++) { kk[u][4 * v + e] = 0.0f; vv[u][4 * v + e] = 0.0f; }
+            }
+        }
+    }
+}
+
+template <typename KV, int NV, int UNROLL, int GMAX, bool PREFETCH>
+__device__ void attention_split(const float* qkv, i32 ld, const KV* kcache, const KV* vcache,
                                 const i32* positions, const i32* token_seq, const i32* block_tables,
                                 i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window,
                                 float* part, i32* counters, const float* sinks, float* out) {
@@ -191,61 +238,64 @@ __device__ void attention_split(const float* qkv, i32 ld, const float* kcache, c
     ck = (ck + 3) & ~3;
     int j0 = lo + c * ck, j1 = min(pos + 1, j0 + ck);
     const i32* table = block_tables + (size_t)s * bt_width;
-    float qr[SKV_MAX_GROUP][SKV_PER_LANE], acc[SKV_MAX_GROUP][SKV_PER_LANE], m[SKV_MAX_GROUP], l[SKV_MAX_GROUP];
+    float qr[GMAX][4 * NV], acc[GMAX][4 * NV], m[GMAX], l[GMAX];
     #pragma unroll
-    for (int g = 0; g < SKV_MAX_GROUP; g++) {
+    for (int g = 0; g < GMAX; g++) {
         const float* q = qkv + (size_t)t * ld + (size_t)(hk * G + g) * D;
         m[g] = NEG_INF;
         l[g] = 0.0f;
         #pragma unroll
-        for (int i = 0; i < SKV_PER_LANE; i++) {
-            int d = lane + 32 * i;
+        for (int i = 0; i < 4 * NV; i++) {
+            int d = 128 * (i >> 2) + 4 * lane + (i & 3);
             qr[g][i] = (g < G && d < D) ? q[d] * scale : 0.0f;
             acc[g][i] = 0.0f;
         }
     }
-    for (int jb = j0 + SKV_UNROLL * warp; jb < j1; jb += SKV_UNROLL * SKV_WARPS) {
-        float kv_k[SKV_UNROLL][SKV_PER_LANE], kv_v[SKV_UNROLL][SKV_PER_LANE];
+    const int step = UNROLL * SKV_WARPS;
+    float kk[UNROLL][4 * NV], vv[UNROLL][4 * NV];
+    int jb = j0 + UNROLL * warp;
+    if (jb < j1) skv_load<KV, NV, UNROLL>(kcache, vcache, table, bs, Hkv, hk, D, jb, j1, lane, kk, vv);
+    for (; jb < j1; jb += step) {
+        float nk[UNROLL][4 * NV], nv[UNROLL][4 * NV];
+        bool more = jb + step < j1;
+        if (PREFETCH && more) skv_load<KV, NV, UNROLL>(kcache, vcache, table, bs, Hkv, hk, D, jb + step, j1, lane,
+                                                       nk, nv);
         #pragma unroll
-        for (int u = 0; u < SKV_UNROLL; u++) {
-            int j = min(jb + u, j1 - 1);                      // past the chunk: a repeat, skipped below
-            size_t slot = (size_t)table[j / bs] * bs + (j % bs);
-            const float* kr = kcache + (slot * Hkv + hk) * D;
-            const float* vr = vcache + (slot * Hkv + hk) * D;
-            #pragma unroll
-            for (int i = 0; i < SKV_PER_LANE; i++) {
-                int d = lane + 32 * i;
-                kv_k[u][i] = d < D ? kr[d] : 0.0f;
-                kv_v[u][i] = d < D ? vr[d] : 0.0f;
-            }
-        }
-        #pragma unroll
-        for (int u = 0; u < SKV_UNROLL; u++) {
+        for (int u = 0; u < UNROLL; u++) {
             if (jb + u >= j1) break;
             #pragma unroll
-            for (int g = 0; g < SKV_MAX_GROUP; g++) {
+            for (int g = 0; g < GMAX; g++) {
                 if (g >= G) break;
                 float p = 0.0f;
                 #pragma unroll
-                for (int i = 0; i < SKV_PER_LANE; i++) p += qr[g][i] * kv_k[u][i];
+                for (int i = 0; i < 4 * NV; i++) p += qr[g][i] * kk[u][i];
                 float sc = warp_sum(p);
                 float mn = fmaxf(m[g], sc);
                 float corr = __expf(m[g] - mn), e = __expf(sc - mn);
                 l[g] = l[g] * corr + e;
                 #pragma unroll
-                for (int i = 0; i < SKV_PER_LANE; i++) acc[g][i] = acc[g][i] * corr + e * kv_v[u][i];
+                for (int i = 0; i < 4 * NV; i++) acc[g][i] = acc[g][i] * corr + e * vv[u][i];
                 m[g] = mn;
             }
+        }
+        if (!more) break;
+        if (PREFETCH) {
+            #pragma unroll
+            for (int u = 0; u < UNROLL; u++)
+                #pragma unroll
+                for (int i = 0; i < 4 * NV; i++) { kk[u][i] = nk[u][i]; vv[u][i] = nv[u][i]; }
+        } else {
+            skv_load<KV, NV, UNROLL>(kcache, vcache, table, bs, Hkv, hk, D, jb + step, j1, lane, kk, vv);
         }
     }
     int W = D + 2;
     #pragma unroll
-    for (int g = 0; g < SKV_MAX_GROUP; g++) {
+    for (int g = 0; g < GMAX; g++) {
         if (g >= G) break;
         float* wa = sm + (size_t)(warp * G + g) * W;
         #pragma unroll
-        for (int i = 0; i < SKV_PER_LANE; i++) {
-            int d = lane + 32 * i;
+        for (int i = 0; i < 4 * NV; i++) {
+            int d = 128 * (i >> 2) + 4 * lane + (i & 3);
             if (d < D) wa[d] = acc[g][i];
         }
         if (lane == 0) { wa[D] = m[g]; wa[D + 1] = l[g]; }
@@ -283,15 +333,22 @@ __device__ void attention_split(const float* qkv, i32 ld, const float* kcache, c
     for (int g = 0; g < G; g++) skv_merge_head(part, nc, t, hk * G + g, H, D, sinks, out, wc, red);
 }
 
-#define SKV_ENTRY(NAME, PER_LANE, UNROLL)                                                                           \
-HALO_KERNEL void NAME(const float* qkv, i32 ld, const float* kcache, const float* vcache, const i32* positions,      \
+#define SKV_ENTRY(NAME, KV, NV, UNROLL, GMAX, PREFETCH)                                                             \
+HALO_KERNEL void NAME(const float* qkv, i32 ld, const KV* kcache, const KV* vcache, const i32* positions,            \
                       const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D,    \
                       float scale, i32 window, float* part, i32* counters, const float* sinks, float* out) {        \
-    attention_split<PER_LANE, UNROLL>(qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, \
-                                      Hkv, D, scale, window, part, counters, sinks, out);                          \
+    attention_split<KV, NV, UNROLL, GMAX, PREFETCH>(qkv, ld, kcache, vcache, positions, token_seq, block_tables,     \
+                                                    bt_width, bs, H, Hkv, D, scale, window, part, counters, sinks,   \
+                                                    out);                                                            \
 }
-SKV_ENTRY(halo_attention_split, 4, 4)
-SKV_ENTRY(halo_attention_split_d256, 8, 2)
+#define SKV_GROUPS(NAME, KV, NV, UNROLL, PREFETCH)                                                                   \
+SKV_ENTRY(NAME##_g2, KV, NV, UNROLL, 2, PREFETCH)                                                                   \
+SKV_ENTRY(NAME##_g4, KV, NV, UNROLL, 4, PREFETCH)                                                                   \
+SKV_ENTRY(NAME##_g8, KV, NV, UNROLL, 8, PREFETCH)
+SKV_GROUPS(halo_attention_split_d128, float, 1, 4, true)
+SKV_GROUPS(halo_attention_split_d256, float, 2, 2, true)
+SKV_GROUPS(halo_attention_split_d128_f16, unsigned short, 1, 4, true)
+SKV_GROUPS(halo_attention_split_d256_f16, unsigned short, 2, 2, true)
 
 // Tiled prefill attention (flash-attention style) on tensor cores, for steps of many tokens: a block takes
 // FA_ROWS query rows = up to FA_ROWS / G consecutive tokens of the step x the G = H / Hkv query heads of kv head
@@ -312,8 +369,10 @@ SKV_ENTRY(halo_attention_split_d256, 8, 2)
 #define FA_KLD (FA_MAX_D + 4)      // row strides in words: the B-fragment loads K[g][q] / V[q][g] and the A
 #define FA_VLD (FA_MAX_D + 8)      // fragment loads P[g][q] of a warp each hit 32 distinct banks
 #define FA_PLD (FA_KEYS + 4)
-HALO_KERNEL __launch_bounds__(128) void halo_attention_tc(const float* qkv, i32 ld, const float* kcache,
-        const float* vcache, const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width,
+// Builds: halo_attention_tc (float32 cache), halo_attention_tc_f16.
+template <typename KV>
+__device__ __forceinline__ void attention_tc(const float* qkv, i32 ld, const KV* kcache,
+        const KV* vcache, const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width,
         i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window, i32 T, const float* sinks, float* out) {
 #if HALO_TC
     __shared__ __align__(16) float Ks[FA_KEYS * FA_KLD];
@@ -374,8 +433,11 @@ HALO_KERNEL __launch_bounds__(128) void halo_attention_tc(const float* qkv, i32 
                 float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
                 if (j <= jhi) {
                     size_t off = (((size_t)table[j / bs] * bs + (j % bs)) * Hkv + hk) * D + 4 * c;
-                    kv = *(const float4*)(kcache + off);
-                    vv = *(const float4*)(vcache + off);
+                    float k4[4], v4[4];
+                    kv_load4(kcache + off, k4);
+                    kv_load4(vcache + off, v4);
+                    kv = make_float4(k4[0], k4[1], k4[2], k4[3]);
+                    vv = make_float4(v4[0], v4[1], v4[2], v4[3]);
                 }
                 *(float4*)(Ks + kr * FA_KLD + 4 * c) = kv;
                 *(float4*)(Vs + kr * FA_VLD + 4 * c) = vv;
@@ -492,6 +554,16 @@ HALO_KERNEL __launch_bounds__(128) void halo_attention_tc(const float* qkv, i32 
     }
 #endif
 }
+
+#define ATTENTION_TC_ENTRY(NAME, KV)                                                                                 \
+HALO_KERNEL __launch_bounds__(128) void NAME(const float* qkv, i32 ld, const KV* kcache, const KV* vcache,          \
+        const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv,   \
+        i32 D, float scale, i32 window, i32 T, const float* sinks, float* out) {                                     \
+    attention_tc<KV>(qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, Hkv, D, scale,    \
+                     window, T, sinks, out);                                                                         \
+}
+ATTENTION_TC_ENTRY(halo_attention_tc, float)
+ATTENTION_TC_ENTRY(halo_attention_tc_f16, unsigned short)
 
 // Residual and the next norm in one pass over a token's row (grid: T blocks):
 //   if o:  x += post_w ? rmsnorm(o) * post_w : o

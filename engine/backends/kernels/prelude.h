@@ -47,6 +47,40 @@ __device__ float block_reduce(float v, float* red) {
 __device__ __forceinline__ float block_sum(float v, float* red) { return block_reduce<false>(v, red); }
 __device__ __forceinline__ float block_max(float v, float* red) { return block_reduce<true>(v, red); }
 
+// The KV cache's f16 elements (HALO_KV_F16 builds of the attention kernels): IEEE half bits in an unsigned short,
+// converted by the hardware (round to nearest even on the way in).
+#if defined(__HIPCC_RTC__) || defined(__HIP__)
+__device__ __forceinline__ float half_to_float(unsigned short h) { return (float)__builtin_bit_cast(_Float16, h); }
+__device__ __forceinline__ unsigned short float_to_half(float f) {
+    return __builtin_bit_cast(unsigned short, (_Float16)f);
+}
+#else
+__device__ __forceinline__ float half_to_float(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ unsigned short float_to_half(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+#endif
+__device__ __forceinline__ float kv_value(float x) { return x; }
+__device__ __forceinline__ float kv_value(unsigned short h) { return half_to_float(h); }
+__device__ __forceinline__ void kv_store(float* p, float x) { *p = x; }
+__device__ __forceinline__ void kv_store(unsigned short* p, float x) { *p = float_to_half(x); }
+// 4 consecutive cache elements as floats (p 16-byte aligned for float, 8-byte for f16)
+__device__ __forceinline__ void kv_load4(const float* p, float* v) {
+    float4 x = *(const float4*)p;
+    v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+}
+__device__ __forceinline__ void kv_load4(const unsigned short* p, float* v) {
+    uint2 x = *(const uint2*)p;
+    v[0] = half_to_float((unsigned short)(x.x & 0xffffu)); v[1] = half_to_float((unsigned short)(x.x >> 16));
+    v[2] = half_to_float((unsigned short)(x.y & 0xffffu)); v[3] = half_to_float((unsigned short)(x.y >> 16));
+}
+
 // NVIDIA tensor cores with TF32 operands (sm_80 and newer), shared by the prefill matmul tile (halo_quant.cu)
 // and the prefill attention tile (halo_layer.cu). "3xTF32": every operand is split into a TF32 head and a TF32
 // tail (x = head + tail, both exact in 10 mantissa bits) and a*b is taken as al*bh + ah*bl + ah*bh, about 21

@@ -1,0 +1,120 @@
+"""Decode attention on its own: split-KV (halo_attention_split_* + halo_attention_merge) over every attention
+layer of a model's shapes at a given depth, float32 and f16 caches, microseconds per decode step and the cache
+bytes read per second. Much cheaper than the whole-model long-context benchmark (no GGUF to build).
+
+    python tests/gpu/bench_attention.py [BACKEND] [--kernels=NAME,...] [--chunks=64,128]
+--kernels: extra kernel builds of halo_layer.cu to time next to the forward's own choice (same arguments).
+Caches are zero-filled (the scores' values do not change the work); block tables are in order.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from engine.backends import registry  # noqa: E402
+from engine.gpu.forward import (  # noqa: E402
+    NULL,
+    SKV_MERGE_THREADS,
+    SKV_WARPS,
+    skv_chunks,
+    split_kernel_name,
+    view,
+)
+
+BS = 16
+# (name, heads, kv heads, head dim, attention layers)
+SHAPES = (("qwen3-4b", 32, 8, 128, 36), ("gemma-3-270m", 4, 1, 256, 18), ("qwen35-4b", 16, 4, 256, 8))
+DEPTHS = (192, 4096, 16384)
+REPEAT = 10
+
+
+def _arg(name: str, default: str) -> list[str]:
+    for a in sys.argv[1:]:
+        if a.startswith(f"--{name}="):
+            return [x for x in a.split("=", 1)[1].split(",") if x]
+    return [x for x in default.split(",") if x]
+
+
+def bench_shape(backend, stream, shape, depth: int, T: int, kernels: list[str], chunks: list[int]) -> None:
+    name, H, Hkv, D, layers = shape
+    blocks = -(-(depth + T) // BS)
+    ld = (H + 2 * Hkv) * D
+    G = H // Hkv
+    qkv = backend.alloc((T, ld), np.float32)
+    backend.memset_async(qkv, 0, stream)
+    pos = np.arange(depth, depth + T, dtype=np.int32) if T > 1 else np.array([depth], np.int32)
+    meta = [np.ascontiguousarray(a) for a in (pos, np.zeros(T, np.int32), np.arange(blocks, dtype=np.int32))]
+    dev = []
+    for a in meta:
+        b = backend.alloc(a.shape, a.dtype)
+        backend.copy_h2d_async(b, a, stream)
+        dev.append(b)
+    pos_d, seq_d, tab_d = dev
+    out = backend.alloc((T, H * D), np.float32)
+    for f16 in (False, True):
+        per_layer = blocks * BS * Hkv * D
+        dtype = np.float16 if f16 else np.float32
+        caches = backend.alloc((2 * layers * per_layer,), dtype)
+        backend.memset_async(caches, 0, stream)
+        item = np.dtype(dtype).itemsize
+        names = [split_kernel_name(D, G, f16)] + [k for k in kernels if k.endswith("_f16") == f16
+                                                  and f"_d{128 if D <= 128 else 256}_" in k]
+        for nc in chunks or [skv_chunks(T)]:
+            part = backend.alloc((T * H * nc * (D + 2),), np.float32)
+            for kname in names:
+                try:
+                    kern = backend.kernel("halo_layer.cu", kname)
+                except Exception as e:                          # noqa: BLE001 - a build absent on this arch
+                    print(f"  {kname}: {type(e).__name__}: {e}")
+                    continue
+                merge = backend.kernel("halo_layer.cu", "halo_attention_merge")
+
+                def step():
+                    for i in range(layers):
+                        k = view(caches, (2 * i) * per_layer, per_layer)
+                        v = view(caches, (2 * i + 1) * per_layer, per_layer)
+                        args = (qkv, np.int32(ld), k, v, pos_d, seq_d, tab_d,
+                                np.int32(blocks), np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D),
+                                np.float32(1.0), np.int32(0), part, NULL, NULL, out)
+                        backend.launch(kern, (T, Hkv, nc), 32 * SKV_WARPS, args, stream,
+                                       4 * SKV_WARPS * G * (D + 2))
+                        backend.launch(merge, (T, H), SKV_MERGE_THREADS,
+                                       (part, np.int32(nc), np.int32(H), np.int32(D), NULL, out), stream)
+                step()
+                e0, e1 = backend.create_event(timing=True), backend.create_event(timing=True)
+                backend.record_event(e0, stream)
+                for _ in range(REPEAT):
+                    step()
+                backend.record_event(e1, stream)
+                backend.synchronize()
+                us = backend.elapsed_ms(e0, e1) * 1e3 / REPEAT
+                read = 2 * layers * (depth + T) * Hkv * D * item * T
+                print(f"  {name:13s} depth {depth:6d} T {T:2d} {'f16' if f16 else 'f32'} nc {nc:3d} {kname:36s} "
+                      f"{us:9.1f} us/step  {read / us / 1e3:7.1f} GB/s", flush=True)
+            backend.free(part)
+        backend.free(caches)
+    for b in dev + [qkv, out]:
+        backend.free(b)
+
+
+def main() -> int:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    backend = registry.create(args[0] if args else "cuda-python")
+    stream = backend.create_stream()
+    kernels, chunks = _arg("kernels", ""), [int(c) for c in _arg("chunks", "")]
+    for shape in SHAPES:
+        for depth in DEPTHS:
+            bench_shape(backend, stream, shape, depth, 1, kernels, chunks)
+        bench_shape(backend, stream, shape, 192, 16, kernels, [])
+    backend.destroy_stream(stream)
+    backend.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
