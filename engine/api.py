@@ -153,6 +153,8 @@ class ModelInfo:
     template_notice: str = ""     # non-empty: the model's chat template was refused; a plain format is used
     max_context: int = 0          # tokens one request may hold as loaded (the context setting, capped at
                                   # context_length); 0 when only inspected
+    kv_cache_type: str = ""       # the KV cache's element type as loaded, engine.model.arch.KV_CACHE_TYPES
+                                  # ("f32", "f16": GPU only); "" when only inspected or served remotely
 
 
 @dataclass(frozen=True)
@@ -161,17 +163,21 @@ class LoadProgress:
     message: str
 
 
-def estimate_memory(path: str, context: int, backend: Literal["cpu", "gpu"] = "cpu", num_seqs: int | None = None):
+def estimate_memory(path: str, context: int, backend: Literal["cpu", "gpu"] = "cpu", num_seqs: int | None = None,
+                    kv_cache_type: str | None = None):
     """engine.model.arch.MemoryEstimate of loading the GGUF at `path` with `context` tokens (capped at its
     trained length) on `backend`: weights, KV cache and recurrent state as the engine allocates them (one
     formula, engine.model.arch.memory_estimate). `num_seqs`: sequences whose recurrent state is kept (default:
-    what the Engine batches). Reads the header only; raises EngineError for a file that is not a model."""
+    what the Engine batches). `kv_cache_type`: the Engine's setting (default: the Engine's default; the CPU
+    keeps "f32" whatever it is).
+    Reads the header only; raises EngineError for a file that is not a model."""
     from engine.core.setup import DEFAULT_MAX_NUM_SEQS
     from engine.gguf import open_gguf
-    from engine.model.arch import memory_estimate
+    from engine.model.arch import DEFAULT_KV_CACHE_TYPE, memory_estimate
     from engine.model.config import ModelConfig
 
     with open_gguf(path) as gguf:
         config = ModelConfig.from_metadata(gguf.metadata)
         return memory_estimate(config, context, backend, gguf.tensors.values(),
-                               DEFAULT_MAX_NUM_SEQS if num_seqs is None else num_seqs)
+                               DEFAULT_MAX_NUM_SEQS if num_seqs is None else num_seqs,
+                               kv_cache_type or DEFAULT_KV_CACHE_TYPE)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.model.arch import BLOCK_SIZE
+from engine.model.arch import BLOCK_SIZE, DEFAULT_KV_CACHE_TYPE
 from engine.model.blas import blas_threads
 from engine.model.loader import load_model
 from engine.model.step import KVCache, SequenceBlocks
@@ -233,17 +233,20 @@ class EngineBenchResult:
     load_average: tuple[float, float, float] | None
     peak_rss_mb: float | None = None  # the whole process (the Engine's threads, its model, this bench)
     rss_before_load_mb: float | None = None   # resident before Engine.load (resident_mb)
+    kv_cache_type: str = ""           # what the loaded model's KV cache holds (ModelInfo.kv_cache_type)
 
 
 def run_engine_bench(path: Path, async_on: bool, concurrency: int = 1, prompt_tokens: int = 128,
-                     decode_tokens: int = 64, backend: str = "cpu") -> EngineBenchResult:
+                     decode_tokens: int = 64, backend: str = "cpu",
+                     kv_cache_type: str = DEFAULT_KV_CACHE_TYPE) -> EngineBenchResult:
     """`concurrency` raw-text requests of `prompt_tokens` tokens submitted at once, greedy, `decode_tokens`
-    each (fewer if the model emits a stop id). A short warm-up request runs first."""
+    each (fewer if the model emits a stop id). A short warm-up request runs first. `kv_cache_type`: the
+    Engine's (the CPU keeps f32; the result says what the cache held)."""
     from engine.api import GenerateRequest, SamplingParams
     from engine.engine import Engine
 
     engine = Engine(backend=backend, async_scheduling=async_on, max_num_seqs=max(8, concurrency),
-                    kv_cache_tokens=concurrency * (prompt_tokens + decode_tokens + 32))
+                    kv_cache_tokens=concurrency * (prompt_tokens + decode_tokens + 32), kv_cache_type=kv_cache_type)
     before = resident_mb()
     try:
         first_report: list[float] = []
@@ -273,7 +276,7 @@ def run_engine_bench(path: Path, async_on: bool, concurrency: int = 1, prompt_to
         decode_tok_s_per_request=round(sum(f.usage.decode_tokens_per_s for f in fins) / len(fins), 1),
         time_to_first_token_s=round(sum(f.usage.time_to_first_token_s for f in fins) / len(fins), 3),
         load_s=round(load_s, 3), open_s=round(open_s, 3), load_average=_load_average(),
-        peak_rss_mb=_rounded(peak_rss_mb()), rss_before_load_mb=_rounded(before))
+        peak_rss_mb=_rounded(peak_rss_mb()), rss_before_load_mb=_rounded(before), kv_cache_type=info.kv_cache_type)
 
 
 def _rounded(mb: float | None) -> float | None:
@@ -283,6 +286,7 @@ def _rounded(mb: float | None) -> float | None:
 def format_engine_result(r: EngineBenchResult) -> str:
     load = ", ".join(f"{x:.2f}" for x in r.load_average) if r.load_average else "unknown"
     rows = [("model", f"{r.model} on {r.backend}"),
+            ("KV cache", r.kv_cache_type),
             ("async scheduling", f"{'on' if r.async_scheduling else 'off'} ({r.async_reason})"),
             ("concurrency", f"{r.concurrency} requests x {r.prompt_tokens} prompt tokens"),
             ("aggregate", f"{r.aggregate_tok_s:.1f} tok/s ({r.generated_tokens} tokens in {r.wall_s:.2f} s)"),

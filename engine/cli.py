@@ -55,7 +55,7 @@ def cmd_pull(args) -> int:
 def cmd_inspect(args) -> int:
     from .gguf import Meta, open_gguf
     from .gpu.weights import gpu_refusal
-    from .model.arch import is_expert_tensor, kv_bytes_per_token, memory_estimate
+    from .model.arch import KV_CACHE_TYPES, is_expert_tensor, kv_bytes_per_token, memory_estimate
     from .model.config import ModelConfig
     from .model.loader import model_info, type_histogram
 
@@ -89,8 +89,9 @@ def cmd_inspect(args) -> int:
                       f"{c.ssm_k_heads} key / {c.ssm_v_heads} value heads of {c.ssm_k_dim}/{c.ssm_v_dim}, "
                       f"conv {c.ssm_conv_kernel}")
             est = memory_estimate(c, c.context_length, "gpu", gguf.tensors.values())
-            print(f"memory (GPU):  weights {est.weights / 2**20:.1f} MiB + KV {kv_bytes_per_token(c, 'gpu')} "
-                  f"B/token + recurrent state {est.recurrent_state / 2**20:.1f} MiB per sequence")
+            per_token = ", ".join(f"{kv_bytes_per_token(c, 'gpu', t)} B/token {t}" for t in KV_CACHE_TYPES)
+            print(f"memory (GPU):  weights {est.weights / 2**20:.1f} MiB + KV ({per_token}; --kv-type) "
+                  f"+ recurrent state {est.recurrent_state / 2**20:.1f} MiB per sequence")
             if c.ffn_kind == "moe":
                 kept = sum(t.nbytes for t in gguf.tensors.values() if is_expert_tensor(t.name))
                 print(f"experts:       {c.n_expert} per layer, {c.n_expert_used} used per token, FFN "
@@ -145,7 +146,7 @@ def cmd_generate(args) -> int:
     else:
         messages = ((ChatMessage("system", args.system),) if args.system else ()) + (ChatMessage("user", args.prompt),)
         request = GenerateRequest(messages=messages, params=_sampling(args))
-    engine = Engine()
+    engine = Engine(kv_cache_type=args.kv_type)
     try:
         _load(engine, path, quiet=args.json)
         parts = []
@@ -181,7 +182,8 @@ def cmd_chat(args) -> int:
 
     thinking = None if args.thinking is None else args.thinking == "on"
     return run_chat(resolve_model(args), _sampling(args), args.system,
-                    TemplateSwitches(enable_thinking=thinking, reasoning_effort=args.reasoning_effort))
+                    TemplateSwitches(enable_thinking=thinking, reasoning_effort=args.reasoning_effort),
+                    kv_cache_type=args.kv_type)
 
 
 def cmd_bench(args) -> int:
@@ -190,15 +192,19 @@ def cmd_bench(args) -> int:
     start = time.perf_counter()
     if args.async_mode is not None or args.concurrency is not None:    # through the Engine (any backend)
         result = run_engine_bench(resolve_model(args), args.async_mode != "off", args.concurrency or 1,
-                                  args.prompt_tokens, args.decode_tokens, args.backend)
+                                  args.prompt_tokens, args.decode_tokens, args.backend, args.kv_type)
         print(json.dumps(vars(result)) if args.json else format_engine_result(result))
         return 0
     if args.backend != "cpu":            # the GPU forward (engine.gpu.bench): same shapes, more figures
         from .gpu import bench as gpu_bench
         result = gpu_bench.run_bench(resolve_model(args), args.backend, args.prompt_tokens, args.decode_tokens,
-                                     max(args.repeat, 1))
+                                     max(args.repeat, 1), kv_type=args.kv_type)
         print(json.dumps(result, default=str) if args.json else gpu_bench.format_result(result))
         return 0
+    from .model.arch import kv_cache_type
+    if (cpu_type := kv_cache_type(args.kv_type, "cpu")) != args.kv_type:
+        print(f"note: the CPU forward keeps its KV cache in {cpu_type}; --kv-type {args.kv_type} applies to GPU "
+              "backends", file=sys.stderr)
     result = run_bench(resolve_model(args), args.prompt_tokens, args.decode_tokens, args.repeat)
     print(json.dumps(as_dict(result)) if args.json else format_result(result))
     if not args.json:
@@ -212,7 +218,8 @@ def cmd_serve(args) -> int:
     from .server.run import serve_forever
 
     path = resolve_model(args)
-    engine = Engine(max_context=args.ctx, backend=args.backend, max_num_seqs=args.max_num_seqs)
+    engine = Engine(max_context=args.ctx, backend=args.backend, max_num_seqs=args.max_num_seqs,
+                    kv_cache_type=args.kv_type)
     try:
         _load(engine, path, quiet=False)
         serve_forever(engine, ServerConfig(host=args.host, port=args.port, api_key=args.api_key or None,
@@ -228,6 +235,14 @@ def _model_args(p: argparse.ArgumentParser, positional: bool) -> None:
     else:
         p.add_argument("--model", "-m", help="a .gguf path or a known model key")
     p.add_argument("--starter", action="store_true", help="use the starter model (fetched if missing)")
+
+
+def _kv_type_arg(p: argparse.ArgumentParser) -> None:
+    from .model.arch import DEFAULT_KV_CACHE_TYPE, KV_CACHE_TYPES
+
+    p.add_argument("--kv-type", choices=tuple(KV_CACHE_TYPES), default=DEFAULT_KV_CACHE_TYPE,
+                   help="KV cache element type: f32 (exact, the default) or f16 (GPU only: half the KV memory, "
+                        "fewer bytes per decode step at long context); the CPU always keeps f32")
 
 
 def _sampling_args(p: argparse.ArgumentParser, temperature: float) -> None:
@@ -265,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--raw", action="store_true", help="the prompt is raw text, not a user message")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     _sampling_args(g, temperature=0.0)
+    _kv_type_arg(g)
     g.set_defaults(func=cmd_generate)
 
     c = sub.add_parser("chat", help="interactive chat (/exit to quit, Ctrl-C stops a reply)")
@@ -272,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sampling_args(c, temperature=0.7)
     c.add_argument("--thinking", choices=("on", "off"), help="the template's thinking switch (Qwen3, Qwen3.5)")
     c.add_argument("--reasoning-effort", choices=REASONING_EFFORTS, help="gpt-oss's reasoning effort")
+    _kv_type_arg(c)
     c.set_defaults(func=cmd_chat)
 
     b = sub.add_parser("bench", help="load time, prefill and decode speed, time to first token, peak RSS")
@@ -285,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--concurrency", type=int, help="requests at once, through the Engine (default 1)")
     b.add_argument("--backend", default="cpu", help="cpu (numpy forward) or a GPU backend: cuda-python, "
                    "ctypes-cuda, hip-python, ctypes-hip")
+    _kv_type_arg(b)
     b.set_defaults(func=cmd_bench)
 
     from .core.setup import DEFAULT_MAX_NUM_SEQS
@@ -301,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-pending", type=int, default=64, help="requests in progress before 503")
     s.add_argument("--ctx", type=int, default=DEFAULT_MAX_CONTEXT, help="context (KV cache) tokens")
     s.add_argument("--backend", default="auto", help="auto, cpu, cuda or hip")
+    _kv_type_arg(s)
     s.set_defaults(func=cmd_serve)
 
     from . import diagnostics  # loads no driver until run

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .api import ChatMessage, Finished, GenerateRequest, SamplingParams
 from .engine import Engine
+from .model.arch import DEFAULT_KV_CACHE_TYPE
 
 THINKING_HEADER = "Thinking:"
 ANSWER_HEADER = "Answer:"
@@ -23,9 +24,9 @@ class TemplateSwitches:
 
 
 def run_chat(path: Path, params: SamplingParams, system: str | None,
-             switches: TemplateSwitches | None = None) -> int:
+             switches: TemplateSwitches | None = None, kv_cache_type: str = DEFAULT_KV_CACHE_TYPE) -> int:
     switches = switches or TemplateSwitches()
-    engine = Engine()
+    engine = Engine(kv_cache_type=kv_cache_type)
     try:
         info = engine.load(path).result()
         mode = "chat" if info.has_chat_template else "completion (no chat template: each line is continued)"

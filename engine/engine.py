@@ -33,6 +33,7 @@ from engine.errors import (
     UnsupportedModelError,
 )
 from engine.generation import Generation, encode_prompt
+from engine.model import arch
 from engine.prompt import PromptFormat
 from engine.reasoning import reasoning_parser
 
@@ -112,17 +113,22 @@ class Engine:
     """`backend`: "auto" (default: the probe's first available backend), "cpu", "cuda", "hip" or a registry
     name; a GPU choice falls back to the CPU (reason in `backend_reason`) when the GPU forward pass is
     missing. `async_scheduling`: the user's setting; it is on only where the probe also proves a safe
-    readback (see `async_reason`). `max_num_seqs`: requests batched together (continuous batching)."""
+    readback (see `async_reason`). `max_num_seqs`: requests batched together (continuous batching).
+    `kv_cache_type`: the KV cache's element type, engine.model.arch.KV_CACHE_TYPES: "f32" (default, exact) or
+    "f16" (GPU only: half the KV memory); a model on the CPU gets "f32" whatever is asked, and the loaded
+    ModelInfo.kv_cache_type says which it got. An unknown name raises ValueError here."""
 
     def __init__(self, max_context: int = DEFAULT_MAX_CONTEXT, prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
                  backend: str = "auto", async_scheduling: bool = True, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
-                 kv_cache_tokens: int | None = None):
+                 kv_cache_tokens: int | None = None, kv_cache_type: str = arch.DEFAULT_KV_CACHE_TYPE):
+        arch.kv_cache_type(kv_cache_type, "gpu")          # refuse an unknown name before the thread starts
         self._max_context = max_context
         self._prefill_chunk = prefill_chunk
         self._backend_setting = backend
         self._async_setting = async_scheduling
         self._max_num_seqs = max_num_seqs
         self._kv_cache_tokens = kv_cache_tokens
+        self._kv_cache_type = kv_cache_type
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._load_cancels: set[threading.Event] = set()    # one per load not yet finished
         self._load_lock = threading.Lock()
@@ -306,7 +312,8 @@ class Engine:
         from engine.core.build import build_cpu, build_gpu, gpu_forward_available
 
         opts = dict(max_context=max_context, max_num_seqs=self._max_num_seqs,
-                    prefill_chunk=self._prefill_chunk, kv_cache_tokens=self._kv_cache_tokens)
+                    prefill_chunk=self._prefill_chunk, kv_cache_tokens=self._kv_cache_tokens,
+                    kv_cache_type=self._kv_cache_type)
         if choice.name != "cpu":
             unsupported = None
             if gpu_forward_available():

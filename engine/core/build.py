@@ -1,7 +1,10 @@
 """Load a model onto a backend and wrap it in an EngineCore (engine thread; called by Engine.load).
 
-CPU: the dequantized CpuModel + a float32 KVCache + CpuStepExecutor on the CPU backend.
-GPU: engine.gpu.executor: GpuModel (quantized weights on the device) + its KV cache + GpuStepExecutor.
+CPU: the dequantized CpuModel + a float32 KVCache + CpuStepExecutor on the CPU backend (whatever KV cache
+     type is asked: arch.kv_cache_type gives "f32" on the CPU).
+GPU: engine.gpu.executor: GpuModel (quantized weights on the device) + its KV cache of the asked type
+     (engine.model.arch.KV_CACHE_TYPES) + GpuStepExecutor.
+Either way the built ModelInfo.kv_cache_type says which type the cache holds.
 Both end in the same ModelRunner / ReadbackPool / EngineCore: one code path from the scheduler down.
 """
 from __future__ import annotations
@@ -15,12 +18,13 @@ from engine.core.engine_core import EngineCore
 from engine.core.runner import ModelRunner
 from engine.core.setup import BackendChoice, make_scheduler
 from engine.model.arch import BLOCK_SIZE
+from engine.model.arch import kv_cache_type as resolve_kv_cache_type
 from engine.model.config import ModelConfig
 from engine.prompt import PromptFormat
 
 
 def build_cpu(path: Path, choice: BackendChoice, on_progress, *, max_context: int, max_num_seqs: int,
-              prefill_chunk: int, kv_cache_tokens: int | None) -> BuiltModel:
+              prefill_chunk: int, kv_cache_tokens: int | None, kv_cache_type: str) -> BuiltModel:
     from engine.backends.registry import create
     from engine.core.cpu_executor import CpuStepExecutor
     from engine.model.host_memory import check_host_fits, plan_host_memory
@@ -40,7 +44,7 @@ def build_cpu(path: Path, choice: BackendChoice, on_progress, *, max_context: in
     scheduler = make_scheduler(num_blocks, BLOCK_SIZE, max_context, choice.async_scheduling, max_num_seqs,
                                prefill_chunk)
     core = EngineCore(scheduler, ModelRunner(executor, BLOCK_SIZE, max_num_seqs))
-    info = replace(loaded.info, backend="cpu")
+    info = replace(loaded.info, backend="cpu", kv_cache_type=resolve_kv_cache_type(kv_cache_type, "cpu"))
     return BuiltModel(info, PromptFormat.from_metadata(loaded.metadata), loaded.config.vocab_size, core, max_context)
 
 
@@ -51,7 +55,7 @@ def gpu_forward_available() -> bool:
 
 
 def build_gpu(path: Path, choice: BackendChoice, on_progress, *, max_context: int, max_num_seqs: int,
-              prefill_chunk: int, kv_cache_tokens: int | None) -> BuiltModel:
+              prefill_chunk: int, kv_cache_tokens: int | None, kv_cache_type: str) -> BuiltModel:
     from engine.gpu.executor import build_gpu_model
     return build_gpu_model(path, choice, on_progress, max_context=max_context, max_num_seqs=max_num_seqs,
-                           prefill_chunk=prefill_chunk, kv_cache_tokens=kv_cache_tokens)
+                           prefill_chunk=prefill_chunk, kv_cache_tokens=kv_cache_tokens, kv_cache_type=kv_cache_type)

@@ -3,7 +3,8 @@
 replay, ids fed on the device, readback pipelined two deep) and eager decode for comparison, device memory
 used, kernel launches per decoded token, share of decode wall time spent in Python, effective weight
 bandwidth next to a device-to-device copy measured in the same run, and a per-kernel GPU time breakdown
-of one decode step (events captured between the kernels of a graph).
+of one decode step (events captured between the kernels of a graph). Every bench takes `kv_type`
+(engine.model.arch.KV_CACHE_TYPES, default f32) and says in its first result line which type the cache held.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from engine.backends import registry
 from engine.backends.async_output import ReadbackPool
 from engine.gpu import forward as forward_mod
 from engine.gpu.model import GpuModel
-from engine.model.arch import BLOCK_SIZE
+from engine.model.arch import BLOCK_SIZE, DEFAULT_KV_CACHE_TYPE
 from engine.model.step import StepInput
 
 # llama.cpp on an H200, same shapes (../shared/reference/README.md): (prefill pp128, decode tg64) tok/s
@@ -189,9 +190,9 @@ def kernel_breakdown(gm: GpuModel, kv, T: int = 1, graph: bool = True) -> tuple[
 
 
 def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int = 128, decode_tokens: int = 64,
-              repeat: int = 3, backend=None) -> dict:
+              repeat: int = 3, backend=None, kv_type: str = DEFAULT_KV_CACHE_TYPE) -> dict:
     if prompt_tokens > LONG_PROMPT:
-        return run_long_bench(model_path, backend_name, prompt_tokens, decode_tokens, backend=backend)
+        return run_long_bench(model_path, backend_name, prompt_tokens, decode_tokens, backend=backend, kv_type=kv_type)
     path = Path(model_path)
     own = backend is None
     backend = backend or registry.create(backend_name)
@@ -202,10 +203,11 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
         t0 = time.perf_counter()
         gm = GpuModel.load(path, backend, max_tokens=max(prompt_tokens, 16), max_seqs=4,
                            kv_blocks=-(-(prompt_tokens + decode_tokens + 32) // BLOCK_SIZE),
-                           progress=lambda *_: streaming or streaming.append(time.perf_counter()))
+                           progress=lambda *_: streaming or streaming.append(time.perf_counter()), kv_type=kv_type)
         bs = BLOCK_SIZE
         n_blocks = -(-(prompt_tokens + decode_tokens + 32) // bs)
-        kv = gm.new_kv_cache(n_blocks, bs)
+        kv = gm.new_kv_cache(n_blocks, bs, kv_type=kv_type)
+        result["kv_type"] = kv.kv_type
         pool = ReadbackPool(backend, slots=3)
         result["load_s"] = time.perf_counter() - t0
         result["open_s"] = streaming[0] - t0 if streaming else result["load_s"]
@@ -293,8 +295,10 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
 LONG_PROMPT, PREFILL_CHUNK, LONG_PREFILL_MAX, UNTILED_PREFILL_MAX, COMPARE_PREFILL_MAX = 512, 512, 16384, 8192, 4096
 
 
-def run_long_bench(model_path, backend_name: str, prompt_tokens: int, decode_tokens: int, backend=None) -> dict:
-    """Prefill of `prompt_tokens` (chunked) and decode at that depth, split-KV attention on and off."""
+def run_long_bench(model_path, backend_name: str, prompt_tokens: int, decode_tokens: int, backend=None,
+                   kv_type: str = DEFAULT_KV_CACHE_TYPE) -> dict:
+    """Prefill of `prompt_tokens` (chunked) and decode at that depth, split-KV attention on and off, over a KV
+    cache of `kv_type`."""
     path = Path(model_path)
     own = backend is None
     backend = backend or registry.create(backend_name)
@@ -302,11 +306,12 @@ def run_long_bench(model_path, backend_name: str, prompt_tokens: int, decode_tok
     try:
         free0 = backend.memory_info().free
         n_blocks = -(-(prompt_tokens + decode_tokens + 32) // BLOCK_SIZE)
-        gm = GpuModel.load(path, backend, max_tokens=PREFILL_CHUNK, max_seqs=4, kv_blocks=n_blocks)
-        kv = gm.new_kv_cache(n_blocks, BLOCK_SIZE)
+        gm = GpuModel.load(path, backend, max_tokens=PREFILL_CHUNK, max_seqs=4, kv_blocks=n_blocks, kv_type=kv_type)
+        kv = gm.new_kv_cache(n_blocks, BLOCK_SIZE, kv_type=kv_type)
         pool = ReadbackPool(backend, slots=3)
         result["device_mb"] = (free0 - backend.memory_info().free) / 2**20
         result["kv_mb"] = kv.nbytes / 2**20
+        result["kv_type"] = kv.kv_type
         result["kv_tokens"] = n_blocks * BLOCK_SIZE
         c = gm.config
         prompt = [(i * 7919 + 13) % c.vocab_size for i in range(prompt_tokens)]
@@ -360,8 +365,9 @@ def format_long_result(r: dict) -> str:
                f"prefill not run ({N} tokens: too long for {r['prefill_attention']} attention)")
     if "untiled_prefill_tok_s" in r:
         prefill += f"; with the untiled attention {r['untiled_prefill_tok_s']:.0f} tok/s"
-    lines = [f"{r['model']} on {r['backend']}, depth {N}:",
-             f"  device memory used {r['device_mb']:.0f} MiB (KV cache {r['kv_mb']:.0f} MiB for {r['kv_tokens']} tokens)",
+    lines = [f"{r['model']} on {r['backend']}, depth {N}, KV cache {r['kv_type']}:",
+             f"  device memory used {r['device_mb']:.0f} MiB (KV cache {r['kv_mb']:.0f} MiB of {r['kv_type']} for "
+             f"{r['kv_tokens']} tokens)",
              f"  {prefill}",
              f"  decode at depth {N}: {r['decode_tok_s']:.0f} tok/s split-KV attention "
              f"({r['split_kv_chunks']} chunks), {r['decode_tok_s_no_split_kv']:.0f} tok/s without"]
@@ -402,7 +408,7 @@ def _steps_ms(gm: GpuModel, step: StepInput, kv, pool, n: int) -> float:
 
 
 def run_batch_bench(model_path, backend_name: str, batches=(1, 4, 8, 16), depth: int = BATCH_DEPTH, steps: int = 32,
-                    backend=None) -> dict:
+                    backend=None, kv_type: str = DEFAULT_KV_CACHE_TYPE) -> dict:
     """Decode steps of T sequences (one token each), replayed as the engine replays them (one graph per T): ms per
     step (2..16 tokens where tensor cores exist: with the tensor-core kernels tn_tN and without, i.e. bq_t16 /
     r1_t4 / r4_t8 as HIP runs them), and where a step goes on the GPU (kernel roles; the LM head on one row)."""
@@ -414,8 +420,10 @@ def run_batch_bench(model_path, backend_name: str, batches=(1, 4, 8, 16), depth:
     try:
         bps = -(-depth // BLOCK_SIZE) + 1
         n_blocks = max(batches) * bps
-        gm = GpuModel.load(path, backend, max_tokens=max(batches), max_seqs=max(batches), kv_blocks=n_blocks)
-        kv = gm.new_kv_cache(n_blocks, BLOCK_SIZE)
+        gm = GpuModel.load(path, backend, max_tokens=max(batches), max_seqs=max(batches), kv_blocks=n_blocks,
+                           kv_type=kv_type)
+        kv = gm.new_kv_cache(n_blocks, BLOCK_SIZE, kv_type=kv_type)
+        result["kv_type"] = kv.kv_type
         pool = ReadbackPool(backend, slots=3)
         for T in batches:
             st = _batch_step(T, depth, bps)
@@ -440,7 +448,8 @@ def run_batch_bench(model_path, backend_name: str, batches=(1, 4, 8, 16), depth:
 
 
 def format_batch_result(r: dict) -> str:
-    lines = [f"{r['model']} on {r['backend']}: decode steps of T sequences at depth {r['depth']} (graph replays)"]
+    lines = [f"{r['model']} on {r['backend']}, KV cache {r['kv_type']}: decode steps of T sequences at depth "
+             f"{r['depth']} (graph replays)"]
     for T, row in r["rows"].items():
         line = f"  T={T}: {row['ms']:.2f} ms/step = {T / row['ms'] * 1e3:.0f} tok/s"
         if "ms_without_tn" in row:
@@ -489,7 +498,7 @@ def _decode(gm: GpuModel, kv, pool, prompt, n_blocks: int, bs: int, n: int, repe
 def format_result(r: dict) -> str:
     if "prompt_tokens" in r:
         return format_long_result(r)
-    lines = [f"{r['model']} on {r['backend']}:",
+    lines = [f"{r['model']} on {r['backend']}, KV cache {r['kv_type']}:",
              f"  load {r['load_s']:.2f} s (open {r.get('open_s', float('nan')):.3f} s, then weights stream), "
              f"device memory used {r['device_mb']:.0f} MiB (weights {r['weights_mb']:.0f} MiB)",
              f"  prefill {r['prefill_tok_s']:.0f} tok/s ({r.get('prefill_tokens', 128)} tokens), TTFT {r['ttft_ms']:.2f} ms",

@@ -28,7 +28,7 @@ from engine.core.setup import BackendChoice, make_scheduler
 from engine.core.step_batch import StepBatch
 from engine.gpu.forward import view
 from engine.gpu.stepmeta import SamplingRow
-from engine.model.arch import BLOCK_SIZE
+from engine.model.arch import BLOCK_SIZE, DEFAULT_KV_CACHE_TYPE
 
 
 def placeholder_runs(dst: np.ndarray, src: np.ndarray) -> list[tuple[int, int, int]]:
@@ -94,7 +94,10 @@ def device_label(backend) -> str:
 
 
 def build_gpu_model(path: Path, choice: BackendChoice, on_progress, *, max_context: int, max_num_seqs: int,
-                    prefill_chunk: int, kv_cache_tokens: int | None) -> BuiltModel:
+                    prefill_chunk: int, kv_cache_tokens: int | None,
+                    kv_cache_type: str = DEFAULT_KV_CACHE_TYPE) -> BuiltModel:
+    """`kv_cache_type` (engine.model.arch.KV_CACHE_TYPES): the pre-flight counts, and the cache holds, K and V of
+    that type; the built ModelInfo.kv_cache_type is the cache's own."""
     from engine.backends.registry import create
     from engine.gguf import open_gguf
     from engine.gpu.model import GpuModel
@@ -111,13 +114,14 @@ def build_gpu_model(path: Path, choice: BackendChoice, on_progress, *, max_conte
     backend = create(choice.name)
     try:
         model = GpuModel.load(path, backend, max_tokens=budget, max_seqs=max_num_seqs, kv_blocks=num_blocks,
-                              block_size=BLOCK_SIZE, progress=on_progress)
-        kv = model.new_kv_cache(num_blocks, BLOCK_SIZE)
+                              block_size=BLOCK_SIZE, progress=on_progress, kv_type=kv_cache_type)
+        kv = model.new_kv_cache(num_blocks, BLOCK_SIZE, kv_type=kv_cache_type)
     except BaseException:
         backend.close()
         raise
     executor = GpuStepExecutor(model, kv)
     scheduler = make_scheduler(num_blocks, BLOCK_SIZE, max_context, choice.async_scheduling, max_num_seqs, budget)
     core = EngineCore(scheduler, ModelRunner(executor, BLOCK_SIZE, max_num_seqs))
-    return BuiltModel(replace(info, backend=device_label(backend)), PromptFormat.from_metadata(metadata),
+    return BuiltModel(replace(info, backend=device_label(backend), kv_cache_type=kv.kv_type),
+                      PromptFormat.from_metadata(metadata),
                       config.vocab_size, core, max_context)

@@ -56,15 +56,17 @@ class GpuModel:
 
     @staticmethod
     def load(path: Path, backend: Backend, *, max_tokens: int = 512, max_seqs: int = 16, kv_blocks: int = 0,
-             block_size: int = BLOCK_SIZE, use_graphs: bool = True, progress=None) -> GpuModel:
-        """Pre-flight (weights + `kv_blocks` KV blocks + scratch vs free memory), then upload. Raises
-        OutOfDeviceMemoryError with the numbers before allocating anything when it cannot fit."""
+             block_size: int = BLOCK_SIZE, use_graphs: bool = True, progress=None,
+             kv_type: str = DEFAULT_KV_CACHE_TYPE) -> GpuModel:
+        """Pre-flight (weights + `kv_blocks` KV blocks of `kv_type` + scratch vs free memory), then upload. Raises
+        OutOfDeviceMemoryError with the numbers before allocating anything when it cannot fit. The KV cache
+        itself comes from new_kv_cache (give it the same `kv_type`)."""
         from engine.gguf import open_gguf
 
         with open_gguf(Path(path)) as gguf:
             config = ModelConfig.from_metadata(gguf.metadata)
             tensors = list(gguf.tensors.values())
-            plan = plan_memory(config, tensors, kv_blocks, block_size, max_tokens, max_seqs)
+            plan = plan_memory(config, tensors, kv_blocks, block_size, max_tokens, max_seqs, kv_type)
             mem = backend.memory_info()
             if plan.total > mem.free:     # say whether the CPU could hold it instead
                 host = plan_host_memory(config, tensors, kv_blocks, block_size, max_tokens, max_seqs)

@@ -2,8 +2,8 @@
 
 weights: the GGUF tensors as they are in the file (still quantized) plus float32 copies of the small
          vectors (norms, biases), each allocation rounded up to the allocator's granularity;
-kv:      engine.model.arch.kv_cache_bytes (K and V float32 of every attention layer + the token id per slot)
-         plus the recurrent state of every linear-attention layer for `max_seqs` sequences;
+kv:      engine.model.arch.kv_cache_bytes (K and V of every attention layer in the cache's `kv_type`, + the
+         token id per slot) plus the recurrent state of every linear-attention layer for `max_seqs` sequences;
 scratch: activations for `max_tokens` tokens and logits for `max_seqs` rows, the split-K partial sums, the
          sampler's per-row buffers, plus the step metadata;
 reserve: the runtime's own context, module code and graph memory (a fixed slice plus a share of the rest).

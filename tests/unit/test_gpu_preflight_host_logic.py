@@ -70,23 +70,65 @@ def test_host_side_of_a_prefill_and_a_decode_step(name):
         m.close()
 
 
+@pytest.mark.parametrize("kv_type", ["f32", "f16"])
 @pytest.mark.parametrize("name", NAMES)
-def test_the_gpu_kv_cache_allocates_what_the_one_formula_estimates(name):
+def test_the_gpu_kv_cache_allocates_what_the_one_formula_estimates(name, kv_type):
     """What the engine reports as allocated (Engine.stats().kv_cache_bytes reads GpuKVCache.nbytes) equals
-    engine.model.arch's estimate on the GPU: K and V float32 plus the token id at every slot, plus (hybrid
+    engine.model.arch's estimate on the GPU: K and V of `kv_type` plus the token id at every slot, plus (hybrid
     models) the recurrent state of every state slot (max_seqs by default)."""
     from engine.model.arch import kv_cache_bytes, recurrent_state_bytes
 
     backend = registry.create("cpu")
     backend.kernel = lambda file, function: Kernel(function, None)
     backend.launch = lambda *a, **k: None
-    m = GpuModel.load(DATA / f"{name}.gguf", backend, max_tokens=32, max_seqs=4, kv_blocks=6)
-    kv = m.new_kv_cache(6, 16)
+    m = GpuModel.load(DATA / f"{name}.gguf", backend, max_tokens=32, max_seqs=4, kv_blocks=6, kv_type=kv_type)
+    kv = m.new_kv_cache(6, 16, kv_type=kv_type)
     try:
-        assert kv.nbytes == kv_cache_bytes(m.config, 6, 16, "gpu") + 4 * recurrent_state_bytes(m.config)
+        assert kv.kv_type == kv_type
+        assert kv.nbytes == kv_cache_bytes(m.config, 6, 16, "gpu", kv_type) + 4 * recurrent_state_bytes(m.config)
+        assert m.plan.kv == kv.nbytes                          # the load's pre-flight counted this type
         recurrent = kv.recurrent.storage.nbytes if kv.recurrent else 0
         assert (recurrent > 0) == m.config.has_recurrent_state
         assert kv.nbytes == kv.storage.nbytes + kv.token_at_slot.nbytes + recurrent
     finally:
         kv.free()
         m.close()
+
+
+def test_the_engines_gpu_builder_allocates_and_runs_the_kv_type_it_is_given(monkeypatch):
+    """engine.gpu.executor.build_gpu_model (what Engine.load runs for a GPU backend) on the CPU backend, kernels
+    recorded: the pre-flight and the cache are f16, a step launches the f16 builds, ModelInfo says "f16", and
+    what the runner reports as allocated (Engine.stats().kv_cache_bytes) is the app's estimate for f16."""
+    from engine.api import estimate_memory
+    from engine.backends.cpu import CpuBackend
+    from engine.core.setup import BackendChoice
+    from engine.gpu.executor import build_gpu_model
+    from engine.gpu.preflight import kv_bytes
+    from engine.model.arch import recurrent_state_bytes
+
+    launched = []
+    monkeypatch.setattr(CpuBackend, "kernel", lambda self, file, function: Kernel(function, None))
+    monkeypatch.setattr(CpuBackend, "launch", lambda self, kernel, *a, **k: launched.append(kernel.name))
+    path = DATA / "tiny-qwen35-q8_0.gguf"                 # hybrid: the recurrent state is counted too
+    sizes = {}
+    for kv_type in ("f32", "f16"):
+        built = build_gpu_model(path, BackendChoice("cpu", "test", False, "test"), None, max_context=200,
+                                max_num_seqs=2, prefill_chunk=32, kv_cache_tokens=None, kv_cache_type=kv_type)
+        runner = built.core.runner
+        m, kv = runner.executor.model, runner.executor.kv
+        try:
+            assert built.info.kv_cache_type == kv.kv_type == kv_type
+            blocks = -(-200 // 16)
+            assert m.plan.kv == kv_bytes(m.config, blocks, 16, kv_type) + 2 * recurrent_state_bytes(m.config)
+            est = estimate_memory(str(path), 200, "gpu", num_seqs=2, kv_cache_type=kv_type)
+            assert runner.kv_cache_bytes == est.kv_cache + est.recurrent_state == kv.nbytes
+            sizes[kv_type] = est.kv_cache
+            launched.clear()
+            m.forward(_step(list(range(10)), 0), kv)
+            rope = [n for n in launched if n.startswith("halo_rope_kv")]
+            assert rope == ["halo_rope_kv" + ("_f16" if kv_type == "f16" else "")] * m.config.layer_kinds.count(
+                "attention")
+        finally:
+            built.core.close()
+    slots = -(-200 // 16) * 16
+    assert sizes["f32"] - sizes["f16"] == slots * (2 * m.config.kv_dim * 2)      # one attention layer's K and V

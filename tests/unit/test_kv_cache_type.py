@@ -1,0 +1,114 @@
+"""The KV cache element type (engine.model.arch.KV_CACHE_TYPES) from the user to the cache: names checked where
+they come in (the Engine, the CLI), the memory figures of every type worked out by hand from the config, the
+CPU keeping float32 whatever is asked and saying so. The GPU cache itself, allocated through the Engine's GPU
+builder on the CPU backend, is in test_gpu_preflight_host_logic.py."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine import cli
+from engine.api import estimate_memory
+from engine.engine import Engine
+from engine.gguf import open_gguf
+from engine.gpu import preflight
+from engine.model import arch
+from engine.model.config import ModelConfig
+
+DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
+
+
+def _config(name: str):
+    with open_gguf(DATA / f"{name}.gguf") as g:
+        return ModelConfig.from_metadata(g.metadata), list(g.tensors.values())
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3-q4_k_m", "tiny-qwen35-q8_0"])
+def test_bytes_per_token_of_each_type_from_the_config(name):
+    """K and V of every attention layer (qwen35: 1 of its 4 layers), 4 bytes a value in f32, 2 in f16, plus the
+    GPU's int32 token id per slot; the CPU holds f32 whatever is asked."""
+    c, _ = _config(name)
+    n_attn = {"tiny-qwen3-q4_k_m": 2, "tiny-qwen35-q8_0": 1}[name]
+    kv_values = 2 * n_attn * c.n_head_kv * c.head_dim             # K and V per token
+    assert arch.kv_bytes_per_token(c, "gpu", "f32") == kv_values * 4 + 4
+    assert arch.kv_bytes_per_token(c, "gpu", "f16") == kv_values * 2 + 4
+    assert arch.kv_bytes_per_token(c, "cpu", "f16") == arch.kv_bytes_per_token(c, "cpu", "f32") == kv_values * 4
+    assert arch.kv_bytes_per_token(c, "gpu") == kv_values * 4 + 4                 # the default is exact f32
+
+
+def test_the_estimate_and_the_gpu_preflight_count_half_the_kv_in_f16():
+    c, tensors = _config("tiny-qwen35-q8_0")
+    f32 = arch.memory_estimate(c, 100, "gpu", tensors, num_seqs=3, kv_type="f32")
+    f16 = arch.memory_estimate(c, 100, "gpu", tensors, num_seqs=3, kv_type="f16")
+    slots = 7 * arch.BLOCK_SIZE                                      # ceil(100 / 16) blocks
+    kv_values = 2 * 1 * c.n_head_kv * c.head_dim
+    assert f16.kv_cache == slots * (kv_values * 2 + 4) and f32.kv_cache == slots * (kv_values * 4 + 4)
+    assert (f16.weights, f16.recurrent_state) == (f32.weights, f32.recurrent_state)   # only K and V shrink
+    assert arch.memory_estimate(c, 100, "cpu", tensors, kv_type="f16") == arch.memory_estimate(c, 100, "cpu", tensors)
+    # the Engine's pre-flight: the same bytes plus each sequence's recurrent state
+    plan = preflight.plan_memory(c, tensors, 7, arch.BLOCK_SIZE, 64, 3, "f16")
+    assert plan.kv == f16.kv_cache + 3 * arch.recurrent_state_bytes(c)
+    assert plan.weights == preflight.plan_memory(c, tensors, 7, arch.BLOCK_SIZE, 64, 3).weights
+    # the app's estimate (engine.api) passes the setting through
+    est = estimate_memory(str(DATA / "tiny-qwen35-q8_0.gguf"), 100, "gpu", num_seqs=3, kv_cache_type="f16")
+    assert est == f16
+
+
+def test_more_f16_blocks_fit_in_the_same_memory():
+    c, tensors = _config("tiny-llama-q4_1")
+    free = 2 << 30
+    n32 = preflight.max_kv_blocks(c, tensors, 16, 512, 16, free)
+    n16 = preflight.max_kv_blocks(c, tensors, 16, 512, 16, free, kv_type="f16")
+    # a block costs K/V + token ids + a block-table column: f16 halves only the first
+    per32 = preflight.kv_bytes(c, 1, 16, "f32") + 4 * 16
+    per16 = preflight.kv_bytes(c, 1, 16, "f16") + 4 * 16
+    assert per16 < per32 and n16 == pytest.approx(n32 * per32 / per16, rel=1e-3)
+    assert preflight.plan_memory(c, tensors, n16, 16, 512, 16, "f16").total <= free
+
+
+@pytest.mark.parametrize("bad", ["q8_0", "F16", "fp16", ""])
+def test_an_unknown_type_is_refused_with_the_choices(bad):
+    with pytest.raises(ValueError, match=r"KV cache type must be one of f32, f16, not "):
+        arch.kv_cache_type(bad, "gpu")
+    with pytest.raises(ValueError, match=r"KV cache type must be one of f32, f16"):
+        Engine(backend="cpu", kv_cache_type=bad)          # at construction, before any load
+
+
+def test_the_cpu_engine_keeps_f32_says_so_and_allocates_what_the_estimate_says():
+    path = DATA / "tiny-qwen35-q8_0.gguf"
+    engine = Engine(max_context=200, backend="cpu", max_num_seqs=2, kv_cache_type="f16")
+    try:
+        info = engine.load(path).result(timeout=60)
+        stats = engine.stats()
+    finally:
+        engine.shutdown()
+    assert info.backend == "cpu" and info.kv_cache_type == "f32"
+    est = estimate_memory(str(path), 200, "cpu", num_seqs=2, kv_cache_type="f16")
+    assert stats.kv_cache_bytes == est.kv_cache + est.recurrent_state
+    assert est == estimate_memory(str(path), 200, "cpu", num_seqs=2, kv_cache_type="f32")
+
+
+def test_the_cli_takes_kv_type_wherever_it_builds_an_engine(capsys):
+    parser = cli.build_parser()
+    for command in (["bench"], ["generate", "-p", "hi"], ["chat"], ["serve"]):
+        assert parser.parse_args(command).kv_type == arch.DEFAULT_KV_CACHE_TYPE
+        assert parser.parse_args([*command, "--kv-type", "f16"]).kv_type == "f16"
+        with pytest.raises(SystemExit):
+            parser.parse_args([*command, "--kv-type", "q8_0"])
+    assert "invalid choice: 'q8_0'" in capsys.readouterr().err
+
+
+def test_inspect_prints_the_kv_bytes_per_token_of_each_type(capsys):
+    c, _ = _config("tiny-qwen3-q4_k_m")
+    assert cli.main(["inspect", str(DATA / "tiny-qwen3-q4_k_m.gguf")]) == 0
+    line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("memory (GPU):"))
+    kv_values = 2 * 2 * c.n_head_kv * c.head_dim
+    assert f"{kv_values * 4 + 4} B/token f32, {kv_values * 2 + 4} B/token f16" in line
+
+
+def test_the_cpu_bench_says_it_keeps_f32(capsys):
+    assert cli.main(["bench", "-m", str(DATA / "tiny-llama-q4_1.gguf"), "--prompt-tokens", "8",
+                     "--decode-tokens", "2", "--kv-type", "f16"]) == 0
+    err = capsys.readouterr().err
+    assert "the CPU forward keeps its KV cache in f32; --kv-type f16 applies to GPU backends" in err
