@@ -276,7 +276,9 @@ def _running_html(client) -> str:
     if not backend:
         return ""
     kind = "warn" if backend.startswith("cpu") and getattr(client, "backend", "") in BACKEND_NAMES else "ok"
-    return f"Running now {_badge(backend, kind)} &nbsp; <span>{_esc(reason)}</span><br>"
+    kv = getattr(client.model, "kv_cache_type", "")
+    kv_html = f" KV cache {_badge(kv, 'info')}" if kv else ""
+    return f"Running now {_badge(backend, kind)}{kv_html} &nbsp; <span>{_esc(reason)}</span><br>"
 
 
 def _summary_html(r: DiagnosticsReport) -> str:

@@ -24,10 +24,11 @@ from engine.errors import EngineError, RequestAborted
 DRAIN_INTERVAL_MS = 33
 
 
-def _default_engine_factory(backend: str, async_scheduling: bool):
+def _default_engine_factory(backend: str, async_scheduling: bool, kv_cache_type: str | None):
     from engine.engine import Engine  # imported late: starting the app must not wait for numpy & co.
 
-    return Engine(backend=backend, async_scheduling=async_scheduling)
+    kv = {} if kv_cache_type is None else {"kv_cache_type": kv_cache_type}      # None: the Engine's default
+    return Engine(backend=backend, async_scheduling=async_scheduling, **kv)
 
 
 class EngineClient(QObject):
@@ -45,13 +46,16 @@ class EngineClient(QObject):
     promptProgress = Signal(str, int, int)    # request_id, prompt tokens processed, total (newest per tick)
 
     def __init__(self, backend: str = "auto", async_scheduling: bool = True,
-                 engine_factory: Callable | None = None, engine=None, parent: QObject | None = None):
+                 engine_factory: Callable | None = None, engine=None, parent: QObject | None = None,
+                 kv_cache_type: str | None = None):
         """`engine`: an existing Engine to talk to, which this client then does not shut down (tests
-        share one loaded engine between windows); otherwise `engine_factory(backend, async)` makes one."""
+        share one loaded engine between windows); otherwise `engine_factory(backend, async, kv_cache_type)`
+        makes one. `kv_cache_type`: the Settings' KV cache precision (None: the Engine's default)."""
         super().__init__(parent)
         self._factory = engine_factory or _default_engine_factory
         self._backend = backend
         self._async = async_scheduling
+        self._kv_cache_type = kv_cache_type
         self._engine = engine
         self._owns_engine = engine is None
         self._events: queue.SimpleQueue = queue.SimpleQueue()
@@ -66,6 +70,11 @@ class EngineClient(QObject):
     @property
     def backend(self) -> str:
         return self._backend
+
+    @property
+    def kv_cache_type(self) -> str | None:
+        """The KV cache type the next engine is made with (ModelInfo.kv_cache_type: what a loaded model got)."""
+        return self._kv_cache_type
 
     @property
     def engine(self):
@@ -83,13 +92,15 @@ class EngineClient(QObject):
 
     def _ensure_engine(self):
         if self._engine is None:
-            self._engine = self._factory(self._backend, self._async)
+            self._engine = self._factory(self._backend, self._async, self._kv_cache_type)
         return self._engine
 
-    def reconfigure(self, backend: str, async_scheduling: bool) -> None:
-        """Takes effect at the next load: the current engine is shut down then (streams end first)."""
-        if (backend, async_scheduling) != (self._backend, self._async):
-            self._backend, self._async = backend, async_scheduling
+    def reconfigure(self, backend: str, async_scheduling: bool, kv_cache_type: str | None = None) -> None:
+        """Takes effect at the next load: the current engine is shut down then (streams end first).
+        `kv_cache_type` None keeps the current one."""
+        kv_cache_type = self._kv_cache_type if kv_cache_type is None else kv_cache_type
+        if (backend, async_scheduling, kv_cache_type) != (self._backend, self._async, self._kv_cache_type):
+            self._backend, self._async, self._kv_cache_type = backend, async_scheduling, kv_cache_type
             self._retire_engine()
 
     def _retire_engine(self) -> None:

@@ -56,23 +56,23 @@ class ModelEntry:
         """The KV cache over `context` positions plus one sequence's recurrent state, by the engine's formula."""
         return self.kv_bytes_per_token * context + self.state_bytes
 
-    def estimate(self, context: int, backend: str = "gpu"):
+    def estimate(self, context: int, backend: str = "gpu", kv_cache_type: str | None = None):
         """engine.api.estimate_memory for this file on `backend` ("cpu": quantized matrices at their file
-        size where the CPU kernels exist), or None when the engine cannot tell (unreadable file, an
-        architecture it does not run)."""
+        size where the CPU kernels exist) with the KV cache type setting (None: the engine's default; the CPU
+        keeps f32), or None when the engine cannot tell (unreadable file, an architecture it does not run)."""
         from engine.api import estimate_memory
 
         if not self.ok or not self.kv_bytes_per_token:
             return None
         try:
-            return estimate_memory(str(self.path), context, backend)
+            return estimate_memory(str(self.path), context, backend, kv_cache_type=kv_cache_type)
         except (EngineError, OSError):
             return None
 
-    def memory_estimate(self, context: int, backend: str = "gpu") -> int:
+    def memory_estimate(self, context: int, backend: str = "gpu", kv_cache_type: str | None = None) -> int:
         """Weights + KV cache (+ recurrent state) at min(context, trained length), as the engine allocates
-        them on `backend`; scratch is small beside them."""
-        est = self.estimate(context, backend)
+        them on `backend` with `kv_cache_type`; scratch is small beside them."""
+        est = self.estimate(context, backend, kv_cache_type)
         if est is not None:
             return est.total
         ctx = min(context, self.context_length) if self.context_length else context

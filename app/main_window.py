@@ -47,7 +47,8 @@ class MainWindow(QMainWindow):
     def __init__(self, store: Store, settings: AppSettings, client: EngineClient | None = None):
         super().__init__()
         self.store, self.settings = store, settings
-        self.client = client or EngineClient(settings.backend, settings.async_scheduling, parent=self)
+        self.client = client or EngineClient(settings.backend, settings.async_scheduling, parent=self,
+                                             kv_cache_type=settings.kv_cache_type)
         self.chat = ChatController(store, self.client, self)
         self.library = ModelLibrary(self, lambda: self.settings.model_files)
         self.current_id: int | None = None
@@ -409,12 +410,13 @@ class MainWindow(QMainWindow):
             self.apply_settings(dlg)
 
     def apply_settings(self, dlg: SettingsDialog) -> None:
-        before = (self.settings.backend, self.settings.async_scheduling, self.settings.model_folders)
+        s = self.settings
+        before = (s.backend, s.async_scheduling, s.kv_cache_type, s.model_folders)
         dlg.apply()
-        apply_theme(QApplication.instance(), self.settings.theme)
-        if before[:2] != (self.settings.backend, self.settings.async_scheduling):
+        apply_theme(QApplication.instance(), s.theme)
+        if before[:3] != (s.backend, s.async_scheduling, s.kv_cache_type):
             self.models.reconfigure_engine()
-        if before[2] != self.settings.model_folders:
+        if before[3] != s.model_folders:
             self.library.scan(self.settings.model_folders)
         self.status.update_engine(self)
 

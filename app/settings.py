@@ -109,6 +109,22 @@ class AppSettings:
     def async_scheduling(self, value: bool) -> None:
         self.q.setValue("engine/async_scheduling", bool(value))
 
+    @property
+    def kv_cache_type(self) -> str:
+        """The GPU KV cache's element type, engine.model.arch.KV_CACHE_TYPES (the CPU keeps f32 whatever it is)."""
+        from engine.model.arch import DEFAULT_KV_CACHE_TYPE, KV_CACHE_TYPES  # numpy: not before the window
+
+        value = str(self.q.value("engine/kv_cache_type", DEFAULT_KV_CACHE_TYPE))
+        return value if value in KV_CACHE_TYPES else DEFAULT_KV_CACHE_TYPE
+
+    @kv_cache_type.setter
+    def kv_cache_type(self, value: str) -> None:
+        from engine.model.arch import KV_CACHE_TYPES
+
+        if value not in KV_CACHE_TYPES:
+            raise ValueError(f"unknown KV cache type {value!r}")
+        self.q.setValue("engine/kv_cache_type", value)
+
     # -- models -----------------------------------------------------------------------------------
     @property
     def model_folders(self) -> list[str]:

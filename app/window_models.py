@@ -39,7 +39,6 @@ class ModelActions(QObject):
     def show_library(self) -> None:
         if self.library_dialog is None:
             dlg = LibraryDialog(self.w.settings.sampling.context_length, self.w)
-            dlg.backend = "cpu" if self.running_on_cpu() else "gpu"
             dlg.loadRequested.connect(self._load_from_library)
             dlg.openRequested.connect(self.open_path)
             dlg.addFolderRequested.connect(self._add_folder)
@@ -47,6 +46,8 @@ class ModelActions(QObject):
             dlg.add_section(self.w.remote.library_section())     # servers' models beside the files
             dlg.add_section(self.w.discover.library_section())   # the hub: search and download
             self.library_dialog = dlg
+        # where a model would run and in what KV type, as of now (the settings may have changed since)
+        self.library_dialog.set_target("cpu" if self.running_on_cpu() else "gpu", self.w.settings.kv_cache_type)
         self.library_dialog.set_entries(self.w.library.entries, self._loaded_path())
         self.w.library.scan(self.w.settings.model_folders)
         self.library_dialog.show()
@@ -95,7 +96,8 @@ class ModelActions(QObject):
         context = self.w.settings.sampling.context_length
         self._loading_entry = entry
         backend = "cpu" if self.running_on_cpu() else "gpu"
-        self.w.load_bar.start(entry.display_name, human_size(entry.memory_estimate(context, backend)))
+        estimate = entry.memory_estimate(context, backend, self.w.settings.kv_cache_type)
+        self.w.load_bar.start(entry.display_name, human_size(estimate))
         self.w.client.load(entry.path, context)
 
     def load_path_now(self, path: str) -> None:
@@ -180,7 +182,8 @@ class ModelActions(QObject):
 
     def reconfigure_engine(self) -> None:
         path = self._loaded_path()
-        self.w.client.reconfigure(self.w.settings.backend, self.w.settings.async_scheduling)
+        s = self.w.settings
+        self.w.client.reconfigure(s.backend, s.async_scheduling, s.kv_cache_type)
         if path:
             self.open_path(path)
 

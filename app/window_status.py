@@ -1,4 +1,4 @@
-"""The status bar: loaded model, backend, async scheduling, context used, speed of the last reply."""
+"""The status bar: loaded model, backend, async scheduling, KV cache type, context used, speed of the last reply."""
 from __future__ import annotations
 
 from PySide6.QtCore import QTimer
@@ -14,12 +14,14 @@ class StatusBar(QStatusBar):
         self.model_label = ElidedLabel("No model")      # long texts are cut with "…": never widen the window
         self.backend_label = ElidedLabel()
         self.async_label = ElidedLabel()
+        self.kv_label = ElidedLabel()
         self.context_label = QLabel()
         self.speed_label = QLabel()
         self.note_label = ElidedLabel()
         self.addWidget(self.model_label)
         self.addWidget(self.backend_label)
         self.addWidget(self.async_label)
+        self.addWidget(self.kv_label)
         self.addWidget(self.note_label, 1)
         self.addPermanentWidget(self.context_label)
         self.addPermanentWidget(self.speed_label)
@@ -36,12 +38,17 @@ class StatusBar(QStatusBar):
             self.model_label.setText("No model")
             self.backend_label.setText(f"Backend: {window.settings.backend} (next load)")
             self.async_label.setText(f"Async: {'on' if window.settings.async_scheduling else 'off'}")
+            self.kv_label.setText("")
             return
         self.model_label.setText(f"Model: {info.name}")
         self.model_label.setToolTip(info.path)
         self.backend_label.setText(f"Backend: {_backend_text(info.backend)}")
         remote = info.backend.startswith("server:")
         self.async_label.setText("" if remote else f"Async scheduling: {'on' if info.async_scheduling else 'off'}")
+        kv = getattr(info, "kv_cache_type", "")
+        self.kv_label.setText(f"KV cache: {kv}" if kv and not remote else "")
+        self.kv_label.setToolTip("The KV cache's element type as loaded: f32 is exact, f16 (GPU only) halves its "
+                                 "memory. Settings > KV cache precision; the CPU always keeps f32.")
 
     def update_usage(self, usage) -> None:
         if usage is not None and usage.generated_tokens:

@@ -188,6 +188,12 @@ class Engine:
         return m.max_context if m is not None else self._max_context
 
     @property
+    def kv_cache_type(self) -> str:
+        """The KV cache type this engine asks for (ModelInfo.kv_cache_type: what the loaded model got; the CPU
+        keeps f32)."""
+        return self._kv_cache_type
+
+    @property
     def chat_template_source(self) -> str | None:
         """The loaded model's chat template text (None: no model, or a completion-only model)."""
         m = self._model

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.library import ModelEntry, human_size
+from engine.model.arch import DEFAULT_KV_CACHE_TYPE, kv_cache_type
 
 COLUMNS = ("Name", "Architecture", "Size", "Quantization", "Context", "File")
 PATH_ROLE = Qt.ItemDataRole.UserRole
@@ -35,6 +36,7 @@ class LibraryDialog(QDialog):
         self.resize(860, 420)
         self._context = context_length
         self.backend = "gpu"          # where the model would run: "cpu" counts float32 weights
+        self.kv_cache_type = DEFAULT_KV_CACHE_TYPE     # the setting; the CPU keeps f32 whatever it is
         self._entries: dict[str, ModelEntry] = {}
         col = QVBoxLayout(self)
         intro = QLabel("GGUF models in your model folders. Drop a .gguf file on the main window to add it.")
@@ -78,6 +80,11 @@ class LibraryDialog(QDialog):
         row.addWidget(self.load_button)
         row.addWidget(close)
         col.addLayout(row)
+
+    def set_target(self, backend: str, kv_type: str) -> None:
+        """Where a model would run ("cpu" or "gpu") and the KV cache type setting: what the estimate counts."""
+        self.backend, self.kv_cache_type = backend, kv_type
+        self._selection_changed()
 
     def add_section(self, widget) -> None:
         """Another source of models shown beside the local files (app/remote_models.py's servers)."""
@@ -123,12 +130,14 @@ class LibraryDialog(QDialog):
             self.estimate.setText(f"<b>This file cannot be used.</b> {_html(e.error)}")
         else:
             ctx = min(self._context, e.context_length) if e.context_length else self._context
-            est = e.estimate(self._context, self.backend)
+            est = e.estimate(self._context, self.backend, self.kv_cache_type)
             weights = est.weights if est else (e.weight_bytes or e.file_size)
             kv = est.kv_cache + est.recurrent_state if est else e.kv_cache_bytes(ctx)
+            total = e.memory_estimate(self._context, self.backend, self.kv_cache_type)
+            kv_type = kv_cache_type(self.kv_cache_type, self.backend)
             self.estimate.setText(
-                f"Loading needs about <b>{human_size(e.memory_estimate(self._context, self.backend))}</b>: "
-                f"weights {human_size(weights)} + KV cache {human_size(kv)} "
+                f"Loading needs about <b>{human_size(total)}</b>: "
+                f"weights {human_size(weights)} + KV cache {human_size(kv)} ({kv_type}) "
                 f"for {ctx:,} tokens of context."
                 + ("" if e.has_chat_template else " No chat template: plain completion mode."))
 

@@ -1,4 +1,5 @@
-"""The app's Settings: engine (backend, async scheduling), model folders, default sampling, theme."""
+"""The app's Settings: engine (backend, async scheduling, KV cache precision), model folders, default sampling,
+theme."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
@@ -22,11 +23,13 @@ from PySide6.QtWidgets import (
 from app.settings import BACKENDS, THEMES, AppSettings
 from app.widgets.sampling_form import SamplingForm
 from app.window_layout import make_scrollable
+from engine.model.arch import KV_CACHE_TYPES
 from engine.paths import models_dir
 
 BACKEND_LABELS = {"auto": "Automatic (best available)", "hip": "AMD GPU (HIP)", "cuda": "NVIDIA GPU (CUDA)",
                   "cpu": "CPU"}
 THEME_LABELS = {"system": "Follow system", "light": "Light", "dark": "Dark"}
+KV_CACHE_LABELS = {"f32": "Float32 (exact)", "f16": "Float16 (half the memory, faster at long context)"}
 
 
 class SettingsDialog(QDialog):
@@ -50,6 +53,14 @@ class SettingsDialog(QDialog):
         self.async_scheduling = QCheckBox("Overlap GPU steps (async scheduling)")
         self.async_scheduling.setChecked(settings.async_scheduling)
         ef.addRow("", self.async_scheduling)
+        self.kv_cache_type = QComboBox()
+        for key in KV_CACHE_TYPES:
+            self.kv_cache_type.addItem(KV_CACHE_LABELS.get(key, key), key)
+        self.kv_cache_type.setCurrentIndex(self.kv_cache_type.findData(settings.kv_cache_type))
+        self.kv_cache_type.setToolTip("What the GPU keeps the conversation's keys and values in. Float16 halves "
+                                      "that memory (a long context fits in less) at about 3 digits per value; "
+                                      "the CPU always keeps Float32. Applies at the next model load.")
+        ef.addRow("KV cache precision", self.kv_cache_type)
         self.theme = QComboBox()
         for key in THEMES:
             self.theme.addItem(THEME_LABELS[key], key)
@@ -106,6 +117,7 @@ class SettingsDialog(QDialog):
         s = self.settings
         s.backend = self.backend.currentData()
         s.async_scheduling = self.async_scheduling.isChecked()
+        s.kv_cache_type = self.kv_cache_type.currentData()
         s.theme = self.theme.currentData()
         s.model_folders = [self.folders.item(i).text() for i in range(self.folders.count())]
         s.system_prompt = self.system_prompt.toPlainText()

@@ -17,6 +17,7 @@ def test_context_setting_reaches_the_engine_and_the_estimate_is_what_it_allocate
                                                                                    smollm2_path):
     settings.backend = "cpu"
     settings.sampling = replace(settings.sampling, context_length=512)    # the shared engine has 2048
+    settings.kv_cache_type = "f16"                   # asked for, but the CPU keeps (and counts) f32
     window = make_window(engine="own")
     with qtbot.waitSignal(window.client.loaded, timeout=60_000):
         window.models.load_path_now(str(smollm2_path))
@@ -25,13 +26,15 @@ def test_context_setting_reaches_the_engine_and_the_estimate_is_what_it_allocate
     assert info.max_context == stats.max_context == 512
     assert info.context_length > 512                 # the model could hold more: the setting decided
     assert window.status.context_label.text().endswith("/ 512")
-    est = estimate_memory(str(smollm2_path), 512, "cpu")
+    assert info.kv_cache_type == "f32"
+    est = estimate_memory(str(smollm2_path), 512, "cpu", kv_cache_type=settings.kv_cache_type)
+    assert est == estimate_memory(str(smollm2_path), 512, "cpu", kv_cache_type="f32")
     assert stats.kv_cache_bytes > 0
     assert est.kv_cache + est.recurrent_state == stats.kv_cache_bytes
     # The app's figures are the engine's, for where the model runs (CPU: quantized matrices at their file size,
     # the rest float32 — far below the float32 expansion of every weight).
     entry = inspect_model(smollm2_path)
-    assert entry.memory_estimate(512, "cpu") == est.total
+    assert entry.memory_estimate(512, "cpu", settings.kv_cache_type) == est.total
     assert est.weights < 1.5 * entry.file_size
 
     # The same small context, overflowed: "drop the oldest turns" answers, with prompt progress on the way.
