@@ -237,7 +237,8 @@ def _model_args(p: argparse.ArgumentParser, positional: bool) -> None:
     p.add_argument("--starter", action="store_true", help="use the starter model (fetched if missing)")
 
 
-def _kv_type_arg(p: argparse.ArgumentParser) -> None:
+def add_kv_type_arg(p: argparse.ArgumentParser) -> None:
+    """--kv-type, wherever a command builds an Engine (here and engine.server.bench)."""
     from .model.arch import DEFAULT_KV_CACHE_TYPE, KV_CACHE_TYPES
 
     p.add_argument("--kv-type", choices=tuple(KV_CACHE_TYPES), default=DEFAULT_KV_CACHE_TYPE,
@@ -280,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--raw", action="store_true", help="the prompt is raw text, not a user message")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     _sampling_args(g, temperature=0.0)
-    _kv_type_arg(g)
+    add_kv_type_arg(g)
     g.set_defaults(func=cmd_generate)
 
     c = sub.add_parser("chat", help="interactive chat (/exit to quit, Ctrl-C stops a reply)")
@@ -288,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sampling_args(c, temperature=0.7)
     c.add_argument("--thinking", choices=("on", "off"), help="the template's thinking switch (Qwen3, Qwen3.5)")
     c.add_argument("--reasoning-effort", choices=REASONING_EFFORTS, help="gpt-oss's reasoning effort")
-    _kv_type_arg(c)
+    add_kv_type_arg(c)
     c.set_defaults(func=cmd_chat)
 
     b = sub.add_parser("bench", help="load time, prefill and decode speed, time to first token, peak RSS")
@@ -302,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--concurrency", type=int, help="requests at once, through the Engine (default 1)")
     b.add_argument("--backend", default="cpu", help="cpu (numpy forward) or a GPU backend: cuda-python, "
                    "ctypes-cuda, hip-python, ctypes-hip")
-    _kv_type_arg(b)
+    add_kv_type_arg(b)
     b.set_defaults(func=cmd_bench)
 
     from .core.setup import DEFAULT_MAX_NUM_SEQS
@@ -319,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-pending", type=int, default=64, help="requests in progress before 503")
     s.add_argument("--ctx", type=int, default=DEFAULT_MAX_CONTEXT, help="context (KV cache) tokens")
     s.add_argument("--backend", default="auto", help="auto, cpu, cuda or hip")
-    _kv_type_arg(s)
+    add_kv_type_arg(s)
     s.set_defaults(func=cmd_serve)
 
     from . import diagnostics  # loads no driver until run

@@ -1,8 +1,9 @@
 """The server's benchmark: aggregate tokens/s and time to first token at several concurrencies, measured the
 way clients see it (streamed completions over loopback HTTP, through uvicorn, the guard and the engine).
 
-    python -m engine.server.bench --model M [--backend cpu|cuda-python|...] [--concurrency 1 4 16]
-                                  [--prompt-tokens 128] [--decode-tokens 64] [--rounds 3] [--json]
+    python -m engine.server.bench --model M [--backend cpu|cuda-python|...] [--kv-type f32|f16]
+                                  [--concurrency 1 4 16] [--prompt-tokens 128] [--decode-tokens 64] [--rounds 3]
+                                  [--json]
     python -m engine.server.bench --url http://127.0.0.1:8080 [--api-key K] ...   (a server already running)
 
 Per round, `c` streamed requests are sent at once (greedy, `decode-tokens` each, fewer only where the model
@@ -22,6 +23,8 @@ from dataclasses import asdict, dataclass
 
 import httpx
 import numpy as np
+
+from engine.model.arch import DEFAULT_KV_CACHE_TYPE
 
 COUNTING_STEP = 1                 # the prompt counts 1, 2, 3, ...: a model keeps counting, rarely stops
 
@@ -43,6 +46,7 @@ class BenchResult:
     model: str
     backend: str
     levels: tuple[LevelResult, ...]
+    kv_cache_type: str = ""         # what the served model's KV cache holds ("" for a server already running)
 
 
 def counting_prompt(n: int) -> str:
@@ -116,7 +120,7 @@ async def bench_url(url: str, api_key: str | None, concurrencies: list[int], pro
 
 
 def run_local(model_path: str, backend: str, concurrencies: list[int], prompt_tokens: int, decode_tokens: int,
-              rounds: int) -> BenchResult:
+              rounds: int, kv_cache_type: str = DEFAULT_KV_CACHE_TYPE) -> BenchResult:
     """An Engine and the server in this process on a free loopback port, as `python -m engine serve` runs."""
     from engine.cli import resolve_model
     from engine.engine import Engine
@@ -124,7 +128,8 @@ def run_local(model_path: str, backend: str, concurrencies: list[int], prompt_to
     from engine.server.run import ServerThread, free_port
 
     top = max(concurrencies)
-    engine = Engine(backend=backend, max_num_seqs=top, kv_cache_tokens=top * (prompt_tokens * 2 + decode_tokens + 64))
+    engine = Engine(backend=backend, max_num_seqs=top, kv_cache_tokens=top * (prompt_tokens * 2 + decode_tokens + 64),
+                    kv_cache_type=kv_cache_type)
     try:
         info = engine.load(resolve_model(argparse.Namespace(model=model_path))).result()
         config = ServerConfig(port=free_port(), max_pending=top + 4)
@@ -137,11 +142,12 @@ def run_local(model_path: str, backend: str, concurrencies: list[int], prompt_to
             server.stop()
     finally:
         engine.shutdown()
-    return BenchResult(model, info.backend, tuple(levels))
+    return BenchResult(model, info.backend, tuple(levels), info.kv_cache_type)
 
 
 def format_result(r: BenchResult) -> str:
-    lines = [f"{r.model} on {r.backend}, streamed completions over loopback HTTP",
+    kv = f", KV cache {r.kv_cache_type}" if r.kv_cache_type else ""
+    lines = [f"{r.model} on {r.backend}{kv}, streamed completions over loopback HTTP",
              f"{'concurrency':>11} {'requests':>8} {'prompt':>6} {'tokens':>7} {'wall s':>7} {'tok/s':>7} "
              f"{'TTFT p50':>9} {'TTFT p99':>9}"]
     for v in r.levels:
@@ -162,10 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decode-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3, help="rounds per concurrency")
     p.add_argument("--json", action="store_true")
+    from engine.cli import add_kv_type_arg
+    add_kv_type_arg(p)
     args = p.parse_args(argv)
     if args.model:
         result = run_local(args.model, args.backend, args.concurrency, args.prompt_tokens, args.decode_tokens,
-                           args.rounds)
+                           args.rounds, args.kv_type)
     else:
         model, levels = asyncio.run(bench_url(args.url.rstrip("/"), args.api_key, args.concurrency,
                                               args.prompt_tokens, args.decode_tokens, args.rounds))
