@@ -102,8 +102,8 @@ ATTN_WARPS = 8
 # from its own depth (read on the device, so a captured graph replays at any depth; chunks past the last key
 # exit at once).
 SKV_MAX_T, SKV_WARPS, SKV_MAX_GROUP, SKV_MAX_D = 16, 4, 8, 256
-SKV_NARROW_D = 128                         # halo_attention_split_d128_* up to this head size, _d256_* above
 SKV_GROUPS = (2, 4, 8)                     # builds per GQA group size (rounded up): q and acc registers scale with it
+SKV_WIDTHS = (64, 128, SKV_MAX_D)          # builds per head-size class (split_kernel)
 SKV_CHUNKS = 64                            # ... for one token; skv_chunks: fewer per token as tokens add blocks
 SKV_MIN_CHUNKS = 4
 SKV_MERGE_THREADS = 128                    # halo_attention_merge: a thread per chunk
@@ -198,7 +198,7 @@ def k_slices(base_blocks: int, super_blocks: int, plane: int, capacity: int, tar
 
 def split_kv_usable(config: ModelConfig) -> bool:
     c = config
-    return (c.head_dim <= SKV_MAX_D and c.head_dim % 4 == 0 and c.n_head_kv > 0 and c.n_head % c.n_head_kv == 0
+    return (c.head_dim <= SKV_MAX_D and c.head_dim % 8 == 0 and c.n_head_kv > 0 and c.n_head % c.n_head_kv == 0
             and c.n_head // c.n_head_kv <= SKV_MAX_GROUP)
 
 
@@ -207,11 +207,20 @@ def kv_suffix(f16: bool) -> str:
     return "_f16" if f16 else ""
 
 
-def split_kernel_name(head_dim: int, group: int, f16: bool) -> str:
-    """The halo_attention_split build for heads of `head_dim` in GQA groups of `group` (split_kv_usable)."""
-    width = SKV_NARROW_D if head_dim <= SKV_NARROW_D else SKV_MAX_D
+def split_kernel(head_dim: int, group: int, f16: bool) -> tuple[str, int]:
+    """(name, walkers per warp) of the halo_attention_split build for heads of `head_dim` in GQA groups of
+    `group` (split_kv_usable): the smallest head-size class that holds the head, the smallest group build that
+    holds the group. A key row is read by min(32, class bytes / 16) lanes, so a warp walks 32 / that keys at a
+    time (the kernel's table of builds; tests/unit/test_kernel_constants.py holds the two to each other)."""
+    width = next(w for w in SKV_WIDTHS if w >= head_dim)
     g = next(n for n in SKV_GROUPS if n >= group)
-    return f"halo_attention_split_d{width}{kv_suffix(f16)}_g{g}"
+    lanes = min(32, width * (2 if f16 else 4) // 16)
+    return f"halo_attention_split_d{width}{kv_suffix(f16)}_g{g}", 32 // lanes
+
+
+def split_shared_bytes(head_dim: int, group: int, f16: bool) -> int:
+    """Dynamic shared memory of a halo_attention_split launch: every walker's (acc, m, l) per head."""
+    return 4 * SKV_WARPS * split_kernel(head_dim, group, f16)[1] * group * (head_dim + 2)
 
 
 def flash_usable(config: ModelConfig) -> bool:
@@ -406,7 +415,7 @@ class GpuForward:
             for name in layer:
                 self.kern("halo_layer.cu", name + kv_suffix(f16))
             if split_kv_usable(c):
-                self.kern("halo_layer.cu", split_kernel_name(c.head_dim, c.n_head // c.n_head_kv, f16))
+                self.kern("halo_layer.cu", split_kernel(c.head_dim, c.n_head // c.n_head_kv, f16)[0])
         for name in ("halo_attention_merge", "halo_add_norm"):
             self.kern("halo_layer.cu", name)
         self.kern("halo_sample.cu", "halo_sample")
@@ -564,11 +573,10 @@ class GpuForward:
                   kv.block_tables, np.int32(kv.num_blocks), np.int32(kv.block_size), np.int32(H), np.int32(Hkv),
                   np.int32(D), np.float32(c.attn_scale), np.int32(window))
         if self.split_kv and T <= SKV_MAX_T:
-            split = split_kernel_name(D, H // Hkv, kv.f16)
             nc = skv_chunks(T)
-            self._launch("halo_layer.cu", split, (T, Hkv, nc), 32 * SKV_WARPS,
+            self._launch("halo_layer.cu", split_kernel(D, H // Hkv, kv.f16)[0], (T, Hkv, nc), 32 * SKV_WARPS,
                          common + (self.attn_part, self.attn_count if SKV_FUSED else NULL, _ptr(sinks), self.attn),
-                         shared=4 * SKV_WARPS * (H // Hkv) * (D + 2))
+                         shared=split_shared_bytes(D, H // Hkv, kv.f16))
             if not SKV_FUSED:
                 self._launch("halo_layer.cu", "halo_attention_merge", (T, H), SKV_MERGE_THREADS,
                              (self.attn_part, np.int32(nc), np.int32(H), np.int32(D), _ptr(sinks), self.attn))

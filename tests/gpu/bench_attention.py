@@ -1,9 +1,11 @@
 """Decode attention on its own: split-KV (halo_attention_split_* + halo_attention_merge) over every attention
-layer of a model's shapes at a given depth, float32 and f16 caches, microseconds per decode step and the cache
-bytes read per second. Much cheaper than the whole-model long-context benchmark (no GGUF to build).
+layer of a model's shapes at a given depth, float32 and f16 caches, microseconds per decode step (graph replays)
+and the cache bytes read per second. Much cheaper than the whole-model long-context benchmark (no GGUF to build).
 
-    python tests/gpu/bench_attention.py [BACKEND] [--kernels=NAME,...] [--chunks=64,128]
+    python tests/gpu/bench_attention.py [BACKEND] [--kernels=NAME,...] [--chunks=64,128] [--shapes=qwen3-4b,...]
+                                        [--depths=4096,...]
 --kernels: extra kernel builds of halo_layer.cu to time next to the forward's own choice (same arguments).
+--shapes / --depths: a part of SHAPES / DEPTHS (a 16-token step at depth 192 always runs for each shape).
 Caches are zero-filled (the scores' values do not change the work); block tables are in order.
 """
 from __future__ import annotations
@@ -22,13 +24,15 @@ from engine.gpu.forward import (  # noqa: E402
     SKV_MERGE_THREADS,
     SKV_WARPS,
     skv_chunks,
-    split_kernel_name,
+    split_kernel,
+    split_shared_bytes,
     view,
 )
 
 BS = 16
 # (name, heads, kv heads, head dim, attention layers)
-SHAPES = (("qwen3-4b", 32, 8, 128, 36), ("gemma-3-270m", 4, 1, 256, 18), ("qwen35-4b", 16, 4, 256, 8))
+SHAPES = (("qwen3-4b", 32, 8, 128, 36), ("gemma-3-270m", 4, 1, 256, 18), ("qwen35-4b", 16, 4, 256, 8),
+          ("smollm2-135m", 9, 3, 64, 30))
 DEPTHS = (192, 4096, 16384)
 REPEAT = 10
 
@@ -38,6 +42,49 @@ def _arg(name: str, default: str) -> list[str]:
         if a.startswith(f"--{name}="):
             return [x for x in a.split("=", 1)[1].split(",") if x]
     return [x for x in default.split(",") if x]
+
+
+def time_graph(backend, stream, body) -> float:
+    """Microseconds per replay of `body`'s launches captured as one graph (as the forward replays a decode step:
+    timed eagerly, Python's ~20 us per launch would hide every kernel shorter than that)."""
+    rt = backend.rt
+    body()                                                  # loads the kernels outside the capture
+    rt.stream_begin_capture(stream.handle)
+    try:
+        body()
+    finally:
+        graph = rt.stream_end_capture(stream.handle)
+    exe = rt.graph_instantiate(graph)
+    try:
+        rt.graph_launch(exe, stream.handle)
+        e0, e1 = backend.create_event(timing=True), backend.create_event(timing=True)
+        backend.record_event(e0, stream)
+        for _ in range(REPEAT):
+            rt.graph_launch(exe, stream.handle)
+        backend.record_event(e1, stream)
+        backend.synchronize()
+        return backend.elapsed_ms(e0, e1) * 1e3 / REPEAT
+    finally:
+        rt.graph_exec_destroy(exe)
+        rt.graph_destroy(graph)
+
+
+class Launches:
+    """One decode step's attention launches, every layer: the split kernel alone, or with the merge after each."""
+
+    def __init__(self, backend, stream, kern, grid, shared: int, layer_args, merge_grid, merge_args):
+        self.backend, self.stream, self.kern, self.grid, self.shared = backend, stream, kern, grid, shared
+        self.layer_args, self.merge_grid, self.merge_args = layer_args, merge_grid, merge_args
+        self.merge = backend.kernel("halo_layer.cu", "halo_attention_merge")
+
+    def split(self, with_merge: bool = False) -> None:
+        for args in self.layer_args:
+            self.backend.launch(self.kern, self.grid, 32 * SKV_WARPS, args, self.stream, self.shared)
+            if with_merge:
+                self.backend.launch(self.merge, self.merge_grid, SKV_MERGE_THREADS, self.merge_args, self.stream)
+
+    def split_and_merge(self) -> None:
+        self.split(True)
 
 
 def bench_shape(backend, stream, shape, depth: int, T: int, kernels: list[str], chunks: list[int]) -> None:
@@ -62,8 +109,9 @@ def bench_shape(backend, stream, shape, depth: int, T: int, kernels: list[str], 
         caches = backend.alloc((2 * layers * per_layer,), dtype)
         backend.memset_async(caches, 0, stream)
         item = np.dtype(dtype).itemsize
-        names = [split_kernel_name(D, G, f16)] + [k for k in kernels if k.endswith("_f16") == f16
-                                                  and f"_d{128 if D <= 128 else 256}_" in k]
+        own = split_kernel(D, G, f16)[0]
+        width = own.split("_d")[1].split("_")[0]
+        names = [own] + [k for k in kernels if k.endswith("_f16") == f16 and f"_d{width}_" in k]
         for nc in chunks or [skv_chunks(T)]:
             part = backend.alloc((T * H * nc * (D + 2),), np.float32)
             for kname in names:
@@ -72,30 +120,18 @@ def bench_shape(backend, stream, shape, depth: int, T: int, kernels: list[str], 
                 except Exception as e:                          # noqa: BLE001 - a build absent on this arch
                     print(f"  {kname}: {type(e).__name__}: {e}")
                     continue
-                merge = backend.kernel("halo_layer.cu", "halo_attention_merge")
-
-                def step():
-                    for i in range(layers):
-                        k = view(caches, (2 * i) * per_layer, per_layer)
-                        v = view(caches, (2 * i + 1) * per_layer, per_layer)
-                        args = (qkv, np.int32(ld), k, v, pos_d, seq_d, tab_d,
-                                np.int32(blocks), np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D),
-                                np.float32(1.0), np.int32(0), part, NULL, NULL, out)
-                        backend.launch(kern, (T, Hkv, nc), 32 * SKV_WARPS, args, stream,
-                                       4 * SKV_WARPS * G * (D + 2))
-                        backend.launch(merge, (T, H), SKV_MERGE_THREADS,
-                                       (part, np.int32(nc), np.int32(H), np.int32(D), NULL, out), stream)
-                step()
-                e0, e1 = backend.create_event(timing=True), backend.create_event(timing=True)
-                backend.record_event(e0, stream)
-                for _ in range(REPEAT):
-                    step()
-                backend.record_event(e1, stream)
-                backend.synchronize()
-                us = backend.elapsed_ms(e0, e1) * 1e3 / REPEAT
+                layer_args = [(qkv, np.int32(ld), view(caches, 2 * i * per_layer, per_layer),
+                               view(caches, (2 * i + 1) * per_layer, per_layer), pos_d, seq_d, tab_d,
+                               np.int32(blocks), np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D),
+                               np.float32(1.0), np.int32(0), part, NULL, NULL, out) for i in range(layers)]
+                launch = Launches(backend, stream, kern, (T, Hkv, nc), split_shared_bytes(D, G, f16), layer_args,
+                                  (T, H), (part, np.int32(nc), np.int32(H), np.int32(D), NULL, out))
+                split_us = time_graph(backend, stream, launch.split)
+                us = time_graph(backend, stream, launch.split_and_merge)
                 read = 2 * layers * (depth + T) * Hkv * D * item * T
                 print(f"  {name:13s} depth {depth:6d} T {T:2d} {'f16' if f16 else 'f32'} nc {nc:3d} {kname:36s} "
-                      f"{us:9.1f} us/step  {read / us / 1e3:7.1f} GB/s", flush=True)
+                      f"{us:8.1f} us/step (split {split_us:8.1f})  {read / split_us / 1e3:7.1f} GB/s in split",
+                      flush=True)
             backend.free(part)
         backend.free(caches)
     for b in dev + [qkv, out]:
@@ -107,8 +143,12 @@ def main() -> int:
     backend = registry.create(args[0] if args else "cuda-python")
     stream = backend.create_stream()
     kernels, chunks = _arg("kernels", ""), [int(c) for c in _arg("chunks", "")]
+    shapes = _arg("shapes", ",".join(s[0] for s in SHAPES))
+    depths = [int(d) for d in _arg("depths", ",".join(map(str, DEPTHS)))]
     for shape in SHAPES:
-        for depth in DEPTHS:
+        if shape[0] not in shapes:
+            continue
+        for depth in depths:
             bench_shape(backend, stream, shape, depth, 1, kernels, chunks)
         bench_shape(backend, stream, shape, 192, 16, kernels, [])
     backend.destroy_stream(stream)

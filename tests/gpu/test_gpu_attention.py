@@ -19,7 +19,8 @@ from engine.gpu.forward import (
     SKV_MERGE_THREADS,
     SKV_WARPS,
     kv_suffix,
-    split_kernel_name,
+    split_kernel,
+    split_shared_bytes,
     tensor_cores_usable,
 )
 
@@ -118,8 +119,8 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks, f16)
             backend.kernel(FILE, name), grid, block, args, stream, shared)
         launch("halo_attention" + kv_suffix(f16), (T, H), 32 * ATTN_WARPS, common + (sink_d, outs[0]),
                4 * ATTN_WARPS * (D + 2))
-        shared = 4 * SKV_WARPS * (H // Hkv) * (D + 2)
-        split = split_kernel_name(D, H // Hkv, f16)
+        shared = split_shared_bytes(D, H // Hkv, f16)
+        split = split_kernel(D, H // Hkv, f16)[0]
         launch(split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, NULL, NULL, NULL), shared)
         launch("halo_attention_merge", (T, H), SKV_MERGE_THREADS,
                (part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), sink_d, outs[1]))

@@ -32,20 +32,27 @@ def test_host_constant_matches_the_kernel(file, name, host):
 
 
 def test_split_kv_limits_fit_the_kernels():
-    """Every build split_kernel_name can ask for exists, with the dims per lane (128 NV) its head-size class
-    needs and a group bound at least the group asked for."""
+    """Every build split_kernel can ask for exists in the kernel's table of builds, with the element type, lanes
+    per key row (walkers per warp) and head size its class needs, and a group bound at least the group asked for."""
     layer = defines("halo_layer.cu")
     assert fwd.SKV_CHUNKS <= layer["SKV_MERGE_MAX"]
     assert fwd.SKV_MAX_GROUP == layer["SKV_MAX_GROUP"] == max(fwd.SKV_GROUPS)
+    assert fwd.SKV_WARPS == layer["SKV_WARPS"]
     text = (kernels.KERNEL_DIR / "halo_layer.cu").read_text()
-    builds = {m[1]: (m[2], int(m[3])) for m in re.finditer(r"^SKV_GROUPS\((\w+), ([\w ]+), (\d+), \d+, \w+\)", text, re.M)}
-    groups = {int(g) for g in re.findall(r"^SKV_ENTRY\(NAME##_g(\d+), KV, NV, UNROLL, \1, PREFETCH\)", text, re.M)}
+    rows = re.finditer(r"^SKV_GROUPS\((\w+),\s*(float|unsigned short),\s*(\d+),\s*(\d+),\s*\d+,\s*\w+\)", text, re.M)
+    builds = {m[1]: (m[2], int(m[3]), int(m[4])) for m in rows}
+    groups = {int(g) for g in re.findall(r"^SKV_ENTRY\(NAME##_g(\d+), KV, LPK, NV, UNROLL, \1, PREFETCH\)", text, re.M)}
     assert groups == set(fwd.SKV_GROUPS)
-    for D in (64, 80, 128, 192, 256):
+    asked = set()
+    for D in (64, 80, 96, 128, 192, 256):
         for group in range(1, fwd.SKV_MAX_GROUP + 1):
             for f16 in (False, True):
-                name = fwd.split_kernel_name(D, group, f16)
+                name, walkers = fwd.split_kernel(D, group, f16)
                 base, g = name.rsplit("_g", 1)
-                kv, nv = builds[base]
-                assert int(g) >= group and 128 * nv >= D
-                assert (kv == "unsigned short") == f16
+                element, lanes, nv = builds[base]
+                per_vector = 8 if f16 else 4                      # 16 bytes of f16 or float32
+                assert int(g) >= group and lanes * nv * per_vector >= D
+                assert (element == "unsigned short") == f16 and walkers == 32 // lanes
+                assert fwd.split_shared_bytes(D, group, f16) <= 48 * 1024     # no opt-in shared memory needed
+                asked.add(base)
+    assert asked == set(builds)                                   # no build the host never asks for

@@ -147,27 +147,36 @@ ATTENTION_ENTRY(halo_attention_f16, unsigned short)
 // out[t, h*D:(h+1)*D] from halo_attention_split's nc partials of (t, h), with the sinks as in halo_attention.
 // Thread c reads chunk c's m and l (one round of loads for all chunks, not a loop of nc dependent ones), the block
 // reduces the maximum and the denominator, and each chunk's weight exp(m_c - M) / L goes to shared memory; the
-// output loop skips chunks of weight 0 (no allowed key: most of them at a short depth). The partials are read
-// as volatile: in the fused form (halo_attention_split with counters) other blocks of the same launch wrote them.
+// output loop takes chunks in groups of 8, skipping a group whose weights are all 0 (no allowed key: most chunks
+// at a short depth) and loading the rest together (one chunk at a time behind a weight test took ~12 us per layer
+// at 64 live chunks on the H200). PART is const volatile float* in the fused form
+// (halo_attention_split with counters: other blocks of the same launch wrote the partials), const float* else.
 // Block: >= max(nc, D) threads, a multiple of 32, all of them calling; nc <= SKV_MERGE_MAX.
 #define SKV_MERGE_MAX 256
-__device__ void skv_merge_head(const volatile float* part, int nc, int t, int h, int H, int D, const float* sinks,
-                               float* out, float* wc, float* red) {
+template <typename PART>
+__device__ void skv_merge_head(PART part, int nc, int t, int h, int H, int D, const float* sinks, float* out,
+                               float* wc, float* red) {
     int W = D + 2, c = threadIdx.x;
-    const volatile float* p = part + (size_t)(t * H + h) * nc * W;
+    PART p = part + (size_t)(t * H + h) * nc * W;
     float mc = c < nc ? p[(size_t)c * W + D] : NEG_INF;
     float lc = mc != NEG_INF ? p[(size_t)c * W + D + 1] : 0.0f;
     float S = sinks ? sinks[h] : NEG_INF;
     float M = fmaxf(block_max(mc, red), S);                // the sink joins the maximum
     float e = mc != NEG_INF ? __expf(mc - M) : 0.0f;
     float L = block_sum(lc * e, red) + (sinks ? __expf(S - M) : 0.0f);
-    if (c < nc) wc[c] = e / L;
+    if (c < SKV_MERGE_MAX) wc[c] = c < nc ? e / L : 0.0f;  // 0 past nc: the last group of 8 reads there
     __syncthreads();
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float o = 0.0f;
-        for (int k = 0; k < nc; k++) {
-            float w = wc[k];
-            if (w != 0.0f) o += p[(size_t)k * W + d] * w;
+        for (int k0 = 0; k0 < nc; k0 += 8) {
+            float w[8];
+            bool any = false;
+            #pragma unroll
+            for (int j = 0; j < 8; j++) { w[j] = wc[k0 + j]; any |= w[j] != 0.0f; }
+            if (!any) continue;                            // the same for every thread: wc is the block's
+            #pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (w[j] != 0.0f) o += p[(size_t)(k0 + j) * W + d] * w[j];
         }
         out[(size_t)t * H * D + (size_t)h * D + d] = o;
     }
@@ -178,7 +187,7 @@ __device__ void skv_merge_head(const volatile float* part, int nc, int t, int h,
 HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, const float* sinks, float* out) {
     __shared__ float wc[SKV_MERGE_MAX];
     __shared__ float red[32];
-    skv_merge_head(part, nc, blockIdx.x, blockIdx.y, H, D, sinks, out, wc, red);
+    skv_merge_head<const float*>(part, nc, blockIdx.x, blockIdx.y, H, D, sinks, out, wc, red);
 }
 
 // Split-KV (flash-decoding) attention for steps of few tokens at any depth: the keys token t may see (lo .. pos)
@@ -186,51 +195,63 @@ HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, c
 // every depth uses all nc blocks per head (a fixed split sized for the cache's capacity left a short context on
 // one or two blocks, each walking its keys one dependent load at a time); block (t, kv head hk, chunk c) walks its
 // chunk once for all G = H / Hkv query heads of that kv head (each K/V row is read once per group, not once per
-// head). Warp w takes keys j0 + U w .. + U - 1, then + U SKV_WARPS, ... (U = UNROLL): their loads are issued
-// together (with PREFETCH, one trip ahead: the next trip's rows are in flight while this one's are folded in),
-// then an online softmax per head folds them in; the block merges its warps and writes, per (t, h, c), the
-// unnormalised partial part[((t * H + h) * nc + c) * (D + 2)] = acc[D] | m | l (a chunk with no allowed key
-// writes m = -inf, l = 0). With `counters` (T x Hkv int32, zero between steps) the last block of (t, hk) to
-// finish merges the chunks of its G heads into out (one launch per layer fewer: at a short depth the launch, not
-// the work, is what a separate merge costs); with null counters halo_attention_merge does it.
-// Lane l holds dims 128 v + 4 l .. + 3 of each head (v < NV: one 16-byte float / 8-byte f16 load per row and v).
-// Builds: halo_attention_split_d{128,256}_g{2,4,8}[_f16]: NV = 1 or 2 (D <= 128 or 256), GMAX the group size
-// rounded up (the registers of q and acc are GMAX x 4 NV: a build for 8 heads held 144 registers on the Qwen3-4B
-// shapes, 3 blocks per SM), _f16 for an f16 cache. Limits (the caller checks): D % 4 == 0, D <= 128 NV,
-// G <= GMAX. Shared: SKV_WARPS * G * (D + 2) floats.
+// head), then merges its walkers and writes, per (t, h, c), the unnormalised partial
+// part[((t * H + h) * nc + c) * (D + 2)] = acc[D] | m | l (a chunk with no allowed key writes m = -inf, l = 0).
+// With `counters` (T x Hkv int32, zero between steps) the last block of (t, hk) to finish merges the chunks of its
+// G heads into out (one launch per layer fewer); with null counters halo_attention_merge does it.
+// Walkers: a key row is read by LPK lanes, 16 bytes per lane and vector (EPV = 4 floats or 8 f16 values; lane
+// sub-lane sl holds dims EPV (sl + LPK v) .. + EPV - 1, v < NV), so a warp is SW = 32 / LPK walkers of their own
+// keys (an f16 row of 128 is 16 lanes' loads: as 32 lanes of 8 bytes it read half of float32's bytes per request
+// and ran slower than float32). Warp w, walker s takes keys jb + u SW + s, u < UNROLL, jb = j0 + UNROLL SW w, then
+// jb + UNROLL SW SKV_WARPS, ...: their loads are issued together (with PREFETCH one trip ahead: the next trip's
+// rows are in flight while this one's are folded into an online softmax per head).
+// Builds: halo_attention_split_d{64,128,256}[_f16]_g{2,4,8}: the head size class (LPK, NV as the table below;
+// engine.gpu.forward.split_kernel asks for them), GMAX the GQA group rounded up (q and acc take GMAX x EPV NV
+// registers: one build for every group held 144 registers on the Qwen3-4B shapes, 3 blocks per SM, two waves).
+// Limits (the caller checks): D % 8 == 0, D <= EPV LPK NV, G <= GMAX. Shared: SKV_WARPS * SW * G * (D + 2) floats.
 #define SKV_WARPS 4
 #define SKV_MAX_GROUP 8
 #define SKV_MIN_KEYS 16         // shortest chunk: one trip of every warp
-template <typename KV, int NV, int UNROLL>
+
+template <int LPK>
+__device__ __forceinline__ float lanes_sum(float v) {          // over the LPK lanes of this lane's walker
+    #pragma unroll
+    for (int o = LPK / 2; o > 0; o >>= 1) v += SHFL_XOR(v, o);
+    return v;
+}
+
+template <typename KV, int LPK, int NV, int UNROLL, int EPV = 16 / sizeof(KV)>
 __device__ __forceinline__ void skv_load(const KV* kcache, const KV* vcache, const i32* table, int bs, int Hkv,
-                                         int hk, int D, int jb, int j1, int lane, float (&kk)[UNROLL][4 * NV],
-                                         float (&vv)[UNROLL][4 * NV]) {
+                                         int hk, int D, int jb, int j1, int lane, float (&kk)[UNROLL][EPV * NV],
+                                         float (&vv)[UNROLL][EPV * NV]) {
+    const int SW = 32 / LPK, sub = lane / LPK, sl = lane % LPK;
     #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
-        int j = min(jb + u, j1 - 1);                          // past the chunk: a repeat, skipped by the caller
+        int j = min(jb + u * SW + sub, j1 - 1);               // past the chunk: a repeat, skipped by the caller
         size_t row = (((size_t)table[j / bs] * bs + (j % bs)) * Hkv + hk) * D;
         #pragma unroll
         for (int v = 0; v < NV; v++) {
-            int d = 128 * v + 4 * lane;
+            int d = EPV * (sl + LPK * v);
             if (d < D) {
-                kv_load4(kcache + row + d, &kk[u][4 * v]);
-                kv_load4(vcache + row + d, &vv[u][4 * v]);
+                kv_load16(kcache + row + d, &kk[u][EPV * v]);
+                kv_load16(vcache + row + d, &vv[u][EPV * v]);
             } else {
                 #pragma unroll
-                for (int e = 0; e < 4; e++) { kk[u][4 * v + e] = 0.0f; vv[u][4 * v + e] = 0.0f; }
+                for (int e = 0; e < EPV; e++) { kk[u][EPV * v + e] = 0.0f; vv[u][EPV * v + e] = 0.0f; }
             }
         }
     }
 }
 
-template <typename KV, int NV, int UNROLL, int GMAX, bool PREFETCH>
+template <typename KV, int LPK, int NV, int UNROLL, int GMAX, bool PREFETCH>
 __device__ void attention_split(const float* qkv, i32 ld, const KV* kcache, const KV* vcache,
                                 const i32* positions, const i32* token_seq, const i32* block_tables,
                                 i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window,
                                 float* part, i32* counters, const float* sinks, float* out) {
+    constexpr int EPV = 16 / sizeof(KV), PER = EPV * NV, SW = 32 / LPK, WALKERS = SKV_WARPS * SW;
     extern __shared__ float sm[];
     int t = blockIdx.x, hk = blockIdx.y, c = blockIdx.z, nc = gridDim.z;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane / LPK, sl = lane % LPK;
     int G = H / Hkv;
     int pos = positions[t], s = token_seq[t];
     int lo = window > 0 ? max(0, pos - window + 1) : 0;
@@ -238,77 +259,92 @@ __device__ void attention_split(const float* qkv, i32 ld, const KV* kcache, cons
     ck = (ck + 3) & ~3;
     int j0 = lo + c * ck, j1 = min(pos + 1, j0 + ck);
     const i32* table = block_tables + (size_t)s * bt_width;
-    float qr[GMAX][4 * NV], acc[GMAX][4 * NV], m[GMAX], l[GMAX];
+    float qr[GMAX][PER], acc[GMAX][PER], m[GMAX], l[GMAX];
     #pragma unroll
     for (int g = 0; g < GMAX; g++) {
         const float* q = qkv + (size_t)t * ld + (size_t)(hk * G + g) * D;
         m[g] = NEG_INF;
         l[g] = 0.0f;
         #pragma unroll
-        for (int i = 0; i < 4 * NV; i++) {
-            int d = 128 * (i >> 2) + 4 * lane + (i & 3);
+        for (int i = 0; i < PER; i++) {
+            int d = EPV * (sl + LPK * (i / EPV)) + i % EPV;
             qr[g][i] = (g < G && d < D) ? q[d] * scale : 0.0f;
             acc[g][i] = 0.0f;
         }
     }
-    const int step = UNROLL * SKV_WARPS;
-    float kk[UNROLL][4 * NV], vv[UNROLL][4 * NV];
-    int jb = j0 + UNROLL * warp;
-    if (jb < j1) skv_load<KV, NV, UNROLL>(kcache, vcache, table, bs, Hkv, hk, D, jb, j1, lane, kk, vv);
+    const int step = UNROLL * SW * SKV_WARPS;
+    float kk[UNROLL][PER], vv[UNROLL][PER];
+    int jb = j0 + UNROLL * SW * warp;
+    if (jb < j1) skv_load<KV, LPK, NV, UNROLL>(kcache, vcache, table, bs, Hkv, hk, D, jb, j1, lane, kk, vv);
     for (; jb < j1; jb += step) {
-        float nk[UNROLL][4 * NV], nv[UNROLL][4 * NV];
+        float nk[UNROLL][PER], nv[UNROLL][PER];
         bool more = jb + step < j1;
-        if (PREFETCH && more) skv_load<KV, NV, UNROLL>(kcache, vcache, table, bs, Hkv, hk, D, jb + step, j1, lane,
-                                                       nk, nv);
+        if (PREFETCH && more) skv_load<KV, LPK, NV, UNROLL>(kcache, vcache, table, bs, Hkv, hk, D, jb + step, j1,
+                                                            lane, nk, nv);
+        // The trip's UNROLL keys per head at once: their scores are independent (the shuffles of all of them in
+        // flight together), then one rescale of acc by the new maximum. Folding key by key chained every key's
+        // shuffles, max and exp behind the previous key's: walkers were bound by that latency, not by memory.
         #pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            if (jb + u >= j1) break;
+        for (int g = 0; g < GMAX; g++) {
+            if (g >= G) break;
+            float sc[UNROLL];
             #pragma unroll
-            for (int g = 0; g < GMAX; g++) {
-                if (g >= G) break;
+            for (int u = 0; u < UNROLL; u++) {
                 float p = 0.0f;
                 #pragma unroll
-                for (int i = 0; i < 4 * NV; i++) p += qr[g][i] * kk[u][i];
-                float sc = warp_sum(p);
-                float mn = fmaxf(m[g], sc);
-                float corr = __expf(m[g] - mn), e = __expf(sc - mn);
-                l[g] = l[g] * corr + e;
-                #pragma unroll
-                for (int i = 0; i < 4 * NV; i++) acc[g][i] = acc[g][i] * corr + e * vv[u][i];
-                m[g] = mn;
+                for (int i = 0; i < PER; i++) p += qr[g][i] * kk[u][i];
+                sc[u] = lanes_sum<LPK>(p);                    // every lane calls: the shuffles need all 32
             }
+            float mx = m[g];
+            #pragma unroll
+            for (int u = 0; u < UNROLL; u++)
+                if (jb + u * SW + sub < j1) mx = fmaxf(mx, sc[u]);   // this walker's keys inside the chunk
+            if (mx == NEG_INF) continue;                      // no key for this walker yet
+            float corr = __expf(m[g] - mx);                   // 0 on the walker's first keys (m = -inf)
+            l[g] *= corr;
+            #pragma unroll
+            for (int i = 0; i < PER; i++) acc[g][i] *= corr;
+            #pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                if (jb + u * SW + sub >= j1) continue;
+                float e = __expf(sc[u] - mx);
+                l[g] += e;
+                #pragma unroll
+                for (int i = 0; i < PER; i++) acc[g][i] += e * vv[u][i];
+            }
+            m[g] = mx;
         }
         if (!more) break;
         if (PREFETCH) {
             #pragma unroll
             for (int u = 0; u < UNROLL; u++)
                 #pragma unroll
-                for (int i = 0; i < 4 * NV; i++) { kk[u][i] = nk[u][i]; vv[u][i] = nv[u][i]; }
+                for (int i = 0; i < PER; i++) { kk[u][i] = nk[u][i]; vv[u][i] = nv[u][i]; }
         } else {
-            skv_load<KV, NV, UNROLL>(kcache, vcache, table, bs, Hkv, hk, D, jb + step, j1, lane, kk, vv);
+            skv_load<KV, LPK, NV, UNROLL>(kcache, vcache, table, bs, Hkv, hk, D, jb + step, j1, lane, kk, vv);
         }
     }
-    int W = D + 2;
+    int W = D + 2, walker = warp * SW + sub;
     #pragma unroll
     for (int g = 0; g < GMAX; g++) {
         if (g >= G) break;
-        float* wa = sm + (size_t)(warp * G + g) * W;
+        float* wa = sm + (size_t)(walker * G + g) * W;
         #pragma unroll
-        for (int i = 0; i < 4 * NV; i++) {
-            int d = 128 * (i >> 2) + 4 * lane + (i & 3);
+        for (int i = 0; i < PER; i++) {
+            int d = EPV * (sl + LPK * (i / EPV)) + i % EPV;
             if (d < D) wa[d] = acc[g][i];
         }
-        if (lane == 0) { wa[D] = m[g]; wa[D + 1] = l[g]; }
+        if (sl == 0) { wa[D] = m[g]; wa[D + 1] = l[g]; }
     }
     __syncthreads();
     for (int k = threadIdx.x; k < G * W; k += blockDim.x) {     // k = g * W + (d | D: m | D + 1: l)
         int g = k / W, d = k - g * W;
         float M = NEG_INF;
-        for (int w = 0; w < SKV_WARPS; w++) M = fmaxf(M, sm[(size_t)(w * G + g) * W + D]);
+        for (int w = 0; w < WALKERS; w++) M = fmaxf(M, sm[(size_t)(w * G + g) * W + D]);
         float v = 0.0f;
         if (d == D) v = M;
         else if (M != NEG_INF) {
-            for (int w = 0; w < SKV_WARPS; w++) {
+            for (int w = 0; w < WALKERS; w++) {
                 const float* wa = sm + (size_t)(w * G + g) * W;
                 if (wa[D] != NEG_INF) v += wa[d] * __expf(wa[D] - M);
             }
@@ -330,25 +366,31 @@ __device__ void attention_split(const float* qkv, i32 ld, const KV* kcache, cons
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int g = 0; g < G; g++) skv_merge_head(part, nc, t, hk * G + g, H, D, sinks, out, wc, red);
+    for (int g = 0; g < G; g++)
+        skv_merge_head<const volatile float*>(part, nc, t, hk * G + g, H, D, sinks, out, wc, red);
 }
 
-#define SKV_ENTRY(NAME, KV, NV, UNROLL, GMAX, PREFETCH)                                                             \
+#define SKV_ENTRY(NAME, KV, LPK, NV, UNROLL, GMAX, PREFETCH)                                                        \
 HALO_KERNEL void NAME(const float* qkv, i32 ld, const KV* kcache, const KV* vcache, const i32* positions,            \
                       const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D,    \
                       float scale, i32 window, float* part, i32* counters, const float* sinks, float* out) {        \
-    attention_split<KV, NV, UNROLL, GMAX, PREFETCH>(qkv, ld, kcache, vcache, positions, token_seq, block_tables,     \
-                                                    bt_width, bs, H, Hkv, D, scale, window, part, counters, sinks,   \
-                                                    out);                                                            \
+    attention_split<KV, LPK, NV, UNROLL, GMAX, PREFETCH>(qkv, ld, kcache, vcache, positions, token_seq,              \
+                                                         block_tables, bt_width, bs, H, Hkv, D, scale, window, part, \
+                                                         counters, sinks, out);                                     \
 }
-#define SKV_GROUPS(NAME, KV, NV, UNROLL, PREFETCH)                                                                   \
-SKV_ENTRY(NAME##_g2, KV, NV, UNROLL, 2, PREFETCH)                                                                   \
-SKV_ENTRY(NAME##_g4, KV, NV, UNROLL, 4, PREFETCH)                                                                   \
-SKV_ENTRY(NAME##_g8, KV, NV, UNROLL, 8, PREFETCH)
-SKV_GROUPS(halo_attention_split_d128, float, 1, 4, true)
-SKV_GROUPS(halo_attention_split_d256, float, 2, 2, true)
-SKV_GROUPS(halo_attention_split_d128_f16, unsigned short, 1, 4, true)
-SKV_GROUPS(halo_attention_split_d256_f16, unsigned short, 2, 2, true)
+#define SKV_GROUPS(NAME, KV, LPK, NV, UNROLL, PREFETCH)                                                              \
+SKV_ENTRY(NAME##_g2, KV, LPK, NV, UNROLL, 2, PREFETCH)                                                              \
+SKV_ENTRY(NAME##_g4, KV, LPK, NV, UNROLL, 4, PREFETCH)                                                              \
+SKV_ENTRY(NAME##_g8, KV, LPK, NV, UNROLL, 8, PREFETCH)
+// UNROLL and PREFETCH per build: the fastest of 2-3 variants each at depths 4k and 16k (tests/gpu/bench_attention.py,
+// H200): prefetching costs registers, which the f16 builds (8 values per lane and vector) cannot spare.
+//         name                           element         LPK NV UNROLL PREFETCH
+SKV_GROUPS(halo_attention_split_d64,      float,          16, 1, 4,     true)
+SKV_GROUPS(halo_attention_split_d128,     float,          32, 1, 4,     true)
+SKV_GROUPS(halo_attention_split_d256,     float,          32, 2, 4,     false)
+SKV_GROUPS(halo_attention_split_d64_f16,  unsigned short, 8,  1, 4,     false)
+SKV_GROUPS(halo_attention_split_d128_f16, unsigned short, 16, 1, 1,     true)
+SKV_GROUPS(halo_attention_split_d256_f16, unsigned short, 32, 1, 4,     false)
 
 // Tiled prefill attention (flash-attention style) on tensor cores, for steps of many tokens: a block takes
 // FA_ROWS query rows = up to FA_ROWS / G consecutive tokens of the step x the G = H / Hkv query heads of kv head

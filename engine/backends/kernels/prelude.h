@@ -80,6 +80,17 @@ __device__ __forceinline__ void kv_load4(const unsigned short* p, float* v) {
     v[0] = half_to_float((unsigned short)(x.x & 0xffffu)); v[1] = half_to_float((unsigned short)(x.x >> 16));
     v[2] = half_to_float((unsigned short)(x.y & 0xffffu)); v[3] = half_to_float((unsigned short)(x.y >> 16));
 }
+// 16 bytes of cache elements as floats: 4 floats or 8 f16 values (p 16-byte aligned)
+__device__ __forceinline__ void kv_load16(const float* p, float* v) { kv_load4(p, v); }
+__device__ __forceinline__ void kv_load16(const unsigned short* p, float* v) {
+    uint4 x = *(const uint4*)p;
+    u32 w[4] = {x.x, x.y, x.z, x.w};
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[2 * i] = half_to_float((unsigned short)(w[i] & 0xffffu));
+        v[2 * i + 1] = half_to_float((unsigned short)(w[i] >> 16));
+    }
+}
 
 // NVIDIA tensor cores with TF32 operands (sm_80 and newer), shared by the prefill matmul tile (halo_quant.cu)
 // and the prefill attention tile (halo_layer.cu). "3xTF32": every operand is split into a TF32 head and a TF32
