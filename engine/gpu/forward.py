@@ -106,8 +106,8 @@ SKV_GROUPS = (2, 4, 8)                     # builds per GQA group size (rounded 
 SKV_WIDTHS = (64, 128, SKV_MAX_D)          # builds per head-size class (split_kernel)
 SKV_CHUNKS = 64                            # ... for one token; skv_chunks: fewer per token as tokens add blocks
 SKV_MIN_CHUNKS = 4
-SKV_MERGE_THREADS = 128                    # halo_attention_merge: a thread per chunk
-assert SKV_MERGE_THREADS >= SKV_CHUNKS and 32 * SKV_WARPS >= SKV_CHUNKS
+SKV_MERGE_MAX_THREADS = 512               # halo_attention_merge: merge_threads
+assert 32 * SKV_WARPS >= SKV_CHUNKS
 # HALO_SKV_FUSED=1: the last split block of each (token, kv head) merges the chunks (one launch per layer fewer).
 # Off by default: that block merges its G heads one after another, which cost more than the launch it saves (H200,
 # decode tok/s fused vs separate merge: SmolLM2 846 vs 888, gemma-3-270m 778 vs 841, Qwen3-4B shapes 293 vs 307).
@@ -216,6 +216,15 @@ def split_kernel(head_dim: int, group: int, f16: bool) -> tuple[str, int]:
     g = next(n for n in SKV_GROUPS if n >= group)
     lanes = min(32, width * (2 if f16 else 4) // 16)
     return f"halo_attention_split_d{width}{kv_suffix(f16)}_g{g}", 32 // lanes
+
+
+def merge_threads(head_dim: int, chunks: int) -> int:
+    """halo_attention_merge's block: a thread per dim for each group the chunks may be cut into (up to 4 groups of
+    >= 16 chunks, summed apart; the kernel uses one group per 16 chunks that saw a key), at most
+    SKV_MERGE_MAX_THREADS. Four groups took the merge from 6 to 4 us per layer at 64 live chunks (H200); at a
+    short depth one group does, and the kernel takes one there."""
+    groups = max(1, min(4, chunks // 16))
+    return min(SKV_MERGE_MAX_THREADS, -(-groups * head_dim // 32) * 32)
 
 
 def split_shared_bytes(head_dim: int, group: int, f16: bool) -> int:
@@ -578,7 +587,7 @@ class GpuForward:
                          common + (self.attn_part, self.attn_count if SKV_FUSED else NULL, _ptr(sinks), self.attn),
                          shared=split_shared_bytes(D, H // Hkv, kv.f16))
             if not SKV_FUSED:
-                self._launch("halo_layer.cu", "halo_attention_merge", (T, H), SKV_MERGE_THREADS,
+                self._launch("halo_layer.cu", "halo_attention_merge", (T, H), merge_threads(D, nc),
                              (self.attn_part, np.int32(nc), np.int32(H), np.int32(D), _ptr(sinks), self.attn))
             return
         if self.flash and T > SKV_MAX_T:

@@ -21,8 +21,8 @@ sys.path.insert(0, str(ROOT))
 from engine.backends import registry  # noqa: E402
 from engine.gpu.forward import (  # noqa: E402
     NULL,
-    SKV_MERGE_THREADS,
     SKV_WARPS,
+    merge_threads,
     skv_chunks,
     split_kernel,
     split_shared_bytes,
@@ -76,12 +76,13 @@ class Launches:
         self.backend, self.stream, self.kern, self.grid, self.shared = backend, stream, kern, grid, shared
         self.layer_args, self.merge_grid, self.merge_args = layer_args, merge_grid, merge_args
         self.merge = backend.kernel("halo_layer.cu", "halo_attention_merge")
+        self.merge_threads = merge_threads(int(merge_args[3]), int(merge_args[1]))   # (part, nc, H, D, ...)
 
     def split(self, with_merge: bool = False) -> None:
         for args in self.layer_args:
             self.backend.launch(self.kern, self.grid, 32 * SKV_WARPS, args, self.stream, self.shared)
             if with_merge:
-                self.backend.launch(self.merge, self.merge_grid, SKV_MERGE_THREADS, self.merge_args, self.stream)
+                self.backend.launch(self.merge, self.merge_grid, self.merge_threads, self.merge_args, self.stream)
 
     def split_and_merge(self) -> None:
         self.split(True)

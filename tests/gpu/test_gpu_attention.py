@@ -16,9 +16,9 @@ from engine.gpu.forward import (
     FA_ROWS,
     NULL,
     SKV_CHUNKS,
-    SKV_MERGE_THREADS,
     SKV_WARPS,
     kv_suffix,
+    merge_threads,
     split_kernel,
     split_shared_bytes,
     tensor_cores_usable,
@@ -122,7 +122,7 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks, f16)
         shared = split_shared_bytes(D, H // Hkv, f16)
         split = split_kernel(D, H // Hkv, f16)[0]
         launch(split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, NULL, NULL, NULL), shared)
-        launch("halo_attention_merge", (T, H), SKV_MERGE_THREADS,
+        launch("halo_attention_merge", (T, H), merge_threads(D, SKV_CHUNKS),
                (part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), sink_d, outs[1]))
         for out in outs[2:]:        # the fused merge, twice: its counters must be back at 0 after a step
             launch(split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, counters, sink_d, out), shared)

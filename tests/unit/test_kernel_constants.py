@@ -36,6 +36,11 @@ def test_split_kv_limits_fit_the_kernels():
     per key row (walkers per warp) and head size its class needs, and a group bound at least the group asked for."""
     layer = defines("halo_layer.cu")
     assert fwd.SKV_CHUNKS <= layer["SKV_MERGE_MAX"]
+    assert fwd.SKV_MAX_D <= 256                                   # the merge's osum holds SKV_MERGE_GROUPS x 256
+    for D in range(8, fwd.SKV_MAX_D + 1, 8):
+        for chunks in (fwd.SKV_MIN_CHUNKS, fwd.SKV_CHUNKS):
+            threads = fwd.merge_threads(D, chunks)
+            assert threads % 32 == 0 and 32 <= threads <= 1024
     assert fwd.SKV_MAX_GROUP == layer["SKV_MAX_GROUP"] == max(fwd.SKV_GROUPS)
     assert fwd.SKV_WARPS == layer["SKV_WARPS"]
     text = (kernels.KERNEL_DIR / "halo_layer.cu").read_text()

@@ -145,49 +145,80 @@ ATTENTION_ENTRY(halo_attention, float)
 ATTENTION_ENTRY(halo_attention_f16, unsigned short)
 
 // out[t, h*D:(h+1)*D] from halo_attention_split's nc partials of (t, h), with the sinks as in halo_attention.
-// Thread c reads chunk c's m and l (one round of loads for all chunks, not a loop of nc dependent ones), the block
-// reduces the maximum and the denominator, and each chunk's weight exp(m_c - M) / L goes to shared memory; the
-// output loop takes chunks in groups of 8, skipping a group whose weights are all 0 (no allowed key: most chunks
-// at a short depth) and loading the rest together (one chunk at a time behind a weight test took ~12 us per layer
-// at 64 live chunks on the H200). PART is const volatile float* in the fused form
-// (halo_attention_split with counters: other blocks of the same launch wrote the partials), const float* else.
-// Block: >= max(nc, D) threads, a multiple of 32, all of them calling; nc <= SKV_MERGE_MAX.
+// The first warp reads the chunks' m and l (lane c: chunks c, c + 32, ...), reduces the maximum and the
+// denominator by shuffles and puts each chunk's weight exp(m_c - M) / L in shared memory (block-wide reductions
+// cost four barriers per head, which showed at a short depth once the block had 16 warps). Then
+// the chunks are cut into groups (up to SKV_MERGE_GROUPS and blockDim / D, one per 16 live chunks) summed by
+// separate threads and added in group order; a thread takes its group's chunks 8 at a time, skipping 8 whose weights are all 0
+// (no allowed key: most chunks at a short depth) and loading the others together. One chunk at a time behind a
+// weight test took ~12 us per layer at 64 live chunks on the H200, 8 at a time on one thread per dim ~6 us.
+// PART is const volatile float* in the fused form (halo_attention_split with counters: other blocks of the same
+// launch wrote the partials), const float* else. Block: a multiple of 32 threads, all of them calling;
+// nc <= SKV_MERGE_MAX. osum: SKV_MERGE_GROUPS * D floats of shared memory (D <= 256); red: one float.
 #define SKV_MERGE_MAX 256
+#define SKV_MERGE_GROUPS 4
 template <typename PART>
 __device__ void skv_merge_head(PART part, int nc, int t, int h, int H, int D, const float* sinks, float* out,
-                               float* wc, float* red) {
-    int W = D + 2, c = threadIdx.x;
+                               float* wc, float* red, float* osum) {
+    int W = D + 2;
     PART p = part + (size_t)(t * H + h) * nc * W;
-    float mc = c < nc ? p[(size_t)c * W + D] : NEG_INF;
-    float lc = mc != NEG_INF ? p[(size_t)c * W + D + 1] : 0.0f;
-    float S = sinks ? sinks[h] : NEG_INF;
-    float M = fmaxf(block_max(mc, red), S);                // the sink joins the maximum
-    float e = mc != NEG_INF ? __expf(mc - M) : 0.0f;
-    float L = block_sum(lc * e, red) + (sinks ? __expf(S - M) : 0.0f);
-    if (c < SKV_MERGE_MAX) wc[c] = c < nc ? e / L : 0.0f;  // 0 past nc: the last group of 8 reads there
+    if (threadIdx.x < 32) {                                // the weights: one warp, no block-wide barriers
+        int lane = threadIdx.x;
+        float S = sinks ? sinks[h] : NEG_INF;
+        float M = NEG_INF;
+        for (int c = lane; c < nc; c += 32) M = fmaxf(M, p[(size_t)c * W + D]);
+        M = fmaxf(warp_max(M), S);                         // the sink joins the maximum
+        float L = 0.0f, live = 0.0f;
+        for (int c = lane; c < nc; c += 32) {
+            float mc = p[(size_t)c * W + D];
+            float e = mc != NEG_INF ? __expf(mc - M) : 0.0f;
+            wc[c] = e;
+            L += e != 0.0f ? p[(size_t)c * W + D + 1] * e : 0.0f;
+            live += mc != NEG_INF ? 1.0f : 0.0f;
+        }
+        L = warp_sum(L) + (sinks ? __expf(S - M) : 0.0f);
+        live = warp_sum(live);
+        for (int c = lane; c < nc; c += 32) wc[c] /= L;
+        if (lane == 0) red[0] = live;
+    }
     __syncthreads();
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    // groups of >= 16 live chunks: at a short depth (few live chunks) one thread per dim and no second pass
+    int groups = min(min(SKV_MERGE_GROUPS, max(1, (int)blockDim.x / D)), max(1, (int)red[0] / 16));
+    int span = ((nc + groups - 1) / groups + 7) & ~7;      // chunks per group, whole batches of 8
+    float* dst = out + (size_t)t * H * D + (size_t)h * D;
+    for (int idx = threadIdx.x; idx < groups * D; idx += blockDim.x) {
+        int g = idx / D, d = idx - g * D, end = min(nc, (g + 1) * span);
         float o = 0.0f;
-        for (int k0 = 0; k0 < nc; k0 += 8) {
+        for (int k0 = g * span; k0 < end; k0 += 8) {
             float w[8];
             bool any = false;
             #pragma unroll
-            for (int j = 0; j < 8; j++) { w[j] = wc[k0 + j]; any |= w[j] != 0.0f; }
-            if (!any) continue;                            // the same for every thread: wc is the block's
+            for (int j = 0; j < 8; j++) { w[j] = k0 + j < end ? wc[k0 + j] : 0.0f; any |= w[j] != 0.0f; }
+            if (!any) continue;
             #pragma unroll
             for (int j = 0; j < 8; j++)
                 if (w[j] != 0.0f) o += p[(size_t)(k0 + j) * W + d] * w[j];
         }
-        out[(size_t)t * H * D + (size_t)h * D + d] = o;
+        if (groups == 1) dst[d] = o;
+        else osum[idx] = o;
     }
-    __syncthreads();                                       // wc and red are reused by the next head
+    if (groups > 1) {
+        __syncthreads();
+        for (int d = threadIdx.x; d < D; d += blockDim.x) {
+            float o = 0.0f;
+            for (int g = 0; g < groups; g++) o += osum[g * D + d];
+            dst[d] = o;
+        }
+    }
+    __syncthreads();                                       // wc, red and osum are reused by the next head
 }
 
-// Grid: (T, H); block: >= max(nc, D) threads, a multiple of 32.
+// Grid: (T, H); block: a multiple of 32 threads (engine.gpu.forward.merge_threads).
 HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, const float* sinks, float* out) {
     __shared__ float wc[SKV_MERGE_MAX];
     __shared__ float red[32];
-    skv_merge_head<const float*>(part, nc, blockIdx.x, blockIdx.y, H, D, sinks, out, wc, red);
+    __shared__ float osum[SKV_MERGE_GROUPS * 256];
+    skv_merge_head<const float*>(part, nc, blockIdx.x, blockIdx.y, H, D, sinks, out, wc, red, osum);
 }
 
 // Split-KV (flash-decoding) attention for steps of few tokens at any depth: the keys token t may see (lo .. pos)
@@ -355,6 +386,7 @@ __device__ void attention_split(const float* qkv, i32 ld, const KV* kcache, cons
     if (!counters) return;                      // halo_attention_merge follows
     __shared__ float wc[SKV_MERGE_MAX];
     __shared__ float red[32];
+    __shared__ float osum[SKV_MERGE_GROUPS * 256];
     __shared__ int last;
     __threadfence();                            // this block's partials are visible before it is counted
     __syncthreads();
@@ -367,7 +399,7 @@ __device__ void attention_split(const float* qkv, i32 ld, const KV* kcache, cons
     if (!last) return;
     __threadfence();
     for (int g = 0; g < G; g++)
-        skv_merge_head<const volatile float*>(part, nc, t, hk * G + g, H, D, sinks, out, wc, red);
+        skv_merge_head<const volatile float*>(part, nc, t, hk * G + g, H, D, sinks, out, wc, red, osum);
 }
 
 #define SKV_ENTRY(NAME, KV, LPK, NV, UNROLL, GMAX, PREFETCH)                                                        \
