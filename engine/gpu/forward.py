@@ -110,7 +110,8 @@ SKV_MERGE_MAX_THREADS = 512               # halo_attention_merge: merge_threads
 assert 32 * SKV_WARPS >= SKV_CHUNKS
 # HALO_SKV_FUSED=1: the last split block of each (token, kv head) merges the chunks (one launch per layer fewer).
 # Off by default: that block merges its G heads one after another, which cost more than the launch it saves (H200,
-# decode tok/s fused vs separate merge: SmolLM2 846 vs 888, gemma-3-270m 778 vs 841, Qwen3-4B shapes 293 vs 307).
+# decode tok/s fused vs separate merge: SmolLM2 846 vs 888, gemma-3-270m 778 vs 841, Qwen3-4B shapes 293 vs 307); run 11,
+# attention per step at depth 192 on the Qwen3-4B shapes: 878 vs 451 us, bench_attention.py).
 SKV_FUSED = os.environ.get("HALO_SKV_FUSED") == "1"
 # Tiled prefill attention on tensor cores (halo_attention_tc, CUDA sm_80+): steps of more than SKV_MAX_T tokens
 # where head_dim % 8 == 0, head_dim <= FA_MAX_D and the GQA group fits the FA_ROWS query rows of a block (a block

@@ -1,6 +1,6 @@
 """Decode attention on its own: split-KV (halo_attention_split_* + halo_attention_merge) over every attention
 layer of a model's shapes at a given depth, float32 and f16 caches, microseconds per decode step (graph replays)
-and the cache bytes read per second. Much cheaper than the whole-model long-context benchmark (no GGUF to build).
+and the cache bytes read per second; the same with the merge fused into the split kernel (HALO_SKV_FUSED=1). Much cheaper than the whole-model long-context benchmark (no GGUF to build).
 
     python tests/gpu/bench_attention.py [BACKEND] [--kernels=NAME,...] [--chunks=64,128] [--shapes=qwen3-4b,...]
                                         [--depths=4096,...]
@@ -10,6 +10,7 @@ Caches are zero-filled (the scores' values do not change the work); block tables
 """
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -87,6 +88,12 @@ class Launches:
     def split_and_merge(self) -> None:
         self.split(True)
 
+    def fused(self, counters) -> None:
+        """The split kernel with `counters`: the last block of each (token, kv head) merges (HALO_SKV_FUSED=1)."""
+        for args in self.layer_args:
+            self.backend.launch(self.kern, self.grid, 32 * SKV_WARPS, args[:15] + (counters,) + args[16:],
+                                self.stream, self.shared)
+
 
 def bench_shape(backend, stream, shape, depth: int, T: int, kernels: list[str], chunks: list[int]) -> None:
     name, H, Hkv, D, layers = shape
@@ -104,6 +111,9 @@ def bench_shape(backend, stream, shape, depth: int, T: int, kernels: list[str], 
         dev.append(b)
     pos_d, seq_d, tab_d = dev
     out = backend.alloc((T, H * D), np.float32)
+    counters = backend.alloc((T * Hkv,), np.int32)              # the fused merge's; it leaves them at 0
+    backend.memset_async(counters, 0, stream)
+    dev.append(counters)
     for f16 in (False, True):
         per_layer = blocks * BS * Hkv * D
         dtype = np.float16 if f16 else np.float32
@@ -129,10 +139,11 @@ def bench_shape(backend, stream, shape, depth: int, T: int, kernels: list[str], 
                                   (T, H), (part, np.int32(nc), np.int32(H), np.int32(D), NULL, out))
                 split_us = time_graph(backend, stream, launch.split)
                 us = time_graph(backend, stream, launch.split_and_merge)
+                fused_us = time_graph(backend, stream, functools.partial(launch.fused, counters))
                 read = 2 * layers * (depth + T) * Hkv * D * item * T
                 print(f"  {name:13s} depth {depth:6d} T {T:2d} {'f16' if f16 else 'f32'} nc {nc:3d} {kname:36s} "
-                      f"{us:8.1f} us/step (split {split_us:8.1f})  {read / split_us / 1e3:7.1f} GB/s in split",
-                      flush=True)
+                      f"{us:8.1f} us/step (split {split_us:8.1f}, fused merge {fused_us:8.1f})  "
+                      f"{read / split_us / 1e3:7.1f} GB/s in split", flush=True)
             backend.free(part)
         backend.free(caches)
     for b in dev + [qkv, out]:
