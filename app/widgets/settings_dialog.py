@@ -29,7 +29,7 @@ from engine.paths import models_dir
 BACKEND_LABELS = {"auto": "Automatic (best available)", "hip": "AMD GPU (HIP)", "cuda": "NVIDIA GPU (CUDA)",
                   "cpu": "CPU"}
 THEME_LABELS = {"system": "Follow system", "light": "Light", "dark": "Dark"}
-KV_CACHE_LABELS = {"f32": "Float32 (exact)", "f16": "Float16 (half the memory, faster at long context)"}
+KV_CACHE_LABELS = {"f32": "Float32 (exact)", "f16": "Float16 (half the memory)"}
 
 
 class SettingsDialog(QDialog):

@@ -29,7 +29,7 @@ def test_the_precision_persists_reaches_the_engine_and_the_loaded_type_is_shown(
     dlg = SettingsDialog(w.settings, w)
     box = dlg.kv_cache_type
     assert [box.itemText(i) for i in range(box.count())] == ["Float32 (exact)",
-                                                             "Float16 (half the memory, faster at long context)"]
+                                                             "Float16 (half the memory)"]
     assert box.currentData() == "f32"                        # the default: exact
     _choose(dlg, "f16")
     w.apply_settings(dlg)
