@@ -149,9 +149,10 @@ ATTENTION_ENTRY(halo_attention_f16, unsigned short)
 // denominator by shuffles and puts each chunk's weight exp(m_c - M) / L in shared memory (block-wide reductions
 // cost four barriers per head, which showed at a short depth once the block had 16 warps). Then
 // the chunks are cut into groups (up to SKV_MERGE_GROUPS and blockDim / D, one per 16 live chunks) summed by
-// separate threads and added in group order; a thread takes its group's chunks 8 at a time, skipping 8 whose weights are all 0
-// (no allowed key: most chunks at a short depth) and loading the others together. One chunk at a time behind a
-// weight test took ~12 us per layer at 64 live chunks on the H200, 8 at a time on one thread per dim ~6 us.
+// separate threads and added in group order; a thread takes its group's chunks 8 at a time, skipping 8 whose
+// weights are all 0 (no allowed key: most chunks at a short depth) and loading the others together. One chunk at
+// a time behind a weight test took ~12 us per layer at 64 live chunks on the H200, 8 at a time on one thread per
+// dim ~6 us.
 // PART is const volatile float* in the fused form (halo_attention_split with counters: other blocks of the same
 // launch wrote the partials), const float* else. Block: a multiple of 32 threads, all of them calling;
 // nc <= SKV_MERGE_MAX. osum: SKV_MERGE_GROUPS * D floats of shared memory (D <= 256); red: one float.
@@ -251,6 +252,10 @@ __device__ __forceinline__ float lanes_sum(float v) {          // over the LPK l
     return v;
 }
 
+// The head dim a walker's lane holds as its i-th value: vector i / EPV, element i % EPV (sub-lane sl of LPK).
+template <int LPK, int EPV>
+__device__ __forceinline__ int walker_dim(int sl, int i) { return EPV * (sl + LPK * (i / EPV)) + i % EPV; }
+
 template <typename KV, int LPK, int NV, int UNROLL, int EPV = 16 / sizeof(KV)>
 __device__ __forceinline__ void skv_load(const KV* kcache, const KV* vcache, const i32* table, int bs, int Hkv,
                                          int hk, int D, int jb, int j1, int lane, float (&kk)[UNROLL][EPV * NV],
@@ -262,7 +267,7 @@ __device__ __forceinline__ void skv_load(const KV* kcache, const KV* vcache, con
         size_t row = (((size_t)table[j / bs] * bs + (j % bs)) * Hkv + hk) * D;
         #pragma unroll
         for (int v = 0; v < NV; v++) {
-            int d = EPV * (sl + LPK * v);
+            int d = walker_dim<LPK, EPV>(sl, EPV * v);
             if (d < D) {
                 kv_load16(kcache + row + d, &kk[u][EPV * v]);
                 kv_load16(vcache + row + d, &vv[u][EPV * v]);
@@ -298,7 +303,7 @@ __device__ void attention_split(const float* qkv, i32 ld, const KV* kcache, cons
         l[g] = 0.0f;
         #pragma unroll
         for (int i = 0; i < PER; i++) {
-            int d = EPV * (sl + LPK * (i / EPV)) + i % EPV;
+            int d = walker_dim<LPK, EPV>(sl, i);
             qr[g][i] = (g < G && d < D) ? q[d] * scale : 0.0f;
             acc[g][i] = 0.0f;
         }
@@ -362,7 +367,7 @@ __device__ void attention_split(const float* qkv, i32 ld, const KV* kcache, cons
         float* wa = sm + (size_t)(walker * G + g) * W;
         #pragma unroll
         for (int i = 0; i < PER; i++) {
-            int d = EPV * (sl + LPK * (i / EPV)) + i % EPV;
+            int d = walker_dim<LPK, EPV>(sl, i);
             if (d < D) wa[d] = acc[g][i];
         }
         if (sl == 0) { wa[D] = m[g]; wa[D + 1] = l[g]; }

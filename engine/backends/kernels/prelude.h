@@ -47,7 +47,7 @@ __device__ float block_reduce(float v, float* red) {
 __device__ __forceinline__ float block_sum(float v, float* red) { return block_reduce<false>(v, red); }
 __device__ __forceinline__ float block_max(float v, float* red) { return block_reduce<true>(v, red); }
 
-// The KV cache's f16 elements (HALO_KV_F16 builds of the attention kernels): IEEE half bits in an unsigned short,
+// The KV cache's f16 elements (the _f16 builds of the attention kernels): IEEE half bits in an unsigned short,
 // converted by the hardware (round to nearest even on the way in).
 #if defined(__HIPCC_RTC__) || defined(__HIP__)
 __device__ __forceinline__ float half_to_float(unsigned short h) { return (float)__builtin_bit_cast(_Float16, h); }
@@ -70,6 +70,11 @@ __device__ __forceinline__ float kv_value(float x) { return x; }
 __device__ __forceinline__ float kv_value(unsigned short h) { return half_to_float(h); }
 __device__ __forceinline__ void kv_store(float* p, float x) { *p = x; }
 __device__ __forceinline__ void kv_store(unsigned short* p, float x) { *p = float_to_half(x); }
+// the two f16 values of a 32-bit word (low half first) as floats
+__device__ __forceinline__ void halves_to_floats(u32 w, float* v) {
+    v[0] = half_to_float((unsigned short)(w & 0xffffu));
+    v[1] = half_to_float((unsigned short)(w >> 16));
+}
 // 4 consecutive cache elements as floats (p 16-byte aligned for float, 8-byte for f16)
 __device__ __forceinline__ void kv_load4(const float* p, float* v) {
     float4 x = *(const float4*)p;
@@ -77,19 +82,17 @@ __device__ __forceinline__ void kv_load4(const float* p, float* v) {
 }
 __device__ __forceinline__ void kv_load4(const unsigned short* p, float* v) {
     uint2 x = *(const uint2*)p;
-    v[0] = half_to_float((unsigned short)(x.x & 0xffffu)); v[1] = half_to_float((unsigned short)(x.x >> 16));
-    v[2] = half_to_float((unsigned short)(x.y & 0xffffu)); v[3] = half_to_float((unsigned short)(x.y >> 16));
+    halves_to_floats(x.x, v);
+    halves_to_floats(x.y, v + 2);
 }
 // 16 bytes of cache elements as floats: 4 floats or 8 f16 values (p 16-byte aligned)
 __device__ __forceinline__ void kv_load16(const float* p, float* v) { kv_load4(p, v); }
 __device__ __forceinline__ void kv_load16(const unsigned short* p, float* v) {
     uint4 x = *(const uint4*)p;
-    u32 w[4] = {x.x, x.y, x.z, x.w};
-    #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        v[2 * i] = half_to_float((unsigned short)(w[i] & 0xffffu));
-        v[2 * i + 1] = half_to_float((unsigned short)(w[i] >> 16));
-    }
+    halves_to_floats(x.x, v);
+    halves_to_floats(x.y, v + 2);
+    halves_to_floats(x.z, v + 4);
+    halves_to_floats(x.w, v + 6);
 }
 
 // NVIDIA tensor cores with TF32 operands (sm_80 and newer), shared by the prefill matmul tile (halo_quant.cu)
