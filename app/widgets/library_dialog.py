@@ -133,7 +133,7 @@ class LibraryDialog(QDialog):
             est = e.estimate(self._context, self.backend, self.kv_cache_type)
             weights = est.weights if est else (e.weight_bytes or e.file_size)
             kv = est.kv_cache + est.recurrent_state if est else e.kv_cache_bytes(ctx)
-            total = e.memory_estimate(self._context, self.backend, self.kv_cache_type)
+            total = est.total if est else e.memory_estimate(self._context, self.backend, self.kv_cache_type)
             kv_type = kv_cache_type(self.kv_cache_type, self.backend)
             self.estimate.setText(
                 f"Loading needs about <b>{human_size(total)}</b>: "

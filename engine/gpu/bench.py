@@ -206,7 +206,7 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
                            progress=lambda *_: streaming or streaming.append(time.perf_counter()), kv_type=kv_type)
         bs = BLOCK_SIZE
         n_blocks = -(-(prompt_tokens + decode_tokens + 32) // bs)
-        kv = gm.new_kv_cache(n_blocks, bs, kv_type=kv_type)
+        kv = gm.new_kv_cache(n_blocks, bs)
         result["kv_type"] = kv.kv_type
         pool = ReadbackPool(backend, slots=3)
         result["load_s"] = time.perf_counter() - t0
@@ -307,7 +307,7 @@ def run_long_bench(model_path, backend_name: str, prompt_tokens: int, decode_tok
         free0 = backend.memory_info().free
         n_blocks = -(-(prompt_tokens + decode_tokens + 32) // BLOCK_SIZE)
         gm = GpuModel.load(path, backend, max_tokens=PREFILL_CHUNK, max_seqs=4, kv_blocks=n_blocks, kv_type=kv_type)
-        kv = gm.new_kv_cache(n_blocks, BLOCK_SIZE, kv_type=kv_type)
+        kv = gm.new_kv_cache(n_blocks, BLOCK_SIZE)
         pool = ReadbackPool(backend, slots=3)
         result["device_mb"] = (free0 - backend.memory_info().free) / 2**20
         result["kv_mb"] = kv.nbytes / 2**20
@@ -422,7 +422,7 @@ def run_batch_bench(model_path, backend_name: str, batches=(1, 4, 8, 16), depth:
         n_blocks = max(batches) * bps
         gm = GpuModel.load(path, backend, max_tokens=max(batches), max_seqs=max(batches), kv_blocks=n_blocks,
                            kv_type=kv_type)
-        kv = gm.new_kv_cache(n_blocks, BLOCK_SIZE, kv_type=kv_type)
+        kv = gm.new_kv_cache(n_blocks, BLOCK_SIZE)
         result["kv_type"] = kv.kv_type
         pool = ReadbackPool(backend, slots=3)
         for T in batches:

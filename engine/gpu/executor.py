@@ -115,7 +115,7 @@ def build_gpu_model(path: Path, choice: BackendChoice, on_progress, *, max_conte
     try:
         model = GpuModel.load(path, backend, max_tokens=budget, max_seqs=max_num_seqs, kv_blocks=num_blocks,
                               block_size=BLOCK_SIZE, progress=on_progress, kv_type=kv_cache_type)
-        kv = model.new_kv_cache(num_blocks, BLOCK_SIZE, kv_type=kv_cache_type)
+        kv = model.new_kv_cache(num_blocks, BLOCK_SIZE)
     except BaseException:
         backend.close()
         raise

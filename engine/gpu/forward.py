@@ -30,7 +30,7 @@ from engine.gpu.hybrid import (
 from engine.gpu.moe import MoeScratch, enqueue_moe_ffn
 from engine.gpu.stepmeta import MetaLayout, SamplingRow
 from engine.gpu.weights import ADD_NORM_MAX_THREADS, DeviceMatrix, DeviceWeights
-from engine.model.arch import DEFAULT_KV_CACHE_TYPE, KV_CACHE_TYPES, kv_cache_type, rope_attention_factor
+from engine.model.arch import DEFAULT_KV_CACHE_TYPE, kv_cache_type, rope_attention_factor
 from engine.model.config import ModelConfig
 from engine.model.step import StepInput
 
@@ -291,10 +291,11 @@ class GpuKVCache:
         self.backend, self.num_blocks, self.block_size = backend, num_blocks, block_size
         self.kv_type = kv_cache_type(kv_type, "gpu")
         self.f16 = self.kv_type == "f16"
+        dtype = np.dtype(np.float16 if self.f16 else np.float32)
         per = num_blocks * block_size * config.kv_dim
         attn = [i for i, kind in enumerate(config.layer_kinds) if kind == "attention"]
-        self.nbytes = 2 * len(attn) * per * KV_CACHE_TYPES[self.kv_type]
-        self.storage = backend.alloc(max(1, 2 * len(attn) * per), np.float16 if self.f16 else np.float32)
+        self.nbytes = 2 * len(attn) * per * dtype.itemsize      # what is allocated; arch.kv_cache_bytes says it too
+        self.storage = backend.alloc(max(1, 2 * len(attn) * per), dtype)
         backend.memset_async(self.storage, 0, stream)
         self.k: list[DeviceBuffer | None] = [None] * config.n_layers
         self.v: list[DeviceBuffer | None] = [None] * config.n_layers

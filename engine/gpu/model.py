@@ -47,8 +47,9 @@ def _integrated(backend: Backend) -> bool:
 
 class GpuModel:
     def __init__(self, backend: Backend, config: ModelConfig, forward: GpuForward, plan: MemoryPlan | None,
-                 use_graphs: bool = True):
+                 use_graphs: bool = True, kv_type: str = DEFAULT_KV_CACHE_TYPE):
         self.backend, self.config, self.fwd, self.plan = backend, config, forward, plan
+        self.kv_type = kv_type                # what the pre-flight counted; new_kv_cache's default
         self.rt = getattr(backend, "rt", None)
         self.use_graphs = use_graphs and self.rt is not None
         self._graphs: dict[tuple[int, int, bool], _Graph] = {}
@@ -60,7 +61,7 @@ class GpuModel:
              kv_type: str = DEFAULT_KV_CACHE_TYPE) -> GpuModel:
         """Pre-flight (weights + `kv_blocks` KV blocks of `kv_type` + scratch vs free memory), then upload. Raises
         OutOfDeviceMemoryError with the numbers before allocating anything when it cannot fit. The KV cache
-        itself comes from new_kv_cache (give it the same `kv_type`)."""
+        itself comes from new_kv_cache, of `kv_type` unless it is given another."""
         from engine.gguf import open_gguf
 
         with open_gguf(Path(path)) as gguf:
@@ -78,13 +79,15 @@ class GpuModel:
             stream.synchronize()
         fwd = GpuForward(backend, config, weights, max_tokens, max_seqs, stream)
         fwd.warm_up()
-        return GpuModel(backend, config, fwd, plan, use_graphs)
+        return GpuModel(backend, config, fwd, plan, use_graphs, kv_type)
 
     def new_kv_cache(self, num_blocks: int, block_size: int = BLOCK_SIZE, state_slots: int | None = None,
-                     kv_type: str = DEFAULT_KV_CACHE_TYPE) -> GpuKVCache:
+                     kv_type: str | None = None) -> GpuKVCache:
         """state_slots (hybrid models): sequences holding recurrent state at once; default max_seqs, the
-        scheduler's StateSlots count (engine.core.scheduler). kv_type: engine.model.arch.KV_CACHE_TYPES."""
+        scheduler's StateSlots count (engine.core.scheduler). kv_type: engine.model.arch.KV_CACHE_TYPES; default
+        the type the model was loaded (and pre-flighted) with."""
         slots = self.fwd.max_seqs if state_slots is None else state_slots
+        kv_type = self.kv_type if kv_type is None else kv_type
         need = kv_bytes(self.config, num_blocks, block_size, kv_type) + slots * recurrent_state_bytes(self.config)
         mem = self.backend.memory_info()
         if need > mem.free:
