@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
 
 import numpy as np
@@ -34,6 +35,7 @@ class GpuBackend(Backend):
         self._modules: dict[str, object] = {}
         self._kernels: dict[tuple[str, str], Kernel] = {}
         self.null_stream = Stream(self, 0)
+        self.programmatic = _programmatic_launch(binding, device)
 
     # memory ----------------------------------------------------------------------------------------------
     def alloc(self, shape, dtype) -> DeviceBuffer:
@@ -175,7 +177,8 @@ class GpuBackend(Backend):
     def launch(self, kernel, grid, block, args, stream, shared_bytes=0) -> None:
         grid, block = _dim3(grid), _dim3(block)
         slots, pointers = _pack_args(self, args)        # must outlive the launch call only: the runtime
-        self.rt.launch(kernel.handle, grid, block, shared_bytes, stream.handle, ctypes.addressof(pointers))
+        launch = self.rt.launch_programmatic if self.programmatic else self.rt.launch
+        launch(kernel.handle, grid, block, shared_bytes, stream.handle, ctypes.addressof(pointers))
         del slots                                       # (copies the arguments at launch)
 
     def close(self) -> None:
@@ -186,6 +189,23 @@ class GpuBackend(Backend):
                 self.advisories.append(f"module unload: {e}")
         self._modules.clear()
         self._kernels.clear()
+
+
+# HALO_PDL=0 launches every kernel plainly (stream order alone), for comparison and as a way out.
+PDL_ENV = "HALO_PDL"
+
+
+def _programmatic_launch(binding: RuntimeBinding, device: int) -> bool:
+    """Launch every kernel with programmatic dependent launch: CUDA devices of compute capability 9.0+ (Hopper
+    and newer) through a binding that has cuLaunchKernelEx. Each kernel then lets the next one's blocks be
+    scheduled at its start and waits for the previous one before touching its data (prelude.h's
+    GRID_DEPENDENCY_SYNC, which every kernel entry opens with), so a step's launch gaps and the decode matvecs'
+    first weight loads overlap the kernel before them instead of following it."""
+    if binding.api != "cuda" or os.environ.get(PDL_ENV) == "0":
+        return False
+    if type(binding).launch_programmatic is RuntimeBinding.launch_programmatic:
+        return False
+    return binding.device_attribute("compute_capability_major", device) >= 9
 
 
 def _dim3(d) -> tuple[int, int, int]:
