@@ -12,6 +12,7 @@ from . import kernels
 from .base import Backend, DeviceBuffer, Event, Kernel, MemoryInfo, PinnedHostBuffer, Stream
 from .compiler import Compiled, KernelCompiler
 from .kernel_plan import prebuilt_object
+from .kernels.entries import programmatic_entries
 from .kernels.prebuilt import load_manifest
 from .runtime.binding import D2D, D2H, H2D, RuntimeBinding
 
@@ -139,7 +140,8 @@ class GpuBackend(Backend):
                 self._modules[source_file] = self._load_module(source_file)
             module, compiled = self._modules[source_file]
             handle = self.rt.module_function(module, function)
-            self._kernels[key] = Kernel(function, handle, compiled.seconds, compiled.from_cache)
+            self._kernels[key] = Kernel(function, handle, compiled.seconds, compiled.from_cache,
+                                        function in programmatic_entries(source_file))
         return self._kernels[key]
 
     def _load_module(self, source_file: str) -> tuple[object, Compiled]:
@@ -177,7 +179,7 @@ class GpuBackend(Backend):
     def launch(self, kernel, grid, block, args, stream, shared_bytes=0) -> None:
         grid, block = _dim3(grid), _dim3(block)
         slots, pointers = _pack_args(self, args)        # must outlive the launch call only: the runtime
-        launch = self.rt.launch_programmatic if self.programmatic else self.rt.launch
+        launch = self.rt.launch_programmatic if kernel.programmatic and self.programmatic else self.rt.launch
         launch(kernel.handle, grid, block, shared_bytes, stream.handle, ctypes.addressof(pointers))
         del slots                                       # (copies the arguments at launch)
 
@@ -196,11 +198,14 @@ PDL_ENV = "HALO_PDL"
 
 
 def _programmatic_launch(binding: RuntimeBinding, device: int) -> bool:
-    """Launch every kernel with programmatic dependent launch: CUDA devices of compute capability 9.0+ (Hopper
-    and newer) through a binding that has cuLaunchKernelEx. Each kernel then lets the next one's blocks be
-    scheduled at its start and waits for the previous one before touching its data (prelude.h's
-    GRID_DEPENDENCY_SYNC, which every kernel entry opens with), so a step's launch gaps and the decode matvecs'
-    first weight loads overlap the kernel before them instead of following it."""
+    """Whether kernels that open with GRID_DEPENDENCY_LATER (kernels.entries) are launched with programmatic
+    dependent launch: CUDA devices of compute capability 9.0+ (Hopper and newer) through a binding that has
+    cuLaunchKernelEx. Such a kernel (the decode matvecs) is scheduled while the kernel before it still runs
+    (which let it at its start: GRID_DEPENDENCY_SYNC), prefetches its weight rows into L2 and then waits, so its
+    first weight loads overlap that kernel's tail instead of following it. H200, one run: the Qwen3-4B shapes'
+    decode +3.7%. Launching every kernel so lost 6-9% on the small models' decode (short kernels whose waits
+    cost more than the launch gaps they hide) and up to 30% on their host-bound prefill (cuLaunchKernelEx
+    costs more host time than cuLaunchKernel through cuda-python)."""
     if binding.api != "cuda" or os.environ.get(PDL_ENV) == "0":
         return False
     if type(binding).launch_programmatic is RuntimeBinding.launch_programmatic:

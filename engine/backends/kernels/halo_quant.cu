@@ -463,18 +463,29 @@ __device__ __forceinline__ float row_dot_fast(int type, const unsigned char* row
     return acc[0][0];
 }
 
+// Decode matvecs open with GRID_DEPENDENCY_LATER (prelude.h): before grid_dependency_wait a warp puts its rows,
+// nbytes contiguous weight bytes, into L2 (the kw warps sharing the rows take alternate 128-byte lines), so a
+// decode step's next matvec has its first loads in flight while the kernel before it finishes. Weights only:
+// nothing a previous kernel writes.
+__device__ __forceinline__ void prefetch_rows_l2(const unsigned char* p, int nbytes, int kc, int kw) {
+    for (int off = ((threadIdx.x & 31) * kw + kc) * 128; off < nbytes; off += 32 * kw * 128) prefetch_l2(p + off);
+}
+
 HALO_KERNEL void halo_matmul_kq_t1(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
                                    const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
                                    const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
                                    const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
                                    float* Y, i32 ldy) {
-    GRID_DEPENDENCY_SYNC();
+    GRID_DEPENDENCY_LATER();
     int row0 = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (row0 >= n0 + n1 + n2) return;
+    bool valid = row0 < n0 + n1 + n2;
     const unsigned char* base; int type, rb, local;
     if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
     else if (row0 < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row0 - n0; }
     else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
+    if (valid) prefetch_rows_l2(base + (size_t)local * rb, rb, 0, 1);
+    grid_dependency_wait();
+    if (!valid) return;
     const float* x = X + (size_t)(xrow ? xrow[0] : 0) * K;
     float v = warp_sum(row_dot_fast(type, base + (size_t)local * rb, K, x));
     if ((threadIdx.x & 31) == 0) Y[row0] = v + (bias ? bias[row0] : 0.0f);
@@ -482,8 +493,13 @@ HALO_KERNEL void halo_matmul_kq_t1(const unsigned char* w0, i32 t0_, i32 n0, i32
 
 HALO_KERNEL void halo_glu_kq_t1(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
                                 i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {
-    GRID_DEPENDENCY_SYNC();
+    GRID_DEPENDENCY_LATER();
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r < n_ff) {
+        prefetch_rows_l2(wg + (size_t)r * rb_g, rb_g, 0, 1);
+        prefetch_rows_l2(wu + (size_t)r * rb_u, rb_u, 0, 1);
+    }
+    grid_dependency_wait();
     if (r >= n_ff) return;
     float g = warp_sum(row_dot_fast(tg, wg + (size_t)r * rb_g, K, X));
     float u = warp_sum(row_dot_fast(tu, wu + (size_t)r * rb_u, K, X));
@@ -771,13 +787,6 @@ __device__ __forceinline__ void mv_x_rows(const float* X, const i32* xrow, int K
     }
 }
 
-// Before grid_dependency_wait (GRID_DEPENDENCY_LATER): the warp's rows, nbytes contiguous weight bytes, into L2,
-// the kw warps of its row group taking alternate 128-byte lines, so a decode step's next matvec has its first
-// loads in flight while the kernel before it finishes. Weights only: nothing the previous kernel writes.
-__device__ __forceinline__ void mv_prefetch_rows(const unsigned char* p, int nbytes, int kc, int kw) {
-    for (int off = ((threadIdx.x & 31) * kw + kc) * 128; off < nbytes; off += 32 * kw * 128) prefetch_l2(p + off);
-}
-
 template <int NT>
 __device__ void matmul_mv(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
                           i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
@@ -794,7 +803,7 @@ __device__ void matmul_mv(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, con
     const unsigned char* rp[MV_R];
     #pragma unroll
     for (int r = 0; r < MV_R; r++) rp[r] = base + (size_t)(local + r) * rb;
-    mv_prefetch_rows(rp[0], MV_R * rb, kc, kw);
+    prefetch_rows_l2(rp[0], MV_R * rb, kc, kw);
     grid_dependency_wait();
     const float* xr[NT];
     mv_x_rows<NT>(X, xrow, K, tok0, T, xr);
@@ -829,8 +838,8 @@ __device__ void glu_mv(const unsigned char* wg, i32 tg, const unsigned char* wu,
         rg[r] = wg + (size_t)(rr + r) * rb_g;
         ru[r] = wu + (size_t)(rr + r) * rb_u;
     }
-    mv_prefetch_rows(rg[0], MV_R * rb_g, kc, kw);
-    mv_prefetch_rows(ru[0], MV_R * rb_u, kc, kw);
+    prefetch_rows_l2(rg[0], MV_R * rb_g, kc, kw);
+    prefetch_rows_l2(ru[0], MV_R * rb_u, kc, kw);
     grid_dependency_wait();
     const float* xr[NT];
     mv_x_rows<NT>(X, 0, K, tok0, T, xr);
@@ -857,21 +866,20 @@ __device__ void glu_mv(const unsigned char* wg, i32 tg, const unsigned char* wu,
             if (tok0 + t < T) A[(size_t)(tok0 + t) * n_ff + row0 + r] = act_fn(acc[r][t], act) * acc[MV_R + r][t];
 }
 
-#define MV_MATMUL_ENTRY(NAME, NT)                                                                          \
-HALO_KERNEL void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1, i32 t1,    \
-                      i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2, const float* bias, \
-                      const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 kw) {          \
-    GRID_DEPENDENCY_LATER();                    /* matmul_mv waits after prefetching its rows */           \
-    matmul_mv<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw);     \
+// Entries written out (not by macro): kernels.entries reads their names to launch them programmatically.
+HALO_KERNEL void halo_matmul_mv_t1(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1,
+                                   i32 t1, i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2,
+                                   const float* bias, const float* X, const i32* xrow, i32 K, i32 T, float* Y,
+                                   i32 ldy, i32 kw) {
+    GRID_DEPENDENCY_LATER();
+    matmul_mv<1>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw);   // waits
 }
-#define MV_GLU_ENTRY(NAME, NT)                                                                             \
-HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,  \
-                      i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kw) {                 \
-    GRID_DEPENDENCY_LATER();                    /* glu_mv waits after prefetching its rows */              \
-    glu_mv<NT>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, kw);                                     \
+
+HALO_KERNEL void halo_glu_mv_t1(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
+                                i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kw) {
+    GRID_DEPENDENCY_LATER();
+    glu_mv<1>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, kw);                                   // waits
 }
-MV_MATMUL_ENTRY(halo_matmul_mv_t1, 1)
-MV_GLU_ENTRY(halo_glu_mv_t1, 1)
 
 // ---------------------------------------------------------------------------------------------------------
 // Batched decode from shared activations (9 <= T <= 16 tokens, Q4_K / Q6_K rows, K % 256 == 0; the host checks):
