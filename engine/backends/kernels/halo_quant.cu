@@ -19,16 +19,6 @@
 #define T_BF16 30
 #define T_MXFP4 39
 
-__device__ __forceinline__ float h2f(unsigned int h) {
-    unsigned int sign = (h >> 15) & 1u, ex = (h >> 10) & 31u, man = h & 1023u;
-    if (ex == 0) {
-        float v = (float)man * 5.9604644775390625e-8f;     // subnormal: man * 2^-24
-        return sign ? -v : v;
-    }
-    unsigned int f = (sign << 31) | (ex == 31 ? (0xFFu << 23) : ((ex + 112u) << 23)) | (man << 13);
-    return __int_as_float((int)f);
-}
-
 __device__ __forceinline__ unsigned int ld_u8(const unsigned char* p) { return (unsigned int)__ldg(p); }
 __device__ __forceinline__ unsigned int ld_u16(const unsigned char* p) { return ld_u8(p) | (ld_u8(p + 1) << 8); }
 __device__ __forceinline__ unsigned int ld_u32(const unsigned char* p) { return ld_u16(p) | (ld_u16(p + 2) << 16); }
@@ -68,13 +58,13 @@ __device__ __forceinline__ void dq8(const unsigned char* row, int g, float* w) {
         #pragma unroll
         for (int i = 0; i < 8; i++) {
             unsigned int h = ld_u16(p + 2 * i);
-            w[i] = TYPE == T_F16 ? h2f(h) : __int_as_float((int)(h << 16));
+            w[i] = TYPE == T_F16 ? half_to_float(h) : __int_as_float((int)(h << 16));
         }
     } else if (TYPE == T_Q4_0 || TYPE == T_Q4_1) {
         const int bb = TYPE == T_Q4_0 ? 18 : 20, qo = TYPE == T_Q4_0 ? 2 : 4;
         const unsigned char* b = row + (size_t)(g >> 2) * bb;
         int sub = g & 3;                                   // 0,1: low nibbles of qs[0..7], qs[8..15]; 2,3: high
-        float d = h2f(ld_u16(b)), m = TYPE == T_Q4_1 ? h2f(ld_u16(b + 2)) : 0.0f;
+        float d = half_to_float(ld_u16(b)), m = TYPE == T_Q4_1 ? half_to_float(ld_u16(b + 2)) : 0.0f;
         const unsigned char* q = b + qo + (sub & 1) * 8;
         int sh = (sub >> 1) * 4;
         #pragma unroll
@@ -86,7 +76,7 @@ __device__ __forceinline__ void dq8(const unsigned char* row, int g, float* w) {
         const int bb = TYPE == T_Q5_0 ? 22 : 24, ho = TYPE == T_Q5_0 ? 2 : 4, qo = ho + 4;
         const unsigned char* b = row + (size_t)(g >> 2) * bb;
         int sub = g & 3;
-        float d = h2f(ld_u16(b)), m = TYPE == T_Q5_1 ? h2f(ld_u16(b + 2)) : 0.0f;
+        float d = half_to_float(ld_u16(b)), m = TYPE == T_Q5_1 ? half_to_float(ld_u16(b + 2)) : 0.0f;
         unsigned int qh = ld_u32(b + ho);
         const unsigned char* q = b + qo + (sub & 1) * 8;
         int sh = (sub >> 1) * 4;
@@ -107,7 +97,7 @@ __device__ __forceinline__ void dq8(const unsigned char* row, int g, float* w) {
         for (int i = 0; i < 8; i++) w[i] = e2m1_doubled((ld_u8(q + i) >> sh) & 15u) * d;
     } else if (TYPE == T_Q8_0) {
         const unsigned char* b = row + (size_t)(g >> 2) * 34;
-        float d = h2f(ld_u16(b));
+        float d = half_to_float(ld_u16(b));
         const unsigned char* q = b + 2 + (g & 3) * 8;
         #pragma unroll
         for (int i = 0; i < 8; i++) w[i] = (float)(signed char)ld_u8(q + i) * d;
@@ -116,7 +106,7 @@ __device__ __forceinline__ void dq8(const unsigned char* row, int g, float* w) {
         const unsigned char* b = row + (size_t)(g >> 5) * bb;
         int e = (g & 31) * 8;                              // element in the super-block
         int c = e >> 6, h = (e >> 5) & 1, l = e & 31, j = e >> 5;
-        float d = h2f(ld_u16(b)), dmin = h2f(ld_u16(b + 2)), sc, mn;
+        float d = half_to_float(ld_u16(b)), dmin = half_to_float(ld_u16(b + 2)), sc, mn;
         scale_min_k4(j, b + 4, &sc, &mn);
         float dl = d * sc, ml = dmin * mn;
         const unsigned char* q = b + qo + 32 * c + l;
@@ -130,7 +120,7 @@ __device__ __forceinline__ void dq8(const unsigned char* row, int g, float* w) {
         const unsigned char* b = row + (size_t)(g >> 5) * 210;
         int e = (g & 31) * 8;
         int h = e >> 7, r = e & 127, k = r >> 5, l = r & 31;
-        float dl = h2f(ld_u16(b + 208)) * (float)(signed char)ld_u8(b + 192 + (e >> 4));
+        float dl = half_to_float(ld_u16(b + 208)) * (float)(signed char)ld_u8(b + 192 + (e >> 4));
         const unsigned char* ql = b + 64 * h + 32 * (k & 1) + l;
         const unsigned char* qh = b + 128 + 32 * h + l;
         int sl = 4 * (k >> 1), shh = 2 * k;
@@ -359,8 +349,8 @@ __device__ __forceinline__ void scale_min_k4_reg(int j, u32 s0, u32 s1, u32 s2, 
 // the super-block's d and dmin, each sub-block's 6-bit scale and min
 __device__ __forceinline__ void q4k_lane_scales(uint4 hdr, int c, float* d, float* dmin, float* s1, float* m1,
                                                 float* s2, float* m2) {
-    *d = h2f(hdr.x & 0xffffu);
-    *dmin = h2f(hdr.x >> 16);
+    *d = half_to_float(hdr.x & 0xffffu);
+    *dmin = half_to_float(hdr.x >> 16);
     scale_min_k4_reg(2 * c, hdr.y, hdr.z, hdr.w, s1, m1);
     scale_min_k4_reg(2 * c + 1, hdr.y, hdr.z, hdr.w, s2, m2);
 }
@@ -385,7 +375,7 @@ __device__ __forceinline__ void q6k_lane(const unsigned char* b, int m, u32* lo,
     u32 ql[4], qh[4];
     ld16_a2(b + 16 * m, ql);
     ld16_a2(b + 128 + 32 * h + l, qh);
-    float d = h2f(ld_u16(b + 208));
+    float d = half_to_float(ld_u16(b + 208));
     int si = 8 * h + 2 * kk + (l >> 4);
     *sc_lo = d * (float)(signed char)ld_u8(b + 192 + si);
     *sc_hi = d * (float)(signed char)ld_u8(b + 192 + si + 4);
@@ -1676,7 +1666,7 @@ __device__ __forceinline__ void tp_fetch(int type, const unsigned char* rp, int 
 __device__ __forceinline__ void tp_convert(int type, const unsigned char* rp, int k0, int gi, const u32* raw, float* w) {
     if (type == T_Q4_K) {
         int e = (k0 & 255) + 8 * gi, h = (e >> 5) & 1;
-        float d = h2f(raw[0] & 0xffffu), dmin = h2f(raw[0] >> 16), sc, mn;
+        float d = half_to_float(raw[0] & 0xffffu), dmin = half_to_float(raw[0] >> 16), sc, mn;
         scale_min_k4_reg(e >> 5, raw[1], raw[2], raw[3], &sc, &mn);
         float dl = d * sc, ml = dmin * mn;
         #pragma unroll
@@ -1689,7 +1679,7 @@ __device__ __forceinline__ void tp_convert(int type, const unsigned char* rp, in
         u32 sh = raw[7];
         u32 ql[2] = {(u32)(((((u64)raw[1]) << 32) | raw[0]) >> sh), (u32)(((((u64)raw[2]) << 32) | raw[1]) >> sh)};
         u32 qh[2] = {(u32)(((((u64)raw[4]) << 32) | raw[3]) >> sh), (u32)(((((u64)raw[5]) << 32) | raw[4]) >> sh)};
-        float dl = h2f(raw[6] >> 16) * (float)(signed char)(raw[6] & 255u);
+        float dl = half_to_float(raw[6] >> 16) * (float)(signed char)(raw[6] & 255u);
         int sl = 4 * (k >> 1), shh = 2 * k;
         #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -1911,7 +1901,7 @@ __device__ __forceinline__ void tk_convert(int type, int k0, int gi, const u32* 
     int e = (k0 & 255) + 8 * gi;
     if (type == T_Q4_K) {
         int h = (e >> 5) & 1;
-        float d = h2f(raw[0] & 0xffffu), dmin = h2f(raw[0] >> 16), s, m;
+        float d = half_to_float(raw[0] & 0xffffu), dmin = half_to_float(raw[0] >> 16), s, m;
         scale_min_k4_reg(e >> 5, raw[1], raw[2], raw[3], &s, &m);
         *sc = d * s; *mn = dmin * m;
         #pragma unroll
@@ -1921,7 +1911,7 @@ __device__ __forceinline__ void tk_convert(int type, int k0, int gi, const u32* 
         u32 sh = raw[7];
         u32 ql[2] = {(u32)(((((u64)raw[1]) << 32) | raw[0]) >> sh), (u32)(((((u64)raw[2]) << 32) | raw[1]) >> sh)};
         u32 qh[2] = {(u32)(((((u64)raw[4]) << 32) | raw[3]) >> sh), (u32)(((((u64)raw[5]) << 32) | raw[4]) >> sh)};
-        *sc = h2f(raw[6] >> 16) * (float)(signed char)(raw[6] & 255u);
+        *sc = half_to_float(raw[6] >> 16) * (float)(signed char)(raw[6] & 255u);
         *mn = 0.0f;
         int sl = 4 * (k >> 1), shh = 2 * k;
         #pragma unroll
@@ -2302,8 +2292,8 @@ __device__ __forceinline__ void tn_smma(int type, const u32 (*raw)[TN_RAW], cons
         float d[2], dmin[2];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
-            d[r] = h2f(raw[r][0] & 0xffffu);
-            dmin[r] = h2f(raw[r][0] >> 16);
+            d[r] = half_to_float(raw[r][0] & 0xffffu);
+            dmin[r] = half_to_float(raw[r][0] >> 16);
         }
         #pragma unroll
         for (int c = 0; c < 4; c++)
@@ -2332,7 +2322,7 @@ __device__ __forceinline__ void tn_smma(int type, const u32 (*raw)[TN_RAW], cons
                 tn_mma<NJ, 8>(w, 0.0f, bh, bl, sc, mn, c0, c1, acc);
             }
     } else {
-        float d[2] = {h2f(raw[0][16]), h2f(raw[1][16])};
+        float d[2] = {half_to_float(raw[0][16]), half_to_float(raw[1][16])};
         #pragma unroll
         for (int h = 0; h < 2; h++)
             #pragma unroll
