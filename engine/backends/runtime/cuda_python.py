@@ -18,6 +18,7 @@ class CudaPythonRuntime(TupleBinding):
             raise err from None
         import cuda.bindings
         self.rt, self.drv = runtime, driver
+        self._streams: dict[int, object] = {}      # stream handle -> its CUstream (_cu_stream)
         self._version = getattr(cuda.bindings, "__version__", "?")
         self.library_path = f"cuda.bindings {self._version}"   # the driver file is added after the first call
         self.rtc_library_path = "nvrtc not loaded yet"
@@ -163,8 +164,16 @@ class CudaPythonRuntime(TupleBinding):
     def module_unload(self, module) -> None:
         self._unwrap(self.drv.cuModuleUnload(module), "cuModuleUnload")
 
+    def _cu_stream(self, stream: int):
+        """The CUstream of a stream handle, made once per handle: a launch made one (or cuLaunchKernel, given the
+        int, made it itself) every time. A handle reused after its stream is destroyed wraps the same value."""
+        cu = self._streams.get(stream)
+        if cu is None:
+            cu = self._streams[stream] = self.drv.CUstream(stream)
+        return cu
+
     def launch(self, function, grid, block, shared_bytes, stream, params_address) -> None:
-        self._unwrap(self.drv.cuLaunchKernel(function, *grid, *block, shared_bytes, self.drv.CUstream(stream),
+        self._unwrap(self.drv.cuLaunchKernel(function, *grid, *block, shared_bytes, self._cu_stream(stream),
                                              params_address, 0), "cuLaunchKernel")
 
     def launch_programmatic(self, function, grid, block, shared_bytes, stream, params_address) -> None:
@@ -180,7 +189,7 @@ class CudaPythonRuntime(TupleBinding):
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
         cfg.sharedMemBytes = shared_bytes
-        cfg.hStream = self.drv.CUstream(stream)
+        cfg.hStream = self._cu_stream(stream)
         self._unwrap(self.drv.cuLaunchKernelEx(cfg, function, params_address, 0), "cuLaunchKernelEx")
 
     # graphs ------------------------------------------------------------------------------------------
