@@ -112,6 +112,7 @@ class Kernel:
     handle: object            # GPU: a function handle; CPU: the numpy implementation
     compile_seconds: float = 0.0
     from_cache: bool = False
+    programmatic: bool = False   # GPU: launched with programmatic dependent launch where the device has it
 
 
 class Backend(ABC):

@@ -13,6 +13,7 @@
 #define CONV_BATCH 8
 HALO_KERNEL void halo_conv_silu(float* qkv, float* conv, const float* wconv, const i32* qsl, const i32* slots,
                                 const i32* positions, i32 C, i32 K) {
+    GRID_DEPENDENCY_SYNC();
     int c = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
     if (c >= C) return;
     int t0 = qsl[s], t1 = qsl[s + 1];
@@ -51,6 +52,7 @@ HALO_KERNEL void halo_conv_silu(float* qkv, float* conv, const float* wconv, con
 // g = ssm_a * softplus(alpha + dt_bias). grid (T, Hk), block 128.
 HALO_KERNEL void halo_delta_prep(float* qkv, float* ab, const float* ssm_a, const float* dt_bias, i32 Hk, i32 Hv,
                                  i32 Dk, i32 Dv, float eps) {
+    GRID_DEPENDENCY_SYNC();
     __shared__ float red[32];
     int t = blockIdx.x, h = blockIdx.y;
     float* q = qkv + (i64)t * (2 * Hk * Dk + Hv * Dv) + h * Dk;
@@ -81,6 +83,7 @@ HALO_KERNEL void halo_delta_prep(float* qkv, float* ab, const float* ssm_a, cons
 HALO_KERNEL void halo_delta_rule(const float* qkv, const float* ab, float* state, float* out, const i32* qsl,
                                  const i32* slots, const i32* positions, i32 Hk, i32 Hv, i32 Dk, i32 Dv,
                                  i32 chunked_min) {
+    GRID_DEPENDENCY_SYNC();
     __shared__ float qs[256], ks[256], red[2][DR_WARPS][32];
     int h = blockIdx.x, s = blockIdx.z, lane = threadIdx.x & 31, w = threadIdx.x >> 5, x = threadIdx.x;
     int j = blockIdx.y * 32 + lane, kh = h % Hk, C = 2 * Hk * Dk + Hv * Dv;
@@ -154,6 +157,7 @@ HALO_KERNEL void halo_delta_rule(const float* qkv, const float* ab, float* state
 HALO_KERNEL void halo_delta_chunked(const float* qkv, const float* ab, float* state, float* out, const i32* qsl,
                                     const i32* slots, const i32* positions, i32 Hk, i32 Hv, i32 Dk, i32 Dv,
                                     i32 chunked_min) {
+    GRID_DEPENDENCY_SYNC();
     __shared__ float Ss[DC_MAX_DK][32], Ks[DC_CHUNK][DC_MAX_DK], U[DC_CHUNK][32];
     __shared__ float A[DC_CHUNK][DC_CHUNK + 1], QK[DC_CHUNK][DC_CHUNK + 1];
     __shared__ float G[DC_CHUNK], B[DC_CHUNK], Eg[DC_CHUNK], El[DC_CHUNK];
@@ -232,6 +236,7 @@ HALO_KERNEL void halo_delta_chunked(const float* qkv, const float* ab, float* st
 // Gated RMSNorm per value head, in place: o = o / rms(o) * w * silu(z). grid (Hv, T), block Dv rounded up
 // to a multiple of 32.
 HALO_KERNEL void halo_gated_norm(float* o, const float* z, const float* w, i32 Hv, i32 Dv, float eps) {
+    GRID_DEPENDENCY_SYNC();
     __shared__ float red[32];
     int h = blockIdx.x, t = blockIdx.y, j = threadIdx.x;
     i64 at = (i64)t * Hv * Dv + h * Dv + j;
@@ -245,6 +250,7 @@ HALO_KERNEL void halo_gated_norm(float* o, const float* z, const float* w, i32 H
 // Attention output gate, in place: attn[t, h*D + d] *= sigmoid(qg[t, h*2D + D + d]) (qg: attn_q's output,
 // per head [q_h | gate_h]). grid ceil(T H D / 256), block 256.
 HALO_KERNEL void halo_output_gate(float* attn, const float* qg, i32 T, i32 H, i32 D) {
+    GRID_DEPENDENCY_SYNC();
     i64 i = HALO_GLOBAL_ID;
     if (i >= (i64)T * H * D) return;
     i64 t = i / ((i64)H * D), r = i % ((i64)H * D), h = r / D, d = r % D;
@@ -255,6 +261,7 @@ HALO_KERNEL void halo_output_gate(float* attn, const float* qg, i32 T, i32 H, i3
 // Gated attention's query, out of attn_q's per-head [q_h | gate_h] rows: q[t, ldq-strided, h*D + d] =
 // qg[t, h*2D + d] (the gate half stays in qg for halo_output_gate). grid ceil(T H D / 256), block 256.
 HALO_KERNEL void halo_split_q_gate(float* q, i32 ldq, const float* qg, i32 T, i32 H, i32 D) {
+    GRID_DEPENDENCY_SYNC();
     i64 i = HALO_GLOBAL_ID;
     if (i >= (i64)T * H * D) return;
     i64 t = i / ((i64)H * D), r = i % ((i64)H * D), h = r / D, d = r % D;

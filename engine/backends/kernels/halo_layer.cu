@@ -53,6 +53,7 @@ __device__ void rope_kv(float* qkv, i32 ld, const i32* positions, const i32* slo
 HALO_KERNEL void NAME(float* qkv, i32 ld, const i32* positions, const i32* slots, const float* q_norm,               \
                       const float* k_norm, float eps, i32 H, i32 Hkv, i32 D, i32 rope_dim, i32 neox,                 \
                       const double* inv_freq, double rope_scale, KV* kcache, KV* vcache) {                           \
+    GRID_DEPENDENCY_SYNC();                                                                                          \
     rope_kv<KV>(qkv, ld, positions, slots, q_norm, k_norm, eps, H, Hkv, D, rope_dim, neox, inv_freq, rope_scale,    \
                 kcache, vcache);                                                                                     \
 }
@@ -138,6 +139,7 @@ __device__ void attention_rows(const float* qkv, i32 ld, const KV* kcache, const
 HALO_KERNEL void NAME(const float* qkv, i32 ld, const KV* kcache, const KV* vcache, const i32* positions,            \
                       const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D,    \
                       float scale, i32 window, const float* sinks, float* out) {                                     \
+    GRID_DEPENDENCY_SYNC();                                                                                          \
     attention_rows<KV>(qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, Hkv, D, scale,  \
                        window, sinks, out);                                                                          \
 }
@@ -216,6 +218,7 @@ __device__ void skv_merge_head(PART part, int nc, int t, int h, int H, int D, co
 
 // Grid: (T, H); block: a multiple of 32 threads (engine.gpu.forward.merge_threads).
 HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, const float* sinks, float* out) {
+    GRID_DEPENDENCY_SYNC();
     __shared__ float wc[SKV_MERGE_MAX];
     __shared__ float red[32];
     __shared__ float osum[SKV_MERGE_GROUPS * 256];
@@ -411,6 +414,7 @@ __device__ void attention_split(const float* qkv, i32 ld, const KV* kcache, cons
 HALO_KERNEL void NAME(const float* qkv, i32 ld, const KV* kcache, const KV* vcache, const i32* positions,            \
                       const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D,    \
                       float scale, i32 window, float* part, i32* counters, const float* sinks, float* out) {        \
+    GRID_DEPENDENCY_SYNC();                                                                                         \
     attention_split<KV, LPK, NV, UNROLL, GMAX, PREFETCH>(qkv, ld, kcache, vcache, positions, token_seq,              \
                                                          block_tables, bt_width, bs, H, Hkv, D, scale, window, part, \
                                                          counters, sinks, out);                                     \
@@ -638,6 +642,7 @@ __device__ __forceinline__ void attention_tc(const float* qkv, i32 ld, const KV*
 HALO_KERNEL __launch_bounds__(128) void NAME(const float* qkv, i32 ld, const KV* kcache, const KV* vcache,          \
         const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv,   \
         i32 D, float scale, i32 window, i32 T, const float* sinks, float* out) {                                     \
+    GRID_DEPENDENCY_SYNC();                                                                                          \
     attention_tc<KV>(qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, Hkv, D, scale,    \
                      window, T, sinks, out);                                                                         \
 }
@@ -653,6 +658,7 @@ ATTENTION_TC_ENTRY(halo_attention_tc_f16, unsigned short)
 #define AN_PER 16
 HALO_KERNEL void halo_add_norm(float* x, const float* o, const float* post_w, const float* next_w, float eps,
                                i32 E, float* h) {
+    GRID_DEPENDENCY_SYNC();
     __shared__ float red[32];
     int t = blockIdx.x;
     float* xr = x + (size_t)t * E;

@@ -19,16 +19,6 @@
 #define T_BF16 30
 #define T_MXFP4 39
 
-__device__ __forceinline__ float h2f(unsigned int h) {
-    unsigned int sign = (h >> 15) & 1u, ex = (h >> 10) & 31u, man = h & 1023u;
-    if (ex == 0) {
-        float v = (float)man * 5.9604644775390625e-8f;     // subnormal: man * 2^-24
-        return sign ? -v : v;
-    }
-    unsigned int f = (sign << 31) | (ex == 31 ? (0xFFu << 23) : ((ex + 112u) << 23)) | (man << 13);
-    return __int_as_float((int)f);
-}
-
 __device__ __forceinline__ unsigned int ld_u8(const unsigned char* p) { return (unsigned int)__ldg(p); }
 __device__ __forceinline__ unsigned int ld_u16(const unsigned char* p) { return ld_u8(p) | (ld_u8(p + 1) << 8); }
 __device__ __forceinline__ unsigned int ld_u32(const unsigned char* p) { return ld_u16(p) | (ld_u16(p + 2) << 16); }
@@ -68,13 +58,13 @@ __device__ __forceinline__ void dq8(const unsigned char* row, int g, float* w) {
         #pragma unroll
         for (int i = 0; i < 8; i++) {
             unsigned int h = ld_u16(p + 2 * i);
-            w[i] = TYPE == T_F16 ? h2f(h) : __int_as_float((int)(h << 16));
+            w[i] = TYPE == T_F16 ? half_to_float(h) : __int_as_float((int)(h << 16));
         }
     } else if (TYPE == T_Q4_0 || TYPE == T_Q4_1) {
         const int bb = TYPE == T_Q4_0 ? 18 : 20, qo = TYPE == T_Q4_0 ? 2 : 4;
         const unsigned char* b = row + (size_t)(g >> 2) * bb;
         int sub = g & 3;                                   // 0,1: low nibbles of qs[0..7], qs[8..15]; 2,3: high
-        float d = h2f(ld_u16(b)), m = TYPE == T_Q4_1 ? h2f(ld_u16(b + 2)) : 0.0f;
+        float d = half_to_float(ld_u16(b)), m = TYPE == T_Q4_1 ? half_to_float(ld_u16(b + 2)) : 0.0f;
         const unsigned char* q = b + qo + (sub & 1) * 8;
         int sh = (sub >> 1) * 4;
         #pragma unroll
@@ -86,7 +76,7 @@ __device__ __forceinline__ void dq8(const unsigned char* row, int g, float* w) {
         const int bb = TYPE == T_Q5_0 ? 22 : 24, ho = TYPE == T_Q5_0 ? 2 : 4, qo = ho + 4;
         const unsigned char* b = row + (size_t)(g >> 2) * bb;
         int sub = g & 3;
-        float d = h2f(ld_u16(b)), m = TYPE == T_Q5_1 ? h2f(ld_u16(b + 2)) : 0.0f;
+        float d = half_to_float(ld_u16(b)), m = TYPE == T_Q5_1 ? half_to_float(ld_u16(b + 2)) : 0.0f;
         unsigned int qh = ld_u32(b + ho);
         const unsigned char* q = b + qo + (sub & 1) * 8;
         int sh = (sub >> 1) * 4;
@@ -107,7 +97,7 @@ __device__ __forceinline__ void dq8(const unsigned char* row, int g, float* w) {
         for (int i = 0; i < 8; i++) w[i] = e2m1_doubled((ld_u8(q + i) >> sh) & 15u) * d;
     } else if (TYPE == T_Q8_0) {
         const unsigned char* b = row + (size_t)(g >> 2) * 34;
-        float d = h2f(ld_u16(b));
+        float d = half_to_float(ld_u16(b));
         const unsigned char* q = b + 2 + (g & 3) * 8;
         #pragma unroll
         for (int i = 0; i < 8; i++) w[i] = (float)(signed char)ld_u8(q + i) * d;
@@ -116,7 +106,7 @@ __device__ __forceinline__ void dq8(const unsigned char* row, int g, float* w) {
         const unsigned char* b = row + (size_t)(g >> 5) * bb;
         int e = (g & 31) * 8;                              // element in the super-block
         int c = e >> 6, h = (e >> 5) & 1, l = e & 31, j = e >> 5;
-        float d = h2f(ld_u16(b)), dmin = h2f(ld_u16(b + 2)), sc, mn;
+        float d = half_to_float(ld_u16(b)), dmin = half_to_float(ld_u16(b + 2)), sc, mn;
         scale_min_k4(j, b + 4, &sc, &mn);
         float dl = d * sc, ml = dmin * mn;
         const unsigned char* q = b + qo + 32 * c + l;
@@ -130,7 +120,7 @@ __device__ __forceinline__ void dq8(const unsigned char* row, int g, float* w) {
         const unsigned char* b = row + (size_t)(g >> 5) * 210;
         int e = (g & 31) * 8;
         int h = e >> 7, r = e & 127, k = r >> 5, l = r & 31;
-        float dl = h2f(ld_u16(b + 208)) * (float)(signed char)ld_u8(b + 192 + (e >> 4));
+        float dl = half_to_float(ld_u16(b + 208)) * (float)(signed char)ld_u8(b + 192 + (e >> 4));
         const unsigned char* ql = b + 64 * h + 32 * (k & 1) + l;
         const unsigned char* qh = b + 128 + 32 * h + l;
         int sl = 4 * (k >> 1), shh = 2 * k;
@@ -230,6 +220,7 @@ __device__ void matmul_seg(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
 HALO_KERNEL void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1, i32 t1,    \
                       i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2, const float* bias, \
                       const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy) {                  \
+    GRID_DEPENDENCY_SYNC();                                                                                \
     matmul_seg<R, NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy);      \
 }
 MATMUL_ENTRY(halo_matmul_r1_t1, 1, 1)
@@ -271,6 +262,7 @@ __device__ void glu(const unsigned char* wg, i32 tg, const unsigned char* wu, i3
 #define GLU_ENTRY(NAME, R, NT)                                                                             \
 HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,  \
                       i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {                         \
+    GRID_DEPENDENCY_SYNC();                                                                                \
     glu<R, NT>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A);                                         \
 }
 GLU_ENTRY(halo_glu_r1_t1, 1, 1)
@@ -294,6 +286,7 @@ __device__ __forceinline__ void dq_row(const unsigned char* row, int E, float sc
 HALO_KERNEL void halo_embed_norm(const unsigned char* W, i32 type, i32 rb, const i32* ids, i32 E, float scale,
                                  const float* norm_w, float eps, float* x, float* h, const i32* slots,
                                  i32* token_at_slot) {
+    GRID_DEPENDENCY_SYNC();
     __shared__ float red[32];
     int t = blockIdx.x;
     if (threadIdx.x == 0) token_at_slot[slots[t]] = ids[t];
@@ -356,8 +349,8 @@ __device__ __forceinline__ void scale_min_k4_reg(int j, u32 s0, u32 s1, u32 s2, 
 // the super-block's d and dmin, each sub-block's 6-bit scale and min
 __device__ __forceinline__ void q4k_lane_scales(uint4 hdr, int c, float* d, float* dmin, float* s1, float* m1,
                                                 float* s2, float* m2) {
-    *d = h2f(hdr.x & 0xffffu);
-    *dmin = h2f(hdr.x >> 16);
+    *d = half_to_float(hdr.x & 0xffffu);
+    *dmin = half_to_float(hdr.x >> 16);
     scale_min_k4_reg(2 * c, hdr.y, hdr.z, hdr.w, s1, m1);
     scale_min_k4_reg(2 * c + 1, hdr.y, hdr.z, hdr.w, s2, m2);
 }
@@ -382,7 +375,7 @@ __device__ __forceinline__ void q6k_lane(const unsigned char* b, int m, u32* lo,
     u32 ql[4], qh[4];
     ld16_a2(b + 16 * m, ql);
     ld16_a2(b + 128 + 32 * h + l, qh);
-    float d = h2f(ld_u16(b + 208));
+    float d = half_to_float(ld_u16(b + 208));
     int si = 8 * h + 2 * kk + (l >> 4);
     *sc_lo = d * (float)(signed char)ld_u8(b + 192 + si);
     *sc_hi = d * (float)(signed char)ld_u8(b + 192 + si + 4);
@@ -460,17 +453,29 @@ __device__ __forceinline__ float row_dot_fast(int type, const unsigned char* row
     return acc[0][0];
 }
 
+// Decode matvecs open with GRID_DEPENDENCY_LATER (prelude.h): before grid_dependency_wait a warp puts its rows,
+// nbytes contiguous weight bytes, into L2 (the kw warps sharing the rows take alternate 128-byte lines), so a
+// decode step's next matvec has its first loads in flight while the kernel before it finishes. Weights only:
+// nothing a previous kernel writes.
+__device__ __forceinline__ void prefetch_rows_l2(const unsigned char* p, int nbytes, int kc, int kw) {
+    for (int off = ((threadIdx.x & 31) * kw + kc) * 128; off < nbytes; off += 32 * kw * 128) prefetch_l2(p + off);
+}
+
 HALO_KERNEL void halo_matmul_kq_t1(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
                                    const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
                                    const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
                                    const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
                                    float* Y, i32 ldy) {
+    GRID_DEPENDENCY_LATER();
     int row0 = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (row0 >= n0 + n1 + n2) return;
+    bool valid = row0 < n0 + n1 + n2;
     const unsigned char* base; int type, rb, local;
     if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
     else if (row0 < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row0 - n0; }
     else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
+    if (valid) prefetch_rows_l2(base + (size_t)local * rb, rb, 0, 1);
+    grid_dependency_wait();
+    if (!valid) return;
     const float* x = X + (size_t)(xrow ? xrow[0] : 0) * K;
     float v = warp_sum(row_dot_fast(type, base + (size_t)local * rb, K, x));
     if ((threadIdx.x & 31) == 0) Y[row0] = v + (bias ? bias[row0] : 0.0f);
@@ -478,7 +483,13 @@ HALO_KERNEL void halo_matmul_kq_t1(const unsigned char* w0, i32 t0_, i32 n0, i32
 
 HALO_KERNEL void halo_glu_kq_t1(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
                                 i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {
+    GRID_DEPENDENCY_LATER();
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r < n_ff) {
+        prefetch_rows_l2(wg + (size_t)r * rb_g, rb_g, 0, 1);
+        prefetch_rows_l2(wu + (size_t)r * rb_u, rb_u, 0, 1);
+    }
+    grid_dependency_wait();
     if (r >= n_ff) return;
     float g = warp_sum(row_dot_fast(tg, wg + (size_t)r * rb_g, K, X));
     float u = warp_sum(row_dot_fast(tu, wu + (size_t)r * rb_u, K, X));
@@ -615,11 +626,13 @@ __device__ void glu_kq_nt(const unsigned char* wg, i32 tg, const unsigned char* 
 HALO_KERNEL void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1, i32 t1,    \
                       i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2, const float* bias, \
                       const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy) {                  \
+    GRID_DEPENDENCY_SYNC();                                                                                \
     matmul_kq_nt<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy);      \
 }
 #define KQ_GLU_ENTRY(NAME, NT)                                                                             \
 HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,  \
                       i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {                         \
+    GRID_DEPENDENCY_SYNC();                                                                                \
     glu_kq_nt<NT>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A);                                      \
 }
 KQ_MATMUL_ENTRY(halo_matmul_kq_t4, 4)
@@ -780,6 +793,8 @@ __device__ void matmul_mv(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, con
     const unsigned char* rp[MV_R];
     #pragma unroll
     for (int r = 0; r < MV_R; r++) rp[r] = base + (size_t)(local + r) * rb;
+    prefetch_rows_l2(rp[0], MV_R * rb, kc, kw);
+    grid_dependency_wait();
     const float* xr[NT];
     mv_x_rows<NT>(X, xrow, K, tok0, T, xr);
     float acc[MV_R][NT];
@@ -813,6 +828,9 @@ __device__ void glu_mv(const unsigned char* wg, i32 tg, const unsigned char* wu,
         rg[r] = wg + (size_t)(rr + r) * rb_g;
         ru[r] = wu + (size_t)(rr + r) * rb_u;
     }
+    prefetch_rows_l2(rg[0], MV_R * rb_g, kc, kw);
+    prefetch_rows_l2(ru[0], MV_R * rb_u, kc, kw);
+    grid_dependency_wait();
     const float* xr[NT];
     mv_x_rows<NT>(X, 0, K, tok0, T, xr);
     float acc[2 * MV_R][NT];                    // gate rows, then up rows
@@ -838,19 +856,20 @@ __device__ void glu_mv(const unsigned char* wg, i32 tg, const unsigned char* wu,
             if (tok0 + t < T) A[(size_t)(tok0 + t) * n_ff + row0 + r] = act_fn(acc[r][t], act) * acc[MV_R + r][t];
 }
 
-#define MV_MATMUL_ENTRY(NAME, NT)                                                                          \
-HALO_KERNEL void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1, i32 t1,    \
-                      i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2, const float* bias, \
-                      const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 kw) {          \
-    matmul_mv<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw);     \
+// Entries written out (not by macro): kernels.entries reads their names to launch them programmatically.
+HALO_KERNEL void halo_matmul_mv_t1(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1,
+                                   i32 t1, i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2,
+                                   const float* bias, const float* X, const i32* xrow, i32 K, i32 T, float* Y,
+                                   i32 ldy, i32 kw) {
+    GRID_DEPENDENCY_LATER();
+    matmul_mv<1>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw);   // waits
 }
-#define MV_GLU_ENTRY(NAME, NT)                                                                             \
-HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,  \
-                      i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kw) {                 \
-    glu_mv<NT>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, kw);                                     \
+
+HALO_KERNEL void halo_glu_mv_t1(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
+                                i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kw) {
+    GRID_DEPENDENCY_LATER();
+    glu_mv<1>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, kw);                                   // waits
 }
-MV_MATMUL_ENTRY(halo_matmul_mv_t1, 1)
-MV_GLU_ENTRY(halo_glu_mv_t1, 1)
 
 // ---------------------------------------------------------------------------------------------------------
 // Batched decode from shared activations (9 <= T <= 16 tokens, Q4_K / Q6_K rows, K % 256 == 0; the host checks):
@@ -1007,11 +1026,13 @@ __device__ void glu_bq(const unsigned char* wg, i32 tg, const unsigned char* wu,
 HALO_KERNEL void NAME(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1, i32 t1,    \
                       i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2, const float* bias, \
                       const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 ksb, float* P) {  \
+    GRID_DEPENDENCY_SYNC();                                                                                   \
     matmul_bq<NT>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, ksb, P);  \
 }
 #define BQ_GLU_ENTRY(NAME, NT)                                                                             \
 HALO_KERNEL void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,  \
                       i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {                         \
+    GRID_DEPENDENCY_SYNC();                                                                                \
     glu_bq<NT>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A);                                         \
 }
 BQ_MATMUL_ENTRY(halo_matmul_bq_t16, 16)
@@ -1101,6 +1122,7 @@ HALO_KERNEL void halo_matmul_gt(const unsigned char* w0, i32 t0_, i32 n0, i32 rb
                                 const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
                                 const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
                                 float* Y, i32 ldy) {
+    GRID_DEPENDENCY_SYNC();
     __shared__ __align__(16) float Ws[GT_BK * GT_WS];
     __shared__ __align__(16) float Xs[GT_BK * GT_XS];
     int row0 = blockIdx.x * GT_BM, tok0 = blockIdx.y * GT_BN;
@@ -1137,6 +1159,7 @@ HALO_KERNEL void halo_matmul_gt(const unsigned char* w0, i32 t0_, i32 n0, i32 rb
 // GLU on the same tile: gate and up tiles side by side; A[t, r] = act(gate . x) * (up . x). n_ff % 32 == 0.
 HALO_KERNEL void halo_glu_gt(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
                              i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {
+    GRID_DEPENDENCY_SYNC();
     __shared__ __align__(16) float Wg[GT_BK * GT_WS];
     __shared__ __align__(16) float Wu[GT_BK * GT_WS];
     __shared__ __align__(16) float Xs[GT_BK * GT_XS];
@@ -1288,6 +1311,7 @@ HALO_KERNEL void halo_matmul_wm(const unsigned char* w0, i32 t0_, i32 n0, i32 rb
                                 const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
                                 const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
                                 float* Y, i32 ldy) {
+    GRID_DEPENDENCY_SYNC();
 #if HALO_WMMA
     __shared__ __align__(16) float Ws[GT_BK * GT_WS];
     __shared__ __align__(16) float Xs[GT_BK * GT_XS];
@@ -1325,6 +1349,7 @@ HALO_KERNEL void halo_matmul_wm(const unsigned char* w0, i32 t0_, i32 n0, i32 rb
 // GLU on the same tile: arguments, grid and block as halo_glu_gt.
 HALO_KERNEL void halo_glu_wm(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
                              i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A) {
+    GRID_DEPENDENCY_SYNC();
 #if HALO_WMMA
     __shared__ __align__(16) float Wg[GT_BK * GT_WS];
     __shared__ __align__(16) float Wu[GT_BK * GT_WS];
@@ -1491,6 +1516,7 @@ HALO_KERNEL void halo_matmul_tc(const unsigned char* w0, i32 t0_, i32 n0, i32 rb
                                 const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
                                 const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
                                 float* Y, i32 ldy, i32 kc, float* P) {
+    GRID_DEPENDENCY_SYNC();
 #if HALO_TC
     __shared__ __align__(16) u32 Wh[TC_BM * TC_LD];
     __shared__ __align__(16) u32 Wl[TC_BM * TC_LD];
@@ -1530,6 +1556,7 @@ HALO_KERNEL void halo_matmul_tc(const unsigned char* w0, i32 t0_, i32 n0, i32 rb
 // launch bounds: three 256-thread blocks per SM (<= 85 registers; unbounded, nvcc takes 86 and fits only two)
 HALO_KERNEL __launch_bounds__(256, 3) void halo_glu_tc(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
                              i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kc, float* P) {
+    GRID_DEPENDENCY_SYNC();
 #if HALO_TC
     __shared__ __align__(16) u32 Gh[TC_BM * TC_LD];
     __shared__ __align__(16) u32 Gl[TC_BM * TC_LD];
@@ -1639,7 +1666,7 @@ __device__ __forceinline__ void tp_fetch(int type, const unsigned char* rp, int 
 __device__ __forceinline__ void tp_convert(int type, const unsigned char* rp, int k0, int gi, const u32* raw, float* w) {
     if (type == T_Q4_K) {
         int e = (k0 & 255) + 8 * gi, h = (e >> 5) & 1;
-        float d = h2f(raw[0] & 0xffffu), dmin = h2f(raw[0] >> 16), sc, mn;
+        float d = half_to_float(raw[0] & 0xffffu), dmin = half_to_float(raw[0] >> 16), sc, mn;
         scale_min_k4_reg(e >> 5, raw[1], raw[2], raw[3], &sc, &mn);
         float dl = d * sc, ml = dmin * mn;
         #pragma unroll
@@ -1652,7 +1679,7 @@ __device__ __forceinline__ void tp_convert(int type, const unsigned char* rp, in
         u32 sh = raw[7];
         u32 ql[2] = {(u32)(((((u64)raw[1]) << 32) | raw[0]) >> sh), (u32)(((((u64)raw[2]) << 32) | raw[1]) >> sh)};
         u32 qh[2] = {(u32)(((((u64)raw[4]) << 32) | raw[3]) >> sh), (u32)(((((u64)raw[5]) << 32) | raw[4]) >> sh)};
-        float dl = h2f(raw[6] >> 16) * (float)(signed char)(raw[6] & 255u);
+        float dl = half_to_float(raw[6] >> 16) * (float)(signed char)(raw[6] & 255u);
         int sl = 4 * (k >> 1), shh = 2 * k;
         #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -1782,6 +1809,7 @@ HALO_KERNEL __launch_bounds__(128) void halo_matmul_tcp(const unsigned char* w0,
                                  const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
                                  const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
                                  float* Y, i32 ldy, i32 kc, float* P) {
+    GRID_DEPENDENCY_SYNC();
 #if HALO_TC
     __shared__ __align__(16) u32 Ws[TP_BM * TP_LDW];
     __shared__ __align__(16) float Xs0[TP_BN * TP_LDX];
@@ -1823,6 +1851,7 @@ HALO_KERNEL __launch_bounds__(128) void halo_matmul_tcp(const unsigned char* w0,
 HALO_KERNEL __launch_bounds__(128) void halo_glu_tcp(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
                               i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kc,
                               float* P) {
+    GRID_DEPENDENCY_SYNC();
 #if HALO_TC
     __shared__ __align__(16) u32 Ws[TP_BM * TP_LDW];
     __shared__ __align__(16) float Xs0[TP_BN * TP_LDX];
@@ -1872,7 +1901,7 @@ __device__ __forceinline__ void tk_convert(int type, int k0, int gi, const u32* 
     int e = (k0 & 255) + 8 * gi;
     if (type == T_Q4_K) {
         int h = (e >> 5) & 1;
-        float d = h2f(raw[0] & 0xffffu), dmin = h2f(raw[0] >> 16), s, m;
+        float d = half_to_float(raw[0] & 0xffffu), dmin = half_to_float(raw[0] >> 16), s, m;
         scale_min_k4_reg(e >> 5, raw[1], raw[2], raw[3], &s, &m);
         *sc = d * s; *mn = dmin * m;
         #pragma unroll
@@ -1882,7 +1911,7 @@ __device__ __forceinline__ void tk_convert(int type, int k0, int gi, const u32* 
         u32 sh = raw[7];
         u32 ql[2] = {(u32)(((((u64)raw[1]) << 32) | raw[0]) >> sh), (u32)(((((u64)raw[2]) << 32) | raw[1]) >> sh)};
         u32 qh[2] = {(u32)(((((u64)raw[4]) << 32) | raw[3]) >> sh), (u32)(((((u64)raw[5]) << 32) | raw[4]) >> sh)};
-        *sc = h2f(raw[6] >> 16) * (float)(signed char)(raw[6] & 255u);
+        *sc = half_to_float(raw[6] >> 16) * (float)(signed char)(raw[6] & 255u);
         *mn = 0.0f;
         int sl = 4 * (k >> 1), shh = 2 * k;
         #pragma unroll
@@ -2092,12 +2121,14 @@ HALO_KERNEL __launch_bounds__(128, 3) void halo_matmul_tck(const unsigned char* 
                                  const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
                                  const float* bias, const float* X, const i32* xrow, i32 K, i32 T,
                                  float* Y, i32 ldy, i32 kc, float* P) {
+    GRID_DEPENDENCY_SYNC();
     TK_BODY(tk_matmul(w0, t0_, n0, rb0, w1, t1_, n1, rb1, w2, t2_, n2, rb2, bias, X, xrow, K, T, Y, ldy, kc, P));
 }
 
 HALO_KERNEL __launch_bounds__(128, 3) void halo_glu_tck(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
                               i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, float* A, i32 kc,
                               float* P) {
+    GRID_DEPENDENCY_SYNC();
     TK_BODY(tk_glu(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, kc, P));
 }
 
@@ -2261,8 +2292,8 @@ __device__ __forceinline__ void tn_smma(int type, const u32 (*raw)[TN_RAW], cons
         float d[2], dmin[2];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
-            d[r] = h2f(raw[r][0] & 0xffffu);
-            dmin[r] = h2f(raw[r][0] >> 16);
+            d[r] = half_to_float(raw[r][0] & 0xffffu);
+            dmin[r] = half_to_float(raw[r][0] >> 16);
         }
         #pragma unroll
         for (int c = 0; c < 4; c++)
@@ -2291,7 +2322,7 @@ __device__ __forceinline__ void tn_smma(int type, const u32 (*raw)[TN_RAW], cons
                 tn_mma<NJ, 8>(w, 0.0f, bh, bl, sc, mn, c0, c1, acc);
             }
     } else {
-        float d[2] = {h2f(raw[0][16]), h2f(raw[1][16])};
+        float d[2] = {half_to_float(raw[0][16]), half_to_float(raw[1][16])};
         #pragma unroll
         for (int h = 0; h < 2; h++)
             #pragma unroll
@@ -2421,12 +2452,14 @@ HALO_KERNEL __launch_bounds__(32 * TN_WARPS, 2) void NAME(const unsigned char* w
         const unsigned char* w1, i32 t1, i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2,  \
         const float* bias, const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 ksb,      \
         float* P) {                                                                                        \
+    GRID_DEPENDENCY_SYNC();                                                                                \
     TN_BODY(matmul_tn<NJ>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, ksb, P)); \
 }
 #define TN_GLU_ENTRY(NAME, NJ)                                                                             \
 HALO_KERNEL __launch_bounds__(32 * TN_WARPS, 2) void NAME(const unsigned char* wg, i32 tg,                    \
         const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, i32 T, \
         float* A, i32 ksb, float* P) {                                                                     \
+    GRID_DEPENDENCY_SYNC();                                                                                \
     TN_BODY(glu_tn<NJ>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, T, A, ksb, P));                        \
 }
 TN_MATMUL_ENTRY(halo_matmul_tn_t8, 1)
@@ -2438,6 +2471,7 @@ TN_GLU_ENTRY(halo_glu_tn_t16, 2)
 // A[t][r] = act(sum_z P[z][0][t][r]) * sum_z P[z][1][t][r] with ldy = R. One thread per output.
 HALO_KERNEL void halo_splitk_sum(const float* P, i32 splits, i32 T, i32 R, const float* bias, i32 act, float* Y,
                                  i32 ldy) {
+    GRID_DEPENDENCY_SYNC();
     i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, plane = (i64)T * R;
     if (i >= plane) return;
     int t = (int)(i / R), r = (int)(i % R);
@@ -2461,6 +2495,7 @@ HALO_KERNEL void halo_splitk_sum(const float* P, i32 splits, i32 T, i32 R, const
 // Contract (host): n_expert <= 32 * MOE_PER_LANE, k <= 32, k <= n_expert.
 #define MOE_PER_LANE 8
 HALO_KERNEL void halo_moe_route(const float* logits, i32 n_expert, i32 k, i32* ids, float* w) {
+    GRID_DEPENDENCY_SYNC();
     int t = blockIdx.x, lane = threadIdx.x & 31;
     const float* l = logits + (size_t)t * n_expert;
     float v[MOE_PER_LANE];
@@ -2515,6 +2550,7 @@ __device__ __forceinline__ float expert_glu(float g, float u, int act, float alp
 HALO_KERNEL void halo_moe_glu(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
                               i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, const i32* ids, i32 k,
                               const float* bg, const float* bu, float alpha, float limit, float* A) {
+    GRID_DEPENDENCY_SYNC();
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r >= n_ff) return;
     int p = blockIdx.y;
@@ -2530,6 +2566,7 @@ HALO_KERNEL void halo_moe_glu(const unsigned char* wg, i32 tg, const unsigned ch
 // Grid: (ceil(n_embd / warps), T); block: warps * 32.
 HALO_KERNEL void halo_moe_down(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A, i32 F,
                                const i32* ids, const float* w, i32 k, const float* bd, float* Y) {
+    GRID_DEPENDENCY_SYNC();
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r >= n_embd) return;
     int t = blockIdx.y;
@@ -2548,6 +2585,7 @@ HALO_KERNEL void halo_moe_down(const unsigned char* wd, i32 td, i32 rb_d, i32 n_
 // Grid: 1; block: 256 (n_expert <= 256). Order inside an expert is arbitrary; every result is per pair.
 HALO_KERNEL void halo_moe_sort(const i32* ids, i32 P, i32 k, i32 n_expert, i32* offsets, i32* order,
                                i32* order_tok) {
+    GRID_DEPENDENCY_SYNC();
     __shared__ int count[256];
     __shared__ int cursor[256];
     for (int e = threadIdx.x; e < 256; e += blockDim.x) count[e] = 0;
@@ -2574,6 +2612,7 @@ HALO_KERNEL void halo_moe_glu_grouped(const unsigned char* wg, i32 tg, const uns
                                       i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K,
                                       const i32* offsets, const i32* order, const i32* order_tok,
                                       const float* bg, const float* bu, float alpha, float limit, float* A) {
+    GRID_DEPENDENCY_SYNC();
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int e = blockIdx.y;
     if (r >= n_ff) return;
@@ -2600,6 +2639,7 @@ HALO_KERNEL void halo_moe_glu_grouped(const unsigned char* wg, i32 tg, const uns
 // Grid: (ceil(n_embd / warps), n_expert).
 HALO_KERNEL void halo_moe_down_grouped(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A,
                                        i32 F, const i32* offsets, const i32* order, const float* bd, float* D) {
+    GRID_DEPENDENCY_SYNC();
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int e = blockIdx.y;
     if (r >= n_embd) return;
@@ -2621,6 +2661,7 @@ HALO_KERNEL void halo_moe_down_grouped(const unsigned char* wd, i32 td, i32 rb_d
 
 // Y[t, r] = sum_j w[t, j] * D[t * k + j, r], slots in order (deterministic). Grid: ceil(T * n_embd / 256).
 HALO_KERNEL void halo_moe_combine(const float* D, const float* w, i32 k, i32 T, i32 n_embd, float* Y) {
+    GRID_DEPENDENCY_SYNC();
     int i = HALO_GLOBAL_ID;
     if (i >= T * n_embd) return;
     int t = i / n_embd, r = i - t * n_embd;

@@ -68,6 +68,7 @@ HALO_KERNEL void halo_sample(float* logits, i32 V, const i32* samp_i, const floa
                              i32* next_ids, const i32* logits_idx, const i32* token_seq, const i32* seq_lens,
                              const i32* block_tables, i32 bt_width, i32 block_size, const i32* token_at_slot,
                              u32* seen, i32* top_ids, float* top_vals, i32 top_cap) {
+    GRID_DEPENDENCY_SYNC();
     __shared__ float red[32];
     __shared__ float bv[NTHREADS / 32];
     __shared__ int bi[NTHREADS / 32];

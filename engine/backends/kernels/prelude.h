@@ -8,6 +8,28 @@ typedef unsigned long long u64;
 #define HALO_KERNEL extern "C" __global__
 #define HALO_GLOBAL_ID (blockIdx.x * blockDim.x + threadIdx.x)
 
+// Programmatic dependent launch (CUDA sm_90+; the host launches every kernel with it there, see
+// engine.backends.gpu.GpuBackend.programmatic). A kernel so launched may start while the kernel before it in
+// the stream is still running, so every kernel entry opens with one of:
+//   GRID_DEPENDENCY_SYNC();  lets the next kernel's blocks be scheduled (they wait in turn), then waits until
+//                            the previous kernel has finished and its writes are visible. Nothing before it.
+//   GRID_DEPENDENCY_LATER(); only the first half: the kernel touches nothing but its weights (read-only for
+//                            the model's life) before it calls grid_dependency_wait() itself (the decode
+//                            matvecs, which prefetch their rows into L2 while the previous kernel finishes).
+// tests/backend/test_kernel_sources.py holds every entry to this. Elsewhere (HIP, older NVIDIA GPUs, a plain
+// launch) both are no-ops and stream order alone orders the kernels.
+#if !defined(__HIPCC_RTC__) && !defined(__HIP__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void grid_dependents_launch() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
+#else
+__device__ __forceinline__ void grid_dependents_launch() {}
+__device__ __forceinline__ void grid_dependency_wait() {}
+__device__ __forceinline__ void prefetch_l2(const void*) {}
+#endif
+#define GRID_DEPENDENCY_SYNC() (grid_dependents_launch(), grid_dependency_wait())
+#define GRID_DEPENDENCY_LATER() grid_dependents_launch()
+
 // Warp and block reductions shared by every kernel file. They assume 32-lane warps: NVIDIA GPUs and RDNA
 // GPUs (gfx11xx, the Strix Halo's gfx1151 among them) run HIP in wave32; wave64 devices (CDNA) would need
 // these and the kernels' lane arithmetic revisited.

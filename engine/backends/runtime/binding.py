@@ -104,6 +104,15 @@ class RuntimeBinding(ABC):
                shared_bytes: int, stream: int, params_address: int) -> None:
         """cuLaunchKernel / hipModuleLaunchKernel; `params_address` points at a void*[] of argument addresses."""
 
+    # Programmatic dependent launch (CUDA 12+ on sm_90+; HIP has no counterpart). Not abstract: a binding
+    # without it launches everything with launch() (GpuBackend.programmatic says which is used).
+    def launch_programmatic(self, function: object, grid: tuple[int, int, int], block: tuple[int, int, int],
+                            shared_bytes: int, stream: int, params_address: int) -> None:
+        """cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: the kernel may start
+        while the stream's previous kernel still runs and orders itself against it (prelude.h's
+        GRID_DEPENDENCY_SYNC / grid_dependency_wait). Arguments as launch()."""
+        raise NotImplementedError(f"{self.name}: no programmatic dependent launch")
+
     # graphs (capture a stream's work once, replay it with one launch) --------------------------------------
     # Not abstract: a binding without them still runs everything eagerly (engine.gpu falls back).
     def stream_begin_capture(self, stream: int) -> None:     # cudaStreamBeginCapture / hipStreamBeginCapture

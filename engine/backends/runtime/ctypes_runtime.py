@@ -40,6 +40,24 @@ class _MemLocation(ctypes.Structure):      # cudaMemLocation, passed by value to
     _fields_ = [("type", c_int), ("id", c_int)]
 
 
+# cuLaunchKernelEx's arguments (cuda.h): CUlaunchAttribute is its id, then the 64-byte CUlaunchAttributeValue
+# union at offset 8 (it holds pointers); CUlaunchConfig the grid, block, shared bytes, stream and attributes.
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+class _LaunchAttribute(ctypes.Structure):
+    _fields_ = [("id", c_int), ("value", ctypes.c_uint64 * 8)]   # value[0]'s low 4 bytes: the int member
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [("grid_x", c_uint), ("grid_y", c_uint), ("grid_z", c_uint), ("block_x", c_uint),
+                ("block_y", c_uint), ("block_z", c_uint), ("shared_bytes", c_uint), ("stream", c_void_p),
+                ("attrs", POINTER(_LaunchAttribute)), ("num_attrs", c_uint)]
+
+
+_PROGRAMMATIC = _LaunchAttribute(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, (ctypes.c_uint64 * 8)(1))
+
+
 class CtypesRuntime(RuntimeBinding):
     def __init__(self, api: str):
         assert api in ("hip", "cuda")
@@ -302,6 +320,14 @@ class CtypesRuntime(RuntimeBinding):
                                         c_uint(shared_bytes), c_void_p(stream),
                                         ctypes.cast(c_void_p(params_address), POINTER(c_void_p)), None)
         self._check_mod(status, fn)
+
+    def launch_programmatic(self, function, grid, block, shared_bytes, stream, params_address) -> None:
+        if self.api == "hip":
+            raise NotImplementedError(f"{self.name}: HIP has no programmatic dependent launch")
+        cfg = _LaunchConfig(*grid, *block, shared_bytes, stream, ctypes.pointer(_PROGRAMMATIC), 1)
+        self._check_mod(self._mod.cuLaunchKernelEx(byref(cfg), function,
+                                                   ctypes.cast(c_void_p(params_address), POINTER(c_void_p)), None),
+                        "cuLaunchKernelEx")
 
     # graphs: the runtime calls of both APIs (cuda*/hip* with the same arguments) ------------------------
     def stream_begin_capture(self, stream: int) -> None:

@@ -167,6 +167,22 @@ class CudaPythonRuntime(TupleBinding):
         self._unwrap(self.drv.cuLaunchKernel(function, *grid, *block, shared_bytes, self.drv.CUstream(stream),
                                              params_address, 0), "cuLaunchKernel")
 
+    def launch_programmatic(self, function, grid, block, shared_bytes, stream, params_address) -> None:
+        # one config reused (its attribute is fixed; launches come from one thread: the engine's or a bench's)
+        cfg = getattr(self, "_pdl_config", None)
+        if cfg is None:
+            attr = self.drv.CUlaunchAttribute()
+            attr.id = self.drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            cfg = self._pdl_config = self.drv.CUlaunchConfig()
+            cfg.attrs = [attr]
+            cfg.numAttrs = 1
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+        cfg.sharedMemBytes = shared_bytes
+        cfg.hStream = self.drv.CUstream(stream)
+        self._unwrap(self.drv.cuLaunchKernelEx(cfg, function, params_address, 0), "cuLaunchKernelEx")
+
     # graphs ------------------------------------------------------------------------------------------
     def stream_begin_capture(self, stream) -> None:
         mode = self.rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
