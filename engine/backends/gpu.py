@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import struct
 
 import numpy as np
 
@@ -11,6 +10,7 @@ from ..errors import BackendError
 from . import kernels
 from .base import Backend, DeviceBuffer, Event, Kernel, MemoryInfo, PinnedHostBuffer, Stream
 from .compiler import Compiled, KernelCompiler
+from .kernel_params import KernelParams
 from .kernel_plan import prebuilt_object
 from .kernels.entries import programmatic_entries
 from .kernels.prebuilt import load_manifest
@@ -37,6 +37,7 @@ class GpuBackend(Backend):
         self._kernels: dict[tuple[str, str], Kernel] = {}
         self.null_stream = Stream(self, 0)
         self.programmatic = _programmatic_launch(binding, device)
+        self._params = KernelParams()
 
     # memory ----------------------------------------------------------------------------------------------
     def alloc(self, shape, dtype) -> DeviceBuffer:
@@ -177,11 +178,9 @@ class GpuBackend(Backend):
             return False
 
     def launch(self, kernel, grid, block, args, stream, shared_bytes=0) -> None:
-        grid, block = _dim3(grid), _dim3(block)
-        slots, pointers = _pack_args(self, args)        # must outlive the launch call only: the runtime
+        params = self._params.pack(self, args)          # valid until the next launch: the runtime copies the values
         launch = self.rt.launch_programmatic if kernel.programmatic and self.programmatic else self.rt.launch
-        launch(kernel.handle, grid, block, shared_bytes, stream.handle, ctypes.addressof(pointers))
-        del slots                                       # (copies the arguments at launch)
+        launch(kernel.handle, _dim3(grid), _dim3(block), shared_bytes, stream.handle, params)
 
     def close(self) -> None:
         for module, _ in self._modules.values():
@@ -214,37 +213,7 @@ def _programmatic_launch(binding: RuntimeBinding, device: int) -> bool:
 
 
 def _dim3(d) -> tuple[int, int, int]:
-    d = (d,) if isinstance(d, int) else tuple(d)
-    return tuple(int(x) for x in (d + (1, 1, 1))[:3])
-
-
-# struct code (value + padding to its 8-byte slot) of each scalar kernel argument type
-_SCALAR_CODES = {np.int8: "b7x", np.uint8: "B7x", np.int16: "h6x", np.uint16: "H6x", np.int32: "i4x",
-                 np.uint32: "I4x", np.int64: "q", np.uint64: "Q", np.float32: "f4x", np.float64: "d"}
-_CODES_BY_DTYPE = {np.dtype(t): c for t, c in _SCALAR_CODES.items()}   # other aliases (np.longlong, ...)
-
-
-def _pack_args(backend: Backend, args) -> tuple[ctypes.Array, ctypes.Array]:
-    """Kernel arguments as the driver wants them (kernelParams: one pointer per argument to its value):
-    every value in its own 8-byte slot of one buffer, packed by one struct call. Returns (the buffer, the
-    array of pointers into it). This runs for every kernel launch, so it stays cheap (well under 1 us/arg)."""
-    codes, values = [], []
-    for a in args:
-        code = _SCALAR_CODES.get(type(a))
-        if code is None and isinstance(a, np.generic):
-            code = _CODES_BY_DTYPE.get(a.dtype)
-        if code is not None:
-            codes.append(code)
-            values.append(a.item())
-        elif isinstance(a, DeviceBuffer):
-            if a.backend is not backend or a.freed:
-                raise BackendError(f"{a!r} belongs to another backend or was freed")
-            codes.append("Q")
-            values.append(a.ptr)
-        else:
-            raise TypeError(f"kernel argument {a!r}: pass a DeviceBuffer or a numpy scalar (np.int32(...)) so "
-                            "the width is explicit")
-    n = max(len(args), 1)
-    slots = ctypes.create_string_buffer(struct.pack("<" + "".join(codes), *values), 8 * n)
-    base = ctypes.addressof(slots)
-    return slots, (ctypes.c_uint64 * n)(*range(base, base + 8 * n, 8))
+    """A grid or block as the runtime takes it: three Python ints (an int n is (n, 1, 1))."""
+    if isinstance(d, int):
+        return int(d), 1, 1
+    return (tuple(map(int, d)) + (1, 1, 1))[:3]

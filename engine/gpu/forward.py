@@ -11,6 +11,7 @@ Everything is enqueued on `self.stream`; only the sampled ids (ReadbackPool) or,
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -280,6 +281,43 @@ def split_kv_floats(config: ModelConfig, max_tokens: int) -> int:
     return parts and parts + min(max_tokens, SKV_MAX_T) * config.n_head_kv
 
 
+@dataclass(frozen=True)
+class Matrices:
+    """What a matmul launch needs of its 1..3 matrices (one K; q|k|v stacked by rows, or gate and up side by side),
+    worked out once per matrices (GpuForward.matrices): the weights never change after upload, nor does any of this."""
+    rows: int                 # summed over the matrices
+    K: int
+    types: frozenset[int]
+    rows_div4: bool           # every matrix's rows % 4 == 0 (_tile)
+    tile_ok: bool             # ... % GT_ROWS == 0 and K % GT_K == 0: the shared-memory tiles
+    bq_ok: bool               # Q4_K / Q6_K only and K % 256 == 0: bq, mv, tn
+    tn_ok: bool               # rows % TN_ROWS == 0 each: tn
+    tcp_ok: bool              # rows % TCP_ROWS == 0 each: the pipelined tensor-core tiles
+    segments: tuple           # halo_matmul_*'s 3 x (weights, type, rows, row bytes), unused segments NULL / 0
+    K32: np.int32
+
+    @staticmethod
+    def of(mats: tuple[DeviceMatrix, ...]) -> Matrices:
+        K = mats[0].cols
+        segments = []
+        for m in mats:
+            segments += [m.buf, np.int32(m.ggml_type), np.int32(m.rows), np.int32(m.row_bytes)]
+        segments += [NULL, np.int32(0), np.int32(0), np.int32(0)] * (3 - len(mats))
+        return Matrices(sum(m.rows for m in mats), K, frozenset(m.ggml_type for m in mats),
+                        all(m.rows % 4 == 0 for m in mats), all(m.rows % GT_ROWS == 0 for m in mats) and K % GT_K == 0,
+                        all(m.ggml_type in BQ_TYPES for m in mats) and K % 256 == 0,
+                        all(m.rows % TN_ROWS == 0 for m in mats), all(m.rows % TCP_ROWS == 0 for m in mats),
+                        tuple(segments), np.int32(K))
+
+
+@dataclass(frozen=True)
+class LayerArgs:
+    """An attention layer's halo_rope_kv arguments and the arguments every attention kernel opens with, for one KV
+    cache: none depends on the step (T is passed apart), so GpuForward.layer_args makes them once."""
+    rope: tuple
+    attention: tuple
+
+
 class GpuKVCache:
     """Per attention layer K and V, [num_blocks, block_size, n_kv, head_dim] of `kv_type` (float32 or f16:
     engine.model.arch.KV_CACHE_TYPES), in one allocation (None for linear-attention layers, whose recurrent
@@ -400,6 +438,12 @@ class GpuForward:
         self.hybrid = HybridScratch(backend, c, T) if c.has_recurrent_state or c.attn_output_gate else None
         self.scratch += self.hybrid.buffers if self.hybrid else []
         self._k: dict[str, object] = {}
+        self._matrices: dict[tuple[DeviceMatrix, ...], Matrices] = {}
+        self._glu_args: dict[tuple[DeviceMatrix, DeviceMatrix], tuple] = {}
+        self._layer_args_kv: GpuKVCache | None = None     # the cache _layer_args were made for
+        self._layer_args: list[LayerArgs | None] = []
+        self._norm_args = (np.float32(c.norm_eps), np.int32(c.n_embd))
+        self._norm_threads = add_norm_threads(c.n_embd)
         self.launches = 0                 # kernels launched by the last enqueue_body
         self._logits_host: PinnedHostBuffer | None = None
         self._logits_ready = backend.create_event()
@@ -479,30 +523,30 @@ class GpuForward:
             return 1
         return split_k((rows // tile_rows) * -(-T // TC_TOKENS), K, planes * T * rows, self.partial_cap)
 
+    def matrices(self, mats) -> Matrices:
+        key = tuple(mats)
+        facts = self._matrices.get(key)
+        if facts is None:
+            facts = self._matrices[key] = Matrices.of(key)
+        return facts
+
     def _matmul(self, mats: list[DeviceMatrix], X: DeviceBuffer, T: int, Y: DeviceBuffer, ldy: int,
                 bias=None, xrow=None) -> None:
-        segs = list(mats) + [None] * (3 - len(mats))
-        rows, K = sum(m.rows for m in mats), mats[0].cols
-        tile_ok = all(m.rows % GT_ROWS == 0 for m in mats) and K % GT_K == 0
-        bq_ok = all(m.ggml_type in BQ_TYPES for m in mats) and K % 256 == 0
-        R, NT, suffix = self._tile(T, all(m.rows % 4 == 0 for m in mats), tile_ok, bq_ok,
-                                   all(m.rows % TN_ROWS == 0 for m in mats))
-        args = []
-        for m in segs:
-            args += [m.buf, np.int32(m.ggml_type), np.int32(m.rows), np.int32(m.row_bytes)] if m else \
-                [NULL, np.int32(0), np.int32(0), np.int32(0)]
-        args += [_ptr(bias), X, _ptr(xrow), np.int32(K), np.int32(T), Y, np.int32(ldy)]
+        m = self.matrices(mats)
+        rows, K = m.rows, m.K
+        R, NT, suffix = self._tile(T, m.rows_div4, m.tile_ok, m.bq_ok, m.tn_ok)
+        args = m.segments + (_ptr(bias), X, _ptr(xrow), m.K32, np.int32(T), Y, np.int32(ldy))
         if suffix[:2] == "mv":
             kw = mv_split_warps(K)
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // (R * MV_WARPS // kw)), -(-T // NT)),
-                         32 * MV_WARPS, tuple(args) + (np.int32(kw),))
+                         32 * MV_WARPS, args + (np.int32(kw),))
             return
         if suffix[:2] == "tn":
             block_rows = TN_ROWS * TN_WARPS
             splits = k_slices(-(-rows // block_rows) * -(-T // NT), K // 256, T * rows, self.partial_cap,
                               TN_TARGET_BLOCKS, 2)
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // block_rows), -(-T // NT), splits),
-                         32 * TN_WARPS, tuple(args) + (np.int32(-(-(K // 256) // splits)), self.partial))
+                         32 * TN_WARPS, args + (np.int32(-(-(K // 256) // splits)), self.partial))
             if splits > 1:
                 self._splitk_sum(splits, T, rows, bias, -1, Y, ldy)
             return
@@ -510,33 +554,35 @@ class GpuForward:
             splits = k_slices(-(-rows // R) * -(-T // NT), K // 256, T * rows, self.partial_cap)
             ksb = -(-(K // 256) // splits)
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // R), -(-T // NT), splits),
-                         32 * MATMUL_WARPS, tuple(args) + (np.int32(ksb), self.partial))
+                         32 * MATMUL_WARPS, args + (np.int32(ksb), self.partial))
             if splits > 1:
                 self._splitk_sum(splits, T, rows, bias, -1, Y, ldy)
             return
         if suffix == "tc":
-            tile = _tc_tile({m.ggml_type for m in mats}, rows * K)
-            if tile != "tc" and all(m.rows % TCP_ROWS == 0 for m in mats):
+            tile = _tc_tile(m.types, rows * K)
+            if tile != "tc" and m.tcp_ok:
                 suffix, R = tile, TCP_ROWS
             splits = self._splits(rows, T, K, 1, R)
-            args += [np.int32(K // splits), self.partial]
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (rows // R, -(-T // NT), splits), 128,
-                         tuple(args))
+                         args + (np.int32(K // splits), self.partial))
             if splits > 1:
                 self._splitk_sum(splits, T, rows, bias, -1, Y, ldy)
             return
         grid = (-(-rows // (MATMUL_WARPS * R)), -(-T // NT)) if suffix[:2] not in ("gt", "wm", "bq") else \
             (-(-rows // R), -(-T // NT))
-        self._launch("halo_quant.cu", "halo_matmul_" + suffix, grid, 32 * MATMUL_WARPS, tuple(args))
+        self._launch("halo_quant.cu", "halo_matmul_" + suffix, grid, 32 * MATMUL_WARPS, args)
 
     def _glu(self, gate: DeviceMatrix, up: DeviceMatrix, X, T: int, A) -> None:
         c = self.config
-        R, NT, suffix = self._tile(T, c.n_ff % 4 == 0, c.n_ff % GT_ROWS == 0 and c.n_embd % GT_K == 0,
-                                   {gate.ggml_type, up.ggml_type} <= BQ_TYPES and c.n_embd % 256 == 0,
-                                   c.n_ff % TN_ROWS == 0)
+        m = self.matrices((gate, up))               # gate and up: n_ff rows each, so their facts are each one's
+        R, NT, suffix = self._tile(T, m.rows_div4, m.tile_ok, m.bq_ok, m.tn_ok)
         act = 0 if c.activation == "silu" else 1
-        args = (gate.buf, np.int32(gate.ggml_type), up.buf, np.int32(up.ggml_type), np.int32(gate.row_bytes),
-                np.int32(up.row_bytes), np.int32(c.n_ff), np.int32(act), X, np.int32(c.n_embd), np.int32(T), A)
+        weights = self._glu_args.get((gate, up))
+        if weights is None:
+            weights = self._glu_args[gate, up] = (gate.buf, np.int32(gate.ggml_type), up.buf, np.int32(up.ggml_type),
+                                                  np.int32(gate.row_bytes), np.int32(up.row_bytes), np.int32(c.n_ff),
+                                                  np.int32(act))
+        args = weights + (X, m.K32, np.int32(T), A)
         if suffix[:2] == "mv":
             kw = mv_split_warps(c.n_embd)
             self._launch("halo_quant.cu", "halo_glu_" + suffix, (-(-c.n_ff // (R * MV_WARPS // kw)), -(-T // NT)),
@@ -552,7 +598,7 @@ class GpuForward:
                 self._splitk_sum(splits, T, c.n_ff, None, act, A, c.n_ff)
             return
         if suffix == "tc":
-            tile = _glu_tile({gate.ggml_type, up.ggml_type}, c.n_ff * c.n_embd)   # every GLU tile: 32 rows of each
+            tile = _glu_tile(m.types, c.n_ff * c.n_embd)   # every GLU tile: 32 rows of each
             name, threads = "halo_glu_" + tile, 128 if tile != "tc" else 256
             splits = self._splits(c.n_ff, T, c.n_embd, 2)
             self._launch("halo_quant.cu", name, (c.n_ff // R, -(-T // NT), splits), threads,
@@ -570,19 +616,39 @@ class GpuForward:
                       np.int32(ldy)))
 
     def _add_norm(self, T: int, o, post_w, next_w) -> None:
-        c = self.config
-        self._launch("halo_layer.cu", "halo_add_norm", T, add_norm_threads(c.n_embd),
-                     (self.x, _ptr(o), _ptr(post_w), next_w, np.float32(c.norm_eps), np.int32(c.n_embd), self.h))
+        self._launch("halo_layer.cu", "halo_add_norm", T, self._norm_threads,
+                     (self.x, _ptr(o), _ptr(post_w), next_w) + self._norm_args + (self.h,))
 
-    def _attention(self, kv: GpuKVCache, i: int, T: int, window: int, sinks=None) -> None:
+    def layer_args(self, kv: GpuKVCache) -> list[LayerArgs | None]:
+        """Per layer, the arguments of its launches that stay the same from step to step with `kv` (None for
+        linear-attention layers): made on the first step with this cache, kept while it is the one stepped."""
+        if self._layer_args_kv is not kv:
+            self._layer_args = [None if isinstance(L, DeviceLinearLayer) else self._make_layer_args(kv, i, L)
+                                for i, L in enumerate(self.w.layers)]
+            self._layer_args_kv = kv
+        return self._layer_args
+
+    def _make_layer_args(self, kv: GpuKVCache, i: int, L) -> LayerArgs:
+        c = self.config
+        half = c.rope_dim // 2
+        rope_scale = np.float64(rope_attention_factor(c))         # YaRN's cos/sin factor, else 1 (as the CPU)
+        rope = (self.qkv, np.int32(self.qkv_width), kv.positions, kv.slots, _ptr(L.q_norm), _ptr(L.k_norm),
+                np.float32(c.norm_eps), np.int32(c.n_head), np.int32(c.n_head_kv), np.int32(c.head_dim),
+                np.int32(c.rope_dim), np.int32(c.rope_style == "neox"), view(self.w.rope_inv_freq, i * half, half),
+                rope_scale, kv.k[i], kv.v[i])
+        window = c.sliding_window if c.sliding_layers[i] else 0
+        attention = (self.qkv, np.int32(self.qkv_width), kv.k[i], kv.v[i], kv.positions, kv.token_seq,
+                     kv.block_tables, np.int32(kv.num_blocks), np.int32(kv.block_size), np.int32(c.n_head),
+                     np.int32(c.n_head_kv), np.int32(c.head_dim), np.float32(c.attn_scale), np.int32(window))
+        return LayerArgs(rope, attention)
+
+    def _attention(self, kv: GpuKVCache, i: int, T: int, sinks=None) -> None:
         """self.attn [T, q_dim] from self.qkv's q heads and layer i's cache: split-KV for decode batches, the
         tensor-core tile for prefill steps where usable, else halo_attention (see SKV_*, FA_*, ATTN_WARPS);
         `sinks` [n_head] float32 attention-sink logits (gpt-oss) or None."""
         c = self.config
         H, Hkv, D = c.n_head, c.n_head_kv, c.head_dim
-        common = (self.qkv, np.int32(self.qkv_width), kv.k[i], kv.v[i], kv.positions, kv.token_seq,
-                  kv.block_tables, np.int32(kv.num_blocks), np.int32(kv.block_size), np.int32(H), np.int32(Hkv),
-                  np.int32(D), np.float32(c.attn_scale), np.int32(window))
+        common = self.layer_args(kv)[i].attention
         if self.split_kv and T <= SKV_MAX_T:
             nc = skv_chunks(T)
             self._launch("halo_layer.cu", split_kernel(D, H // Hkv, kv.f16)[0], (T, Hkv, nc), 32 * SKV_WARPS,
@@ -614,8 +680,7 @@ class GpuForward:
                      (emb.buf, np.int32(emb.ggml_type), np.int32(emb.row_bytes), kv.ids, np.int32(E),
                       np.float32(c.embed_scale), w.layers[0].attn_norm, np.float32(c.norm_eps), self.x, self.h,
                       kv.slots, kv.token_at_slot))
-        half = c.rope_dim // 2
-        rope_scale = np.float64(rope_attention_factor(c))         # YaRN's cos/sin factor, else 1 (as the CPU)
+        layer_args = self.layer_args(kv)
         for i, L in enumerate(w.layers):
             if isinstance(L, DeviceLinearLayer):
                 enqueue_linear_attention(self, L, kv, T, S, i)
@@ -626,11 +691,8 @@ class GpuForward:
             else:
                 self._matmul([L.wq, L.wk, L.wv], self.h, T, self.qkv, self.qkv_width, bias=L.bqkv)
             self._launch("halo_layer.cu", "halo_rope_kv" + kv_suffix(kv.f16), (T, H + Hkv), max(32, -(-D // 32) * 32),
-                         (self.qkv, np.int32(self.qkv_width), kv.positions, kv.slots, _ptr(L.q_norm),
-                          _ptr(L.k_norm), np.float32(c.norm_eps), np.int32(H), np.int32(Hkv), np.int32(D),
-                          np.int32(c.rope_dim), np.int32(c.rope_style == "neox"),
-                          view(w.rope_inv_freq, i * half, half), rope_scale, kv.k[i], kv.v[i]))
-            self._attention(kv, i, T, c.sliding_window if c.sliding_layers[i] else 0, L.sinks)
+                         layer_args[i].rope)
+            self._attention(kv, i, T, L.sinks)
             if c.attn_output_gate:
                 enqueue_output_gate(self, T)
             self._matmul([L.wo], self.attn, T, self.o, E, bias=L.bo)
