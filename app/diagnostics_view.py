@@ -144,6 +144,7 @@ class DiagnosticsView(QWidget):
             if isinstance(result, Exception):
                 self.summary.setText(f"<b>Probing failed:</b> {type(result).__name__}: {result}")
                 return
+            result.kv_cache_type = loaded_kv_cache_type(self.client)      # this machine's: what the view shows
             self.show_report(result)
             self.reportReady.emit(result)
         elif job == "self-test":
@@ -268,6 +269,12 @@ def _badge(text: str, kind: str) -> str:
     return (f"<span style='background:{fill}; color:{fg}; font-weight:600;'>&nbsp;{_esc(text)}&nbsp;</span>")
 
 
+def loaded_kv_cache_type(client) -> str:
+    """The loaded model's KV cache type as loaded (ModelInfo.kv_cache_type), "" with none: the summary line
+    shows it and the saved report records it."""
+    return getattr(getattr(client, "model", None), "kv_cache_type", "") or ""
+
+
 def _running_html(client) -> str:
     """What the loaded model really runs on (a fallback included), before what the probes would pick."""
     from app.backend_notice import BACKEND_NAMES, running_backend
@@ -276,7 +283,7 @@ def _running_html(client) -> str:
     if not backend:
         return ""
     kind = "warn" if backend.startswith("cpu") and getattr(client, "backend", "") in BACKEND_NAMES else "ok"
-    kv = getattr(client.model, "kv_cache_type", "")
+    kv = loaded_kv_cache_type(client)
     kv_html = f" KV cache {_badge(kv, 'info')}" if kv else ""
     return f"Running now {_badge(backend, kind)}{kv_html} &nbsp; <span>{_esc(reason)}</span><br>"
 

@@ -22,6 +22,7 @@ from engine.errors import EngineError
 from engine.paths import data_dir, models_dir
 
 if TYPE_CHECKING:
+    from app.library import LoadTarget
     from engine.hub import DownloadManager, DownloadState, HubClient, Machine, Verdict
 
 log = logging.getLogger(__name__)
@@ -39,12 +40,17 @@ class DiscoverActions(QObject):
 
     def __init__(self, parent: QObject | None = None, folder: Path | None = None, machine: Machine | None = None,
                  endpoint: str | None = None, on_downloaded: Callable[[str], None] | None = None,
-                 context: Callable[[], int] | None = None):
+                 target: Callable[[], LoadTarget] | None = None):
+        """`target`: what a load would be made with (ModelActions.load_target), asked for every verdict: its
+        context and KV cache type are what a verdict plans (where the model runs is the verdict's to say);
+        None: engine.hub's defaults."""
         super().__init__(parent)
         self.folder = folder or models_dir()
         self.machine = machine             # None: asked from the backend probe on first use
         self.endpoint = endpoint
-        self.context = context             # the chat context the verdict assumes (the user's setting)
+        self.target = target
+        self._repo = ""                    # the repo whose files are listed, and the (context, KV type) its
+        self._judged_with: tuple[int, str] | None = None     # verdicts planned (re-judged when they change)
         self._client: HubClient | None = None
         self._manager: DownloadManager | None = None
         self.journal = data_dir() / JOURNAL_NAME
@@ -86,6 +92,8 @@ class DiscoverActions(QObject):
         self._retry = lambda: self.open_repo(repo_id)
         self._listing += 1
         generation = self._listing
+        self._repo, self._judged_with = repo_id, self._planned_with()
+        planned = self._judged_with
 
         def work():
             from engine.hub import group_by_quant
@@ -95,11 +103,23 @@ class DiscoverActions(QObject):
             for g in groups:
                 if generation != self._listing:
                     return
-                self.judged.emit(g.files[0].filename, self._verdict(g))
+                self.judged.emit(g.files[0].filename, self._verdict(g, planned))
 
         self._run(work)
 
-    def _verdict(self, group) -> Verdict:
+    def target_changed(self) -> None:
+        """The settings were applied: verdicts planned with another context or KV cache type are judged again."""
+        if self._repo and self._planned_with() != self._judged_with:
+            self.open_repo(self._repo)
+
+    def _planned_with(self) -> tuple[int, str] | None:
+        """(context, KV cache type) a verdict plans now, asked on the GUI thread; None: engine.hub's defaults."""
+        if self.target is None:
+            return None
+        t = self.target()
+        return t.context, t.kv_cache_type
+
+    def _verdict(self, group, planned: tuple[int, str] | None) -> Verdict:
         from engine.hub import Verdict, current_machine, fit_verdict
 
         if group.split:
@@ -109,9 +129,7 @@ class DiscoverActions(QObject):
             header = self.client.read_header(group.files[0])
             if self.machine is None:
                 self.machine = current_machine()
-            if self.context is None:
-                return fit_verdict(header, self.machine)
-            return fit_verdict(header, self.machine, self.context())
+            return fit_verdict(header, self.machine, *(planned or ()))
         except EngineError as e:
             return Verdict("unsupported", f"header unreadable: {e}")
 

@@ -28,6 +28,17 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class LoadTarget:
+    """What a load would be made with, as the settings and the engine stand now (app.window_models'
+    ModelActions.load_target asks them): the load itself, the library's estimates and the Discover page's
+    verdicts all take this one answer."""
+
+    backend: str            # where the model would run: "cpu" or "gpu" (the CPU counts float32 weights)
+    context: int            # the context setting (the engine caps it at the model's trained length)
+    kv_cache_type: str      # the KV cache precision setting (engine.model.arch.KV_CACHE_TYPES; the CPU keeps f32)
+
+
+@dataclass(frozen=True)
 class ModelEntry:
     path: Path
     file_size: int

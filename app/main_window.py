@@ -61,7 +61,7 @@ class MainWindow(QMainWindow):
         self.remote = RemoteActions(self)               # servers as a model source (model library)
         self.local_server = LocalServerActions(self)    # File > Local server…
         self.discover = DiscoverActions(self, on_downloaded=lambda _path: self.library.scan(self.settings.model_folders),
-                                        context=lambda: self.settings.sampling.context_length)
+                                        target=self.models.load_target)
         self.status.addPermanentWidget(self.discover.status_label)     # hub downloads (model library > Discover)
         self._build_menus()
         self._connect()
@@ -419,6 +419,8 @@ class MainWindow(QMainWindow):
         if before[3] != s.model_folders:
             self.library.scan(self.settings.model_folders)
         self.status.update_engine(self)
+        self.models.target_changed()           # an open library's estimate and Discover's verdicts plan the
+        self.discover.target_changed()         # new context and KV cache type (the library: and backend)
 
     def open_diagnostics(self) -> None:
         """Opens app/diagnostics_view.py's DiagnosticsView when that module exists (built separately)."""

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from app.backend_notice import BackendFallbackNotice
 from app.error_messages import OVERFLOW_WAY_OUT, describe
-from app.library import ModelEntry, human_size, library_folders
+from app.library import LoadTarget, ModelEntry, human_size, library_folders
 from app.starter_download import StarterDownload
 from app.widgets.library_dialog import LibraryDialog
 from engine import model_store
@@ -36,9 +36,19 @@ class ModelActions(QObject):
         window.status.update_engine(window)
 
     # -- library ----------------------------------------------------------------------------------
+    def load_target(self) -> LoadTarget:
+        """What the next load is made with, asked now: the settings may have changed since the last call."""
+        s = self.w.settings
+        return LoadTarget("cpu" if self.running_on_cpu() else "gpu", s.sampling.context_length, s.kv_cache_type)
+
+    def target_changed(self) -> None:
+        """Settings were applied, or a model loaded (perhaps on the CPU): an open library re-shows its estimate."""
+        if self.library_dialog is not None:
+            self.library_dialog.refresh_estimate()
+
     def show_library(self) -> None:
         if self.library_dialog is None:
-            dlg = LibraryDialog(self.w.settings.sampling.context_length, self.w)
+            dlg = LibraryDialog(self.load_target, self.w)
             dlg.loadRequested.connect(self._load_from_library)
             dlg.openRequested.connect(self.open_path)
             dlg.addFolderRequested.connect(self._add_folder)
@@ -46,8 +56,6 @@ class ModelActions(QObject):
             dlg.add_section(self.w.remote.library_section())     # servers' models beside the files
             dlg.add_section(self.w.discover.library_section())   # the hub: search and download
             self.library_dialog = dlg
-        # where a model would run and in what KV type, as of now (the settings may have changed since)
-        self.library_dialog.set_target("cpu" if self.running_on_cpu() else "gpu", self.w.settings.kv_cache_type)
         self.library_dialog.set_entries(self.w.library.entries, self._loaded_path())
         self.w.library.scan(self.w.settings.model_folders)
         self.library_dialog.show()
@@ -93,12 +101,11 @@ class ModelActions(QObject):
         self.load(entry)
 
     def load(self, entry: ModelEntry) -> None:
-        context = self.w.settings.sampling.context_length
+        t = self.load_target()
         self._loading_entry = entry
-        backend = "cpu" if self.running_on_cpu() else "gpu"
-        estimate = entry.memory_estimate(context, backend, self.w.settings.kv_cache_type)
-        self.w.load_bar.start(entry.display_name, human_size(estimate))
-        self.w.client.load(entry.path, context)
+        self.w.load_bar.start(entry.display_name, human_size(entry.memory_estimate(t.context, t.backend,
+                                                                                   t.kv_cache_type)))
+        self.w.client.load(entry.path, t.context)
 
     def load_path_now(self, path: str) -> None:
         """For --model and tests: inspect on the calling thread (header only), then load."""
@@ -167,6 +174,7 @@ class ModelActions(QObject):
         self.w.model_button.setText(f"{info.name}  ▾" if info else "Load a model  ▾")
         self.w.status.update_engine(self.w)
         self.w.status.update_context(self.w)
+        self.target_changed()
 
     # -- errors and fallbacks ---------------------------------------------------------------------
     def running_on_cpu(self) -> bool:

@@ -104,6 +104,8 @@ class DiagnosticsReport(Record):
     readback_reason: str = ""
     async_scheduling: bool = False                 # the mode in use
     async_reason: str = ""
+    kv_cache_type: str = ""                        # the loaded model's KV cache type as loaded (ModelInfo); ""
+                                                   # when none was loaded (or the report predates the field)
     self_test: SelfTestRun | None = None
     descriptions: dict[str, str] = field(default_factory=dict)   # backend -> what it is (binding variant)
     format_version: int = FORMAT_VERSION
@@ -232,6 +234,8 @@ def to_markdown(r: DiagnosticsReport) -> str:
             f"- Readback path: **{r.readback_path}** ({r.readback_reason})",
             f"- Async scheduling: **{'on' if r.async_scheduling else 'off'}** - {r.async_reason} "
             f"(setting: {'on' if r.async_setting else 'off'})"]
+    if r.kv_cache_type:
+        out.append(f"- KV cache: **{r.kv_cache_type}** (the loaded model's)")
     if r.self_test is not None:
         out += ["", "## Self-test", "", *_self_test_md(r.self_test)]
     out += ["", "## Backends", ""]

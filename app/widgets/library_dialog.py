@@ -1,6 +1,7 @@
 """The model library: every GGUF in the models folders with what it is, a memory estimate, and Load."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -17,8 +18,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.library import ModelEntry, human_size
-from engine.model.arch import DEFAULT_KV_CACHE_TYPE, kv_cache_type
+from app.library import LoadTarget, ModelEntry, human_size
+from engine.model.arch import kv_cache_type
 
 COLUMNS = ("Name", "Architecture", "Size", "Quantization", "Context", "File")
 PATH_ROLE = Qt.ItemDataRole.UserRole
@@ -30,13 +31,13 @@ class LibraryDialog(QDialog):
     addFolderRequested = Signal(str)
     refreshRequested = Signal()
 
-    def __init__(self, context_length: int, parent=None):
+    def __init__(self, target: Callable[[], LoadTarget], parent=None):
+        """`target`: what a load would be made with, asked each time an estimate is shown (never kept: the
+        settings change while the dialog lives)."""
         super().__init__(parent)
         self.setWindowTitle("Model library")
         self.resize(860, 420)
-        self._context = context_length
-        self.backend = "gpu"          # where the model would run: "cpu" counts float32 weights
-        self.kv_cache_type = DEFAULT_KV_CACHE_TYPE     # the setting; the CPU keeps f32 whatever it is
+        self._target = target
         self._entries: dict[str, ModelEntry] = {}
         col = QVBoxLayout(self)
         intro = QLabel("GGUF models in your model folders. Drop a .gguf file on the main window to add it.")
@@ -53,7 +54,7 @@ class LibraryDialog(QDialog):
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         for i in range(1, len(COLUMNS)):
             header.setSectionResizeMode(i, QHeaderView.ResizeMode.ResizeToContents)
-        self.table.itemSelectionChanged.connect(self._selection_changed)
+        self.table.itemSelectionChanged.connect(self.refresh_estimate)
         self.table.itemDoubleClicked.connect(lambda _item: self._load())
         col.addWidget(self.table, 1)
         self.estimate = QLabel(" ")
@@ -81,11 +82,6 @@ class LibraryDialog(QDialog):
         row.addWidget(close)
         col.addLayout(row)
 
-    def set_target(self, backend: str, kv_type: str) -> None:
-        """Where a model would run ("cpu" or "gpu") and the KV cache type setting: what the estimate counts."""
-        self.backend, self.kv_cache_type = backend, kv_type
-        self._selection_changed()
-
     def add_section(self, widget) -> None:
         """Another source of models shown beside the local files (app/remote_models.py's servers)."""
         self._sections.insertWidget(self._sections.count() - 1, widget)
@@ -108,7 +104,7 @@ class LibraryDialog(QDialog):
                 self.table.setItem(r, c, item)
         if entries:
             self.table.selectRow(0)
-        self._selection_changed()
+        self.refresh_estimate()
 
     def selected_entry(self) -> ModelEntry | None:
         rows = self.table.selectionModel().selectedRows()
@@ -121,7 +117,8 @@ class LibraryDialog(QDialog):
             if self.table.item(r, 0).data(PATH_ROLE) == path:
                 self.table.selectRow(r)
 
-    def _selection_changed(self) -> None:
+    def refresh_estimate(self) -> None:
+        """The selected model's cost for the load target as of now (the window calls it when settings change)."""
         e = self.selected_entry()
         self.load_button.setEnabled(bool(e and e.ok))
         if e is None:
@@ -129,12 +126,13 @@ class LibraryDialog(QDialog):
         elif not e.ok:
             self.estimate.setText(f"<b>This file cannot be used.</b> {_html(e.error)}")
         else:
-            ctx = min(self._context, e.context_length) if e.context_length else self._context
-            est = e.estimate(self._context, self.backend, self.kv_cache_type)
+            t = self._target()
+            ctx = min(t.context, e.context_length) if e.context_length else t.context
+            est = e.estimate(t.context, t.backend, t.kv_cache_type)
             weights = est.weights if est else (e.weight_bytes or e.file_size)
             kv = est.kv_cache + est.recurrent_state if est else e.kv_cache_bytes(ctx)
-            total = est.total if est else e.memory_estimate(self._context, self.backend, self.kv_cache_type)
-            kv_type = kv_cache_type(self.kv_cache_type, self.backend)
+            total = est.total if est else e.memory_estimate(t.context, t.backend, t.kv_cache_type)
+            kv_type = kv_cache_type(t.kv_cache_type, t.backend)
             self.estimate.setText(
                 f"Loading needs about <b>{human_size(total)}</b>: "
                 f"weights {human_size(weights)} + KV cache {human_size(kv)} ({kv_type}) "

@@ -37,6 +37,7 @@ class GpuBackend(Backend):
         self._kernels: dict[tuple[str, str], Kernel] = {}
         self.null_stream = Stream(self, 0)
         self.programmatic = _programmatic_launch(binding, device)
+        self._capturing = False
         self._params = KernelParams()
 
     # memory ----------------------------------------------------------------------------------------------
@@ -133,6 +134,20 @@ class GpuBackend(Backend):
         self._check_owned(buf)
         self.rt.memset_async(buf.ptr, byte, buf.nbytes, stream.handle)
 
+    # graphs --------------------------------------------------------------------------------------------------
+    def begin_capture(self, stream: Stream) -> None:
+        """Capture `stream`'s work from here into a graph (cudaStreamBeginCapture, thread-local). Raises
+        NotImplementedError where the binding has no graphs. Only captured kernels are launched programmatically
+        (see _programmatic_launch): a replay has no host in the way, so the overlap is the step's gain, while
+        eager steps are host-bound and cuLaunchKernelEx costs more host time than a plain launch."""
+        self.rt.stream_begin_capture(stream.handle)
+        self._capturing = True
+
+    def end_capture(self, stream: Stream) -> object:
+        """The captured graph (cudaStreamEndCapture)."""
+        self._capturing = False
+        return self.rt.stream_end_capture(stream.handle)
+
     # kernels -----------------------------------------------------------------------------------------------
     def kernel(self, source_file: str, function: str) -> Kernel:
         key = (source_file, function)
@@ -179,7 +194,8 @@ class GpuBackend(Backend):
 
     def launch(self, kernel, grid, block, args, stream, shared_bytes=0) -> None:
         params = self._params.pack(self, args)          # valid until the next launch: the runtime copies the values
-        launch = self.rt.launch_programmatic if kernel.programmatic and self.programmatic else self.rt.launch
+        programmatic = kernel.programmatic and self.programmatic and self._capturing
+        launch = self.rt.launch_programmatic if programmatic else self.rt.launch
         launch(kernel.handle, _dim3(grid), _dim3(block), shared_bytes, stream.handle, params)
 
     def close(self) -> None:
@@ -197,14 +213,14 @@ PDL_ENV = "HALO_PDL"
 
 
 def _programmatic_launch(binding: RuntimeBinding, device: int) -> bool:
-    """Whether kernels that open with GRID_DEPENDENCY_LATER (kernels.entries) are launched with programmatic
-    dependent launch: CUDA devices of compute capability 9.0+ (Hopper and newer) through a binding that has
-    cuLaunchKernelEx. Such a kernel (the decode matvecs) is scheduled while the kernel before it still runs
-    (which let it at its start: GRID_DEPENDENCY_SYNC), prefetches its weight rows into L2 and then waits, so its
-    first weight loads overlap that kernel's tail instead of following it. H200, one run: the Qwen3-4B shapes'
-    decode +3.7%. Launching every kernel so lost 6-9% on the small models' decode (short kernels whose waits
-    cost more than the launch gaps they hide) and up to 30% on their host-bound prefill (cuLaunchKernelEx
-    costs more host time than cuLaunchKernel through cuda-python)."""
+    """Whether the captured kernels that open with GRID_DEPENDENCY_LATER (kernels.entries) are launched with
+    programmatic dependent launch: CUDA devices of compute capability 9.0+ (Hopper and newer) through a binding
+    that has cuLaunchKernelEx. Such a kernel is scheduled while the kernel before it still runs (which let it
+    at its start), touches only its weights and then waits: the decode matvecs put their rows into L2, and
+    add_norm and rope_kv, which follow matvecs, start as soon as those end. H200, decode steps as graphs
+    (one process, interleaved): SmolLM2 / gemma-3 / Qwen3-4B shapes 902 / 951 / 317 tok/s plain, 1,011 /
+    1,031 / 339 so. Every kernel so (attention and the rest too) gave 849 / 946 / 346: the small models'
+    short kernels lose more to the waits than the launch gaps they hide."""
     if binding.api != "cuda" or os.environ.get(PDL_ENV) == "0":
         return False
     if type(binding).launch_programmatic is RuntimeBinding.launch_programmatic:

@@ -107,13 +107,13 @@ def _role_graphs_us(gm: GpuModel, launches: list[tuple], roles: list[str], repla
     out: dict[str, float] = {}
     try:
         for role in dict.fromkeys(roles):
-            rt.stream_begin_capture(fwd.stream.handle)
+            backend.begin_capture(fwd.stream)
             try:
                 for launch, r in zip(launches, roles, strict=True):
                     if r == role:
                         backend.launch(fwd.kern(launch[0], launch[1]), *launch[2:5], fwd.stream, launch[5])
             finally:
-                g = rt.stream_end_capture(fwd.stream.handle)
+                g = backend.end_capture(fwd.stream)
             ge = rt.graph_instantiate(g)
             times = []
             for _ in range(replays + 1):

@@ -151,14 +151,14 @@ class GpuModel:
             return self._graphs[key]
         stream = self.fwd.stream
         try:
-            self.rt.stream_begin_capture(stream.handle)
+            self.backend.begin_capture(stream)
         except NotImplementedError as e:
             self.use_graphs, self.graph_error = False, str(e)
             return None
         try:
             self.fwd.enqueue_body(kv, T, T, True, feed_next)
         finally:
-            graph = self.rt.stream_end_capture(stream.handle)
+            graph = self.backend.end_capture(stream)
         graph_exec = self.rt.graph_instantiate(graph)
         self._graphs[key] = _Graph(self.rt, graph, graph_exec, self.fwd.launches)
         return self._graphs[key]

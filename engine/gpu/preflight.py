@@ -76,8 +76,8 @@ def scratch_bytes(config: ModelConfig, max_tokens: int, max_seqs: int, max_block
 
 def plan_memory(config: ModelConfig, tensors, num_blocks: int, block_size: int, max_tokens: int,
                 max_seqs: int, kv_type: str = arch.DEFAULT_KV_CACHE_TYPE) -> MemoryPlan:
-    w = weight_bytes(tensors)
-    kv = kv_bytes(config, num_blocks, block_size, kv_type) + max_seqs * arch.recurrent_state_bytes(config)
+    est = arch.blocks_memory_estimate(config, num_blocks, block_size, "gpu", tensors, max_seqs, kv_type)
+    w, kv = est.weights, est.kv_cache + est.recurrent_state
     scratch = scratch_bytes(config, max_tokens, max_seqs, num_blocks)
     reserve = FIXED_RESERVE + int(RESERVE_FRACTION * (w + kv + scratch))
     return MemoryPlan(w, kv, scratch, reserve)

@@ -1,8 +1,9 @@
 """Does a (remote) model fit this machine? Answered from the header alone with the engine's own numbers:
 `ModelConfig.from_metadata` (can the engine run the architecture at all), `gpu_unsupported_reason` (can the
 GPU path run it), the load pre-flights' plans (`engine.gpu.preflight.plan_memory`,
-`engine.model.host_memory.plan_host_memory`, with the Engine's defaults: the numbers a load refuses with,
-so a file said to fit here does not fail its load on scratch and reserve) and the words of
+`engine.model.host_memory.plan_host_memory`, with the Engine's defaults and the user's KV cache type: the
+numbers a load refuses with, so a file said to fit here does not fail its load on scratch and reserve; under
+them the model library's figure, `engine.model.arch.memory_estimate`) and the words of
 `engine.model.memory_fit.fit_verdict` (where it fits, and on an integrated GPU how its dedicated and shared
 memory limit that, and what to change). Nothing is recomputed here.
 """
@@ -16,7 +17,7 @@ from engine.errors import EngineError
 from engine.gguf import GGUFHeader
 from engine.gpu.preflight import plan_memory
 from engine.gpu.weights import gpu_unsupported_reason  # imports no driver
-from engine.model.arch import BLOCK_SIZE
+from engine.model.arch import BLOCK_SIZE, DEFAULT_KV_CACHE_TYPE, context_blocks
 from engine.model.config import ModelConfig
 from engine.model.host_memory import plan_host_memory
 from engine.model.memory_fit import MemoryFacts, amd_dedicated_bytes
@@ -78,20 +79,24 @@ def current_machine() -> Machine:
                    dedicated=amd_dedicated_bytes() if integrated and best.platform == "linux" else None)
 
 
-def planned_needs(config: ModelConfig, tensors, context: int) -> tuple[int, int]:
-    """(GPU, CPU) bytes the load pre-flights plan for a `context`-token cache with the Engine's defaults (the
-    batch of sequences and the prefill chunk it is built with)."""
+def planned_needs(config: ModelConfig, tensors, context: int,
+                  kv_type: str = DEFAULT_KV_CACHE_TYPE) -> tuple[int, int]:
+    """(GPU, CPU) bytes the load pre-flights plan for a `context`-token cache of `kv_type` (the CPU keeps f32)
+    with the Engine's defaults (the batch of sequences and the prefill chunk it is built with)."""
     from engine.core.setup import DEFAULT_MAX_NUM_SEQS
     from engine.engine import DEFAULT_PREFILL_CHUNK
 
-    blocks = -(-min(context, config.context_length) // BLOCK_SIZE)
+    blocks = context_blocks(config, context)
     gpu = plan_memory(config, tensors, blocks, BLOCK_SIZE, max(DEFAULT_PREFILL_CHUNK, DEFAULT_MAX_NUM_SEQS),
-                      DEFAULT_MAX_NUM_SEQS).total
+                      DEFAULT_MAX_NUM_SEQS, kv_type).total
     cpu = plan_host_memory(config, tensors, blocks, BLOCK_SIZE, DEFAULT_PREFILL_CHUNK, DEFAULT_MAX_NUM_SEQS).total
     return gpu, cpu
 
 
-def fit_verdict(header: GGUFHeader, machine: Machine, context: int = VERDICT_CONTEXT) -> Verdict:
+def fit_verdict(header: GGUFHeader, machine: Machine, context: int = VERDICT_CONTEXT,
+                kv_type: str = DEFAULT_KV_CACHE_TYPE) -> Verdict:
+    """Where the file would run with a `context`-token chat and the GPU's KV cache in `kv_type`
+    (engine.model.arch.KV_CACHE_TYPES: the user's setting)."""
     arch = header.metadata.get("general.architecture")
     arch = arch if isinstance(arch, str) else ""
     try:
@@ -99,14 +104,15 @@ def fit_verdict(header: GGUFHeader, machine: Machine, context: int = VERDICT_CON
     except EngineError as e:
         return Verdict("unsupported", f"cannot run here: {e}", arch)
     tensors = list(header.tensors.values())
-    gpu, cpu = planned_needs(config, tensors, context)
+    gpu, cpu = planned_needs(config, tensors, context, kv_type)
     gpu_refusal = gpu_unsupported_reason(config, tensors)
     facts = machine.facts()
     if gpu_refusal is not None:
         facts = replace(facts, gpu_name="")          # the GPU cannot run it: only the CPU is weighed
     v = memory_verdict(facts, gpu, cpu)
     fit: Fit = "too_large" if v.where is None else v.where
-    words = v.words + f" (At a {context:,}-token context.)"
+    kv_words = "" if kv_type == DEFAULT_KV_CACHE_TYPE else f", the GPU's KV cache in {kv_type}"
+    words = v.words + f" (At a {context:,}-token context{kv_words}.)"
     if gpu_refusal is not None and machine.gpu_free is not None:
         words = f"Not on the GPU: {gpu_refusal}. " + words
     return Verdict(fit, words, arch, gpu, cpu)

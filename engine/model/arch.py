@@ -320,13 +320,24 @@ class MemoryEstimate:
         return self.weights + self.kv_cache + self.recurrent_state
 
 
+def context_blocks(config: ModelConfig, ctx: int) -> int:
+    """KV blocks of BLOCK_SIZE a context of `ctx` tokens takes, capped at the trained length."""
+    return -(-min(ctx, config.context_length) // BLOCK_SIZE)
+
+
 def memory_estimate(config: ModelConfig, ctx: int, backend: Backend, tensors=(), num_seqs: int = 1,
                     kv_type: str = DEFAULT_KV_CACHE_TYPE) -> MemoryEstimate:
     """What loading the model with a context of `ctx` tokens (capped at the trained length) costs on
     `backend`: weights (from the GGUF `tensors`), the KV cache and `num_seqs` sequences' recurrent state.
-    Scratch activations and the runtime's reserve are not included (engine.gpu.preflight adds them)."""
-    ctx = min(ctx, config.context_length)
-    blocks = -(-ctx // BLOCK_SIZE)
+    Scratch activations and the runtime's reserve are not included (the load pre-flights add them)."""
+    return blocks_memory_estimate(config, context_blocks(config, ctx), BLOCK_SIZE, backend, tensors, num_seqs,
+                                  kv_type)
+
+
+def blocks_memory_estimate(config: ModelConfig, num_blocks: int, block_size: int, backend: Backend, tensors=(),
+                           num_seqs: int = 1, kv_type: str = DEFAULT_KV_CACHE_TYPE) -> MemoryEstimate:
+    """memory_estimate for a cache of `num_blocks` blocks of `block_size` (not capped): what the load
+    pre-flights (engine.gpu.preflight.plan_memory, engine.model.host_memory.plan_host_memory) start from."""
     return MemoryEstimate(weights=weight_bytes(tensors, backend),
-                          kv_cache=kv_cache_bytes(config, blocks, BLOCK_SIZE, backend, kv_type),
+                          kv_cache=kv_cache_bytes(config, num_blocks, block_size, backend, kv_type),
                           recurrent_state=num_seqs * recurrent_state_bytes(config))

@@ -47,14 +47,14 @@ def plan_host_memory(config: ModelConfig, tensors, num_blocks: int, block_size: 
                      max_seqs: int) -> HostMemoryPlan:
     c = config
     context = num_blocks * block_size
-    kv = arch.kv_cache_bytes(c, num_blocks, block_size, "cpu") + max_seqs * arch.recurrent_state_bytes(c)
+    est = arch.blocks_memory_estimate(c, num_blocks, block_size, "cpu", tensors, max_seqs)   # the CPU keeps f32
     per_token = 4 * (3 * c.n_embd + 2 * c.q_dim + 2 * c.kv_dim + 2 * c.n_ff)     # x, h, qkv, attn, gate/up
     scores = 4 * c.n_head * max_tokens * context                                  # [H, T, L] of one layer
     logits = 4 * max(max_seqs, max_tokens) * c.vocab_size
     # MoE: at most one expert's gate, up and down decoded to float32 at a time (engine.model.moe; the numpy
     # path), plus the router's logits and the experts' hidden activations of the step
     experts = 4 * (3 * c.n_ff_exp * c.n_embd + max_tokens * (c.n_expert + 2 * c.n_ff_exp)) if c.n_expert else 0
-    return HostMemoryPlan(arch.weight_bytes(tensors, "cpu"), kv,
+    return HostMemoryPlan(est.weights, est.kv_cache + est.recurrent_state,
                           per_token * max_tokens + scores + logits + experts)
 
 

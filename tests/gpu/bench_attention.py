@@ -50,11 +50,11 @@ def time_graph(backend, stream, body) -> float:
     timed eagerly, Python's ~20 us per launch would hide every kernel shorter than that)."""
     rt = backend.rt
     body()                                                  # loads the kernels outside the capture
-    rt.stream_begin_capture(stream.handle)
+    backend.begin_capture(stream)
     try:
         body()
     finally:
-        graph = rt.stream_end_capture(stream.handle)
+        graph = backend.end_capture(stream)
     exe = rt.graph_instantiate(graph)
     try:
         rt.graph_launch(exe, stream.handle)

@@ -139,10 +139,10 @@ def test_greedy_decode_eager_and_graph_match_golden(name, backend):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_programmatic_and_plain_launches_give_identical_results(name, backend):
-    """Programmatic dependent launch (CUDA sm_90+: each kernel may start while the one before it runs and waits
-    for it in-kernel) against plain stream order: the same prompt logits bit for bit, eager, and the same
-    greedy ids through captured graphs (whose edges become programmatic). A kernel that touched its inputs
-    before its wait would race and drift here."""
+    """Programmatic dependent launch (CUDA sm_90+, captured steps: a kernel opening with GRID_DEPENDENCY_LATER
+    may start while the one before it runs and waits for it in-kernel) against plain stream order: the same
+    greedy ids through captured graphs, and eager prompt logits (plain launches either way) bit for bit. A
+    kernel that touched its inputs before its wait would race and drift here."""
     if not backend.programmatic:
         pytest.skip(f"{backend.name} on {backend.arch} launches plainly (programmatic launch: CUDA sm_90+)")
     cpu, gpu, g = models(name, backend)
@@ -161,6 +161,7 @@ def test_programmatic_and_plain_launches_give_identical_results(name, backend):
             runs[programmatic] = (logits, greedy_ids(gpu, backend, prompt, n, graphs=True))
     finally:
         backend.programmatic = True
+    assert any(k.programmatic for k in backend._kernels.values()), "no kernel of the step is launched so"
     assert np.array_equal(runs[True][0], runs[False][0])
     assert runs[True][1] == runs[False][1] == list(g["greedy_ids"])
 

@@ -96,3 +96,40 @@ def test_the_library_estimate_counts_the_chosen_type_for_a_gpu(qtbot, make_windo
     dlg.backend.setCurrentIndex(dlg.backend.findData("cpu"))
     w.apply_settings(dlg)
     assert kv_text("cpu", "f32") in shown()                   # the CPU keeps f32 whatever the setting
+
+
+def test_the_saved_and_copied_diagnostics_report_records_the_kv_cache_type_the_view_shows(qtbot, make_window,
+                                                                                         settings, tmp_path):
+    """Help > Diagnostics: the report saved (JSON, Markdown) and copied records the loaded model's KV cache type,
+    the one the view's "Running now" line and the status bar show: what the model got, not the setting."""
+    import json
+
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+
+    def diagnostics(w):
+        next(a for a in w.actions() if a.text() == "Diagnostics…").trigger()
+        view = w._diagnostics
+        qtbot.waitUntil(lambda: view.report is not None, timeout=30_000)
+        return view
+
+    idle = diagnostics(make_window(engine="own"))               # no model loaded: nothing to record
+    assert "KV cache" not in idle.summary.text()
+    assert json.loads(idle.save_report(tmp_path / "idle.json").read_text(encoding="utf-8"))["kv_cache_type"] == ""
+    assert "KV cache" not in idle.save_report(tmp_path / "idle.md").read_text(encoding="utf-8")
+    idle.close()
+
+    settings.kv_cache_type = "f16"               # the setting; the shared engine's model runs on the CPU in f32
+    w = make_window()
+    assert w.client.model.kv_cache_type == "f32" and w.status.kv_label.text() == "KV cache: f32"
+    view = diagnostics(w)
+    assert "KV cache" in view.summary.text() and "&nbsp;f32&nbsp;" in view.summary.text()
+    saved = json.loads(view.save_report(tmp_path / "report.json").read_text(encoding="utf-8"))
+    assert saved["kv_cache_type"] == "f32"
+    markdown = view.save_report(tmp_path / "report.md").read_text(encoding="utf-8")
+    in_use = markdown.split("## In use")[1].split("\n## ")[0]
+    assert "- KV cache: **f32** (the loaded model's)" in in_use
+    QApplication.clipboard().clear()
+    qtbot.mouseClick(view.copy_button, Qt.MouseButton.LeftButton)
+    assert QApplication.clipboard().text() == markdown
+    view.close()

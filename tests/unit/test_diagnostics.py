@@ -102,6 +102,19 @@ def test_the_report_recorded_on_the_h200_reopens_and_renders():
     assert "GPU vs CPU logits: NOT RUN: no model loaded" in md
 
 
+def test_the_kv_cache_type_in_use_is_saved_and_an_older_report_without_it_still_opens():
+    """The app records the loaded model's KV cache type (what its Diagnostics view shows) in the report it saves;
+    reports saved before the field existed, and reports of no loaded model, say nothing about it."""
+    older = machine("h200-recorded")
+    assert "kv_cache_type" not in json.loads((MACHINES / "h200-recorded.json").read_text(encoding="utf-8"))
+    assert older.kv_cache_type == "" and "KV cache" not in to_markdown(older)
+    older.kv_cache_type = "f16"
+    again = DiagnosticsReport.from_json(older.to_json())
+    assert again.kv_cache_type == "f16" and json.loads(older.to_json())["kv_cache_type"] == "f16"
+    in_use = to_markdown(again).split("## In use")[1].split("##")[0]
+    assert "- KV cache: **f16** (the loaded model's)" in in_use
+
+
 def test_h200_facts_as_recorded():
     report = machine("h200")
     md = to_markdown(report)

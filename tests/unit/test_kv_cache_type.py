@@ -112,3 +112,42 @@ def test_the_cpu_bench_says_it_keeps_f32(capsys):
                      "--decode-tokens", "2", "--kv-type", "f16"]) == 0
     err = capsys.readouterr().err
     assert "the CPU forward keeps its KV cache in f32; --kv-type f16 applies to GPU backends" in err
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3-q4_k_m", "tiny-qwen35-q8_0"])
+def test_the_hub_verdict_plans_the_library_estimate_of_the_chosen_type(name):
+    """The Discover page's "fits this machine" (engine.hub.fit_verdict, from the header a hub serves) plans the
+    load pre-flights over the model library's figure (engine.api.estimate_memory, arch.memory_estimate) with
+    the KV cache type asked for: one formula for the library, the verdict and the load."""
+    from engine.core.setup import DEFAULT_MAX_NUM_SEQS
+    from engine.gguf import parse_header
+    from engine.hub import Machine, fit_verdict
+    from engine.hub.verdict import planned_needs
+    from engine.model.host_memory import plan_host_memory
+
+    path = DATA / f"{name}.gguf"
+    header = parse_header(path.read_bytes(), path.stat().st_size)        # what engine.hub reads from a hub
+    c, tensors = _config(name)
+    ctx, blocks = 100, arch.context_blocks(c, 100)
+    assert blocks == 7
+    machine = Machine(ram_free=64 << 30, gpu_free=24 << 30, gpu_name="Test GPU")
+    needs = {}
+    for kv in arch.KV_CACHE_TYPES:
+        est = estimate_memory(str(path), ctx, "gpu", kv_cache_type=kv)
+        plan = preflight.plan_memory(c, tensors, blocks, arch.BLOCK_SIZE, 64, DEFAULT_MAX_NUM_SEQS, kv)
+        assert plan.weights + plan.kv == est.total                              # the library's figure, then
+        assert plan.scratch > 0 and plan.reserve >= preflight.FIXED_RESERVE     # what the load adds to it
+        host = plan_host_memory(c, tensors, blocks, arch.BLOCK_SIZE, 64, DEFAULT_MAX_NUM_SEQS)
+        assert host.weights + host.kv == estimate_memory(str(path), ctx, "cpu", kv_cache_type=kv).total
+        verdict = fit_verdict(header, machine, ctx, kv)
+        needs[kv] = (verdict.gpu_bytes, verdict.cpu_bytes)
+        assert needs[kv] == planned_needs(c, tensors, ctx, kv)
+        assert verdict.fit == "gpu" and "At a 100-token context" in verdict.words
+    assert "the GPU's KV cache in f16" in fit_verdict(header, machine, ctx, "f16").words
+    assert "KV cache" not in fit_verdict(header, machine, ctx).words       # the default f32 goes unsaid
+    assert fit_verdict(header, machine, ctx).gpu_bytes == needs["f32"][0]   # the default is exact f32
+    # f16 halves K and V on the GPU (the plan's reserve is a share of the rest); the CPU keeps f32
+    f32, f16 = (estimate_memory(str(path), ctx, "gpu", kv_cache_type=kv).kv_cache for kv in ("f32", "f16"))
+    saved = needs["f32"][0] - needs["f16"][0]
+    assert f32 - f16 <= saved <= (f32 - f16) * (1 + preflight.RESERVE_FRACTION) + 1
+    assert needs["f32"][1] == needs["f16"][1]

@@ -49,16 +49,26 @@ __device__ void rope_kv(float* qkv, i32 ld, const i32* positions, const i32* slo
     kv_store(vcache + (slot * Hkv + hk) * D + d, src[(size_t)Hkv * D + d]);   // v head hk: Hkv heads after k head hk
 }
 
-#define ROPE_KV_ENTRY(NAME, KV)                                                                                      \
-HALO_KERNEL void NAME(float* qkv, i32 ld, const i32* positions, const i32* slots, const float* q_norm,               \
-                      const float* k_norm, float eps, i32 H, i32 Hkv, i32 D, i32 rope_dim, i32 neox,                 \
-                      const double* inv_freq, double rope_scale, KV* kcache, KV* vcache) {                           \
-    GRID_DEPENDENCY_SYNC();                                                                                          \
-    rope_kv<KV>(qkv, ld, positions, slots, q_norm, k_norm, eps, H, Hkv, D, rope_dim, neox, inv_freq, rope_scale,    \
-                kcache, vcache);                                                                                     \
+// The entries open with GRID_DEPENDENCY_LATER: launched programmatically, so their launch hides behind the tail
+// of the q|k|v matvec before them (nothing worth fetching ahead: the norm weights are a few hundred bytes).
+HALO_KERNEL void halo_rope_kv(float* qkv, i32 ld, const i32* positions, const i32* slots, const float* q_norm,
+                              const float* k_norm, float eps, i32 H, i32 Hkv, i32 D, i32 rope_dim, i32 neox,
+                              const double* inv_freq, double rope_scale, float* kcache, float* vcache) {
+    GRID_DEPENDENCY_LATER();
+    grid_dependency_wait();
+    rope_kv<float>(qkv, ld, positions, slots, q_norm, k_norm, eps, H, Hkv, D, rope_dim, neox, inv_freq, rope_scale,
+                   kcache, vcache);
 }
-ROPE_KV_ENTRY(halo_rope_kv, float)
-ROPE_KV_ENTRY(halo_rope_kv_f16, unsigned short)
+
+HALO_KERNEL void halo_rope_kv_f16(float* qkv, i32 ld, const i32* positions, const i32* slots, const float* q_norm,
+                                  const float* k_norm, float eps, i32 H, i32 Hkv, i32 D, i32 rope_dim, i32 neox,
+                                  const double* inv_freq, double rope_scale, unsigned short* kcache,
+                                  unsigned short* vcache) {
+    GRID_DEPENDENCY_LATER();
+    grid_dependency_wait();
+    rope_kv<unsigned short>(qkv, ld, positions, slots, q_norm, k_norm, eps, H, Hkv, D, rope_dim, neox, inv_freq,
+                            rope_scale, kcache, vcache);
+}
 
 // out[t, h*D:(h+1)*D] = softmax(scale * q . K^T + mask) V over the sequence's cached keys, read through its
 // block table. Keys allowed: j <= pos (causal), and j > pos - window when window > 0 (sliding). sinks (null:
@@ -654,11 +664,18 @@ ATTENTION_TC_ENTRY(halo_attention_tc_f16, unsigned short)
 //   h = rmsnorm(x) * next_w
 // Each thread holds its elements i = threadIdx.x + k blockDim.x in registers between the passes, so x and o are
 // read once (the block-wide sums between the passes made a decode step's single block wait on three rounds
-// of loads). Contract (host): E <= AN_PER * blockDim.x.
+// of loads). Contract (host): E <= AN_PER * blockDim.x. Opens with GRID_DEPENDENCY_LATER: launched
+// programmatically, so its launch hides behind the tail of the wo / down matvec before it, with its norm weights
+// fetched into L2 meanwhile.
 #define AN_PER 16
 HALO_KERNEL void halo_add_norm(float* x, const float* o, const float* post_w, const float* next_w, float eps,
                                i32 E, float* h) {
-    GRID_DEPENDENCY_SYNC();
+    GRID_DEPENDENCY_LATER();
+    for (int i = 32 * threadIdx.x; i < E; i += 32 * blockDim.x) {      // a 128-byte line per thread
+        prefetch_l2(next_w + i);
+        if (post_w) prefetch_l2(post_w + i);
+    }
+    grid_dependency_wait();
     __shared__ float red[32];
     int t = blockIdx.x;
     float* xr = x + (size_t)t * E;
