@@ -52,8 +52,9 @@ TCK_TYPES = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 SPLIT_TARGET_BLOCKS = 1024
 SPLIT_MIN_STAGES = 8                       # ... while each split keeps at least this many 32-k stages
 # ... and only for products of at least this many multiply-adds: a split costs one more launch (~10-35 us of
-# Python), which a small model's prefill (host-bound: SmolLM2's 128-token step is ~9 ms of launches for
-# ~5 ms of kernels on an H200) cannot afford; Qwen3-4B's smallest prefill matmul (wo) has 1.3e9.
+# Python when this was set; NOTES.md, "Host cost per launch"), which a small model's prefill (host-bound then:
+# SmolLM2's 128-token step was ~9 ms of launches for ~5 ms of kernels on an H200) could not afford; Qwen3-4B's
+# smallest prefill matmul (wo) has 1.3e9.
 SPLIT_MIN_MACS = 1 << 29
 # HALO_GPU_TILES: "legacy" = the run-1 warp-per-row kernels, "gt" = the SIMT shared-memory tile even where
 # tensor cores are usable; unset = the best the device has. For comparisons in tests and the benchmark.
