@@ -483,7 +483,8 @@ class GpuForward:
                 self.kern("halo_quant.cu", name)
 
     def _launch(self, file, name, grid, block, args, shared=0):
-        self.backend.launch(self.kern(file, name), grid, block, args, self.stream, shared)
+        kernel = self._k.get(name) or self.kern(file, name)
+        self.backend.launch(kernel, grid, block, args, self.stream, shared)
         self.launches += 1
 
     def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False, bq_ok: bool = False,

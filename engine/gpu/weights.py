@@ -27,8 +27,8 @@ KERNEL_TYPES = frozenset({GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q4
                           GGMLType.Q6_K, GGMLType.MXFP4})
 
 
-@dataclass(frozen=True)
-class DeviceMatrix:
+@dataclass(frozen=True, eq=False)     # a handle to device memory: equal only to itself (hashed as cheaply: launches
+class DeviceMatrix:                   # look their matrices up, engine.gpu.forward.GpuForward.matrices)
     buf: DeviceBuffer
     ggml_type: int
     rows: int
