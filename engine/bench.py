@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -226,6 +227,9 @@ class EngineBenchResult:
     wall_s: float                    # first submit to last Finished
     aggregate_tok_s: float           # generated tokens / wall time, all requests together
     decode_tok_s_per_request: float  # mean of each request's decode rate (after its first token)
+    steady_decode_tok_s: float       # all requests together once each has its first token: the tokens after the
+                                     # last first token / the time from it to the last Finished (what
+                                     # llama-batched-bench's S_TG counts: no prefill inside the window)
     time_to_first_token_s: float     # mean
     load_s: float                    # Engine.load up to ready (weights uploaded, kernels loaded from the cache)
     open_s: float                    # Engine.load to its first progress report: header parsed, pre-flight done,
@@ -242,7 +246,7 @@ def run_engine_bench(path: Path, async_on: bool, concurrency: int = 1, prompt_to
     """`concurrency` raw-text requests of `prompt_tokens` tokens submitted at once, greedy, `decode_tokens`
     each (fewer if the model emits a stop id). A short warm-up request runs first. `kv_cache_type`: the
     Engine's (the CPU keeps f32; the result says what the cache held)."""
-    from engine.api import GenerateRequest, SamplingParams
+    from engine.api import Finished, GenerateRequest, SamplingParams, TextDelta
     from engine.engine import Engine
 
     engine = Engine(backend=backend, async_scheduling=async_on, max_num_seqs=max(8, concurrency),
@@ -258,11 +262,22 @@ def run_engine_bench(path: Path, async_on: bool, concurrency: int = 1, prompt_to
         fmt = engine._model.prompt_format
         text = fmt.tokenizer.decode(prompt_ids(fmt, prompt_tokens))
         engine.submit(GenerateRequest(prompt=text, params=SamplingParams.greedy(max_tokens=4))).text()
+        deltas: list[tuple[float, str, int]] = []     # (when, request, tokens) of each TextDelta
+        finished = threading.Semaphore(0)
+
+        def sink(event) -> None:                       # the engine thread: record, never block
+            if isinstance(event, TextDelta):
+                deltas.append((time.perf_counter(), event.request_id, len(event.token_ids)))
+            elif isinstance(event, Finished):
+                finished.release()
+
         t0 = time.perf_counter()
-        handles = [engine.submit(GenerateRequest(prompt=text, params=SamplingParams.greedy(max_tokens=decode_tokens)))
-                   for _ in range(concurrency)]
-        fins = [h.text()[1] for h in handles]
+        handles = [engine.submit(GenerateRequest(prompt=text, params=SamplingParams.greedy(max_tokens=decode_tokens)),
+                                 sink=sink) for _ in range(concurrency)]
+        for _ in handles:
+            finished.acquire()
         wall = time.perf_counter() - t0
+        fins = [h.finished for h in handles]
     finally:
         engine.shutdown()
     errors = [f.error for f in fins if f.reason == "error"]
@@ -274,9 +289,24 @@ def run_engine_bench(path: Path, async_on: bool, concurrency: int = 1, prompt_to
         async_reason=info.async_reason, concurrency=concurrency, prompt_tokens=fins[0].usage.prompt_tokens,
         generated_tokens=generated, wall_s=round(wall, 3), aggregate_tok_s=round(generated / wall, 1),
         decode_tok_s_per_request=round(sum(f.usage.decode_tokens_per_s for f in fins) / len(fins), 1),
+        steady_decode_tok_s=round(steady_decode_rate(deltas, t0 + wall), 1),
         time_to_first_token_s=round(sum(f.usage.time_to_first_token_s for f in fins) / len(fins), 3),
         load_s=round(load_s, 3), open_s=round(open_s, 3), load_average=_load_average(),
         peak_rss_mb=_rounded(peak_rss_mb()), rss_before_load_mb=_rounded(before), kv_cache_type=info.kv_cache_type)
+
+
+def steady_decode_rate(deltas: list[tuple[float, str, int]], end: float) -> float:
+    """Tokens per second over the window where every request is past its first token: from the last request's
+    first token to `end`. 0 when the window is empty (one token each)."""
+    first: dict[str, float] = {}
+    for when, rid, n in deltas:
+        if n:
+            first.setdefault(rid, when)
+    if not first:
+        return 0.0
+    start = max(first.values())
+    tokens = sum(n for when, _, n in deltas if when > start)
+    return tokens / (end - start) if end > start and tokens else 0.0
 
 
 def _rounded(mb: float | None) -> float | None:
@@ -291,6 +321,7 @@ def format_engine_result(r: EngineBenchResult) -> str:
             ("concurrency", f"{r.concurrency} requests x {r.prompt_tokens} prompt tokens"),
             ("aggregate", f"{r.aggregate_tok_s:.1f} tok/s ({r.generated_tokens} tokens in {r.wall_s:.2f} s)"),
             ("decode per request", f"{r.decode_tok_s_per_request:.1f} tok/s (mean)"),
+            ("steady decode", f"{r.steady_decode_tok_s:.1f} tok/s, all requests once each has its first token"),
             ("time to first token", f"{r.time_to_first_token_s * 1000:.0f} ms (mean)"),
             ("model load", f"{r.load_s:.2f} s (open: {r.open_s * 1000:.0f} ms to the first weights streamed)"),
             ("load average", load)]
