@@ -51,11 +51,13 @@ TCK_TYPES = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 # 1024 keeps the partial-sums buffer at <= 32 MiB (2048 would double it for 3%).
 SPLIT_TARGET_BLOCKS = 1024
 SPLIT_MIN_STAGES = 8                       # ... while each split keeps at least this many 32-k stages
-# ... and only for products of at least this many multiply-adds: a split costs one more launch (~10-35 us of
-# Python when this was set; NOTES.md, "Host cost per launch"), which a small model's prefill (host-bound then:
-# SmolLM2's 128-token step was ~9 ms of launches for ~5 ms of kernels on an H200) could not afford; Qwen3-4B's
-# smallest prefill matmul (wo) has 1.3e9.
-SPLIT_MIN_MACS = 1 << 29
+# ... and only for products of at least this many multiply-adds (a split costs one more launch and a pass over
+# the partial sums). Set at 2^29 while a launch cost ~10-35 us of Python and the small models' prefill was bound
+# by it; with launches at ~7 us (NOTES.md, "Host cost per launch") their prefill is bound by the GPU, where a
+# product of a few hundred rows runs on ~40 blocks for 132 SMs. H200, 128-token prefill, fresh model per setting
+# (run 12, call 7): SmolLM2 19,235 -> 30,078 tok/s, gemma-3-270m 23,797 -> 45,651 at 2^25 (2^23 and 2^21: the
+# same within noise); Qwen3-4B shapes unchanged (its smallest product, wo, has 1.3e9).
+SPLIT_MIN_MACS = 1 << 25
 # HALO_GPU_TILES: "legacy" = the run-1 warp-per-row kernels, "gt" = the SIMT shared-memory tile even where
 # tensor cores are usable; unset = the best the device has. For comparisons in tests and the benchmark.
 LEGACY_TILES = os.environ.get("HALO_GPU_TILES") == "legacy"

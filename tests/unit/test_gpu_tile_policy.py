@@ -115,11 +115,14 @@ def test_partial_buffer_covers_what_split_k_can_ask_for():
             assert s == split_k(base, K, planes * T * rows, BIG)     # the capacity never limits the split
 
 
-def test_only_large_products_split(monkeypatch):
-    """A split costs a launch: SmolLM2/gemma-sized prefill matmuls stay whole, Qwen3-4B-sized ones split."""
+def test_only_products_worth_a_launch_split(monkeypatch):
+    """A split costs a launch and a pass over partial sums: the tiny models' products and short steps stay
+    whole; SmolLM2/gemma-sized 128-token prefill matmuls (a few dozen blocks on their own) split, and the
+    Qwen3-4B-sized ones split until the grid is full."""
     fwd = SimpleNamespace(partial_cap=BIG)
     splits = lambda rows, T, K, planes=1: fwd_mod.GpuForward._splits(fwd, rows, T, K, planes)  # noqa: E731
-    assert splits(576, 128, 1536) == 1 and splits(640, 128, 2048) == 1 and splits(1536, 128, 576, 2) == 1
+    assert splits(64, 16, 256) == 1 and splits(576, 16, 576) == 1 and splits(576, 32, 1536) == 1
+    assert splits(576, 128, 1536) == 4 and splits(640, 128, 2048) == 8 and splits(1536, 128, 576, 2) == 2
     assert splits(2560, 128, 4096) == 8 and splits(2560, 128, 9728) == 8
 
 
