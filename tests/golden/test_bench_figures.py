@@ -12,22 +12,23 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "golden" / "data" / "tiny-qwen3moe-q8_0.gguf"
 
 
-def test_the_engine_bench_reports_model_open_within_the_load():
-    proc = subprocess.run([sys.executable, "-m", "engine", "bench", "--model", str(TINY), "--async", "on",
+def engine_bench(*args: str) -> dict:
+    """`python -m engine bench --json` on the tiny model, 16 prompt tokens, 8 generated each: its JSON."""
+    proc = subprocess.run([sys.executable, "-m", "engine", "bench", "--model", str(TINY), *args,
                            "--prompt-tokens", "16", "--decode-tokens", "8", "--json"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def test_the_engine_bench_reports_model_open_within_the_load():
+    out = engine_bench("--async", "on")
     assert 0 < out["open_s"] <= out["load_s"]
     assert out["generated_tokens"] == 8 and out["prompt_tokens"] == 16 and out["aggregate_tok_s"] > 0
 
 
 def test_the_engine_bench_reports_steady_decode_of_concurrent_requests():
-    proc = subprocess.run([sys.executable, "-m", "engine", "bench", "--model", str(TINY), "--concurrency", "3",
-                           "--prompt-tokens", "16", "--decode-tokens", "8", "--json"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out = engine_bench("--concurrency", "3")
     assert out["generated_tokens"] == 24 and out["concurrency"] == 3
     assert out["steady_decode_tok_s"] > 0
 
