@@ -112,7 +112,8 @@ class Kernel:
     handle: object            # GPU: a function handle; CPU: the numpy implementation
     compile_seconds: float = 0.0
     from_cache: bool = False
-    programmatic: bool = False   # GPU: launched with programmatic dependent launch where the device has it
+    programmatic: bool = False   # GPU: opens with GRID_DEPENDENCY_LATER (kernels.entries), so captured steps
+                                 # launch it programmatically where the device has that (GpuBackend.launch)
 
 
 class Backend(ABC):
