@@ -453,9 +453,10 @@ class GpuForward:
 
     # kernels -----------------------------------------------------------------------------------------
     def kern(self, file: str, name: str):
-        if name not in self._k:
-            self._k[name] = self.backend.kernel(file, name)
-        return self._k[name]
+        kernel = self._k.get(name)               # one lookup: every launch comes through here
+        if kernel is None:
+            kernel = self._k[name] = self.backend.kernel(file, name)
+        return kernel
 
     def warm_up(self) -> None:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
@@ -486,8 +487,7 @@ class GpuForward:
                 self.kern("halo_quant.cu", name)
 
     def _launch(self, file, name, grid, block, args, shared=0):
-        kernel = self._k.get(name) or self.kern(file, name)
-        self.backend.launch(kernel, grid, block, args, self.stream, shared)
+        self.backend.launch(self.kern(file, name), grid, block, args, self.stream, shared)
         self.launches += 1
 
     def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False, bq_ok: bool = False,
