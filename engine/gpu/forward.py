@@ -117,6 +117,10 @@ assert 32 * SKV_WARPS >= SKV_CHUNKS
 # decode tok/s fused vs separate merge: SmolLM2 846 vs 888, gemma-3-270m 778 vs 841, Qwen3-4B shapes 293 vs 307); run 11,
 # attention per step at depth 192 on the Qwen3-4B shapes: 878 vs 451 us, bench_attention.py).
 SKV_FUSED = os.environ.get("HALO_SKV_FUSED") == "1"
+# halo_attention_split_mma_d{64,128}_f16: the split kernel on tensor cores for an f16 cache where the device has them
+# (split_kernel); HALO_SKV_MMA=0 keeps the SIMT builds.
+SKV_MMA_WIDTHS = (64, 128)
+SKV_MMA = os.environ.get("HALO_SKV_MMA") != "0"
 # Tiled prefill attention on tensor cores (halo_attention_tc, CUDA sm_80+): steps of more than SKV_MAX_T tokens
 # where head_dim % 8 == 0, head_dim <= FA_MAX_D and the GQA group fits the FA_ROWS query rows of a block (a block
 # takes FA_ROWS // group tokens x the group's heads). HALO_GPU_FLASH=0 keeps halo_attention (for comparisons).
@@ -212,11 +216,14 @@ def kv_suffix(f16: bool) -> str:
     return "_f16" if f16 else ""
 
 
-def split_kernel(head_dim: int, group: int, f16: bool) -> tuple[str, int]:
+def split_kernel(head_dim: int, group: int, f16: bool, tensor_cores: bool = False) -> tuple[str, int]:
     """(name, walkers per warp) of the halo_attention_split build for heads of `head_dim` in GQA groups of
-    `group` (split_kv_usable): the smallest head-size class that holds the head, the smallest group build that
-    holds the group. A key row is read by min(32, class bytes / 16) lanes, so a warp walks 32 / that keys at a
-    time (the kernel's table of builds; tests/unit/test_kernel_constants.py holds the two to each other)."""
+    `group` (split_kv_usable): with tensor cores (tensor_cores_usable) and an f16 cache, the MMA build of the head
+    size where there is one (a walker per warp); else the smallest head-size class that holds the head, the smallest
+    group build that holds the group. A key row is read by min(32, class bytes / 16) lanes, so a warp walks 32 / that
+    keys at a time (the kernel's table of builds; tests/unit/test_kernel_constants.py holds the two to each other)."""
+    if tensor_cores and f16 and SKV_MMA and head_dim in SKV_MMA_WIDTHS:
+        return f"halo_attention_split_mma_d{head_dim}{kv_suffix(f16)}", 1
     width = next(w for w in SKV_WIDTHS if w >= head_dim)
     g = next(n for n in SKV_GROUPS if n >= group)
     lanes = min(32, width * (2 if f16 else 4) // 16)
@@ -232,9 +239,9 @@ def merge_threads(head_dim: int, chunks: int) -> int:
     return min(SKV_MERGE_MAX_THREADS, -(-groups * head_dim // 32) * 32)
 
 
-def split_shared_bytes(head_dim: int, group: int, f16: bool) -> int:
+def split_shared_bytes(head_dim: int, group: int, f16: bool, tensor_cores: bool = False) -> int:
     """Dynamic shared memory of a halo_attention_split launch: every walker's (acc, m, l) per head."""
-    return 4 * SKV_WARPS * split_kernel(head_dim, group, f16)[1] * group * (head_dim + 2)
+    return 4 * SKV_WARPS * split_kernel(head_dim, group, f16, tensor_cores)[1] * group * (head_dim + 2)
 
 
 def flash_usable(config: ModelConfig) -> bool:
@@ -474,7 +481,7 @@ class GpuForward:
             for name in layer:
                 self.kern("halo_layer.cu", name + kv_suffix(f16))
             if split_kv_usable(c):
-                self.kern("halo_layer.cu", split_kernel(c.head_dim, c.n_head // c.n_head_kv, f16)[0])
+                self.kern("halo_layer.cu", split_kernel(c.head_dim, c.n_head // c.n_head_kv, f16, self.use_tc)[0])
         for name in ("halo_attention_merge", "halo_add_norm"):
             self.kern("halo_layer.cu", name)
         self.kern("halo_sample.cu", "halo_sample")
@@ -655,9 +662,10 @@ class GpuForward:
         common = self.layer_args(kv)[i].attention
         if self.split_kv and T <= SKV_MAX_T:
             nc = skv_chunks(T)
-            self._launch("halo_layer.cu", split_kernel(D, H // Hkv, kv.f16)[0], (T, Hkv, nc), 32 * SKV_WARPS,
+            self._launch("halo_layer.cu", split_kernel(D, H // Hkv, kv.f16, self.use_tc)[0], (T, Hkv, nc),
+                         32 * SKV_WARPS,
                          common + (self.attn_part, self.attn_count if SKV_FUSED else NULL, _ptr(sinks), self.attn),
-                         shared=split_shared_bytes(D, H // Hkv, kv.f16))
+                         shared=split_shared_bytes(D, H // Hkv, kv.f16, self.use_tc))
             if not SKV_FUSED:
                 self._launch("halo_layer.cu", "halo_attention_merge", (T, H), merge_threads(D, nc),
                              (self.attn_part, np.int32(nc), np.int32(H), np.int32(D), _ptr(sinks), self.attn))

@@ -4,7 +4,8 @@ and the cache bytes read per second; the same with the merge fused into the spli
 
     python tests/gpu/bench_attention.py [BACKEND] [--kernels=NAME,...] [--chunks=64,128] [--shapes=qwen3-4b,...]
                                         [--depths=4096,...]
---kernels: extra kernel builds of halo_layer.cu to time next to the forward's own choice (same arguments).
+--kernels: extra kernel builds of halo_layer.cu to time next to the forward's own choice and the SIMT build (same
+arguments; an extra build gets the SIMT build's shared memory).
 --shapes / --depths: a part of SHAPES / DEPTHS (a 16-token step at depth 192 always runs for each shape).
 Caches are zero-filled (the scores' values do not change the work); block tables are in order.
 """
@@ -27,6 +28,7 @@ from engine.gpu.forward import (  # noqa: E402
     skv_chunks,
     split_kernel,
     split_shared_bytes,
+    tensor_cores_usable,
     view,
 )
 
@@ -120,9 +122,12 @@ def bench_shape(backend, stream, shape, depth: int, T: int, kernels: list[str], 
         caches = backend.alloc((2 * layers * per_layer,), dtype)
         backend.memset_async(caches, 0, stream)
         item = np.dtype(dtype).itemsize
-        own = split_kernel(D, G, f16)[0]
-        width = own.split("_d")[1].split("_")[0]
-        names = [own] + [k for k in kernels if k.endswith("_f16") == f16 and f"_d{width}_" in k]
+        tc = tensor_cores_usable(backend)
+        own, simt = split_kernel(D, G, f16, tc)[0], split_kernel(D, G, f16)[0]
+        shared = {own: split_shared_bytes(D, G, f16, tc), simt: split_shared_bytes(D, G, f16)}
+        width = simt.split("_d")[1].split("_")[0]
+        extra = [k for k in kernels if k.endswith("_f16") == f16 and f"_d{width}_" in k]
+        names = list(dict.fromkeys([own, simt] + extra))       # the forward's choice first, then the SIMT build
         for nc in chunks or [skv_chunks(T)]:
             part = backend.alloc((T * H * nc * (D + 2),), np.float32)
             for kname in names:
@@ -135,7 +140,7 @@ def bench_shape(backend, stream, shape, depth: int, T: int, kernels: list[str], 
                                view(caches, (2 * i + 1) * per_layer, per_layer), pos_d, seq_d, tab_d,
                                np.int32(blocks), np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D),
                                np.float32(1.0), np.int32(0), part, NULL, NULL, out) for i in range(layers)]
-                launch = Launches(backend, stream, kern, (T, Hkv, nc), split_shared_bytes(D, G, f16), layer_args,
+                launch = Launches(backend, stream, kern, (T, Hkv, nc), shared.get(kname, shared[simt]), layer_args,
                                   (T, H), (part, np.int32(nc), np.int32(H), np.int32(D), NULL, out))
                 split_us = time_graph(backend, stream, launch.split)
                 us = time_graph(backend, stream, launch.split_and_merge)

@@ -119,17 +119,21 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks, f16)
             backend.kernel(FILE, name), grid, block, args, stream, shared)
         launch("halo_attention" + kv_suffix(f16), (T, H), 32 * ATTN_WARPS, common + (sink_d, outs[0]),
                4 * ATTN_WARPS * (D + 2))
-        shared = split_shared_bytes(D, H // Hkv, f16)
-        split = split_kernel(D, H // Hkv, f16)[0]
-        launch(split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, NULL, NULL, NULL), shared)
-        launch("halo_attention_merge", (T, H), merge_threads(D, SKV_CHUNKS),
-               (part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), sink_d, outs[1]))
-        for out in outs[2:]:        # the fused merge, twice: its counters must be back at 0 after a step
-            launch(split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, counters, sink_d, out), shared)
-        assert not _down(backend, stream, counters, (T * Hkv,)).any()
-        for out in outs:
-            got = _down(backend, stream, out, (T, H * D)).reshape(T, H, D)
-            np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
+        got = {"halo_attention": _down(backend, stream, outs[0], (T, H * D))}
+        # the SIMT build, and the tensor-core build where the device and the cache have one (split_kernel)
+        for tc in sorted({False, tensor_cores_usable(backend)}):
+            shared = split_shared_bytes(D, H // Hkv, f16, tc)
+            split = split_kernel(D, H // Hkv, f16, tc)[0]
+            launch(split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, NULL, NULL, NULL), shared)
+            launch("halo_attention_merge", (T, H), merge_threads(D, SKV_CHUNKS),
+                   (part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), sink_d, outs[1]))
+            for out in outs[2:]:        # the fused merge, twice: its counters must be back at 0 after a step
+                launch(split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, counters, sink_d, out), shared)
+            assert not _down(backend, stream, counters, (T * Hkv,)).any()
+            for i, out in enumerate(outs[1:]):
+                got[f"{split} {('merge', 'fused', 'fused again')[i]}"] = _down(backend, stream, out, (T, H * D))
+        for name, out in got.items():
+            np.testing.assert_allclose(out.reshape(T, H, D), want, atol=2e-5, rtol=1e-4, err_msg=name)
     finally:
         for b in bufs + outs + [part, counters]:
             backend.free(b)

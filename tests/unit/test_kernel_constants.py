@@ -61,3 +61,14 @@ def test_split_kv_limits_fit_the_kernels():
                 assert fwd.split_shared_bytes(D, group, f16) <= 48 * 1024     # no opt-in shared memory needed
                 asked.add(base)
     assert asked == set(builds)                                   # no build the host never asks for
+    mma_builds = set(re.findall(r"^SKV_MMA_ENTRY\((halo_attention_split_mma_d(\d+)_f16), \2\)", text, re.M))
+    assert {D for _, D in mma_builds} == {str(D) for D in fwd.SKV_MMA_WIDTHS}
+    for D in (64, 80, 96, 128, 192, 256):
+        for group in range(1, fwd.SKV_MAX_GROUP + 1):
+            for f16 in (False, True):
+                name, walkers = fwd.split_kernel(D, group, f16, tensor_cores=True)
+                if name.startswith("halo_attention_split_mma_"):  # f16 caches of the MMA widths only, a walker a warp
+                    assert f16 and name == f"halo_attention_split_mma_d{D}_f16" and walkers == 1
+                else:
+                    assert name == fwd.split_kernel(D, group, f16)[0]
+                assert fwd.split_shared_bytes(D, group, f16, True) <= 48 * 1024

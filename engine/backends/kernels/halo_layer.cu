@@ -292,6 +292,48 @@ __device__ __forceinline__ void skv_load(const KV* kcache, const KV* vcache, con
     }
 }
 
+// The end of a split-KV block: combine its WALKERS walkers' (acc, m, l) per head, laid out in shared memory as
+// sm[(walker G + g) (D + 2) + (d | D: m | D + 1: l)], into chunk c's partial of each head; with counters, the
+// block that finishes a (token, kv head) last also merges its chunks (HALO_SKV_FUSED).
+__device__ void skv_finish(const float* sm, int WALKERS, int G, int D, int t, int H, int Hkv, int hk, int c, int nc,
+                           float* part, i32* counters, const float* sinks, float* out) {
+    int W = D + 2;
+    __syncthreads();
+    for (int k = threadIdx.x; k < G * W; k += blockDim.x) {     // k = g * W + (d | D: m | D + 1: l)
+        int g = k / W, d = k - g * W;
+        float M = NEG_INF;
+        for (int w = 0; w < WALKERS; w++) M = fmaxf(M, sm[(size_t)(w * G + g) * W + D]);
+        float v = 0.0f;
+        if (d == D) v = M;
+        else if (M != NEG_INF) {
+            for (int w = 0; w < WALKERS; w++) {
+                const float* wa = sm + (size_t)(w * G + g) * W;
+                if (wa[D] != NEG_INF) v += wa[d] * __expf(wa[D] - M);
+            }
+        }
+        int h = hk * G + g;
+        part[((size_t)(t * H + h) * nc + c) * W + d] = v;
+    }
+    if (!counters) return;                      // halo_attention_merge follows
+    __shared__ float wc[SKV_MERGE_MAX];
+    __shared__ float red[32];
+    __shared__ float osum[SKV_MERGE_GROUPS * 256];
+    __shared__ int last;
+    __threadfence();                            // this block's partials are visible before it is counted
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        i32* cnt = counters + t * Hkv + hk;
+        last = atomicAdd(cnt, 1) == nc - 1;
+        if (last) *cnt = 0;                     // every chunk has counted: ready for the next step
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int g = 0; g < G; g++)
+        skv_merge_head<const volatile float*>(part, nc, t, hk * G + g, H, D, sinks, out, wc, red, osum);
+}
+
+
 template <typename KV, int LPK, int NV, int UNROLL, int GMAX, bool PREFETCH>
 __device__ void attention_split(const float* qkv, i32 ld, const KV* kcache, const KV* vcache,
                                 const i32* positions, const i32* token_seq, const i32* block_tables,
@@ -385,39 +427,7 @@ __device__ void attention_split(const float* qkv, i32 ld, const KV* kcache, cons
         }
         if (sl == 0) { wa[D] = m[g]; wa[D + 1] = l[g]; }
     }
-    __syncthreads();
-    for (int k = threadIdx.x; k < G * W; k += blockDim.x) {     // k = g * W + (d | D: m | D + 1: l)
-        int g = k / W, d = k - g * W;
-        float M = NEG_INF;
-        for (int w = 0; w < WALKERS; w++) M = fmaxf(M, sm[(size_t)(w * G + g) * W + D]);
-        float v = 0.0f;
-        if (d == D) v = M;
-        else if (M != NEG_INF) {
-            for (int w = 0; w < WALKERS; w++) {
-                const float* wa = sm + (size_t)(w * G + g) * W;
-                if (wa[D] != NEG_INF) v += wa[d] * __expf(wa[D] - M);
-            }
-        }
-        int h = hk * G + g;
-        part[((size_t)(t * H + h) * nc + c) * W + d] = v;
-    }
-    if (!counters) return;                      // halo_attention_merge follows
-    __shared__ float wc[SKV_MERGE_MAX];
-    __shared__ float red[32];
-    __shared__ float osum[SKV_MERGE_GROUPS * 256];
-    __shared__ int last;
-    __threadfence();                            // this block's partials are visible before it is counted
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        i32* cnt = counters + t * Hkv + hk;
-        last = atomicAdd(cnt, 1) == nc - 1;
-        if (last) *cnt = 0;                     // every chunk has counted: ready for the next step
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int g = 0; g < G; g++)
-        skv_merge_head<const volatile float*>(part, nc, t, hk * G + g, H, D, sinks, out, wc, red, osum);
+    skv_finish(sm, WALKERS, G, D, t, H, Hkv, hk, c, nc, part, counters, sinks, out);
 }
 
 #define SKV_ENTRY(NAME, KV, LPK, NV, UNROLL, GMAX, PREFETCH)                                                        \
@@ -442,6 +452,142 @@ SKV_GROUPS(halo_attention_split_d256,     float,          32, 2, 4,     false)
 SKV_GROUPS(halo_attention_split_d64_f16,  unsigned short, 8,  1, 4,     false)
 SKV_GROUPS(halo_attention_split_d128_f16, unsigned short, 16, 1, 1,     true)
 SKV_GROUPS(halo_attention_split_d256_f16, unsigned short, 32, 1, 4,     false)
+
+// Split-KV attention on tensor cores, for an f16 cache (CUDA sm_80+): halo_attention_split_mma_d{64,128}_f16, the
+// same grid, chunks, partials and fused merge as the builds above. Those spend per key and head a dot product over
+// lanes, a shuffle reduction, exps and the acc update: at depth 16k on the H200 they issued one instruction per
+// ~6 cycles at 53% of DRAM bandwidth (run 11's ncu), so the cache's bytes were not the bound. Here a warp takes 16
+// keys at a time as two products on mma.m16n8k16 (prelude.h's fragment layouts):
+//   S (16 x 16) = Q (rows: the G <= 8 heads of kv head hk, the rest zero) x K^T (16 dims x 16 keys per MMA),
+//   O (16 x D) += P (16 heads x 16 keys) x V (16 keys x 8 dims per MMA),
+// so one MMA does 128 of the old kernel's multiply-adds for a head and the reductions over dims are in the MMA.
+// Float32-level products: the cache's f16 values are exact operands; Q (scaled) and P are f16 head + tail
+// (f16_split2: 2 MMAs per product); each tile's P V goes to a fresh fragment added to the float32 O registers
+// (the MMA's own accumulation is not IEEE; a tile's chain is 2 MMAs). The online softmax is float32 per tile.
+// Operand orders: the sum over dims may take any order if Q and K agree, so lane (g, q)'s K run is the D / 4
+// contiguous dims from (D / 4) q (16-byte loads), k slots 2q, 2q+1 | 2q+8, 2q+9 of chunk kc being dims
+// (D / 4) q + 4 kc + 0, 1 | 2, 3. P's A fragment is S's C fragment (keys 2q, 2q+1 | 8 + 2q, 9 + 2q), so V's B
+// fragment pairs keys 2q, 2q+1 at one dim: the lane loads those keys' rows at dims 64 p + 8 g .. + 7 and pairs
+// them with byte permutes; output tile n = 8 p + e, column g is dim 64 p + 8 g + e.
+// Limits (the caller checks): D == SKV_MMA_D, G <= 8. Compiles to nothing without HALO_TC.
+template <int D>
+__device__ void attention_split_mma(const float* qkv, i32 ld, const unsigned short* kcache,
+                                    const unsigned short* vcache, const i32* positions, const i32* token_seq,
+                                    const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv, float scale,
+                                    i32 window, float* part, i32* counters, const float* sinks, float* out) {
+#if HALO_TC
+    constexpr int KC = D / 16, NT = D / 8, KR = D / 32, VP = D / 64;   // k chunks, n tiles, K / V uint4 per row
+    extern __shared__ float sm[];
+    int t = blockIdx.x, hk = blockIdx.y, c = blockIdx.z, nc = gridDim.z;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    int G = H / Hkv;
+    int pos = positions[t], s = token_seq[t];
+    int lo = window > 0 ? max(0, pos - window + 1) : 0;
+    int ck = (max(SKV_MIN_KEYS, (pos + 1 - lo + nc - 1) / nc) + 15) & ~15;   // whole 16-key tiles
+    int j0 = lo + c * ck, j1 = min(pos + 1, j0 + ck);
+    const i32* table = block_tables + (size_t)s * bt_width;
+    u32 qh[KC][2], ql[KC][2];                   // A fragments of Q's row g (rows g + 8 are zero)
+    {
+        const float* qp = qkv + (size_t)t * ld + (size_t)(hk * G + min(g, G - 1)) * D + (D / 4) * q;
+        float live = g < G ? scale : 0.0f;
+        #pragma unroll
+        for (int kc = 0; kc < KC; kc++) {
+            float4 x = *(const float4*)(qp + 4 * kc);
+            f16_split2(x.x * live, x.y * live, &qh[kc][0], &ql[kc][0]);
+            f16_split2(x.z * live, x.w * live, &qh[kc][1], &ql[kc][1]);
+        }
+    }
+    float o[NT][2], m = NEG_INF, l = 0.0f;       // head g's running output at dims (n, 2q | 2q + 1), max, sum
+    #pragma unroll
+    for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = 0.0f;
+    for (int jt = j0 + 16 * warp; jt < j1; jt += 16 * SKV_WARPS) {
+        uint4 kr[2][KR], vr[4][VP];
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {            // K rows jt + g, jt + 8 + g: B columns g of the two n tiles
+            int j = min(jt + 8 * h + g, j1 - 1);
+            const uint4* p = (const uint4*)(kcache + (((size_t)table[j / bs] * bs + j % bs) * Hkv + hk) * D
+                                            + (D / 4) * q);
+            #pragma unroll
+            for (int i = 0; i < KR; i++) kr[h][i] = p[i];
+        }
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {            // V rows jt + 2q + (0, 1, 8, 9)
+            int j = min(jt + 2 * q + (r & 1) + 8 * (r >> 1), j1 - 1);
+            const uint4* p = (const uint4*)(vcache + (((size_t)table[j / bs] * bs + j % bs) * Hkv + hk) * D + 8 * g);
+            #pragma unroll
+            for (int i = 0; i < VP; i++) vr[r][i] = p[8 * i];
+        }
+        float sc[2][4];
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {
+            sc[h][0] = sc[h][1] = sc[h][2] = sc[h][3] = 0.0f;
+            const u32* kw = (const u32*)kr[h];
+            #pragma unroll
+            for (int kc = 0; kc < KC; kc++) {
+                mma_f16(sc[h], ql[kc][0], 0u, ql[kc][1], 0u, kw[2 * kc], kw[2 * kc + 1]);
+                mma_f16(sc[h], qh[kc][0], 0u, qh[kc][1], 0u, kw[2 * kc], kw[2 * kc + 1]);
+            }
+        }
+        float sv[4] = {sc[0][0], sc[0][1], sc[1][0], sc[1][1]};   // keys jt + 2q, 2q + 1, 8 + 2q, 9 + 2q
+        float mx = NEG_INF;
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if (jt + 2 * q + (i & 1) + 8 * (i >> 1) >= j1) sv[i] = NEG_INF;
+            mx = fmaxf(mx, sv[i]);
+        }
+        mx = fmaxf(mx, SHFL_XOR(mx, 1));
+        mx = fmaxf(mx, SHFL_XOR(mx, 2));         // the tile's maximum for head g (key jt < j1: finite)
+        float mn = fmaxf(m, mx), corr = __expf(m - mn);
+        m = mn;
+        float pv[4];
+        #pragma unroll
+        for (int i = 0; i < 4; i++) pv[i] = __expf(sv[i] - mn);
+        l = l * corr + ((pv[0] + pv[1]) + (pv[2] + pv[3]));
+        u32 ph0, pl0, ph1, pl1;
+        f16_split2(pv[0], pv[1], &ph0, &pl0);
+        f16_split2(pv[2], pv[3], &ph1, &pl1);
+        #pragma unroll
+        for (int n = 0; n < NT; n++) {
+            const u32* v0 = (const u32*)&vr[0][n / 8];
+            const u32* v1 = (const u32*)&vr[1][n / 8];
+            const u32* v2 = (const u32*)&vr[2][n / 8];
+            const u32* v3 = (const u32*)&vr[3][n / 8];
+            int e = n % 8, sel = (e & 1) ? 0x7632 : 0x5410;       // dim e of 8: the high or low halves
+            u32 b0 = __byte_perm(v0[e / 2], v1[e / 2], sel), b1 = __byte_perm(v2[e / 2], v3[e / 2], sel);
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_f16(d, pl0, 0u, pl1, 0u, b0, b1);
+            mma_f16(d, ph0, 0u, ph1, 0u, b0, b1);
+            o[n][0] = o[n][0] * corr + d[0];
+            o[n][1] = o[n][1] * corr + d[1];
+        }
+    }
+    l += SHFL_XOR(l, 1);
+    l += SHFL_XOR(l, 2);
+    if (g < G) {
+        float* wa = sm + (size_t)(warp * G + g) * (D + 2);
+        #pragma unroll
+        for (int n = 0; n < NT; n++) {
+            int d0 = 64 * (n / 8) + 16 * q + n % 8;             // columns 2q, 2q + 1: dims d0, d0 + 8
+            wa[d0] = o[n][0];
+            wa[d0 + 8] = o[n][1];
+        }
+        if (q == 0) { wa[D] = m; wa[D + 1] = l; }
+    }
+    skv_finish(sm, SKV_WARPS, G, D, t, H, Hkv, hk, c, nc, part, counters, sinks, out);
+#endif
+}
+
+#define SKV_MMA_ENTRY(NAME, D)                                                                                          \
+HALO_KERNEL void NAME(const float* qkv, i32 ld, const unsigned short* kcache,                                     \
+        const unsigned short* vcache, const i32* positions, const i32* token_seq, const i32* block_tables,          \
+        i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 Dh, float scale, i32 window, float* part, i32* counters,          \
+        const float* sinks, float* out) {                                                                           \
+    GRID_DEPENDENCY_SYNC();                                                                                         \
+    attention_split_mma<D>(qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, Hkv,        \
+                           scale, window, part, counters, sinks, out);                                             \
+}
+SKV_MMA_ENTRY(halo_attention_split_mma_d64_f16, 64)
+SKV_MMA_ENTRY(halo_attention_split_mma_d128_f16, 128)
 
 // Tiled prefill attention (flash-attention style) on tensor cores, for steps of many tokens: a block takes
 // FA_ROWS query rows = up to FA_ROWS / G consecutive tokens of the step x the G = H / Hkv query heads of kv head

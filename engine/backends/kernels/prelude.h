@@ -161,6 +161,26 @@ __device__ __forceinline__ void mma_tf32(float* c, const u32* a, u32 b0, u32 b1)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// f16 operands, mma.m16n8k16 with float32 accumulators (PTX ISA, "mma.m16n8k16 .f16"): each register holds two
+// f16 elements, the lower index in the low half. A (16 x 16, row-major) a0 = A[g][2q, 2q+1], a1 = A[g + 8][2q, 2q+1],
+// a2 = A[g][2q+8, 2q+9], a3 = A[g + 8][2q+8, 2q+9]; B (16 x 8) b0 = B[2q, 2q+1][g], b1 = B[2q+8, 2q+9][g]; C as above.
+__device__ __forceinline__ void mma_f16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Two floats as f16 heads and f16 tails packed in pairs (x = head + tail to ~22 bits, like tf32_split; a tail
+// below f16's normal range still lands within 2^-25 of the rest): the float32-level operand of an f16 MMA that
+// takes exact f16 values on its other side (an f16 KV cache, integer weight codes).
+__device__ __forceinline__ void f16_split2(float x0, float x1, u32* head, u32* tail) {
+    unsigned short h0 = float_to_half(x0), h1 = float_to_half(x1);
+    unsigned short t0 = float_to_half(x0 - half_to_float(h0)), t1 = float_to_half(x1 - half_to_float(h1));
+    *head = (u32)h0 | ((u32)h1 << 16);
+    *tail = (u32)t0 | ((u32)t1 << 16);
+}
+
 // c += a * b in 3xTF32 (a: head/tail A fragments, b: one B fragment's two floats, split here)
 __device__ __forceinline__ void mma_3xtf32(float* c, const u32* ah, const u32* al, float b0, float b1) {
     u32 bh0, bl0, bh1, bl1;
