@@ -61,7 +61,7 @@ def test_split_kv_limits_fit_the_kernels():
                 assert fwd.split_shared_bytes(D, group, f16) <= 48 * 1024     # no opt-in shared memory needed
                 asked.add(base)
     assert asked == set(builds)                                   # no build the host never asks for
-    mma_builds = set(re.findall(r"^SKV_MMA_ENTRY\((halo_attention_split_mma_d(\d+)_f16), \2\)", text, re.M))
+    mma_builds = set(re.findall(r"^SKV_MMA_ENTRY\((halo_attention_split_mma_d(\d+)_f16), \2, \w+\)", text, re.M))
     assert {D for _, D in mma_builds} == {str(D) for D in fwd.SKV_MMA_WIDTHS}
     for D in (64, 80, 96, 128, 192, 256):
         for group in range(1, fwd.SKV_MAX_GROUP + 1):

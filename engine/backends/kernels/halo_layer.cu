@@ -470,7 +470,30 @@ SKV_GROUPS(halo_attention_split_d256_f16, unsigned short, 32, 1, 4,     false)
 // fragment pairs keys 2q, 2q+1 at one dim: the lane loads those keys' rows at dims 64 p + 8 g .. + 7 and pairs
 // them with byte permutes; output tile n = 8 p + e, column g is dim 64 p + 8 g + e.
 // Limits (the caller checks): D == SKV_MMA_D, G <= 8. Compiles to nothing without HALO_TC.
+// One 16-key tile's rows for lane (g, q) of attention_split_mma: K rows jt + g and jt + 8 + g (B columns g of the two
+// n tiles), the lane's D / 4 dims from (D / 4) q; V rows jt + 2q + (0, 1, 8, 9) at dims 64 i + 8 g .. + 7. Keys past
+// the chunk read its last key (masked by the caller).
 template <int D>
+__device__ __forceinline__ void skv_mma_load(const unsigned short* kcache, const unsigned short* vcache,
+                                             const i32* table, int bs, int Hkv, int hk, int jt, int j1, int g, int q,
+                                             uint4 (&kr)[2][D / 32], uint4 (&vr)[4][D / 64]) {
+    #pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int j = min(jt + 8 * h + g, j1 - 1);
+        const uint4* p = (const uint4*)(kcache + (((size_t)table[j / bs] * bs + j % bs) * Hkv + hk) * D + (D / 4) * q);
+        #pragma unroll
+        for (int i = 0; i < D / 32; i++) kr[h][i] = p[i];
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; r++) {
+        int j = min(jt + 2 * q + (r & 1) + 8 * (r >> 1), j1 - 1);
+        const uint4* p = (const uint4*)(vcache + (((size_t)table[j / bs] * bs + j % bs) * Hkv + hk) * D + 8 * g);
+        #pragma unroll
+        for (int i = 0; i < D / 64; i++) vr[r][i] = p[8 * i];
+    }
+}
+
+template <int D, bool PREFETCH>
 __device__ void attention_split_mma(const float* qkv, i32 ld, const unsigned short* kcache,
                                     const unsigned short* vcache, const i32* positions, const i32* token_seq,
                                     const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv, float scale,
@@ -500,35 +523,30 @@ __device__ void attention_split_mma(const float* qkv, i32 ld, const unsigned sho
     float o[NT][2], m = NEG_INF, l = 0.0f;       // head g's running output at dims (n, 2q | 2q + 1), max, sum
     #pragma unroll
     for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = 0.0f;
-    for (int jt = j0 + 16 * warp; jt < j1; jt += 16 * SKV_WARPS) {
-        uint4 kr[2][KR], vr[4][VP];
+    // The next tile's rows are loaded while this one is computed (both in registers: 2 blocks per SM either way).
+    uint4 kr[2][KR], vr[4][VP];
+    int jt = j0 + 16 * warp;
+    const int step = 16 * SKV_WARPS;
+    if (jt < j1) skv_mma_load<D>(kcache, vcache, table, bs, Hkv, hk, jt, j1, g, q, kr, vr);
+    for (; jt < j1; jt += step) {
+        uint4 nk[2][KR], nv[4][VP];
+        bool more = jt + step < j1;
+        if (PREFETCH && more) skv_mma_load<D>(kcache, vcache, table, bs, Hkv, hk, jt + step, j1, g, q, nk, nv);
+        float sh[2][4], sl[2][4];                // Q's heads and tails in separate chains: 4 independent
         #pragma unroll
-        for (int h = 0; h < 2; h++) {            // K rows jt + g, jt + 8 + g: B columns g of the two n tiles
-            int j = min(jt + 8 * h + g, j1 - 1);
-            const uint4* p = (const uint4*)(kcache + (((size_t)table[j / bs] * bs + j % bs) * Hkv + hk) * D
-                                            + (D / 4) * q);
+        for (int h = 0; h < 2; h++)
             #pragma unroll
-            for (int i = 0; i < KR; i++) kr[h][i] = p[i];
-        }
+            for (int i = 0; i < 4; i++) sh[h][i] = sl[h][i] = 0.0f;
         #pragma unroll
-        for (int r = 0; r < 4; r++) {            // V rows jt + 2q + (0, 1, 8, 9)
-            int j = min(jt + 2 * q + (r & 1) + 8 * (r >> 1), j1 - 1);
-            const uint4* p = (const uint4*)(vcache + (((size_t)table[j / bs] * bs + j % bs) * Hkv + hk) * D + 8 * g);
+        for (int kc = 0; kc < KC; kc++)
             #pragma unroll
-            for (int i = 0; i < VP; i++) vr[r][i] = p[8 * i];
-        }
-        float sc[2][4];
-        #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            sc[h][0] = sc[h][1] = sc[h][2] = sc[h][3] = 0.0f;
-            const u32* kw = (const u32*)kr[h];
-            #pragma unroll
-            for (int kc = 0; kc < KC; kc++) {
-                mma_f16(sc[h], ql[kc][0], 0u, ql[kc][1], 0u, kw[2 * kc], kw[2 * kc + 1]);
-                mma_f16(sc[h], qh[kc][0], 0u, qh[kc][1], 0u, kw[2 * kc], kw[2 * kc + 1]);
+            for (int h = 0; h < 2; h++) {
+                const u32* kw = (const u32*)kr[h];
+                mma_f16(sl[h], ql[kc][0], 0u, ql[kc][1], 0u, kw[2 * kc], kw[2 * kc + 1]);
+                mma_f16(sh[h], qh[kc][0], 0u, qh[kc][1], 0u, kw[2 * kc], kw[2 * kc + 1]);
             }
-        }
-        float sv[4] = {sc[0][0], sc[0][1], sc[1][0], sc[1][1]};   // keys jt + 2q, 2q + 1, 8 + 2q, 9 + 2q
+        float sv[4] = {sh[0][0] + sl[0][0], sh[0][1] + sl[0][1],   // keys jt + 2q, 2q + 1, 8 + 2q, 9 + 2q
+                       sh[1][0] + sl[1][0], sh[1][1] + sl[1][1]};
         float mx = NEG_INF;
         #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -560,6 +578,19 @@ __device__ void attention_split_mma(const float* qkv, i32 ld, const unsigned sho
             o[n][0] = o[n][0] * corr + d[0];
             o[n][1] = o[n][1] * corr + d[1];
         }
+        if (!more) break;
+        if (!PREFETCH) {
+            skv_mma_load<D>(kcache, vcache, table, bs, Hkv, hk, jt + step, j1, g, q, kr, vr);
+            continue;
+        }
+        #pragma unroll
+        for (int h = 0; h < 2; h++)
+            #pragma unroll
+            for (int i = 0; i < KR; i++) kr[h][i] = nk[h][i];
+        #pragma unroll
+        for (int r = 0; r < 4; r++)
+            #pragma unroll
+            for (int i = 0; i < VP; i++) vr[r][i] = nv[r][i];
     }
     l += SHFL_XOR(l, 1);
     l += SHFL_XOR(l, 2);
@@ -577,17 +608,17 @@ __device__ void attention_split_mma(const float* qkv, i32 ld, const unsigned sho
 #endif
 }
 
-#define SKV_MMA_ENTRY(NAME, D)                                                                                          \
+#define SKV_MMA_ENTRY(NAME, D, PF)                                                                                      \
 HALO_KERNEL void NAME(const float* qkv, i32 ld, const unsigned short* kcache,                                     \
         const unsigned short* vcache, const i32* positions, const i32* token_seq, const i32* block_tables,          \
         i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 Dh, float scale, i32 window, float* part, i32* counters,          \
         const float* sinks, float* out) {                                                                           \
     GRID_DEPENDENCY_SYNC();                                                                                         \
-    attention_split_mma<D>(qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, Hkv,        \
+    attention_split_mma<D, PF>(qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, Hkv,        \
                            scale, window, part, counters, sinks, out);                                             \
 }
-SKV_MMA_ENTRY(halo_attention_split_mma_d64_f16, 64)
-SKV_MMA_ENTRY(halo_attention_split_mma_d128_f16, 128)
+SKV_MMA_ENTRY(halo_attention_split_mma_d64_f16, 64, true)
+SKV_MMA_ENTRY(halo_attention_split_mma_d128_f16, 128, true)
 
 // Tiled prefill attention (flash-attention style) on tensor cores, for steps of many tokens: a block takes
 // FA_ROWS query rows = up to FA_ROWS / G consecutive tokens of the step x the G = H / Hkv query heads of kv head

@@ -164,8 +164,9 @@ __device__ __forceinline__ void mma_tf32(float* c, const u32* a, u32 b0, u32 b1)
 // f16 operands, mma.m16n8k16 with float32 accumulators (PTX ISA, "mma.m16n8k16 .f16"): each register holds two
 // f16 elements, the lower index in the low half. A (16 x 16, row-major) a0 = A[g][2q, 2q+1], a1 = A[g + 8][2q, 2q+1],
 // a2 = A[g][2q+8, 2q+9], a3 = A[g + 8][2q+8, 2q+9]; B (16 x 8) b0 = B[2q, 2q+1][g], b1 = B[2q+8, 2q+9][g]; C as above.
+// Not volatile: the compiler may interleave independent MMAs with other work (it cannot reorder volatile asm).
 __device__ __forceinline__ void mma_f16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
                  "{%8, %9}, {%0, %1, %2, %3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
