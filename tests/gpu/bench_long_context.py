@@ -21,7 +21,7 @@ from engine.gpu.bench import format_batch_result, format_long_result, run_batch_
 
 MODEL = "qwen3-4b-shaped-q4_k.gguf"
 DEPTHS = (4096, 16384, 32768)
-F16_DEPTHS = (16384, 32768)                  # the same with kv_type="f16" (half the cache, llama.cpp's default type)
+F16_DEPTHS = (4096, 16384, 32768)            # the same with kv_type="f16" (half the cache, llama.cpp's default type)
 CONCURRENCY = (1, 4, 8, 16)
 
 
