@@ -1615,20 +1615,6 @@ HALO_KERNEL __launch_bounds__(256, 3) void halo_glu_tc(const unsigned char* wg, 
 #define TP_LDX 40                  // words per token row: 32 k + 8 pad
 
 #if HALO_TC
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    u32 a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
-// 16 bytes global -> shared, asynchronously; bytes == 0 writes zeros (tokens past T)
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(smem_addr(dst)), "l"(src), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
-
 // X[tok0 + n][k0 .. k0 + 32) into Xs[n * TP_LDX ..]: thread t copies chunks c = t % 8 of token rows t / 8 + 16 j;
 // xo[j]: the row's element offset in X, or -1 past T
 __device__ __forceinline__ void tp_load_x(const float* X, const int* xo, int k0, float* Xs) {

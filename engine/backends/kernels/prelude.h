@@ -182,6 +182,33 @@ __device__ __forceinline__ void f16_split2(float x0, float x1, u32* head, u32* t
     *tail = (u32)t0 | ((u32)t1 << 16);
 }
 
+// Shared memory by its 32-bit shared-window address (cp.async, ldmatrix)
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// 16 bytes global -> shared, asynchronously; bytes == 0 writes zeros (tokens past T)
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(smem_addr(dst)), "l"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// Four 8 x 8 matrices of 16-bit elements from shared memory: lanes 8i .. 8i + 7 give the 8 row addresses (16 bytes
+// each) of matrix i; lane (g, q) receives r[i] = matrix i's row g, elements 2q, 2q + 1 (or, transposed, column g's
+// rows 2q, 2q + 1): f16 MMA fragments (row-major A, or a row-major [k][n] B read transposed).
+__device__ __forceinline__ void ldmatrix_x4(u32* r, const void* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(row)) : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(u32* r, const void* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(row)) : "memory");
+}
+
 // c += a * b in 3xTF32 (a: head/tail A fragments, b: one B fragment's two floats, split here)
 __device__ __forceinline__ void mma_3xtf32(float* c, const u32* ah, const u32* al, float b0, float b1) {
     u32 bh0, bl0, bh1, bl1;
