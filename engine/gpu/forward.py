@@ -44,7 +44,10 @@ TC_ROWS, TC_TOKENS, TC_K = 32, 64, 32      # halo_*_tc (tensor cores, CUDA sm_80
 # halo_*_tcp: the pipelined tensor-core tile (engine/gpu/NOTES.md), 64 rows (GLU: 32 gate + 32 up) x 64 tokens per
 # block, same k stage, split-K contract and partial sums as tc; matmul segments need rows % TCP_ROWS == 0.
 # halo_*_tck: tcp for matrices of TCK_TYPES only, integer weights exact in TF32 (2 MMAs per product, not 3).
+# halo_*_tch: tck's contract on f16 MMAs (m16n8k16), activations split once per input into f16 heads and tails by
+# halo_split_f16 (split_f16_floats: its scratch; SPLIT_TOKENS: the tile's tokens, the stride of its sum planes).
 TCP_ROWS = 64
+SPLIT_TOKENS = 64
 TCK_TYPES = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 # Split K until a prefill matmul has this many blocks (~8 per SM on an H200: the last wave stays short).
 # H200 sweep, Qwen3-4B-shaped 128-token prefill: 256 -> 1967, 512 -> 2225, 1024 -> 2320, 2048 -> 2384 tok/s;
@@ -66,10 +69,10 @@ SIMT_TILES = os.environ.get("HALO_GPU_TILES") == "gt"
 # only been compiled (the prebuilt gfx11 objects), never run on an AMD GPU, so the FMA tile stays the default.
 WMMA_TILES = os.environ.get("HALO_GPU_TILES") == "wmma"
 WMMA_ARCHS = frozenset({"gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151"})
-# Which tensor-core tile: "auto" (unset: the best measured for each product, see _tc_tile / _glu_tile), or "tck" /
-# "tcp" / "tc" (HALO_GPU_TILES=...: tck wherever the types allow / the pipelined tile for every type / the first tile
-# everywhere, for comparisons)
-TC_TILE = {"tc": "tc", "tcp": "tcp", "tck": "tck"}.get(os.environ.get("HALO_GPU_TILES", ""), "auto")
+# Which tensor-core tile: "auto" (unset: the best measured for each product, see _tc_tile / _glu_tile), or "tch" /
+# "tck" / "tcp" / "tc" (HALO_GPU_TILES=...: tch or tck wherever the types allow / the pipelined tile for every type /
+# the first tile everywhere, for comparisons; tch is opt-in until it has run on an H200)
+TC_TILE = {"tc": "tc", "tcp": "tcp", "tck": "tck", "tch": "tch"}.get(os.environ.get("HALO_GPU_TILES", ""), "auto")
 # "auto" keeps products of fewer weights than this on tc: the pipelined tiles' 64-row blocks leave a small model's
 # matrices few blocks (H200, 128-token prefill: SmolLM2 13,799 tok/s with them vs 18,746 on tc, gemma-3-270m 20,264
 # vs 23,850; their largest matrix has 1.3 M weights), while every Qwen3-4B product (>= 10.5 M) gains (3,283 -> 3,656)
@@ -155,7 +158,9 @@ def _tc_tile(types: set[int], weights: int) -> str:
     tc for products under PIPELINED_MIN_WEIGHTS (TC_TILE "auto") or everywhere (TC_TILE "tc")."""
     if TC_TILE == "tc" or (TC_TILE == "auto" and weights < PIPELINED_MIN_WEIGHTS):
         return "tc"
-    return "tck" if TC_TILE != "tcp" and types <= TCK_TYPES else "tcp"
+    if TC_TILE == "tcp" or not types <= TCK_TYPES:
+        return "tcp"
+    return "tch" if TC_TILE == "tch" else "tck"
 
 
 def _glu_tile(types: set[int], weights: int) -> str:
@@ -166,7 +171,9 @@ def _glu_tile(types: set[int], weights: int) -> str:
         return TC_TILE
     if TC_TILE == "auto" and weights < PIPELINED_MIN_WEIGHTS:
         return "tc"
-    return "tck" if types <= TCK_TYPES else "tc"
+    if not types <= TCK_TYPES:
+        return "tc"
+    return "tch" if TC_TILE == "tch" else "tck"
 
 
 def wmma_usable(backend: Backend) -> bool:
@@ -179,6 +186,18 @@ def splitk_floats(config: ModelConfig, max_tokens: int) -> int:
     TC_ROWS x TC_TOKENS outputs, GLU's two planes included, and never needs more than splits x T x rows."""
     widest = max(config.q_dim + 2 * config.kv_dim, config.n_embd, 2 * config.n_ff)
     return min(2 * SPLIT_TARGET_BLOCKS * TC_ROWS * TC_TOKENS * 2, 8 * max_tokens * widest)
+
+
+def split_f16_floats(T: int, K: int) -> int:
+    """Scratch (in float32 words) of halo_split_f16 for T tokens of K activations: f16 heads and tails (T x K each),
+    the float32 sums of every 32-k sub-block ((K / 32) planes of T rounded up to SPLIT_TOKENS) and one exponent per
+    token. _split_f16 lays them out in this order."""
+    return T * K + (K // 32) * -(-T // SPLIT_TOKENS) * SPLIT_TOKENS + T
+
+
+def split_f16_scratch(config: ModelConfig, max_tokens: int) -> int:
+    """halo_split_f16's scratch for any product input of this model (split_f16_floats of its widest)."""
+    return split_f16_floats(max_tokens, max(config.n_embd, config.q_dim, config.n_ff))
 
 
 def split_k(base_blocks: int, K: int, partial_floats: int, capacity: int) -> int:
@@ -457,6 +476,9 @@ class GpuForward:
         self.launches = 0                 # kernels launched by the last enqueue_body
         self._logits_host: PinnedHostBuffer | None = None
         self._logits_ready = backend.create_event()
+        self._split_buf: DeviceBuffer | None = None        # halo_split_f16's output (_split_f16)
+        if self.use_tc and TC_TILE == "tch":
+            self._grow_split(split_f16_scratch(c, max_tokens))
 
     # kernels -----------------------------------------------------------------------------------------
     def kern(self, file: str, name: str):
@@ -469,11 +491,11 @@ class GpuForward:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
         kq = tuple(f"kq_t{n}" for n in KQ_TOKENS) + tuple(f"bq_t{n}" for n in BQ_TOKENS) + \
             tuple(f"mv_t{n}" for n in MV_TOKENS)
-        tensor_core = ("tc", "tcp", "tck") + tuple(f"tn_t{n}" for n in TN_TOKENS) if self.use_tc else ()
+        tensor_core = ("tc", "tcp", "tck", "tch") + tuple(f"tn_t{n}" for n in TN_TOKENS) if self.use_tc else ()
         for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + tensor_core + (("wm",) if self.use_wmma else ()):
             self.kern("halo_quant.cu", "halo_matmul_" + suffix)
             self.kern("halo_quant.cu", "halo_glu_" + suffix)
-        for name in ("halo_embed_norm", "halo_splitk_sum"):
+        for name in ("halo_embed_norm", "halo_splitk_sum") + (("halo_split_f16",) if self.use_tc else ()):
             self.kern("halo_quant.cu", name)
         c = self.config
         for f16 in (False, True):                  # either cache type may be asked for (new_kv_cache)
@@ -496,6 +518,31 @@ class GpuForward:
     def _launch(self, file, name, grid, block, args, shared=0):
         self.backend.launch(self.kern(file, name), grid, block, args, self.stream, shared)
         self.launches += 1
+
+    def _grow_split(self, floats: int) -> None:
+        if self._split_buf is not None:
+            self.backend.synchronize()
+            self.backend.free(self._split_buf)
+            self.scratch = [x for x in self.scratch if x is not self._split_buf]
+        self._split_buf = self.backend.alloc(floats, np.float32)
+        self.scratch.append(self._split_buf)
+
+    def _split_f16(self, X, xrow, T: int, K: int) -> tuple:
+        """X's rows (through xrow) split by halo_split_f16 for the tch tiles: (Xh, Xl, sums, exponents, sum-plane
+        stride). Once per product: every input of a layer feeds one product (q|k|v and gate|up are fused), so this
+        is once per distinct input, and nothing can go stale between products. The scratch (split_f16_scratch) is
+        allocated with the forward's under HALO_GPU_TILES=tch, else on first use (tests that force the tile); a
+        larger request (only tests that swap the config make one) grows it after the stream drains."""
+        ls = -(-T // SPLIT_TOKENS) * SPLIT_TOKENS
+        need = split_f16_floats(T, K)
+        if self._split_buf is None or self._split_buf.shape[0] < need:
+            self._grow_split(max(split_f16_scratch(self.config, self.max_tokens), need))
+        b = self._split_buf
+        parts = (view(b, 0, T * K, np.uint16), view(b, T * K // 2, T * K, np.uint16),
+                 view(b, T * K, (K // 32) * ls), view(b, T * K + (K // 32) * ls, T, np.int32), np.int32(ls))
+        self._launch("halo_quant.cu", "halo_split_f16", T, 256,
+                     (X, _ptr(xrow), np.int32(K), np.int32(T)) + parts[4:] + parts[:4])
+        return parts
 
     def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False, bq_ok: bool = False,
               tn_ok: bool = False) -> tuple[int, int, str]:
@@ -574,6 +621,9 @@ class GpuForward:
             if tile != "tc" and m.tcp_ok:
                 suffix, R = tile, TCP_ROWS
             splits = self._splits(rows, T, K, 1, R)
+            if suffix == "tch":
+                xh, xl, xs, xe, ls = self._split_f16(X, xrow, T, K)
+                args = m.segments + (_ptr(bias), xh, xl, xs, xe, m.K32, np.int32(T), ls, Y, np.int32(ldy))
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (rows // R, -(-T // NT), splits), 128,
                          args + (np.int32(K // splits), self.partial))
             if splits > 1:
@@ -612,6 +662,9 @@ class GpuForward:
             tile = _glu_tile(m.types, c.n_ff * c.n_embd)   # every GLU tile: 32 rows of each
             name, threads = "halo_glu_" + tile, 128 if tile != "tc" else 256
             splits = self._splits(c.n_ff, T, c.n_embd, 2)
+            if tile == "tch":
+                xh, xl, xs, xe, ls = self._split_f16(X, None, T, c.n_embd)
+                args = weights + (xh, xl, xs, xe, m.K32, np.int32(T), ls, A)
             self._launch("halo_quant.cu", name, (c.n_ff // R, -(-T // NT), splits), threads,
                          args + (np.int32(c.n_embd // splits), self.partial))
             if splits > 1:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from engine.api import TOP_LOGITS_MAX
 from engine.errors import OutOfDeviceMemoryError
-from engine.gpu.forward import split_kv_floats, splitk_floats
+from engine.gpu.forward import TC_TILE, split_f16_scratch, split_kv_floats, splitk_floats
 from engine.gpu.moe import MoeScratch
 from engine.model import arch
 from engine.model.arch import ALLOC_GRANULARITY
@@ -68,6 +68,8 @@ def scratch_bytes(config: ModelConfig, max_tokens: int, max_seqs: int, max_block
     logits = 4 * max_seqs * c.vocab_size
     meta = 4 * (4 * max_tokens + 10 * max_seqs + max_seqs * max_blocks_per_seq)
     partial = _round(4 * max(splitk_floats(c, max_tokens), 1)) + _round(4 * max(split_kv_floats(c, max_tokens), 1))
+    if TC_TILE == "tch":                                           # counted on every device, as the partial sums
+        partial += _round(4 * split_f16_scratch(c, max_tokens))
     sampler = 4 * max_seqs * (-(-c.vocab_size // 32) + 2 * TOP_LOGITS_MAX)       # penalty bitmaps, top pairs
     moe = _round(MoeScratch.nbytes(c, max_tokens))
     return (_round(per_token * max_tokens) + _round(logits) + partial + _round(sampler) + 2 * _round(meta)

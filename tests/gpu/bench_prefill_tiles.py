@@ -1,6 +1,7 @@
 """The tensor-core prefill tiles on their own, on Qwen3-4B's matmul shapes (random Q4_K / Q6_K blocks):
 microseconds per call (split-K sum included) of the first tile (tc, HALO_GPU_TILES=tc), the pipelined one (tcp),
-and the pipelined one with integer K-quant weights (tck, the default for these types), at 128 and 512 tokens
+the pipelined one with integer K-quant weights (tck, the default for these types) and tck on f16 MMAs (tch, its
+activations split once per product by halo_split_f16, that pre-pass included in its time), at 128 and 512 tokens
 (the whole-model benchmark sweeps the split-K target).
 
     python tests/gpu/bench_prefill_tiles.py [BACKEND] [--profile] [--tokens=128,512]
@@ -34,7 +35,7 @@ Q4, Q6 = GGMLType.Q4_K, GGMLType.Q6_K
 PARTIAL_CAP = min(2 * fwd_mod.SPLIT_TARGET_BLOCKS * fwd_mod.TC_ROWS * fwd_mod.TC_TOKENS * 2,
                   8 * 512 * max(Q_DIM + 2 * KV_DIM, N_EMBD, 2 * N_FF))
 REPEAT = 20
-MODES = ("tc", "tcp", "tck")               # fwd_mod.TC_TILE values
+MODES = ("tc", "tcp", "tck", "tch")        # fwd_mod.TC_TILE values
 
 
 def main() -> int:

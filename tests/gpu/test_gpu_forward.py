@@ -322,10 +322,10 @@ def test_prefill_tiles_and_kquant_decode_match_cpu_and_the_legacy_tiles(name, ba
     original = gpu.fwd._launch
     monkeypatch.setattr(gpu.fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
     results, names = {}, {}
-    for mode in (["tck", "tcp", "tc"] if gpu.fwd.use_tc else []) + ["gt", "legacy"]:
+    for mode in (["tch", "tck", "tcp", "tc"] if gpu.fwd.use_tc else []) + ["gt", "legacy"]:
         monkeypatch.setattr(fwd_mod, "LEGACY_TILES", mode == "legacy")
         monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
-        monkeypatch.setattr(fwd_mod, "TC_TILE", mode if mode in ("tck", "tcp", "tc") else "tck")
+        monkeypatch.setattr(fwd_mod, "TC_TILE", mode if mode in ("tch", "tck", "tcp", "tc") else "tck")
         launched.clear()
         kv_c, kv_g = cpu.model.new_kv_cache(4, 16), gpu.new_kv_cache(4, 16)
         try:
@@ -352,4 +352,5 @@ def test_prefill_tiles_and_kquant_decode_match_cpu_and_the_legacy_tiles(name, ba
     if not moe and cfg.n_embd % 64 == 0 and cfg.n_ff % 32 == 0:
         assert "halo_glu_gt" in names["gt"]
         assert not gpu.fwd.use_tc or ("halo_glu_tc" in names["tc"] and "halo_glu_tcp" in names["tcp"]
-                                      and names["tck"] & {"halo_glu_tck", "halo_glu_tc"})
+                                      and names["tck"] & {"halo_glu_tck", "halo_glu_tc"}
+                                      and names["tch"] & {"halo_glu_tch", "halo_glu_tc"})

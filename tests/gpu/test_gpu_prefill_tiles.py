@@ -62,17 +62,18 @@ def fwd(gpu_name):
 
 
 def modes(fwd, types=()):
-    """The prefill tiles this device runs for matrices of these types: tck, tcp and tc (CUDA tensor cores: the
-    pipelined tile with integer K-quant weights, the default for Q4_K / Q6_K; the pipelined tile, the matmul
+    """The prefill tiles this device runs for matrices of these types: tch, tck, tcp and tc (CUDA tensor cores: tck
+    on f16 MMAs with the activations split once by halo_split_f16, HALO_GPU_TILES=tch; the pipelined tile with
+    integer K-quant weights, the default for Q4_K / Q6_K; the pipelined tile, the matmul
     default for other types, HALO_GPU_TILES=tcp; the first one, HALO_GPU_TILES=tc), wm (RDNA3 / 3.5 WMMA,
     opt-in in the engine, tested wherever the arch has it), gt (FMAs, everywhere)."""
-    tck = ["tck"] if set(types) <= fwd_mod.TCK_TYPES else []
+    tck = ["tch", "tck"] if set(types) <= fwd_mod.TCK_TYPES else []
     return (tck + ["tcp", "tc"] if fwd.use_tc else []) + (["wm"] if fwd_mod.wmma_usable(fwd.backend) else []) + ["gt"]
 
 
 def use_mode(fwd, mode: str, monkeypatch) -> None:
     monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
-    monkeypatch.setattr(fwd_mod, "TC_TILE", mode if mode in ("tck", "tcp", "tc") else "tck")
+    monkeypatch.setattr(fwd_mod, "TC_TILE", mode if mode in ("tch", "tck", "tcp", "tc") else "tck")
     monkeypatch.setattr(fwd, "use_wmma", mode == "wm")
 
 
@@ -162,9 +163,11 @@ def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
             got = download(fwd, y_dev, (T, rows))
             rel = float(np.max(np.abs(got - want) / bound))
             print(f"\n{ggml_type.name} K={K} T={T} {mode}: launches {launched}, max rel err {rel:.2e}")
+            if mode == "tch":                                  # the activations' split first, then the tile
+                assert launched.pop(0)[0] == "halo_split_f16"
             assert launched[0][0] == f"halo_matmul_{mode}"
             assert rel < BOUND
-            if mode in ("tc", "tcp", "tck") and K == 2560:
+            if mode in ("tc", "tcp", "tck", "tch") and K == 2560:
                 assert launched[0][1][2] > 1 and launched[1][0] == "halo_splitk_sum"   # split K, then summed
     finally:
         for b in (w_dev, x_dev, y_dev, idx_dev):
@@ -226,8 +229,10 @@ def test_glu_tiles_match_float64(fwd, K, T, act, monkeypatch):
             got = download(fwd, ad, (T, n_ff))
             rel = float(np.max(np.abs(got - want) / scale))
             print(f"\nglu K={K} T={T} act={act} {mode}: launches {launched}, max rel err {rel:.2e}")
+            if mode == "tch":
+                assert launched.pop(0) == "halo_split_f16"
             assert launched[0] == f"halo_glu_{mode}"
-            if mode in ("tc", "tcp", "tck") and K == 2560:
+            if mode in ("tc", "tcp", "tck", "tch") and K == 2560:
                 assert launched[1:] == ["halo_splitk_sum"]
             assert rel < 4 * BOUND
     finally:
@@ -385,3 +390,35 @@ def test_batched_decode_glu_tn_matches_float64(fwd, T, K, types, monkeypatch):
                              GGMLType[types[1]], 80, K, T)
     assert launched == [f"halo_glu_tn_t{8 if T <= 8 else 16}", "halo_splitk_sum"]
     assert rel < 4 * BOUND
+
+
+@pytest.mark.parametrize("ggml_type", [GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
+def test_tch_scales_every_token_on_its_own(fwd, ggml_type, monkeypatch):
+    """tch's pre-pass scales each token by its own power of two (f16's range is narrow): tokens from 1e-30 to 1e30,
+    one with a single large outlier, one all zeros, through split K, still at float32 level per output."""
+    if not fwd.use_tc:
+        pytest.skip("tch needs CUDA tensor cores")
+    monkeypatch.setattr(fwd_mod, "TC_TILE", "tch")
+    monkeypatch.setattr(fwd_mod, "SPLIT_MIN_MACS", 0)
+    rng = np.random.default_rng(77 + int(ggml_type))
+    rows, K, T = 64, 2048, 70
+    raw = random_matrix(rng, ggml_type, rows, K)
+    W = dequantize(raw.reshape(-1), ggml_type, rows * K).reshape(rows, K).astype(np.float64)
+    X = rng.standard_normal((T, K)).astype(np.float32) * (10.0 ** rng.uniform(-30, 30, size=(T, 1))).astype(np.float32)
+    X[5] = 0.0
+    X[6, 100] = 1e6 * np.abs(X[6]).max()
+    want = X.astype(np.float64) @ W.T
+    bound = np.abs(X).astype(np.float64) @ np.abs(W).T
+    w_dev, x_dev, y_dev = upload(fwd, raw), upload(fwd, X), fwd.backend.alloc((T, rows), np.float32)
+    try:
+        fwd.backend.memset_async(y_dev, 0xFF, fwd.stream)
+        fwd._matmul([DeviceMatrix(w_dev, int(ggml_type), rows, K)], x_dev, T, y_dev, rows)
+        got = download(fwd, y_dev, (T, rows))
+        assert np.all(got[5] == 0.0)
+        live = np.arange(T) != 5
+        rel = float(np.max(np.abs(got[live] - want[live]) / bound[live]))
+        print(f"\n{ggml_type.name} tch per-token scales: max rel err {rel:.2e}")
+        assert rel < BOUND
+    finally:
+        for b in (w_dev, x_dev, y_dev):
+            fwd.backend.free(b)

@@ -131,21 +131,25 @@ def test_only_products_worth_a_launch_split(monkeypatch):
     ("auto", {GGMLType.Q4_K, GGMLType.Q8_0}, 1 << 24, "tcp", "tc"), ("auto", {GGMLType.F32}, 1 << 24, "tcp", "tc"),
     ("auto", {GGMLType.Q4_K}, 2048 * 640, "tc", "tc"), ("auto", {GGMLType.Q4_1}, 1536 * 576, "tc", "tc"),
     ("tck", {GGMLType.Q4_K}, 64 * 256, "tck", "tck"), ("tck", {GGMLType.Q8_0}, 64 * 256, "tcp", "tc"),
+    ("tch", {GGMLType.Q4_K, GGMLType.Q6_K}, 64 * 256, "tch", "tch"), ("tch", {GGMLType.Q8_0}, 64 * 256, "tcp", "tc"),
     ("tcp", {GGMLType.Q4_K}, 64, "tcp", "tcp"), ("tc", {GGMLType.Q4_K}, 1 << 30, "tc", "tc")])
 def test_tensor_core_tile_by_weight_types_and_size(tile, types, weights, matmul, glu, monkeypatch):
     """tck (integer K-quant weights) only where every matrix of the product is Q4_K / Q6_K; other matmuls take
     tcp and other GLUs tc (each measured faster there); by default products of a small model's size (gemma-3-270m's
-    largest: 2048 x 640) stay on tc; HALO_GPU_TILES=tck / tcp / tc force a tile for comparisons."""
+    largest: 2048 x 640) stay on tc; HALO_GPU_TILES=tch / tck / tcp / tc force a tile for comparisons (tch: tck's
+    types only)."""
     monkeypatch.setattr(fwd_mod, "TC_TILE", tile)
     assert fwd_mod._tc_tile(types, weights) == matmul and fwd_mod._glu_tile(types, weights) == glu
 
 
-def test_prefill_launches_the_tensor_core_tile_with_a_valid_split(monkeypatch):
+@pytest.mark.parametrize("tile", ["tck", "tch"])
+def test_prefill_launches_the_tensor_core_tile_with_a_valid_split(tile, monkeypatch):
     """The host side of a tensor-core prefill on the CPU backend (kernels recorded): the Q4_K_M model's products
     take tck (HALO_GPU_TILES=tck: the tiny model's products are under the size where it is the default), every
     tensor-core launch has grid z slices of kc = K / z (a multiple of 32), rows per block as the tile's contract
-    asks, and a split launch is followed by its halo_splitk_sum."""
-    monkeypatch.setattr(fwd_mod, "TC_TILE", "tck")
+    asks, and a split launch is followed by its halo_splitk_sum; tch's launches follow their input's halo_split_f16
+    (of the same T and K)."""
+    monkeypatch.setattr(fwd_mod, "TC_TILE", tile)
     backend = registry.create("cpu")
     launched = []
     backend.kernel = lambda file, function: Kernel(function, None)
@@ -159,11 +163,17 @@ def test_prefill_launches_the_tensor_core_tile_with_a_valid_split(monkeypatch):
                             query_start_loc=np.array([0, 20], np.int32), seq_lens=np.array([20], np.int32),
                             block_tables=np.arange(4, dtype=np.int32)[None, :]), kv)
         names = [n for n, _, _ in launched]
-        assert "halo_matmul_tck" in names and "halo_glu_tck" in names and "halo_matmul_gt" not in names
+        assert f"halo_matmul_{tile}" in names and f"halo_glu_{tile}" in names and "halo_matmul_gt" not in names
         for i, (name, grid, args) in enumerate(launched):
-            if name.endswith(("_tc", "_tcp", "_tck")):
+            if name.endswith(("_tc", "_tcp", "_tck", "_tch")):
                 matmul = name.startswith("halo_matmul")
-                K = int(args[15]) if matmul else int(args[9])
+                ki = (17, 12) if name.endswith("_tch") else (15, 9)     # tch: Xh, Xl, sums, exponents for X (xrow)
+                ki = ki[0] if matmul else ki[1]
+                K = int(args[ki])
+                if name.endswith("_tch"):                  # after its input's split, of the same K, T and ls
+                    split = launched[i - 1]
+                    assert split[0] == "halo_split_f16" and split[1] == int(args[ki + 1])
+                    assert [int(a) for a in split[2][2:5]] == [int(a) for a in args[ki:ki + 3]]
                 kc = int(args[-2])
                 assert grid[2] * kc == K and kc % TC_K == 0
                 assert (grid[2] > 1) == (i + 1 < len(launched) and launched[i + 1][0] == "halo_splitk_sum")

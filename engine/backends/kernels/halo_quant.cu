@@ -2119,6 +2119,274 @@ HALO_KERNEL __launch_bounds__(128, 3) void halo_glu_tck(const unsigned char* wg,
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// "tch" (CUDA sm_80+): tck's integer weights on f16 tensor cores, mma.m16n8k16 with float32 accumulators, with the
+// ALU work taken out of the k loop (tck spent its issue slots on TF32 splits of the activations per fragment):
+// - halo_split_f16, a pre-pass once per distinct input, writes X (T x K float32, rows through xrow) as f16 heads Xh
+//   and tails Xl of x / 2^e[t]: e[t] per token, a power of two that puts the token's max |x| in [2^14, 2^15) (exact
+//   both ways; heads and tails in f16 range, x / 2^e = head + tail to ~2^-22 of the token's max), and per (32-k
+//   sub-block, token) the float32 sum of x / 2^e (Q4_K's min term), plane-major S[k / 32][t] with row stride ls
+//   (T rounded up to TH_BN: the tile copies 64 tokens' sums with 16-byte cp.async);
+// - the tile copies Xh / Xl into shared memory with cp.async (double-buffered) and loads its B fragments with
+//   ldmatrix; the weights enter as their integer codes (Q4_K q 0..15, Q6_K q - 32 in -32..31: exact in f16),
+//   converted once per block from tp_fetch's raw bytes (two codes per f16x2 op: 0x6400 | q minus 1024 or 1056) into
+//   shared memory, A fragments by ldmatrix. 2 MMAs per product (w xh + w xl), each of k16.
+// Accuracy as tck: each 16-k sub-block's products go into a fresh fragment that is scaled by the row's sub-block
+// scale when added to the float32 accumulators (chains of 2 MMAs); Q4_K's min subtracts (dmin m) times the
+// sub-block's activation sum; the output is scaled back by 2^e[t] (exact).
+// Block, grid, split-K contract and partial sums as tck: 128 threads, 64 rows (GLU: 32 gate + 32 up) x 64 tokens,
+// warp 32 rows x 32 tokens, 32-k stages; kc % 32 == 0, gridDim.z * kc == K, ls % 64 == 0 and ls >= T.
+#define TH_BN 64
+#define TH_LD 40                   // f16 per row of a weight or token tile: 32 k + 8 pad (ldmatrix conflict-free)
+
+HALO_KERNEL void halo_split_f16(const float* X, const i32* xrow, i32 K, i32 T, i32 ls, unsigned short* Xh,
+                                unsigned short* Xl, float* S, i32* E) {
+    GRID_DEPENDENCY_SYNC();
+    __shared__ float red[32];
+    int t = blockIdx.x;
+    const float* x = X + (size_t)(xrow ? xrow[t] : t) * K;
+    float mx = 0.0f;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) mx = fmaxf(mx, fabsf(x[k]));
+    mx = block_max(mx, red);
+    int e = 0;
+    if (mx > 0.0f) { frexpf(mx, &e); e -= 15; }       // mx = f 2^(e + 15), f in [0.5, 1): mx / 2^e in [2^14, 2^15)
+    if (threadIdx.x == 0) E[t] = e;
+    int lane = threadIdx.x & 31;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {   // blockDim.x % 32 == 0: a warp covers one sub-block
+        float v = ldexpf(x[k], -e);
+        unsigned short h = float_to_half(v);
+        Xh[(size_t)t * K + k] = h;
+        Xl[(size_t)t * K + k] = float_to_half(v - half_to_float(h));
+        float s = warp_sum(v);
+        if (lane == 0) S[(size_t)(k >> 5) * ls + t] = s;
+    }
+}
+
+#if HALO_TC
+// Stage at k0 of a token tile into Xs ([head | tail][64 tokens][TH_LD]) and the stage's sums into Ss[64]: thread t
+// copies 16-byte chunk t % 4 of tokens t / 4 + 32 j of heads and tails; threads 0-15 the sums
+__device__ __forceinline__ void th_load_x(const unsigned short* Xh, const unsigned short* Xl, const float* S, int K,
+                                          int T, int ls, int tok0, int k0, unsigned short* Xs, float* Ss) {
+    int t = threadIdx.x, c = t & 3;
+    #pragma unroll
+    for (int j = 0; j < 2; j++) {
+        int n = (t >> 2) + 32 * j, tok = tok0 + n;
+        bool in = tok < T;
+        size_t o = in ? (size_t)tok * K + k0 + 8 * c : 0;
+        cp_async16(Xs + n * TH_LD + 8 * c, Xh + o, in ? 16 : 0);
+        cp_async16(Xs + (TH_BN + n) * TH_LD + 8 * c, Xl + o, in ? 16 : 0);
+    }
+    if (t < 16) cp_async16(Ss + 4 * t, S + (size_t)(k0 >> 5) * ls + tok0 + 4 * t, 16);
+}
+
+// 0x6400 | byte i of v, per f16 lane: pairs (b0, b1) and (b2, b3) as f16 1024 + b, then minus off (f16x2)
+__device__ __forceinline__ void th_codes(u32 v, u32 off, u32* out) {
+    u32 p0 = __byte_perm(v, 0x64u, 0x4140), p1 = __byte_perm(v, 0x64u, 0x4342);
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(out[0]) : "r"(p0), "r"(off));
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(out[1]) : "r"(p1), "r"(off));
+}
+
+// tk_store for f16 codes: the 8 codes of tp_fetch's raw bytes as 4 f16x2 words at ws, scales as tk_store
+__device__ __forceinline__ void th_store(int type, int k0, int gi, const u32* raw, unsigned short* ws, float* sc4) {
+    int e = (k0 & 255) + 8 * gi;
+    u32 w[4];
+    float sc, mn;
+    if (type == T_Q4_K) {
+        int h = (e >> 5) & 1;
+        float d = half_to_float(raw[0] & 0xffffu), dmin = half_to_float(raw[0] >> 16), s, m;
+        scale_min_k4_reg(e >> 5, raw[1], raw[2], raw[3], &s, &m);
+        sc = d * s; mn = dmin * m;
+        th_codes((raw[4] >> (4 * h)) & 0x0f0f0f0fu, 0x64006400u, w);
+        th_codes((raw[5] >> (4 * h)) & 0x0f0f0f0fu, 0x64006400u, w + 2);
+    } else {                                          // T_Q6_K
+        int k = (e & 127) >> 5;
+        u32 sh = raw[7];
+        u32 ql0 = (u32)(((((u64)raw[1]) << 32) | raw[0]) >> sh), ql1 = (u32)(((((u64)raw[2]) << 32) | raw[1]) >> sh);
+        u32 qh0 = (u32)(((((u64)raw[4]) << 32) | raw[3]) >> sh), qh1 = (u32)(((((u64)raw[5]) << 32) | raw[4]) >> sh);
+        sc = half_to_float(raw[6] >> 16) * (float)(signed char)(raw[6] & 255u);
+        mn = 0.0f;
+        int sl = 4 * (k >> 1), shh = 2 * k;
+        th_codes(((ql0 >> sl) & 0x0f0f0f0fu) | (((qh0 >> shh) & 0x03030303u) << 4), 0x64206420u, w);
+        th_codes(((ql1 >> sl) & 0x0f0f0f0fu) | (((qh1 >> shh) & 0x03030303u) << 4), 0x64206420u, w + 2);
+    }
+    *(uint4*)ws = make_uint4(w[0], w[1], w[2], w[3]);
+    if (gi == 0) { sc4[0] = sc; sc4[2] = mn; }
+    if (gi == (type == T_Q4_K ? 0 : 2)) sc4[1] = sc;
+}
+
+// acc[m][j][e] += one 32-k stage of rows (m ? mr1 : mr0) + 0..15 x tokens n0 + 8 j + 0..7: codes Ws ([64][TH_LD]),
+// row scales Sc (float4 per row), activations Xs ([head | tail][64][TH_LD]), their sums Ss
+__device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc, const unsigned short* Xs,
+                                       const float* Ss, int mr0, int mr1, int n0, float (*acc)[4][4]) {
+    int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, l7 = lane & 7;
+    // ldmatrix rows: A matrix i = lane / 8 is (rows + 8 (i & 1), k + 8 (i >> 1)); B matrix i is (head | tail by
+    // i >> 1, k + 8 (i & 1)) of 8 tokens
+    const unsigned short* pa[2];
+    #pragma unroll
+    for (int m = 0; m < 2; m++) pa[m] = Ws + ((m ? mr1 : mr0) + l7 + 8 * ((lane >> 3) & 1)) * TH_LD + 8 * (lane >> 4);
+    const unsigned short* pb = Xs + ((lane >> 4) * TH_BN + n0 + l7) * TH_LD + 8 * ((lane >> 3) & 1);
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int kk = 16 * half;
+        u32 a[2][4], b[4][4];
+        #pragma unroll
+        for (int m = 0; m < 2; m++) ldmatrix_x4(a[m], pa[m] + kk);
+        #pragma unroll
+        for (int j = 0; j < 4; j++) ldmatrix_x4(b[j], pb + 8 * j * TH_LD + kk);
+        #pragma unroll
+        for (int m = 0; m < 2; m++) {
+            int r = (m ? mr1 : mr0) + g;
+            float s0 = Sc[4 * r + half], s1 = Sc[4 * (r + 8) + half];
+            #pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                mma_f16(part, a[m][0], a[m][1], a[m][2], a[m][3], b[j][2], b[j][3]);    // tails first
+                mma_f16(part, a[m][0], a[m][1], a[m][2], a[m][3], b[j][0], b[j][1]);
+                acc[m][j][0] = fmaf(s0, part[0], acc[m][j][0]);
+                acc[m][j][1] = fmaf(s0, part[1], acc[m][j][1]);
+                acc[m][j][2] = fmaf(s1, part[2], acc[m][j][2]);
+                acc[m][j][3] = fmaf(s1, part[3], acc[m][j][3]);
+            }
+        }
+    }
+    // Q4_K's min (0 for Q6_K): acc -= mn[row] x the stage's activation sum of the token
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float2 c = *(const float2*)(Ss + n0 + 8 * j + 2 * q);
+        #pragma unroll
+        for (int m = 0; m < 2; m++) {
+            int r = (m ? mr1 : mr0) + g;
+            float m0 = Sc[4 * r + 2], m1 = Sc[4 * (r + 8) + 2];
+            acc[m][j][0] = fmaf(-m0, c.x, acc[m][j][0]);
+            acc[m][j][1] = fmaf(-m0, c.y, acc[m][j][1]);
+            acc[m][j][2] = fmaf(-m1, c.x, acc[m][j][2]);
+            acc[m][j][3] = fmaf(-m1, c.y, acc[m][j][3]);
+        }
+    }
+}
+
+// tk_run for tch: weight codes, scales, activations and sums double-buffered, one barrier per stage; weight rows
+// r0p (tile row t / 4) and r1p (32 + t / 4)
+__device__ __forceinline__ void th_run(const unsigned char* r0p, int ty0, const unsigned char* r1p, int ty1,
+                                       const unsigned short* Xh, const unsigned short* Xl, const float* S, int K,
+                                       int T, int ls, int tok0, int kbeg, int kc, int mr0, int mr1, int n0,
+                                       float (*acc)[4][4]) {
+    __shared__ __align__(16) unsigned short Ws[2][TP_BM * TH_LD];
+    __shared__ __align__(16) unsigned short Xs[2][2 * TH_BN * TH_LD];
+    __shared__ __align__(16) float Sc[2][TP_BM * 4];
+    __shared__ __align__(16) float Ss[2][TH_BN];
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+    int t = threadIdx.x, gi = t & 3, r = t >> 2;
+    int w0o = r * TH_LD + 8 * gi, w1o = (r + 32) * TH_LD + 8 * gi;
+    u32 raw0[8], raw1[8];
+    th_load_x(Xh, Xl, S, K, T, ls, tok0, kbeg, Xs[0], Ss[0]);
+    cp_async_commit();
+    tp_fetch(ty0, r0p, kbeg, gi, raw0);
+    tp_fetch(ty1, r1p, kbeg, gi, raw1);
+    th_store(ty0, kbeg, gi, raw0, Ws[0] + w0o, Sc[0] + 4 * r);
+    th_store(ty1, kbeg, gi, raw1, Ws[0] + w1o, Sc[0] + 4 * (r + 32));
+    cp_async_wait_all();
+    __syncthreads();
+    int nst = kc / TP_BK;
+    for (int s = 0; s < nst; s++) {
+        int k1 = kbeg + TP_BK * (s + 1), cur = s & 1;
+        bool more = s + 1 < nst;
+        if (more) {
+            th_load_x(Xh, Xl, S, K, T, ls, tok0, k1, Xs[cur ^ 1], Ss[cur ^ 1]);
+            tp_fetch(ty0, r0p, k1, gi, raw0);
+            tp_fetch(ty1, r1p, k1, gi, raw1);
+        }
+        cp_async_commit();
+        th_mma(Ws[cur], Sc[cur], Xs[cur], Ss[cur], mr0, mr1, n0, acc);
+        if (more) {                                    // the other buffers: last read before the previous barrier
+            th_store(ty0, k1, gi, raw0, Ws[cur ^ 1] + w0o, Sc[cur ^ 1] + 4 * r);
+            th_store(ty1, k1, gi, raw1, Ws[cur ^ 1] + w1o, Sc[cur ^ 1] + 4 * (r + 32));
+        }
+        cp_async_wait_all();
+        __syncthreads();
+    }
+}
+
+__device__ __forceinline__ void th_matmul(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+                                          const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
+                                          const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
+                                          const float* bias, const unsigned short* Xh, const unsigned short* Xl,
+                                          const float* S, const i32* E, i32 K, i32 T, i32 ls, float* Y, i32 ldy,
+                                          i32 kc, float* P) {
+    int row0 = blockIdx.x * TP_BM, tok0 = blockIdx.y * TH_BN, z = blockIdx.z, rows_all = n0 + n1 + n2;
+    const unsigned char* base; int type, rb, local;
+    if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
+    else if (row0 < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row0 - n0; }
+    else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
+    const unsigned char* rows = base + (size_t)local * rb;
+    int warp = threadIdx.x >> 5, mr0 = 32 * (warp & 1), nw = 32 * (warp >> 1);
+    float acc[2][4][4];
+    int r = threadIdx.x >> 2;
+    th_run(rows + (size_t)r * rb, type, rows + (size_t)(r + 32) * rb, type, Xh, Xl, S, K, T, ls, tok0, z * kc, kc,
+           mr0, mr0 + 16, nw, acc);
+    #pragma unroll
+    for (int j = 0; j < 4; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int tok = tok0 + tp_tok(nw, j, e);
+            if (tok >= T) continue;
+            int sh = E[tok];
+            #pragma unroll
+            for (int m = 0; m < 2; m++)
+                tc_out(Y, ldy, bias, P, rows_all, T, tok, row0 + tp_row(mr0 + 16 * m, e), ldexpf(acc[m][j][e], sh));
+        }
+}
+
+// GLU: rows row0 .. row0 + 31 of gate (tile rows 0-31) and of up (32-63), as tck
+__device__ __forceinline__ void th_glu(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
+                                       i32 rb_u, i32 n_ff, i32 act, const unsigned short* Xh, const unsigned short* Xl,
+                                       const float* S, const i32* E, i32 K, i32 T, i32 ls, float* A, i32 kc,
+                                       float* P) {
+    int row0 = blockIdx.x * (TP_BM / 2), tok0 = blockIdx.y * TH_BN, z = blockIdx.z;
+    int warp = threadIdx.x >> 5, mr0 = 16 * (warp & 1), nw = 32 * (warp >> 1);
+    float acc[2][4][4];
+    int r = row0 + (threadIdx.x >> 2);
+    th_run(wg + (size_t)r * rb_g, tg, wu + (size_t)r * rb_u, tu, Xh, Xl, S, K, T, ls, tok0, z * kc, kc, mr0,
+           mr0 + 32, nw, acc);
+    #pragma unroll
+    for (int j = 0; j < 4; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int tok = tok0 + tp_tok(nw, j, e);
+            if (tok >= T) continue;
+            int sh = E[tok];
+            tc_glu_out(A, n_ff, act, P, T, tok, row0 + tp_row(mr0, e), ldexpf(acc[0][j][e], sh),
+                       ldexpf(acc[1][j][e], sh));
+        }
+}
+#define TH_BODY(call) call
+#else
+#define TH_BODY(call)
+#endif
+
+HALO_KERNEL __launch_bounds__(128, 3) void halo_matmul_tch(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+                                 const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
+                                 const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
+                                 const float* bias, const unsigned short* Xh, const unsigned short* Xl, const float* S,
+                                 const i32* E, i32 K, i32 T, i32 ls, float* Y, i32 ldy, i32 kc, float* P) {
+    GRID_DEPENDENCY_SYNC();
+    TH_BODY(th_matmul(w0, t0_, n0, rb0, w1, t1_, n1, rb1, w2, t2_, n2, rb2, bias, Xh, Xl, S, E, K, T, ls, Y, ldy, kc,
+                      P));
+}
+
+HALO_KERNEL __launch_bounds__(128, 3) void halo_glu_tch(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
+                              i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const unsigned short* Xh,
+                              const unsigned short* Xl, const float* S, const i32* E, i32 K, i32 T, i32 ls, float* A,
+                              i32 kc, float* P) {
+    GRID_DEPENDENCY_SYNC();
+    TH_BODY(th_glu(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, Xh, Xl, S, E, K, T, ls, A, kc, P));
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Batched decode on NVIDIA tensor cores, "tn" (CUDA sm_80+): steps of 2..16 tokens (one token of each of up to 16
 // requests) on Q4_K / Q6_K rows with K % 256 == 0. bq_t16 and kq_tN spend 16 float FMAs per weight there (the
 // H200 ran a 16-token step of the 4B shapes at ~7 TFLOP/s, 5x a one-token step); here a warp's 16 weight rows are
