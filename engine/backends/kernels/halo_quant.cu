@@ -2130,9 +2130,10 @@ HALO_KERNEL __launch_bounds__(128, 3) void halo_glu_tck(const unsigned char* wg,
 //   ldmatrix; the weights enter as their integer codes (Q4_K q 0..15, Q6_K q - 32 in -32..31: exact in f16),
 //   converted once per block from tp_fetch's raw bytes (two codes per f16x2 op: 0x6400 | q minus 1024 or 1056) into
 //   shared memory, A fragments by ldmatrix. 2 MMAs per product (w xh + w xl), each of k16.
-// Accuracy as tck: each 16-k sub-block's products go into a fresh fragment that is scaled by the row's sub-block
-// scale when added to the float32 accumulators (chains of 2 MMAs); Q4_K's min subtracts (dmin m) times the
-// sub-block's activation sum; the output is scaled back by 2^e[t] (exact).
+// Accuracy as tck: each sub-block's products go into a fresh fragment that is scaled when added to the float32
+// accumulators (Q6_K: 16 k, 2 MMAs, times d sc; Q4_K: 32 k, 4 MMAs, times d, its 6-bit scale folded into the codes),
+// Q4_K's min subtracts (dmin m) times the sub-block's activation sum; the output is scaled back by 2^e[t] (exact).
+// Four blocks per SM (__launch_bounds__, <= 128 registers, no spills).
 // Block, grid, split-K contract and partial sums as tck: 128 threads, 64 rows (GLU: 32 gate + 32 up) x 64 tokens,
 // warp 32 rows x 32 tokens, 32-k stages; kc % 32 == 0, gridDim.z * kc == K, ls % 64 == 0 and ls >= T.
 #define TH_BN 64
@@ -2185,7 +2186,9 @@ __device__ __forceinline__ void th_codes(u32 v, u32 off, u32* out) {
     asm("sub.f16x2 %0, %1, %2;" : "=r"(out[1]) : "r"(p1), "r"(off));
 }
 
-// tk_store for f16 codes: the 8 codes of tp_fetch's raw bytes as 4 f16x2 words at ws, scales as tk_store
+// The 8 codes of tp_fetch's raw bytes as 4 f16x2 words at ws, and the row's scales {first 16 k, second 16 k, min}
+// as tk_store (sc4). Q4_K's codes are s q, its 6-bit sub-block scale folded in (<= 63 x 15 = 945: exact in f16), so
+// both scales are the super-block's d and th_mma promotes once per 32-k stage; Q6_K's (int8 scales) are q - 32.
 __device__ __forceinline__ void th_store(int type, int k0, int gi, const u32* raw, unsigned short* ws, float* sc4) {
     int e = (k0 & 255) + 8 * gi;
     u32 w[4];
@@ -2194,9 +2197,12 @@ __device__ __forceinline__ void th_store(int type, int k0, int gi, const u32* ra
         int h = (e >> 5) & 1;
         float d = half_to_float(raw[0] & 0xffffu), dmin = half_to_float(raw[0] >> 16), s, m;
         scale_min_k4_reg(e >> 5, raw[1], raw[2], raw[3], &s, &m);
-        sc = d * s; mn = dmin * m;
+        sc = d; mn = dmin * m;
         th_codes((raw[4] >> (4 * h)) & 0x0f0f0f0fu, 0x64006400u, w);
         th_codes((raw[5] >> (4 * h)) & 0x0f0f0f0fu, 0x64006400u, w + 2);
+        u32 s2 = (u32)float_to_half(s) * 0x10001u;
+        #pragma unroll
+        for (int i = 0; i < 4; i++) asm("mul.f16x2 %0, %1, %2;" : "=r"(w[i]) : "r"(w[i]), "r"(s2));
     } else {                                          // T_Q6_K
         int k = (e & 127) >> 5;
         u32 sh = raw[7];
@@ -2214,9 +2220,11 @@ __device__ __forceinline__ void th_store(int type, int k0, int gi, const u32* ra
 }
 
 // acc[m][j][e] += one 32-k stage of rows (m ? mr1 : mr0) + 0..15 x tokens n0 + 8 j + 0..7: codes Ws ([64][TH_LD]),
-// row scales Sc (float4 per row), activations Xs ([head | tail][64][TH_LD]), their sums Ss
+// row scales Sc (float4 per row), activations Xs ([head | tail][64][TH_LD]), their sums Ss. one[m] (Q4_K rows):
+// one fresh fragment per stage (4 MMAs), else (Q6_K) one per 16-k half (2 MMAs), each scaled into acc
 __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc, const unsigned short* Xs,
-                                       const float* Ss, int mr0, int mr1, int n0, float (*acc)[4][4]) {
+                                       const float* Ss, int mr0, int mr1, int n0, bool one0, bool one1,
+                                       float (*acc)[4][4]) {
     int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, l7 = lane & 7;
     // ldmatrix rows: A matrix i = lane / 8 is (rows + 8 (i & 1), k + 8 (i >> 1)); B matrix i is (head | tail by
     // i >> 1, k + 8 (i & 1)) of 8 tokens
@@ -2224,27 +2232,34 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
     #pragma unroll
     for (int m = 0; m < 2; m++) pa[m] = Ws + ((m ? mr1 : mr0) + l7 + 8 * ((lane >> 3) & 1)) * TH_LD + 8 * (lane >> 4);
     const unsigned short* pb = Xs + ((lane >> 4) * TH_BN + n0 + l7) * TH_LD + 8 * ((lane >> 3) & 1);
+    u32 a[2][2][4];                                  // [half][m]
     #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        int kk = 16 * half;
-        u32 a[2][4], b[4][4];
+    for (int half = 0; half < 2; half++)
         #pragma unroll
-        for (int m = 0; m < 2; m++) ldmatrix_x4(a[m], pa[m] + kk);
+        for (int m = 0; m < 2; m++) ldmatrix_x4(a[half][m], pa[m] + 16 * half);
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        u32 b[2][4];
         #pragma unroll
-        for (int j = 0; j < 4; j++) ldmatrix_x4(b[j], pb + 8 * j * TH_LD + kk);
+        for (int half = 0; half < 2; half++) ldmatrix_x4(b[half], pb + 8 * j * TH_LD + 16 * half);
         #pragma unroll
         for (int m = 0; m < 2; m++) {
             int r = (m ? mr1 : mr0) + g;
-            float s0 = Sc[4 * r + half], s1 = Sc[4 * (r + 8) + half];
+            bool one = m ? one1 : one0;
+            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                mma_f16(part, a[m][0], a[m][1], a[m][2], a[m][3], b[j][2], b[j][3]);    // tails first
-                mma_f16(part, a[m][0], a[m][1], a[m][2], a[m][3], b[j][0], b[j][1]);
-                acc[m][j][0] = fmaf(s0, part[0], acc[m][j][0]);
-                acc[m][j][1] = fmaf(s0, part[1], acc[m][j][1]);
-                acc[m][j][2] = fmaf(s1, part[2], acc[m][j][2]);
-                acc[m][j][3] = fmaf(s1, part[3], acc[m][j][3]);
+            for (int half = 0; half < 2; half++) {
+                const u32* am = a[half][m];
+                mma_f16(part, am[0], am[1], am[2], am[3], b[half][2], b[half][3]);    // tails first
+                mma_f16(part, am[0], am[1], am[2], am[3], b[half][0], b[half][1]);
+                if (half == 1 || !one) {
+                    float s0 = Sc[4 * r + half], s1 = Sc[4 * (r + 8) + half];
+                    acc[m][j][0] = fmaf(s0, part[0], acc[m][j][0]);
+                    acc[m][j][1] = fmaf(s0, part[1], acc[m][j][1]);
+                    acc[m][j][2] = fmaf(s1, part[2], acc[m][j][2]);
+                    acc[m][j][3] = fmaf(s1, part[3], acc[m][j][3]);
+                    part[0] = part[1] = part[2] = part[3] = 0.0f;
+                }
             }
         }
     }
@@ -2301,7 +2316,7 @@ __device__ __forceinline__ void th_run(const unsigned char* r0p, int ty0, const 
             tp_fetch(ty1, r1p, k1, gi, raw1);
         }
         cp_async_commit();
-        th_mma(Ws[cur], Sc[cur], Xs[cur], Ss[cur], mr0, mr1, n0, acc);
+        th_mma(Ws[cur], Sc[cur], Xs[cur], Ss[cur], mr0, mr1, n0, ty0 == T_Q4_K, ty1 == T_Q4_K, acc);
         if (more) {                                    // the other buffers: last read before the previous barrier
             th_store(ty0, k1, gi, raw0, Ws[cur ^ 1] + w0o, Sc[cur ^ 1] + 4 * r);
             th_store(ty1, k1, gi, raw1, Ws[cur ^ 1] + w1o, Sc[cur ^ 1] + 4 * (r + 32));
@@ -2368,7 +2383,7 @@ __device__ __forceinline__ void th_glu(const unsigned char* wg, i32 tg, const un
 #define TH_BODY(call)
 #endif
 
-HALO_KERNEL __launch_bounds__(128, 3) void halo_matmul_tch(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+HALO_KERNEL __launch_bounds__(128, 4) void halo_matmul_tch(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
                                  const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
                                  const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
                                  const float* bias, const unsigned short* Xh, const unsigned short* Xl, const float* S,
@@ -2378,7 +2393,7 @@ HALO_KERNEL __launch_bounds__(128, 3) void halo_matmul_tch(const unsigned char* 
                       P));
 }
 
-HALO_KERNEL __launch_bounds__(128, 3) void halo_glu_tch(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
+HALO_KERNEL __launch_bounds__(128, 4) void halo_glu_tch(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
                               i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const unsigned short* Xh,
                               const unsigned short* Xl, const float* S, const i32* E, i32 K, i32 T, i32 ls, float* A,
                               i32 kc, float* P) {
