@@ -71,11 +71,14 @@ def copy_bandwidth(backend, nbytes: int = 1 << 30, repeat: int = 5) -> float:
 def _launch_roles(names: list[str], n_layers: int, layer_roles=LAYER_ROLES) -> list[str]:
     """The role of each launch of a step body. The i-th main launch has a fixed role (len(layer_roles) per layer
     between the embedding and the LM head + sampler); a split-K sum belongs to the matmul just before it, the
-    split-KV merge to the attention before it."""
+    split-KV merge to the attention before it; the tch tile's activation split (halo_split_f16) is its own role."""
     roles: list[str] = []
     i, role = -1, ""
     per = len(layer_roles)
     for name in names:
+        if name == "halo_split_f16":                  # the tch tile's pre-pass, before the matmul whose input it splits
+            roles.append("f16 split")
+            continue
         if name not in ("halo_splitk_sum", "halo_attention_merge"):
             i += 1
             if i == 0:
@@ -237,8 +240,9 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
         # the decode runs it held a one-token step, which the attention and delta-rule kernels would time)
         gm.step(prefill, kv, pool, feed_next=True).get_output()
         result["prefill_breakdown_us"], _ = kernel_breakdown(gm, kv, prompt_tokens, graph=False)
-        tc_tile = {"auto": f"tc below {forward_mod.PIPELINED_MIN_WEIGHTS} weights per product, above it tck for "
+        tc_tile = {"auto": f"tc below {forward_mod.PIPELINED_MIN_WEIGHTS} weights per product, above it tch for "
                            "Q4_K / Q6_K products, else tcp matmuls and tc GLUs",
+                   "tch": "tch for Q4_K / Q6_K products, else tcp matmuls and tc GLUs",
                    "tck": "tck for Q4_K / Q6_K products, else tcp matmuls and tc GLUs"}.get(forward_mod.TC_TILE,
                                                                                             forward_mod.TC_TILE)
         result["prefill_tile"] = f"tensor cores ({tc_tile})" if gm.fwd.use_tc else "SIMT (gt)"

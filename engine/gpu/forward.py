@@ -45,7 +45,8 @@ TC_ROWS, TC_TOKENS, TC_K = 32, 64, 32      # halo_*_tc (tensor cores, CUDA sm_80
 # block, same k stage, split-K contract and partial sums as tc; matmul segments need rows % TCP_ROWS == 0.
 # halo_*_tck: tcp for matrices of TCK_TYPES only, integer weights exact in TF32 (2 MMAs per product, not 3).
 # halo_*_tch: tck's contract on f16 MMAs (m16n8k16), activations split once per input into f16 heads and tails by
-# halo_split_f16 (split_f16_floats: its scratch; SPLIT_TOKENS: the tile's tokens, the stride of its sum planes).
+# halo_split_f16 (split_f16_floats: its scratch; SPLIT_TOKENS: the tile's tokens, the stride of its sum planes); the
+# default for TCK_TYPES products. H200, Qwen3-4B shapes (NOTES.md, run 13): pp128 3,852 -> 5,906 tok/s over tck.
 TCP_ROWS = 64
 SPLIT_TOKENS = 64
 TCK_TYPES = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
@@ -69,9 +70,9 @@ SIMT_TILES = os.environ.get("HALO_GPU_TILES") == "gt"
 # only been compiled (the prebuilt gfx11 objects), never run on an AMD GPU, so the FMA tile stays the default.
 WMMA_TILES = os.environ.get("HALO_GPU_TILES") == "wmma"
 WMMA_ARCHS = frozenset({"gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151"})
-# Which tensor-core tile: "auto" (unset: the best measured for each product, see _tc_tile / _glu_tile), or "tch" /
-# "tck" / "tcp" / "tc" (HALO_GPU_TILES=...: tch or tck wherever the types allow / the pipelined tile for every type /
-# the first tile everywhere, for comparisons; tch is opt-in until it has run on an H200)
+# Which tensor-core tile: "auto" (unset: the best measured for each product, see _tc_tile / _glu_tile: tch for
+# TCK_TYPES), or "tch" / "tck" / "tcp" / "tc" (HALO_GPU_TILES=...: tch or the TF32 tck wherever the types allow / the
+# pipelined tile for every type / the first tile everywhere, for comparisons)
 TC_TILE = {"tc": "tc", "tcp": "tcp", "tck": "tck", "tch": "tch"}.get(os.environ.get("HALO_GPU_TILES", ""), "auto")
 # "auto" keeps products of fewer weights than this on tc: the pipelined tiles' 64-row blocks leave a small model's
 # matrices few blocks (H200, 128-token prefill: SmolLM2 13,799 tok/s with them vs 18,746 on tc, gemma-3-270m 20,264
@@ -153,18 +154,20 @@ def tensor_cores_usable(backend: Backend) -> bool:
 
 
 def _tc_tile(types: set[int], weights: int) -> str:
-    """The tensor-core matmul tile for a product of `weights` weights of these types: tck (integer K-quant weights)
-    where every type is a TCK_TYPES one, else tcp (both faster than tc for every Qwen3-4B matmul shape on the H200);
-    tc for products under PIPELINED_MIN_WEIGHTS (TC_TILE "auto") or everywhere (TC_TILE "tc")."""
+    """The tensor-core matmul tile for a product of `weights` weights of these types: tch (integer K-quant weights on
+    f16 MMAs; tck, their TF32 tile, under HALO_GPU_TILES=tck) where every type is a TCK_TYPES one, else tcp (all
+    faster than tc for every Qwen3-4B matmul shape on the H200); tc for products under PIPELINED_MIN_WEIGHTS
+    (TC_TILE "auto") or everywhere (TC_TILE "tc")."""
     if TC_TILE == "tc" or (TC_TILE == "auto" and weights < PIPELINED_MIN_WEIGHTS):
         return "tc"
     if TC_TILE == "tcp" or not types <= TCK_TYPES:
         return "tcp"
-    return "tch" if TC_TILE == "tch" else "tck"
+    return "tck" if TC_TILE == "tck" else "tch"
 
 
 def _glu_tile(types: set[int], weights: int) -> str:
-    """The tensor-core GLU tile (weights: of one of gate / up): tck for TCK_TYPES gate and up, else tc (tcp's GLU,
+    """The tensor-core GLU tile (weights: of one of gate / up): tch (tck under HALO_GPU_TILES=tck) for TCK_TYPES
+    gate and up, else tc (tcp's GLU,
     4 warps per block, measured slower than tc's 8-warp one on the H200: 518 vs 455 us at 128 tokens); tc for
     products under PIPELINED_MIN_WEIGHTS (TC_TILE "auto"), unless HALO_GPU_TILES names a tile."""
     if TC_TILE in ("tc", "tcp"):
@@ -173,7 +176,7 @@ def _glu_tile(types: set[int], weights: int) -> str:
         return "tc"
     if not types <= TCK_TYPES:
         return "tc"
-    return "tch" if TC_TILE == "tch" else "tck"
+    return "tck" if TC_TILE == "tck" else "tch"
 
 
 def wmma_usable(backend: Backend) -> bool:
@@ -477,7 +480,7 @@ class GpuForward:
         self._logits_host: PinnedHostBuffer | None = None
         self._logits_ready = backend.create_event()
         self._split_buf: DeviceBuffer | None = None        # halo_split_f16's output (_split_f16)
-        if self.use_tc and TC_TILE == "tch":
+        if self.use_tc and TC_TILE in ("auto", "tch"):
             self._grow_split(split_f16_scratch(c, max_tokens))
 
     # kernels -----------------------------------------------------------------------------------------
@@ -531,8 +534,9 @@ class GpuForward:
         """X's rows (through xrow) split by halo_split_f16 for the tch tiles: (Xh, Xl, sums, exponents, sum-plane
         stride). Once per product: every input of a layer feeds one product (q|k|v and gate|up are fused), so this
         is once per distinct input, and nothing can go stale between products. The scratch (split_f16_scratch) is
-        allocated with the forward's under HALO_GPU_TILES=tch, else on first use (tests that force the tile); a
-        larger request (only tests that swap the config make one) grows it after the stream drains."""
+        allocated with the forward's where tch can be chosen (tensor cores, HALO_GPU_TILES unset or tch), else on
+        first use (tests that force the tile); a larger request (only tests that swap the config make one) grows it
+        after the stream drains."""
         ls = -(-T // SPLIT_TOKENS) * SPLIT_TOKENS
         need = split_f16_floats(T, K)
         if self._split_buf is None or self._split_buf.shape[0] < need:
@@ -552,7 +556,7 @@ class GpuForward:
         BQ_ROWS rows per block for 9..16 tokens, activations staged in shared memory (Q4_K / Q6_K); kq_tN
         (HALO_GPU_KQ_BATCH=1): warp per row for 2..16 tokens, each weight decoded once; tc / gt / wm: 32 x 64
         shared-memory tile per block (128 threads; tc GLU 256), tensor cores / FMAs / RDNA WMMA
-        (HALO_GPU_TILES=wmma). _matmul / _glu run "tc" as the pipelined tck / tcp tiles for products of >=
+        (HALO_GPU_TILES=wmma). _matmul / _glu run "tc" as the pipelined tch / tck / tcp tiles for products of >=
         PIPELINED_MIN_WEIGHTS where their contract holds (_tc_tile, _glu_tile; 64 rows per matmul block)."""
         if TN_MIN_T <= T <= TN_TOKENS[-1] and tn_ok and bq_ok and self.use_tc and not LEGACY_TILES:
             n = next(n for n in TN_TOKENS if n >= T)

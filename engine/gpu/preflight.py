@@ -68,7 +68,7 @@ def scratch_bytes(config: ModelConfig, max_tokens: int, max_seqs: int, max_block
     logits = 4 * max_seqs * c.vocab_size
     meta = 4 * (4 * max_tokens + 10 * max_seqs + max_seqs * max_blocks_per_seq)
     partial = _round(4 * max(splitk_floats(c, max_tokens), 1)) + _round(4 * max(split_kv_floats(c, max_tokens), 1))
-    if TC_TILE == "tch":                                           # counted on every device, as the partial sums
+    if TC_TILE in ("auto", "tch"):                                 # counted on every device, as the partial sums
         partial += _round(4 * split_f16_scratch(c, max_tokens))
     sampler = 4 * max_seqs * (-(-c.vocab_size // 32) + 2 * TOP_LOGITS_MAX)       # penalty bitmaps, top pairs
     moe = _round(MoeScratch.nbytes(c, max_tokens))

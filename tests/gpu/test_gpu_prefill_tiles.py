@@ -1,11 +1,12 @@
 """The prefill matmul tiles on their own, against float64 on the host: random weights in every quant type
 (GGUF block bytes with sane scales, dequantized by engine.gguf as the reference), token counts that leave
-partial tiles, and K long enough that the tensor-core tiles (tck / tcp, the pipelined defaults, and tc) split K
+partial tiles, and K long enough that the tensor-core tiles (tch / tck / tcp, the pipelined ones, and tc) split K
 (partial sums + halo_splitk_sum; forced for K = 2560, matmul and GLU, which is below the size the forward splits
 at; that matmul case also gathers its rows through xrow) or run one block over all of K (K = 1536).
 
-Precision: the tensor-core tiles split each operand into two TF32 parts (3xTF32), so its error must stay at
-float32 level: max |Y - Y64| / (|X| |W|^T) below 2e-6, which a single TF32 product (~1e-5 at these K) would
+Precision: the tensor-core tiles split each operand into two TF32 parts (3xTF32; tck: the activations only, the
+weights' integer codes are exact; tch: the activations into f16 heads and tails per token scale), so its error must
+stay at float32 level: max |Y - Y64| / (|X| |W|^T) below 2e-6, which a single TF32 product (~1e-5 at these K) would
 fail. The SIMT tile (gt, what HIP runs) is held to the same bound, so is the RDNA WMMA tile (wm, 3xF16 with
 power-of-two tile scaling) on a gfx11 GPU (none has run it yet), and so are the batched-decode kernels
 (tn_tN on tensor cores and bq_t16 for Q4_K / Q6_K, kq_tN behind HALO_GPU_KQ_BATCH=1).
@@ -62,9 +63,9 @@ def fwd(gpu_name):
 
 
 def modes(fwd, types=()):
-    """The prefill tiles this device runs for matrices of these types: tch, tck, tcp and tc (CUDA tensor cores: tck
-    on f16 MMAs with the activations split once by halo_split_f16, HALO_GPU_TILES=tch; the pipelined tile with
-    integer K-quant weights, the default for Q4_K / Q6_K; the pipelined tile, the matmul
+    """The prefill tiles this device runs for matrices of these types: tch, tck, tcp and tc (CUDA tensor cores: the
+    integer K-quant weights on f16 MMAs with the activations split once by halo_split_f16, the default for Q4_K /
+    Q6_K; the same on TF32 MMAs, HALO_GPU_TILES=tck; the pipelined tile, the matmul
     default for other types, HALO_GPU_TILES=tcp; the first one, HALO_GPU_TILES=tc), wm (RDNA3 / 3.5 WMMA,
     opt-in in the engine, tested wherever the arch has it), gt (FMAs, everywhere)."""
     tck = ["tch", "tck"] if set(types) <= fwd_mod.TCK_TYPES else []

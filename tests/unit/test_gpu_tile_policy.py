@@ -127,17 +127,17 @@ def test_only_products_worth_a_launch_split(monkeypatch):
 
 
 @pytest.mark.parametrize("tile,types,weights,matmul,glu", [
-    ("auto", {GGMLType.Q4_K, GGMLType.Q6_K}, 2560 * 4096, "tck", "tck"), ("auto", {GGMLType.Q4_K}, 1 << 23, "tck", "tck"),
+    ("auto", {GGMLType.Q4_K, GGMLType.Q6_K}, 2560 * 4096, "tch", "tch"), ("auto", {GGMLType.Q4_K}, 1 << 23, "tch", "tch"),
     ("auto", {GGMLType.Q4_K, GGMLType.Q8_0}, 1 << 24, "tcp", "tc"), ("auto", {GGMLType.F32}, 1 << 24, "tcp", "tc"),
     ("auto", {GGMLType.Q4_K}, 2048 * 640, "tc", "tc"), ("auto", {GGMLType.Q4_1}, 1536 * 576, "tc", "tc"),
     ("tck", {GGMLType.Q4_K}, 64 * 256, "tck", "tck"), ("tck", {GGMLType.Q8_0}, 64 * 256, "tcp", "tc"),
     ("tch", {GGMLType.Q4_K, GGMLType.Q6_K}, 64 * 256, "tch", "tch"), ("tch", {GGMLType.Q8_0}, 64 * 256, "tcp", "tc"),
     ("tcp", {GGMLType.Q4_K}, 64, "tcp", "tcp"), ("tc", {GGMLType.Q4_K}, 1 << 30, "tc", "tc")])
 def test_tensor_core_tile_by_weight_types_and_size(tile, types, weights, matmul, glu, monkeypatch):
-    """tck (integer K-quant weights) only where every matrix of the product is Q4_K / Q6_K; other matmuls take
-    tcp and other GLUs tc (each measured faster there); by default products of a small model's size (gemma-3-270m's
-    largest: 2048 x 640) stay on tc; HALO_GPU_TILES=tch / tck / tcp / tc force a tile for comparisons (tch: tck's
-    types only)."""
+    """tch (integer K-quant weights on f16 MMAs; tck, their TF32 tile, when asked for) only where every matrix of
+    the product is Q4_K / Q6_K; other matmuls take tcp and other GLUs tc (each measured faster there); by default
+    products of a small model's size (gemma-3-270m's largest: 2048 x 640) stay on tc; HALO_GPU_TILES=tch / tck /
+    tcp / tc force a tile for comparisons (tch and tck: their types only)."""
     monkeypatch.setattr(fwd_mod, "TC_TILE", tile)
     assert fwd_mod._tc_tile(types, weights) == matmul and fwd_mod._glu_tile(types, weights) == glu
 
