@@ -203,6 +203,12 @@ def split_f16_scratch(config: ModelConfig, max_tokens: int) -> int:
     return split_f16_floats(max_tokens, max(config.n_embd, config.q_dim, config.n_ff))
 
 
+def tch_possible(types) -> bool:
+    """Whether a model whose matrices have these types can run the tch tile by default (it keeps the scratch of
+    split_f16_scratch from the start: allocating it later could fall inside a graph capture)."""
+    return TC_TILE in ("auto", "tch") and bool(set(types) & TCK_TYPES)
+
+
 def split_k(base_blocks: int, K: int, partial_floats: int, capacity: int) -> int:
     """How many K slices a tensor-core matmul of `base_blocks` blocks gets: doubled while the grid is smaller
     than SPLIT_TARGET_BLOCKS, each slice stays a multiple of TC_K with >= SPLIT_MIN_STAGES stages, and the
@@ -480,7 +486,8 @@ class GpuForward:
         self._logits_host: PinnedHostBuffer | None = None
         self._logits_ready = backend.create_event()
         self._split_buf: DeviceBuffer | None = None        # halo_split_f16's output (_split_f16)
-        if self.use_tc and TC_TILE in ("auto", "tch"):
+        types = {m.ggml_type for L in weights.layers for m in vars(L).values() if isinstance(m, DeviceMatrix)}
+        if self.use_tc and tch_possible(types | {weights.output.ggml_type}):
             self._grow_split(split_f16_scratch(c, max_tokens))
 
     # kernels -----------------------------------------------------------------------------------------
@@ -534,9 +541,9 @@ class GpuForward:
         """X's rows (through xrow) split by halo_split_f16 for the tch tiles: (Xh, Xl, sums, exponents, sum-plane
         stride). Once per product: every input of a layer feeds one product (q|k|v and gate|up are fused), so this
         is once per distinct input, and nothing can go stale between products. The scratch (split_f16_scratch) is
-        allocated with the forward's where tch can be chosen (tensor cores, HALO_GPU_TILES unset or tch), else on
-        first use (tests that force the tile); a larger request (only tests that swap the config make one) grows it
-        after the stream drains."""
+        allocated with the forward's where tch can be chosen (tch_possible, tensor cores), else on first use (tests
+        that force the tile); a larger request (only tests that swap the config make one) grows it after the stream
+        drains."""
         ls = -(-T // SPLIT_TOKENS) * SPLIT_TOKENS
         need = split_f16_floats(T, K)
         if self._split_buf is None or self._split_buf.shape[0] < need:

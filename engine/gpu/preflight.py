@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from engine.api import TOP_LOGITS_MAX
 from engine.errors import OutOfDeviceMemoryError
-from engine.gpu.forward import TC_TILE, split_f16_scratch, split_kv_floats, splitk_floats
+from engine.gpu.forward import split_f16_scratch, split_kv_floats, splitk_floats, tch_possible
 from engine.gpu.moe import MoeScratch
 from engine.model import arch
 from engine.model.arch import ALLOC_GRANULARITY
@@ -61,14 +61,16 @@ def kv_bytes(config: ModelConfig, num_blocks: int, block_size: int, kv_type: str
     return arch.kv_cache_bytes(config, num_blocks, block_size, "gpu", kv_type)
 
 
-def scratch_bytes(config: ModelConfig, max_tokens: int, max_seqs: int, max_blocks_per_seq: int) -> int:
+def scratch_bytes(config: ModelConfig, max_tokens: int, max_seqs: int, max_blocks_per_seq: int,
+                  tch: bool = False) -> int:
+    """tch: the model can take the tch prefill tile (forward.tch_possible), whose activation split needs scratch."""
     c = config
     qkv = c.q_dim + 2 * c.kv_dim
     per_token = 4 * (3 * c.n_embd + qkv + c.q_dim + c.n_ff)          # x, h, o | qkv | attn | glu out
     logits = 4 * max_seqs * c.vocab_size
     meta = 4 * (4 * max_tokens + 10 * max_seqs + max_seqs * max_blocks_per_seq)
     partial = _round(4 * max(splitk_floats(c, max_tokens), 1)) + _round(4 * max(split_kv_floats(c, max_tokens), 1))
-    if TC_TILE in ("auto", "tch"):                                 # counted on every device, as the partial sums
+    if tch:                                                        # counted on every device, as the partial sums
         partial += _round(4 * split_f16_scratch(c, max_tokens))
     sampler = 4 * max_seqs * (-(-c.vocab_size // 32) + 2 * TOP_LOGITS_MAX)       # penalty bitmaps, top pairs
     moe = _round(MoeScratch.nbytes(c, max_tokens))
@@ -80,7 +82,8 @@ def plan_memory(config: ModelConfig, tensors, num_blocks: int, block_size: int, 
                 max_seqs: int, kv_type: str = arch.DEFAULT_KV_CACHE_TYPE) -> MemoryPlan:
     est = arch.blocks_memory_estimate(config, num_blocks, block_size, "gpu", tensors, max_seqs, kv_type)
     w, kv = est.weights, est.kv_cache + est.recurrent_state
-    scratch = scratch_bytes(config, max_tokens, max_seqs, num_blocks)
+    tch = tch_possible(t.ggml_type for t in tensors if len(t.shape) == 2)
+    scratch = scratch_bytes(config, max_tokens, max_seqs, num_blocks, tch)
     reserve = FIXED_RESERVE + int(RESERVE_FRACTION * (w + kv + scratch))
     return MemoryPlan(w, kv, scratch, reserve)
 
