@@ -624,11 +624,11 @@ SKV_MMA_ENTRY(halo_attention_split_mma_d128_f16, 128, true)
 // FA_ROWS query rows = up to FA_ROWS / G consecutive tokens of the step x the G = H / Hkv query heads of kv head
 // blockIdx.y (row r: token tok0 + r / G, head hk G + r % G), so each K/V tile is read once for the whole GQA
 // group and 64 rows. Per tile of FA_KEYS keys (read through the sequence's block table into shared memory):
-// S = Q K^T and O += P V on tensor cores (the float32 cache's build below on mma.sync m16n8k8 in 3xTF32 (float32-level products, prelude.h), online softmax in
-// float32 with S and every tile's P V promoted into float32 registers (the MMA's own accumulation is not IEEE;
-// see tc_mma in halo_quant.cu; the f16 cache's on m16n8k16, after it). Warp w owns rows 16 w .. 16 w + 15; Q stays
-// in registers (pre-scaled); in the float32 build P goes through a per-warp shared buffer from the C to the A
-// fragment layout.
+// S = Q K^T and O += P V on tensor cores, online softmax in float32 with S and every tile's P V promoted into
+// float32 registers (the MMA's own accumulation is not IEEE; see tc_mma in halo_quant.cu). Two builds: the
+// float32 cache's on mma.sync m16n8k8 in 3xTF32 (float32-level products, prelude.h), P going through a per-warp
+// shared buffer from the C to the A fragment layout; the f16 cache's on m16n8k16 (after it). Warp w owns rows
+// 16 w .. 16 w + 15; Q stays in registers (pre-scaled).
 // Keys allowed for a row: those of its own sequence with lo <= j <= pos (causal; lo = pos - window + 1 when
 // window > 0). A block whose tokens belong to several sequences (a mixed batch step) walks each sequence's keys
 // in turn, masking the other sequences' rows. Same contract and output as halo_attention, sinks included.
