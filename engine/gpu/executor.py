@@ -105,20 +105,20 @@ def build_gpu_model(path: Path, choice: BackendChoice, on_progress, *, max_conte
     from engine.model.loader import model_info
     from engine.prompt import PromptFormat
 
-    with open_gguf(Path(path)) as gguf:
+    with open_gguf(Path(path)) as gguf:          # opened once: the header (vocabulary included) is parsed once
         config = ModelConfig.from_metadata(gguf.metadata)
         metadata, info = dict(gguf.metadata), model_info(Path(path), gguf, config)
-    max_context = min(config.context_length, max_context)
-    num_blocks = kv_blocks(max_context, kv_cache_tokens)
-    budget = max(prefill_chunk, max_num_seqs)
-    backend = create(choice.name)
-    try:
-        model = GpuModel.load(path, backend, max_tokens=budget, max_seqs=max_num_seqs, kv_blocks=num_blocks,
-                              block_size=BLOCK_SIZE, progress=on_progress, kv_type=kv_cache_type)
-        kv = model.new_kv_cache(num_blocks, BLOCK_SIZE)
-    except BaseException:
-        backend.close()
-        raise
+        max_context = min(config.context_length, max_context)
+        num_blocks = kv_blocks(max_context, kv_cache_tokens)
+        budget = max(prefill_chunk, max_num_seqs)
+        backend = create(choice.name)
+        try:
+            model = GpuModel.from_gguf(gguf, backend, max_tokens=budget, max_seqs=max_num_seqs, kv_blocks=num_blocks,
+                                       block_size=BLOCK_SIZE, progress=on_progress, kv_type=kv_cache_type)
+            kv = model.new_kv_cache(num_blocks, BLOCK_SIZE)
+        except BaseException:
+            backend.close()
+            raise
     executor = GpuStepExecutor(model, kv)
     scheduler = make_scheduler(num_blocks, BLOCK_SIZE, max_context, choice.async_scheduling, max_num_seqs, budget)
     core = EngineCore(scheduler, ModelRunner(executor, BLOCK_SIZE, max_num_seqs))

@@ -65,18 +65,28 @@ class GpuModel:
         from engine.gguf import open_gguf
 
         with open_gguf(Path(path)) as gguf:
-            config = ModelConfig.from_metadata(gguf.metadata)
-            tensors = list(gguf.tensors.values())
-            plan = plan_memory(config, tensors, kv_blocks, block_size, max_tokens, max_seqs, kv_type)
-            mem = backend.memory_info()
-            if plan.total > mem.free:     # say whether the CPU could hold it instead
-                host = plan_host_memory(config, tensors, kv_blocks, block_size, max_tokens, max_seqs)
-                integrated = _integrated(backend)
-                check_fits(plan, mem.free, mem.total, what=Path(path).name, host_plan=host, integrated=integrated,
-                           dedicated=amd_dedicated_bytes() if integrated else None)
-            stream = backend.create_stream()
-            weights = upload_weights(backend, gguf, config, stream, progress)
-            stream.synchronize()
+            return GpuModel.from_gguf(gguf, backend, max_tokens=max_tokens, max_seqs=max_seqs, kv_blocks=kv_blocks,
+                                      block_size=block_size, use_graphs=use_graphs, progress=progress,
+                                      kv_type=kv_type)
+
+    @staticmethod
+    def from_gguf(gguf, backend: Backend, *, max_tokens: int = 512, max_seqs: int = 16, kv_blocks: int = 0,
+                  block_size: int = BLOCK_SIZE, use_graphs: bool = True, progress=None,
+                  kv_type: str = DEFAULT_KV_CACHE_TYPE) -> GpuModel:
+        """`load` from a GGUFFile the caller has open (and closes after): its header is parsed once (a 150k-token
+        vocabulary takes ~50 ms to parse). Returns once the weights are on the device."""
+        config = ModelConfig.from_metadata(gguf.metadata)
+        tensors = list(gguf.tensors.values())
+        plan = plan_memory(config, tensors, kv_blocks, block_size, max_tokens, max_seqs, kv_type)
+        mem = backend.memory_info()
+        if plan.total > mem.free:     # say whether the CPU could hold it instead
+            host = plan_host_memory(config, tensors, kv_blocks, block_size, max_tokens, max_seqs)
+            integrated = _integrated(backend)
+            check_fits(plan, mem.free, mem.total, what=gguf.path.name, host_plan=host, integrated=integrated,
+                       dedicated=amd_dedicated_bytes() if integrated else None)
+        stream = backend.create_stream()
+        weights = upload_weights(backend, gguf, config, stream, progress)
+        stream.synchronize()
         fwd = GpuForward(backend, config, weights, max_tokens, max_seqs, stream)
         fwd.warm_up()
         return GpuModel(backend, config, fwd, plan, use_graphs, kv_type)
