@@ -127,7 +127,7 @@ def _api_of(p: ProbeResult) -> str:
     spec = BACKENDS.get(p.backend)
     if spec is None:
         return "hip" if "hip" in p.backend else "cuda" if "cuda" in p.backend else "cpu"
-    return "cpu" if spec.binding_module is None else ("hip" if "hip" in spec.name else "cuda")
+    return spec.api
 
 
 def async_scheduling_decision(probe_result: ProbeResult | None, setting: bool = True,

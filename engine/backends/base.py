@@ -11,6 +11,7 @@ order; `stream.wait(event)` orders across streams without blocking the host).
 from __future__ import annotations
 
 import logging
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ class DeviceBuffer:
         self.ptr = ptr
         self.dtype = np.dtype(dtype)
         self.shape = tuple(shape)
-        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self.nbytes = int(math.prod(self.shape)) * self.dtype.itemsize    # (np.prod: ~3 us; views are made per step)
         self.freed = False
         self._storage = storage           # CPU backend only: its "device" memory; never handed out
 

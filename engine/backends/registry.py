@@ -17,17 +17,18 @@ class BackendSpec:
     binding_class: str | None = None
     binding_args: tuple = ()
     description: str = ""
+    api: str = "cpu"                   # "hip", "cuda" or "cpu": which backend setting (diagnostics) takes it
 
 
 BACKENDS: dict[str, BackendSpec] = {s.name: s for s in (
     BackendSpec("hip-python", "engine.backends.gpu", "engine.backends.runtime.hip_python", "HipPythonRuntime",
-                (), "HIP through AMD's hip-python (Linux wheels)"),
+                (), "HIP through AMD's hip-python (Linux wheels)", api="hip"),
     BackendSpec("ctypes-hip", "engine.backends.gpu", "engine.backends.runtime.ctypes_runtime", "CtypesRuntime",
-                ("hip",), "HIP through ctypes to amdhip64 / libamdhip64 (the Windows path)"),
+                ("hip",), "HIP through ctypes to amdhip64 / libamdhip64 (the Windows path)", api="hip"),
     BackendSpec("cuda-python", "engine.backends.gpu", "engine.backends.runtime.cuda_python", "CudaPythonRuntime",
-                (), "CUDA through NVIDIA's cuda-python"),
+                (), "CUDA through NVIDIA's cuda-python", api="cuda"),
     BackendSpec("ctypes-cuda", "engine.backends.gpu", "engine.backends.runtime.ctypes_runtime", "CtypesRuntime",
-                ("cuda",), "CUDA through ctypes to libcudart/libnvrtc: the HIP ctypes code on NVIDIA"),
+                ("cuda",), "CUDA through ctypes to libcudart/libnvrtc: the HIP ctypes code on NVIDIA", api="cuda"),
     BackendSpec("cpu", "engine.backends.cpu", description="numpy reference and fallback"),
 )}
 

@@ -16,6 +16,7 @@ The forward returns logits for the last token of each sequence: index query_star
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,29 +62,31 @@ def build_step_input(out: SchedulerOutput, block_size: int, max_blocks: int | No
     if widest > width:
         raise ValueError(f"a block table has {widest} blocks, wider than max_blocks={width}")
 
-    lens = np.array([s.num_tokens for s in seqs], dtype=np.int32)
-    query_start_loc = np.zeros(len(seqs) + 1, dtype=np.int32)
+    S = len(seqs)
+    lens = np.fromiter((len(s.token_ids) for s in seqs), np.int32, S)
+    starts = np.fromiter((s.start_position for s in seqs), np.int32, S)
+    query_start_loc = np.zeros(S + 1, dtype=np.int32)
     np.cumsum(lens, out=query_start_loc[1:])
-    token_ids = np.fromiter((t for s in seqs for t in s.token_ids), dtype=np.int32,
-                            count=int(query_start_loc[-1]))
-    positions = np.concatenate(
-        [np.arange(s.start_position, s.seq_len, dtype=np.int32) for s in seqs]
-    ) if seqs else np.zeros(0, dtype=np.int32)
+    T = int(query_start_loc[-1])
+    token_ids = np.fromiter(itertools.chain.from_iterable(s.token_ids for s in seqs), np.int32, T)
+    row_of_token = np.repeat(np.arange(S), lens)
+    # each sequence's positions start_position .. seq_len - 1, for all sequences at once
+    positions = np.arange(T, dtype=np.int32) + (starts - query_start_loc[:-1])[row_of_token]
 
-    block_tables = np.zeros((len(seqs), width), dtype=np.int32)
+    block_tables = np.zeros((S, width), dtype=np.int32)
     for s in seqs:
         block_tables[s.row, :len(s.block_table)] = s.block_table
-    row_of_token = np.repeat(np.arange(len(seqs)), lens)
     block_of_token = block_tables[row_of_token, positions // block_size].astype(np.int64)
     slot_mapping = block_of_token * block_size + positions % block_size
 
-    dst = [int(query_start_loc[s.row + 1]) - 1 for s in seqs if s.prev_row is not None]
+    last_token = query_start_loc[1:].tolist()
+    dst = [last_token[s.row] - 1 for s in seqs if s.prev_row is not None]
     src = [s.prev_row for s in seqs if s.prev_row is not None]
-    assert all(token_ids[d] == PLACEHOLDER_TOKEN_ID for d in dst)
+    assert (token_ids[dst] == PLACEHOLDER_TOKEN_ID).all()
     return StepBatch(
         step_id=out.step_id, prev_step_id=out.prev_step_id,
         token_ids=token_ids, positions=positions, slot_mapping=slot_mapping,
-        query_start_loc=query_start_loc, seq_lens=np.array([s.seq_len for s in seqs], dtype=np.int32),
+        query_start_loc=query_start_loc, seq_lens=starts + lens,
         block_tables=block_tables,
         prev_token_dst=np.array(dst, dtype=np.int32), prev_token_src=np.array(src, dtype=np.int32),
         sample_rows=np.array([s.samples for s in seqs], dtype=bool),

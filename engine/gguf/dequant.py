@@ -143,8 +143,18 @@ F16_SCALE_OFFSETS: dict[GGMLType, tuple[int, ...]] = {
     GGMLType.Q8_0: (0,), GGMLType.Q2_K: (80, 82), GGMLType.Q3_K: (108,), GGMLType.Q4_K: (0, 2),
     GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,),
 }
-_F16_EXPONENT_HIGH_BYTE = 0x7C        # a float16's exponent bits, all ones (inf/NaN), in its high byte
-_SCAN_BLOCKS = 1 << 20                # bounds the temporary masks to ~1 MB
+_F16_EXPONENT, _BF16_EXPONENT, _F32_EXPONENT = 0x7C00, 0x7F80, 0x7F800000   # all ones: inf or NaN
+_SCAN_BYTES = 1 << 19                 # bounds the scan's one temporary per chunk to 512 KiB
+
+
+def _exponent_all_ones(words: np.ndarray, exponent: int, width: int) -> bool:
+    """Whether some `width`-byte float in `words` (unsigned words of one or two such floats, any stride) has its
+    exponent bits all ones. A float | ~exponent is all ones exactly then, so a max answers with no mask array."""
+    all_ones = (1 << 8 * width) - 1
+    not_exponent = words.dtype.type(~exponent & ((1 << 8 * words.itemsize) - 1))
+    step = _SCAN_BYTES // words.itemsize
+    return any((words[i:i + step] | not_exponent).view(f"<u{width}").max() == all_ones
+               for i in range(0, len(words), step))
 
 
 def decodes_finite(raw: np.ndarray, ggml_type: GGMLType) -> bool | None:
@@ -152,22 +162,20 @@ def decodes_finite(raw: np.ndarray, ggml_type: GGMLType) -> bool | None:
     tell without decoding (MXFP4's power-of-two scales; the types this engine only decodes to float32, whose
     loader checks the decoded values). Reads only the scale bytes of quantized types."""
     if ggml_type == GGMLType.F32:
-        values = raw.view("<f4")
-        return all(np.isfinite(values[i:i + _SCAN_BLOCKS]).all() for i in range(0, len(values), _SCAN_BLOCKS))
-    if ggml_type == GGMLType.F16:
-        return not any(((raw[i + 1:i + 2 * _SCAN_BLOCKS:2] & _F16_EXPONENT_HIGH_BYTE) == _F16_EXPONENT_HIGH_BYTE)
-                       .any() for i in range(0, len(raw), 2 * _SCAN_BLOCKS))
-    if ggml_type == GGMLType.BF16:
-        words = raw.view("<u2")
-        return not any(((words[i:i + _SCAN_BLOCKS] & 0x7F80) == 0x7F80).any()
-                       for i in range(0, len(words), _SCAN_BLOCKS))
+        return not _exponent_all_ones(raw.view("<u4"), _F32_EXPONENT, 4)
+    if ggml_type in (GGMLType.F16, GGMLType.BF16):
+        return not _exponent_all_ones(raw.view("<u2"), _F16_EXPONENT if ggml_type == GGMLType.F16 else
+                                      _BF16_EXPONENT, 2)
     offsets = F16_SCALE_OFFSETS.get(ggml_type)
     if offsets is None:
         return None
-    blocks = raw.reshape(-1, BLOCK_LAYOUT[ggml_type][1])
-    for start in range(0, len(blocks), _SCAN_BLOCKS):
-        chunk = blocks[start:start + _SCAN_BLOCKS]
-        for off in offsets:
-            if ((chunk[:, off + 1] & _F16_EXPONENT_HIGH_BYTE) == _F16_EXPONENT_HIGH_BYTE).any():
-                return False
-    return True
+    block_bytes = BLOCK_LAYOUT[ggml_type][1]
+    n = len(raw) // block_bytes
+    # One scale word a block, a block apart: the scan is bound by those strided reads, so two adjacent scales
+    # (d, dmin) are read as one 32-bit word, in one pass.
+    if len(offsets) == 2 and offsets[1] == offsets[0] + 2:
+        words = [np.ndarray((n,), "<u4", raw, offsets[0], (block_bytes,))]
+    else:
+        words = [np.ndarray((n,), "<u2", raw, off, (block_bytes,)) for off in offsets]
+    return not any(_exponent_all_ones(w, _F16_EXPONENT * 0x10001 if w.itemsize == 4 else _F16_EXPONENT, 2)
+                   for w in words)

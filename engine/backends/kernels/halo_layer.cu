@@ -624,10 +624,11 @@ SKV_MMA_ENTRY(halo_attention_split_mma_d128_f16, 128, true)
 // FA_ROWS query rows = up to FA_ROWS / G consecutive tokens of the step x the G = H / Hkv query heads of kv head
 // blockIdx.y (row r: token tok0 + r / G, head hk G + r % G), so each K/V tile is read once for the whole GQA
 // group and 64 rows. Per tile of FA_KEYS keys (read through the sequence's block table into shared memory):
-// S = Q K^T and O += P V on mma.sync m16n8k8 in 3xTF32 (float32-level products, prelude.h), online softmax in
-// float32 with S and every tile's P V promoted into float32 registers (the MMA's own accumulation is not IEEE;
-// see tc_mma in halo_quant.cu). Warp w owns rows 16 w .. 16 w + 15; Q stays in registers (pre-scaled, split
-// per use), P goes through a per-warp shared buffer from the C to the A fragment layout.
+// S = Q K^T and O += P V on tensor cores, online softmax in float32 with S and every tile's P V promoted into
+// float32 registers (the MMA's own accumulation is not IEEE; see tc_mma in halo_quant.cu). Two builds: the
+// float32 cache's on mma.sync m16n8k8 in 3xTF32 (float32-level products, prelude.h), P going through a per-warp
+// shared buffer from the C to the A fragment layout; the f16 cache's on m16n8k16 (after it). Warp w owns rows
+// 16 w .. 16 w + 15; Q stays in registers (pre-scaled).
 // Keys allowed for a row: those of its own sequence with lo <= j <= pos (causal; lo = pos - window + 1 when
 // window > 0). A block whose tokens belong to several sequences (a mixed batch step) walks each sequence's keys
 // in turn, masking the other sequences' rows. Same contract and output as halo_attention, sinks included.
@@ -639,10 +640,87 @@ SKV_MMA_ENTRY(halo_attention_split_mma_d128_f16, 128, true)
 #define FA_KLD (FA_MAX_D + 4)      // row strides in words: the B-fragment loads K[g][q] / V[q][g] and the A
 #define FA_VLD (FA_MAX_D + 8)      // fragment loads P[g][q] of a warp each hit 32 distinct banks
 #define FA_PLD (FA_KEYS + 4)
-// Builds: halo_attention_tc (float32 cache), halo_attention_tc_f16.
-template <typename KV>
-__device__ __forceinline__ void attention_tc(const float* qkv, i32 ld, const KV* kcache,
-        const KV* vcache, const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width,
+#if HALO_TC
+// The rows of a tiled-attention block (both builds): the tokens' positions, first allowed keys and sequences in
+// shared memory, and this lane's two fragment rows g, g + 8 of its warp's 16 (token index in the block, position,
+// first key, sequence, q row; a row past the step's tokens has position -1 and no q row).
+struct FaRows {
+    int rt[2], rpos[2], rlo[2], rseq[2];
+    const float* qrow[2];
+};
+
+__device__ __forceinline__ FaRows fa_rows(const float* qkv, i32 ld, const i32* positions, const i32* token_seq,
+                                          i32 window, int G, int hk, int D, int tok0, int ntok, i32* s_pos, i32* s_lo,
+                                          i32* s_seq) {
+    int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
+    if (threadIdx.x < ntok) {
+        int tok = tok0 + threadIdx.x, pos = positions[tok];
+        s_pos[threadIdx.x] = pos;
+        s_lo[threadIdx.x] = window > 0 ? max(0, pos - window + 1) : 0;
+        s_seq[threadIdx.x] = token_seq[tok];
+    }
+    __syncthreads();
+    FaRows R;
+    #pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int r = 16 * warp + g + 8 * i;
+        R.rt[i] = r / G;
+        bool valid = R.rt[i] < ntok;
+        R.rpos[i] = valid ? s_pos[R.rt[i]] : -1;
+        R.rlo[i] = valid ? s_lo[R.rt[i]] : 0;
+        R.rseq[i] = valid ? s_seq[R.rt[i]] : -1;
+        R.qrow[i] = valid ? qkv + (size_t)(tok0 + R.rt[i]) * ld + (size_t)(hk * G + r % G) * D : 0;
+    }
+    return R;
+}
+
+// The keys [*jlo, *jhi] that the block's rows of token i's sequence may see, or false when an earlier token of
+// the block has the same sequence (its keys were walked then)
+__device__ __forceinline__ bool fa_sequence_keys(int i, int ntok, const i32* s_seq, const i32* s_lo,
+                                                 const i32* s_pos, int* jlo, int* jhi) {
+    int s = s_seq[i];
+    for (int j = 0; j < i; j++)
+        if (s_seq[j] == s) return false;
+    *jlo = 0x7fffffff;
+    *jhi = -1;
+    for (int j = i; j < ntok; j++)
+        if (s_seq[j] == s) { *jlo = min(*jlo, s_lo[j]); *jhi = max(*jhi, s_pos[j]); }
+    return true;
+}
+
+// out rows from the float32 O fragments of[n][0..3] (C layout: dims 8 n + 2q, + 1 of rows g, g + 8), the running
+// maxima m and this lane's parts of the row sums l; a head's sink joins the maximum and the denominator.
+__device__ __forceinline__ void fa_write_rows(const FaRows& R, float (&of)[FA_MAX_D / 8][4], const float* m,
+                                              float* l, int G, int hk, int H, int D, int tok0, const float* sinks,
+                                              float* out) {
+    int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += SHFL_XOR(l[r], 1);
+        l[r] += SHFL_XOR(l[r], 2);
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (!R.qrow[r]) continue;
+        int r16 = 16 * warp + g + 8 * r, h = hk * G + r16 % G;
+        float* o = out + (size_t)(tok0 + R.rt[r]) * H * D + (size_t)h * D + 2 * q;
+        float inv = 1.0f / l[r];
+        if (sinks) {                     // the sink joins the maximum and the denominator (as halo_attention)
+            float S = sinks[h], Mt = fmaxf(m[r], S), sc = __expf(m[r] - Mt);
+            inv = sc / (l[r] * sc + __expf(S - Mt));
+        }
+        #pragma unroll
+        for (int n = 0; n < FA_MAX_D / 8; n++) {
+            if (8 * n >= D) break;
+            *(float2*)(o + 8 * n) = make_float2(of[n][2 * r] * inv, of[n][2 * r + 1] * inv);
+        }
+    }
+}
+#endif
+
+// The float32 cache's build, halo_attention_tc.
+__device__ __forceinline__ void attention_tc(const float* qkv, i32 ld, const float* kcache,
+        const float* vcache, const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width,
         i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window, i32 T, const float* sinks, float* out) {
 #if HALO_TC
     __shared__ __align__(16) float Ks[FA_KEYS * FA_KLD];
@@ -652,26 +730,9 @@ __device__ __forceinline__ void attention_tc(const float* qkv, i32 ld, const KV*
     int G = H / Hkv, BT = FA_ROWS / G, hk = blockIdx.y, tok0 = blockIdx.x * BT;
     int ntok = min(BT, T - tok0);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    if (threadIdx.x < ntok) {
-        int tok = tok0 + threadIdx.x, pos = positions[tok];
-        s_pos[threadIdx.x] = pos;
-        s_lo[threadIdx.x] = window > 0 ? max(0, pos - window + 1) : 0;
-        s_seq[threadIdx.x] = token_seq[tok];
-    }
-    __syncthreads();
-    // this lane's two rows (fragment rows g and g + 8 of the warp's 16)
-    int rt[2], rpos[2], rlo[2], rseq[2];
-    const float* qrow[2];
-    #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        int r = 16 * warp + g + 8 * i;
-        rt[i] = r / G;
-        bool valid = rt[i] < ntok;
-        rpos[i] = valid ? s_pos[rt[i]] : -1;
-        rlo[i] = valid ? s_lo[rt[i]] : 0;
-        rseq[i] = valid ? s_seq[rt[i]] : -1;
-        qrow[i] = valid ? qkv + (size_t)(tok0 + rt[i]) * ld + (size_t)(hk * G + r % G) * D : 0;
-    }
+    FaRows R = fa_rows(qkv, ld, positions, token_seq, window, G, hk, D, tok0, ntok, s_pos, s_lo, s_seq);
+    const int* rpos = R.rpos; const int* rlo = R.rlo; const int* rseq = R.rseq;
+    const float* const* qrow = R.qrow;
     float qf[FA_MAX_D / 8][4], of[FA_MAX_D / 8][4];      // [k slice | d tile][A | C fragment]
     #pragma unroll
     for (int ks = 0; ks < FA_MAX_D / 8; ks++) {
@@ -688,13 +749,9 @@ __device__ __forceinline__ void attention_tc(const float* qkv, i32 ld, const KV*
     float* P = Ps[warp];
     int D4 = D >> 2;
     for (int i = 0; i < ntok; i++) {                          // each sequence of the block once
+        int jlo, jhi;
+        if (!fa_sequence_keys(i, ntok, s_seq, s_lo, s_pos, &jlo, &jhi)) continue;
         int s = s_seq[i];
-        bool seen = false;
-        for (int j = 0; j < i && !seen; j++) seen = s_seq[j] == s;
-        if (seen) continue;
-        int jlo = 0x7fffffff, jhi = -1;
-        for (int j = i; j < ntok; j++)
-            if (s_seq[j] == s) { jlo = min(jlo, s_lo[j]); jhi = max(jhi, s_pos[j]); }
         const i32* table = block_tables + (size_t)s * bt_width;
         for (int j0 = jlo; j0 <= jhi; j0 += FA_KEYS) {
             __syncthreads();                                  // the last tile's readers are done
@@ -801,40 +858,174 @@ __device__ __forceinline__ void attention_tc(const float* qkv, i32 ld, const KV*
             }
         }
     }
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += SHFL_XOR(l[r], 1);
-        l[r] += SHFL_XOR(l[r], 2);
-    }
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (!qrow[r]) continue;
-        int r16 = 16 * warp + g + 8 * r, h = hk * G + r16 % G;
-        float* o = out + (size_t)(tok0 + rt[r]) * H * D + (size_t)h * D + 2 * q;
-        float inv = 1.0f / l[r];
-        if (sinks) {                     // the sink joins the maximum and the denominator (as halo_attention)
-            float S = sinks[h], Mt = fmaxf(m[r], S), sc = __expf(m[r] - Mt);
-            inv = sc / (l[r] * sc + __expf(S - Mt));
-        }
-        #pragma unroll
-        for (int n = 0; n < FA_MAX_D / 8; n++) {
-            if (8 * n >= D) break;
-            *(float2*)(o + 8 * n) = make_float2(of[n][2 * r] * inv, of[n][2 * r + 1] * inv);
-        }
-    }
+    fa_write_rows(R, of, m, l, G, hk, H, D, tok0, sinks, out);
 #endif
 }
 
-#define ATTENTION_TC_ENTRY(NAME, KV)                                                                                 \
+// The f16 cache's build, halo_attention_tc_f16: the same blocks, rows, masks and online softmax on mma.m16n8k16
+// with f16 operands. The cache's values are exact f16 operands; Q (scaled, split once into registers) and P are
+// f16 head + tail (f16_split2), so a product is 2 MMAs of 16 k where the float32 build spends 3 of 8 k, and no
+// key or value is converted. K and V tiles of FA_KEYS keys go global -> shared by cp.async, the next tile while
+// this one is computed (double buffer, one barrier per tile); B fragments come by ldmatrix (K as is, V
+// transposed), and P's A fragments are S's C fragments (no trip through shared memory).
+#define FH_LD (FA_MAX_D + 8)       // f16 per shared row: 272 bytes, so an ldmatrix's 8 row addresses hit distinct banks
+__device__ __forceinline__ void attention_tc_f16(const float* qkv, i32 ld, const unsigned short* kcache,
+        const unsigned short* vcache, const i32* positions, const i32* token_seq, const i32* block_tables,
+        i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window, i32 T, const float* sinks,
+        float* out) {
+#if HALO_TC
+    constexpr int KC = FA_MAX_D / 16;
+    __shared__ __align__(16) unsigned short Ks[2][FA_KEYS * FH_LD];
+    __shared__ __align__(16) unsigned short Vs[2][FA_KEYS * FH_LD];
+    __shared__ i32 s_pos[FA_ROWS], s_lo[FA_ROWS], s_seq[FA_ROWS];
+    int G = H / Hkv, BT = FA_ROWS / G, hk = blockIdx.y, tok0 = blockIdx.x * BT;
+    int ntok = min(BT, T - tok0);
+    int lane = threadIdx.x & 31, q = lane & 3;
+    for (int i = threadIdx.x; i < 2 * FA_KEYS; i += blockDim.x)     // K's dims D .. D + 7 of a half-used k chunk
+        for (int d = D; d < ((D + 15) & ~15); d++) Ks[i / FA_KEYS][(i % FA_KEYS) * FH_LD + d] = 0;
+    FaRows R = fa_rows(qkv, ld, positions, token_seq, window, G, hk, D, tok0, ntok, s_pos, s_lo, s_seq);
+    u32 qh[KC][4], ql[KC][4];                   // A fragments: rows g, g + 8; dims 16 kc + 2q (+1) | + 8 (+9)
+    #pragma unroll
+    for (int kc = 0; kc < KC; kc++) {
+        float x[8];
+        #pragma unroll
+        for (int e = 0; e < 8; e++) {           // e: (row e & 1 ? g + 8 : g), dim 16 kc + 2q + (e >> 1 & 1) + 8 (e >> 2)
+            int d = 16 * kc + 2 * q + ((e >> 1) & 1) + 8 * (e >> 2);
+            const float* row = R.qrow[e & 1];
+            x[e] = row && d < D ? row[d] * scale : 0.0f;
+        }
+        f16_split2(x[0], x[2], &qh[kc][0], &ql[kc][0]);
+        f16_split2(x[1], x[3], &qh[kc][1], &ql[kc][1]);
+        f16_split2(x[4], x[6], &qh[kc][2], &ql[kc][2]);
+        f16_split2(x[5], x[7], &qh[kc][3], &ql[kc][3]);
+    }
+    float of[FA_MAX_D / 8][4];
+    #pragma unroll
+    for (int n = 0; n < FA_MAX_D / 8; n++) of[n][0] = of[n][1] = of[n][2] = of[n][3] = 0.0f;
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};     // l: this lane's part of the row sum
+    int D8 = D >> 3;                             // 16-byte chunks per cache row
+    for (int i = 0; i < ntok; i++) {             // each sequence of the block once
+        int jlo, jhi;
+        if (!fa_sequence_keys(i, ntok, s_seq, s_lo, s_pos, &jlo, &jhi)) continue;
+        int s = s_seq[i];
+        const i32* table = block_tables + (size_t)s * bt_width;
+        auto fetch = [&](int j0, int buf) {      // keys j0 .. j0 + FA_KEYS - 1 into buffer buf (zeros past jhi)
+            for (int idx = threadIdx.x; idx < FA_KEYS * D8; idx += blockDim.x) {
+                int kr = idx / D8, c = idx - kr * D8, j = min(j0 + kr, jhi);
+                size_t off = (((size_t)table[j / bs] * bs + (j % bs)) * Hkv + hk) * D + 8 * c;
+                int bytes = j0 + kr <= jhi ? 16 : 0;
+                cp_async16(&Ks[buf][kr * FH_LD + 8 * c], kcache + off, bytes);
+                cp_async16(&Vs[buf][kr * FH_LD + 8 * c], vcache + off, bytes);
+            }
+            cp_async_commit();
+        };
+        if (jlo <= jhi) fetch(jlo, 0);
+        for (int j0 = jlo, buf = 0; j0 <= jhi; j0 += FA_KEYS, buf ^= 1) {
+            cp_async_wait_all();
+            __syncthreads();                     // tile j0 is in; every warp is done with the other buffer
+            if (j0 + FA_KEYS <= jhi) fetch(j0 + FA_KEYS, buf ^ 1);
+            bool need = false;
+            #pragma unroll
+            for (int r = 0; r < 2; r++) need |= R.rseq[r] == s && R.rpos[r] >= j0 && R.rlo[r] < j0 + FA_KEYS;
+            if (!__any_sync(0xffffffffu, need)) continue;     // the whole warp masked (past its diagonal)
+            const unsigned short* Kt = Ks[buf];
+            const unsigned short* Vt = Vs[buf];
+            // S: 4 n tiles of 8 keys; heads and tails of Q in separate chains
+            float sh[FA_KEYS / 8][4], sl[FA_KEYS / 8][4];
+            #pragma unroll
+            for (int n = 0; n < FA_KEYS / 8; n++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) { sh[n][e] = 0.0f; sl[n][e] = 0.0f; }
+            #pragma unroll
+            for (int kc = 0; kc < KC; kc++) {
+                if (16 * kc >= D) break;
+                #pragma unroll
+                for (int np = 0; np < FA_KEYS / 16; np++) {   // n tiles 2 np, 2 np + 1: matrices (keys, dims) x 4
+                    int mi = lane >> 3;
+                    u32 b[4];
+                    ldmatrix_x4(b, Kt + (16 * np + 8 * (mi >> 1) + (lane & 7)) * FH_LD + 16 * kc + 8 * (mi & 1));
+                    mma_f16(sl[2 * np], ql[kc][0], ql[kc][1], ql[kc][2], ql[kc][3], b[0], b[1]);
+                    mma_f16(sh[2 * np], qh[kc][0], qh[kc][1], qh[kc][2], qh[kc][3], b[0], b[1]);
+                    mma_f16(sl[2 * np + 1], ql[kc][0], ql[kc][1], ql[kc][2], ql[kc][3], b[2], b[3]);
+                    mma_f16(sh[2 * np + 1], qh[kc][0], qh[kc][1], qh[kc][2], qh[kc][3], b[2], b[3]);
+                }
+            }
+            float mx[2] = {NEG_INF, NEG_INF};
+            #pragma unroll
+            for (int n = 0; n < FA_KEYS / 8; n++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = e >> 1, j = j0 + 8 * n + 2 * q + (e & 1);
+                    bool ok = R.rseq[r] == s && j >= R.rlo[r] && j <= R.rpos[r];
+                    sh[n][e] = ok ? sh[n][e] + sl[n][e] : NEG_INF;
+                    mx[r] = fmaxf(mx[r], sh[n][e]);
+                }
+            float base[2], corr[2];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], SHFL_XOR(mx[r], 1));
+                mx[r] = fmaxf(mx[r], SHFL_XOR(mx[r], 2));
+                float mn = fmaxf(m[r], mx[r]);
+                base[r] = mn == NEG_INF ? 0.0f : mn;          // no allowed key yet: keep every term 0
+                corr[r] = __expf(m[r] - base[r]);
+                m[r] = mn;
+                l[r] *= corr[r];
+            }
+            // P's A fragments for key chunk kk (n tiles 2 kk, 2 kk + 1): a0 row g keys 2q.., a1 row g + 8, a2 / a3 + 8 keys
+            u32 ph[FA_KEYS / 16][4], pl[FA_KEYS / 16][4];
+            #pragma unroll
+            for (int kk = 0; kk < FA_KEYS / 16; kk++)
+                #pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float* c = sh[2 * kk + h];
+                    float p0 = __expf(c[0] - base[0]), p1 = __expf(c[1] - base[0]);
+                    float p2 = __expf(c[2] - base[1]), p3 = __expf(c[3] - base[1]);
+                    l[0] += p0 + p1;
+                    l[1] += p2 + p3;
+                    f16_split2(p0, p1, &ph[kk][2 * h], &pl[kk][2 * h]);
+                    f16_split2(p2, p3, &ph[kk][2 * h + 1], &pl[kk][2 * h + 1]);
+                }
+            #pragma unroll
+            for (int np = 0; np < FA_MAX_D / 16; np++) {  // output n tiles 2 np, 2 np + 1
+                if (16 * np >= D) break;
+                float part[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+                #pragma unroll
+                for (int kk = 0; kk < FA_KEYS / 16; kk++) {
+                    int mi = lane >> 3;              // matrices (keys 16 kk + 8 (mi & 1) .., dims 16 np + 8 (mi >> 1) ..)
+                    u32 b[4];
+                    ldmatrix_x4_trans(b, Vt + (16 * kk + 8 * (mi & 1) + (lane & 7)) * FH_LD + 16 * np + 8 * (mi >> 1));
+                    mma_f16(part[0], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b[0], b[1]);
+                    mma_f16(part[0], ph[kk][0], ph[kk][1], ph[kk][2], ph[kk][3], b[0], b[1]);
+                    mma_f16(part[1], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b[2], b[3]);
+                    mma_f16(part[1], ph[kk][0], ph[kk][1], ph[kk][2], ph[kk][3], b[2], b[3]);
+                }
+                #pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float* o = of[2 * np + h];
+                    o[0] = o[0] * corr[0] + part[h][0];
+                    o[1] = o[1] * corr[0] + part[h][1];
+                    o[2] = o[2] * corr[1] + part[h][2];
+                    o[3] = o[3] * corr[1] + part[h][3];
+                }
+            }
+        }
+        cp_async_wait_all();                     // nothing in flight when the next sequence's fetch starts
+        __syncthreads();
+    }
+    fa_write_rows(R, of, m, l, G, hk, H, D, tok0, sinks, out);
+#endif
+}
+
+#define ATTENTION_TC_ENTRY(NAME, KV, BODY)                                                                           \
 HALO_KERNEL __launch_bounds__(128) void NAME(const float* qkv, i32 ld, const KV* kcache, const KV* vcache,          \
         const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv,   \
         i32 D, float scale, i32 window, i32 T, const float* sinks, float* out) {                                     \
     GRID_DEPENDENCY_SYNC();                                                                                          \
-    attention_tc<KV>(qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, Hkv, D, scale,    \
-                     window, T, sinks, out);                                                                         \
+    BODY(qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, Hkv, D, scale, window, T,     \
+         sinks, out);                                                                                                \
 }
-ATTENTION_TC_ENTRY(halo_attention_tc, float)
-ATTENTION_TC_ENTRY(halo_attention_tc_f16, unsigned short)
+ATTENTION_TC_ENTRY(halo_attention_tc, float, attention_tc)
+ATTENTION_TC_ENTRY(halo_attention_tc_f16, unsigned short, attention_tc_f16)
 
 // Residual and the next norm in one pass over a token's row (grid: T blocks):
 //   if o:  x += post_w ? rmsnorm(o) * post_w : o
