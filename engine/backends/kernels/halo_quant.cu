@@ -2144,45 +2144,21 @@ HALO_KERNEL void halo_split_f16(const float* X, const i32* xrow, i32 K, i32 T, i
     GRID_DEPENDENCY_SYNC();
     __shared__ float red[32];
     int t = blockIdx.x;
-    const float4* x = (const float4*)(X + (size_t)(xrow ? xrow[t] : t) * K);
-    int n4 = K >> 2;                                  // K % 32 == 0
+    const float* x = X + (size_t)(xrow ? xrow[t] : t) * K;
     float mx = 0.0f;
-    #pragma unroll 4
-    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
-        float4 v = x[i];
-        mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-    }
+    for (int k = threadIdx.x; k < K; k += blockDim.x) mx = fmaxf(mx, fabsf(x[k]));
     mx = block_max(mx, red);
     int e = 0;
     if (mx > 0.0f) { frexpf(mx, &e); e -= 15; }       // mx = f 2^(e + 15), f in [0.5, 1): mx / 2^e in [2^14, 2^15)
     if (threadIdx.x == 0) E[t] = e;
-    // thread: 4 consecutive elements; 8 neighbouring lanes: one 32-k sub-block (blockDim.x % 32 == 0; whole warps
-    // iterate, so the shuffles have every lane)
     int lane = threadIdx.x & 31;
-    #pragma unroll 2
-    for (int w = threadIdx.x - lane; w < n4; w += blockDim.x) {
-        int i = w + lane;
-        bool in = i < n4;
-        float4 v4 = in ? x[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-        float v[4] = {ldexpf(v4.x, -e), ldexpf(v4.y, -e), ldexpf(v4.z, -e), ldexpf(v4.w, -e)};
-        u32 h[2], l[2];
-        #pragma unroll
-        for (int p = 0; p < 2; p++) {
-            unsigned short h0 = float_to_half(v[2 * p]), h1 = float_to_half(v[2 * p + 1]);
-            unsigned short l0 = float_to_half(v[2 * p] - half_to_float(h0));
-            unsigned short l1 = float_to_half(v[2 * p + 1] - half_to_float(h1));
-            h[p] = (u32)h0 | ((u32)h1 << 16);
-            l[p] = (u32)l0 | ((u32)l1 << 16);
-        }
-        if (in) {
-            *(uint2*)(Xh + (size_t)t * K + 4 * i) = make_uint2(h[0], h[1]);
-            *(uint2*)(Xl + (size_t)t * K + 4 * i) = make_uint2(l[0], l[1]);
-        }
-        float s = (v[0] + v[1]) + (v[2] + v[3]);
-        s += SHFL_XOR(s, 1);
-        s += SHFL_XOR(s, 2);
-        s += SHFL_XOR(s, 4);
-        if (in && (i & 7) == 0) S[(size_t)(i >> 3) * ls + t] = s;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {   // blockDim.x % 32 == 0: a warp covers one sub-block
+        float v = ldexpf(x[k], -e);
+        unsigned short h = float_to_half(v);
+        Xh[(size_t)t * K + k] = h;
+        Xl[(size_t)t * K + k] = float_to_half(v - half_to_float(h));
+        float s = warp_sum(v);
+        if (lane == 0) S[(size_t)(k >> 5) * ls + t] = s;
     }
 }
 
@@ -2256,16 +2232,6 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
     #pragma unroll
     for (int m = 0; m < 2; m++) pa[m] = Ws + ((m ? mr1 : mr0) + l7 + 8 * ((lane >> 3) & 1)) * TH_LD + 8 * (lane >> 4);
     const unsigned short* pb = Xs + ((lane >> 4) * TH_BN + n0 + l7) * TH_LD + 8 * ((lane >> 3) & 1);
-    // the rows' scales first, in registers (ldmatrix's memory clobber would have them reloaded after each load):
-    // sc[m][half][row g | row g + 8]; Q4_K's halves share theirs
-    float sc[2][2][2];
-    #pragma unroll
-    for (int m = 0; m < 2; m++) {
-        int r = (m ? mr1 : mr0) + g;
-        bool one = m ? one1 : one0;
-        sc[m][1][0] = Sc[4 * r + 1]; sc[m][1][1] = Sc[4 * (r + 8) + 1];
-        sc[m][0][0] = one ? 0.0f : Sc[4 * r]; sc[m][0][1] = one ? 0.0f : Sc[4 * (r + 8)];
-    }
     u32 a[2][2][4];                                  // [half][m]
     #pragma unroll
     for (int half = 0; half < 2; half++)
@@ -2278,6 +2244,7 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
         for (int half = 0; half < 2; half++) ldmatrix_x4(b[half], pb + 8 * j * TH_LD + 16 * half);
         #pragma unroll
         for (int m = 0; m < 2; m++) {
+            int r = (m ? mr1 : mr0) + g;
             bool one = m ? one1 : one0;
             float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             #pragma unroll
@@ -2286,7 +2253,7 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
                 mma_f16(part, am[0], am[1], am[2], am[3], b[half][2], b[half][3]);    // tails first
                 mma_f16(part, am[0], am[1], am[2], am[3], b[half][0], b[half][1]);
                 if (half == 1 || !one) {
-                    float s0 = sc[m][half][0], s1 = sc[m][half][1];
+                    float s0 = Sc[4 * r + half], s1 = Sc[4 * (r + 8) + half];
                     acc[m][j][0] = fmaf(s0, part[0], acc[m][j][0]);
                     acc[m][j][1] = fmaf(s0, part[1], acc[m][j][1]);
                     acc[m][j][2] = fmaf(s1, part[2], acc[m][j][2]);
@@ -2296,15 +2263,14 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
             }
         }
     }
-    // Q4_K's min: acc -= mn[row] x the stage's activation sum of the token (Q6_K rows have none)
+    // Q4_K's min (0 for Q6_K): acc -= mn[row] x the stage's activation sum of the token
     #pragma unroll
-    for (int m = 0; m < 2; m++) {
-        if (!(m ? one1 : one0)) continue;
-        int r = (m ? mr1 : mr0) + g;
-        float m0 = Sc[4 * r + 2], m1 = Sc[4 * (r + 8) + 2];
+    for (int j = 0; j < 4; j++) {
+        float2 c = *(const float2*)(Ss + n0 + 8 * j + 2 * q);
         #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            float2 c = *(const float2*)(Ss + n0 + 8 * j + 2 * q);
+        for (int m = 0; m < 2; m++) {
+            int r = (m ? mr1 : mr0) + g;
+            float m0 = Sc[4 * r + 2], m1 = Sc[4 * (r + 8) + 2];
             acc[m][j][0] = fmaf(-m0, c.x, acc[m][j][0]);
             acc[m][j][1] = fmaf(-m0, c.y, acc[m][j][1]);
             acc[m][j][2] = fmaf(-m1, c.x, acc[m][j][2]);
