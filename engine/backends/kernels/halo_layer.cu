@@ -688,6 +688,22 @@ __device__ __forceinline__ bool fa_sequence_keys(int i, int ntok, const i32* s_s
     return true;
 }
 
+// One tile's step of the online softmax for this lane's two rows (both tiled builds): the tile's maxima mx (this
+// lane's part) over the row's 4 lanes, the new running maxima m, the base each exponent subtracts (0 while a row has
+// seen no allowed key, so every term stays 0) and corr, which rescales l here and the row's O in the caller.
+__device__ __forceinline__ void fa_rescale(float* mx, float* m, float* l, float* base, float* corr) {
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], SHFL_XOR(mx[r], 1));
+        mx[r] = fmaxf(mx[r], SHFL_XOR(mx[r], 2));
+        float mn = fmaxf(m[r], mx[r]);
+        base[r] = mn == NEG_INF ? 0.0f : mn;
+        corr[r] = __expf(m[r] - base[r]);
+        m[r] = mn;
+        l[r] *= corr[r];
+    }
+}
+
 // out rows from the float32 O fragments of[n][0..3] (C layout: dims 8 n + 2q, + 1 of rows g, g + 8), the running
 // maxima m and this lane's parts of the row sums l; a head's sink joins the maximum and the denominator.
 __device__ __forceinline__ void fa_write_rows(const FaRows& R, float (&of)[FA_MAX_D / 8][4], const float* m,
@@ -812,16 +828,7 @@ __device__ __forceinline__ void attention_tc(const float* qkv, i32 ld, const flo
                     mx[r] = fmaxf(mx[r], sf[n][e]);
                 }
             float base[2], corr[2];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                mx[r] = fmaxf(mx[r], SHFL_XOR(mx[r], 1));
-                mx[r] = fmaxf(mx[r], SHFL_XOR(mx[r], 2));
-                float mn = fmaxf(m[r], mx[r]);
-                base[r] = mn == NEG_INF ? 0.0f : mn;          // no allowed key yet: keep every term 0
-                corr[r] = __expf(m[r] - base[r]);
-                m[r] = mn;
-                l[r] *= corr[r];
-            }
+            fa_rescale(mx, m, l, base, corr);
             #pragma unroll
             for (int n = 0; n < FA_KEYS / 8; n++) {
                 float p0 = __expf(sf[n][0] - base[0]), p1 = __expf(sf[n][1] - base[0]);
@@ -961,16 +968,7 @@ __device__ __forceinline__ void attention_tc_f16(const float* qkv, i32 ld, const
                     mx[r] = fmaxf(mx[r], sh[n][e]);
                 }
             float base[2], corr[2];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                mx[r] = fmaxf(mx[r], SHFL_XOR(mx[r], 1));
-                mx[r] = fmaxf(mx[r], SHFL_XOR(mx[r], 2));
-                float mn = fmaxf(m[r], mx[r]);
-                base[r] = mn == NEG_INF ? 0.0f : mn;          // no allowed key yet: keep every term 0
-                corr[r] = __expf(m[r] - base[r]);
-                m[r] = mn;
-                l[r] *= corr[r];
-            }
+            fa_rescale(mx, m, l, base, corr);
             // P's A fragments for key chunk kk (n tiles 2 kk, 2 kk + 1): a0 row g keys 2q.., a1 row g + 8, a2 / a3 + 8 keys
             u32 ph[FA_KEYS / 16][4], pl[FA_KEYS / 16][4];
             #pragma unroll
