@@ -167,9 +167,9 @@ def _tc_tile(types: set[int], weights: int) -> str:
 
 def _glu_tile(types: set[int], weights: int) -> str:
     """The tensor-core GLU tile (weights: of one of gate / up): tch (tck under HALO_GPU_TILES=tck) for TCK_TYPES
-    gate and up, else tc (tcp's GLU,
-    4 warps per block, measured slower than tc's 8-warp one on the H200: 518 vs 455 us at 128 tokens); tc for
-    products under PIPELINED_MIN_WEIGHTS (TC_TILE "auto"), unless HALO_GPU_TILES names a tile."""
+    gate and up, else tc (tcp's GLU, 4 warps per block, measured slower than tc's 8-warp one on the H200: 518 vs
+    455 us at 128 tokens); tc for products under PIPELINED_MIN_WEIGHTS (TC_TILE "auto"), unless HALO_GPU_TILES
+    names a tile."""
     if TC_TILE in ("tc", "tcp"):
         return TC_TILE
     if TC_TILE == "auto" and weights < PIPELINED_MIN_WEIGHTS:
