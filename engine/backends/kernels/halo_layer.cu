@@ -2,8 +2,14 @@
 // Float32 throughout. Step metadata (positions, slots, token -> sequence, seq_lens, block tables) is read
 // from device memory, so a captured graph replays any step of the same token count.
 
-
-
+// The paged KV cache [slots, Hkv, D]: position j of a sequence lives in slot table[j / bs] * bs + j % bs of its block
+// table; kv_row is the element offset of kv head hk's row there.
+__device__ __forceinline__ size_t kv_slot(const i32* table, int j, int bs) {
+    return (size_t)table[j / bs] * bs + j % bs;
+}
+__device__ __forceinline__ size_t kv_row(const i32* table, int j, int bs, int Hkv, int hk, int D) {
+    return (kv_slot(table, j, bs) * Hkv + hk) * D;
+}
 
 // qkv [T, ld] holds q (H heads) | k (Hkv) | v (Hkv), each head D wide. For every token t and head:
 // optional per-head RMS norm (q_norm / k_norm), rotary on the first rope_dim dims (neox: pairs (i, i + r/2);
@@ -99,7 +105,7 @@ __device__ void attention_rows(const float* qkv, i32 ld, const KV* kcache, const
     }
     float m = NEG_INF, l = 0.0f;
     for (int j = lo + warp; j <= pos; j += nw) {
-        size_t slot = (size_t)table[j / bs] * bs + (j % bs);
+        size_t slot = kv_slot(table, j, bs);
         const KV* kr = kcache + (slot * Hkv + hk) * D;
         const KV* vr = vcache + (slot * Hkv + hk) * D;
         float p = 0.0f;
@@ -277,7 +283,7 @@ __device__ __forceinline__ void skv_load(const KV* kcache, const KV* vcache, con
     #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
         int j = min(jb + u * SW + sub, j1 - 1);               // past the chunk: a repeat, skipped by the caller
-        size_t row = (((size_t)table[j / bs] * bs + (j % bs)) * Hkv + hk) * D;
+        size_t row = kv_row(table, j, bs, Hkv, hk, D);
         #pragma unroll
         for (int v = 0; v < NV; v++) {
             int d = walker_dim<LPK, EPV>(sl, EPV * v);
@@ -480,14 +486,14 @@ __device__ __forceinline__ void skv_mma_load(const unsigned short* kcache, const
     #pragma unroll
     for (int h = 0; h < 2; h++) {
         int j = min(jt + 8 * h + g, j1 - 1);
-        const uint4* p = (const uint4*)(kcache + (((size_t)table[j / bs] * bs + j % bs) * Hkv + hk) * D + (D / 4) * q);
+        const uint4* p = (const uint4*)(kcache + kv_row(table, j, bs, Hkv, hk, D) + (D / 4) * q);
         #pragma unroll
         for (int i = 0; i < D / 32; i++) kr[h][i] = p[i];
     }
     #pragma unroll
     for (int r = 0; r < 4; r++) {
         int j = min(jt + 2 * q + (r & 1) + 8 * (r >> 1), j1 - 1);
-        const uint4* p = (const uint4*)(vcache + (((size_t)table[j / bs] * bs + j % bs) * Hkv + hk) * D + 8 * g);
+        const uint4* p = (const uint4*)(vcache + kv_row(table, j, bs, Hkv, hk, D) + 8 * g);
         #pragma unroll
         for (int i = 0; i < D / 64; i++) vr[r][i] = p[8 * i];
     }
@@ -775,7 +781,7 @@ __device__ __forceinline__ void attention_tc(const float* qkv, i32 ld, const flo
                 int kr = idx / D4, c = idx - kr * D4, j = j0 + kr;
                 float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
                 if (j <= jhi) {
-                    size_t off = (((size_t)table[j / bs] * bs + (j % bs)) * Hkv + hk) * D + 4 * c;
+                    size_t off = kv_row(table, j, bs, Hkv, hk, D) + 4 * c;
                     float k4[4], v4[4];
                     kv_load4(kcache + off, k4);
                     kv_load4(vcache + off, v4);
@@ -919,7 +925,7 @@ __device__ __forceinline__ void attention_tc_f16(const float* qkv, i32 ld, const
         auto fetch = [&](int j0, int buf) {      // keys j0 .. j0 + FA_KEYS - 1 into buffer buf (zeros past jhi)
             for (int idx = threadIdx.x; idx < FA_KEYS * D8; idx += blockDim.x) {
                 int kr = idx / D8, c = idx - kr * D8, j = min(j0 + kr, jhi);
-                size_t off = (((size_t)table[j / bs] * bs + (j % bs)) * Hkv + hk) * D + 8 * c;
+                size_t off = kv_row(table, j, bs, Hkv, hk, D) + 8 * c;
                 int bytes = j0 + kr <= jhi ? 16 : 0;
                 cp_async16(&Ks[buf][kr * FH_LD + 8 * c], kcache + off, bytes);
                 cp_async16(&Vs[buf][kr * FH_LD + 8 * c], vcache + off, bytes);
