@@ -30,7 +30,7 @@ from engine.gpu.hybrid import (
 )
 from engine.gpu.moe import MoeScratch, enqueue_moe_ffn
 from engine.gpu.stepmeta import MetaLayout, SamplingRow
-from engine.gpu.weights import ADD_NORM_MAX_THREADS, DeviceMatrix, DeviceWeights
+from engine.gpu.weights import ADD_NORM_MAX_THREADS, DeviceMatrix, DeviceWeights, layer_matrices
 from engine.model.arch import DEFAULT_KV_CACHE_TYPE, kv_cache_type, rope_attention_factor
 from engine.model.config import ModelConfig
 from engine.model.step import StepInput
@@ -486,8 +486,8 @@ class GpuForward:
         self._logits_host: PinnedHostBuffer | None = None
         self._logits_ready = backend.create_event()
         self._split_buf: DeviceBuffer | None = None        # halo_split_f16's output (_split_f16)
-        types = {m.ggml_type for L in weights.layers for m in vars(L).values() if isinstance(m, DeviceMatrix)}
-        if self.use_tc and tch_possible(types | {weights.output.ggml_type}):
+        types = {m.ggml_type for m in layer_matrices(weights.layers)} | {weights.output.ggml_type}
+        if self.use_tc and tch_possible(types):
             self._grow_split(split_f16_scratch(c, max_tokens))
 
     # kernels -----------------------------------------------------------------------------------------

@@ -231,6 +231,12 @@ def gpu_unsupported_reason(config: ModelConfig, tensors=()) -> str | None:
     return None
 
 
+def layer_matrices(layers) -> list[DeviceMatrix]:
+    """Every matrix of the layers, layer by layer (a mixture-of-experts layer's experts aside: DeviceMoe's)."""
+    return [m for L in layers for m in (L.matrices if isinstance(L, DeviceLinearLayer) else
+                                        (L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down)) if m is not None]
+
+
 def upload_weights(backend: Backend, gguf, config: ModelConfig, stream: Stream, progress=None) -> DeviceWeights:
     """Upload every tensor `config` needs; raises InvalidModelError / UnsupportedModelError naming the tensor.
     Returns once the copies are queued on `stream` (the caller synchronizes before the first step)."""
@@ -264,8 +270,6 @@ def upload_weights(backend: Backend, gguf, config: ModelConfig, stream: Stream, 
             for b in up.buffers:
                 backend.free(b)
         raise
-    per_layer = [m for L in layers for m in (L.matrices if isinstance(L, DeviceLinearLayer) else
-                                             (L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down)) if m is not None]
-    matrix_bytes = sum(m.rows * m.row_bytes for m in per_layer) + output.rows * output.row_bytes
+    matrix_bytes = sum(m.rows * m.row_bytes for m in layer_matrices(layers)) + output.rows * output.row_bytes
     matrix_bytes += sum(decode_bytes(L.moe, c.n_expert_used) for L in layers if L.moe is not None)
     return DeviceWeights(embd, layers, output_norm, output, rope, up.buffers, up.nbytes, matrix_bytes)
