@@ -73,7 +73,8 @@ WMMA_ARCHS = frozenset({"gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151"})
 # Which tensor-core tile: "auto" (unset: the best measured for each product, see _tc_tile / _glu_tile: tch for
 # TCK_TYPES), or "tch" / "tck" / "tcp" / "tc" (HALO_GPU_TILES=...: tch or the TF32 tck wherever the types allow / the
 # pipelined tile for every type / the first tile everywhere, for comparisons)
-TC_TILE = {"tc": "tc", "tcp": "tcp", "tck": "tck", "tch": "tch"}.get(os.environ.get("HALO_GPU_TILES", ""), "auto")
+TC_TILES = ("tc", "tcp", "tck", "tch")       # the HALO_GPU_TILES values that name a tensor-core tile
+TC_TILE = {t: t for t in TC_TILES}.get(os.environ.get("HALO_GPU_TILES", ""), "auto")
 # "auto" keeps products of fewer weights than this on tc: the pipelined tiles' 64-row blocks leave a small model's
 # matrices few blocks (H200, 128-token prefill: SmolLM2 13,799 tok/s with them vs 18,746 on tc, gemma-3-270m 20,264
 # vs 23,850; their largest matrix has 1.3 M weights), while every Qwen3-4B product (>= 10.5 M) gains (3,283 -> 3,656)
@@ -501,7 +502,7 @@ class GpuForward:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
         kq = tuple(f"kq_t{n}" for n in KQ_TOKENS) + tuple(f"bq_t{n}" for n in BQ_TOKENS) + \
             tuple(f"mv_t{n}" for n in MV_TOKENS)
-        tensor_core = ("tc", "tcp", "tck", "tch") + tuple(f"tn_t{n}" for n in TN_TOKENS) if self.use_tc else ()
+        tensor_core = TC_TILES + tuple(f"tn_t{n}" for n in TN_TOKENS) if self.use_tc else ()
         for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + tensor_core + (("wm",) if self.use_wmma else ()):
             self.kern("halo_quant.cu", "halo_matmul_" + suffix)
             self.kern("halo_quant.cu", "halo_glu_" + suffix)

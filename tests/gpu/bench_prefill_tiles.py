@@ -35,7 +35,7 @@ Q4, Q6 = GGMLType.Q4_K, GGMLType.Q6_K
 PARTIAL_CAP = min(2 * fwd_mod.SPLIT_TARGET_BLOCKS * fwd_mod.TC_ROWS * fwd_mod.TC_TOKENS * 2,
                   8 * 512 * max(Q_DIM + 2 * KV_DIM, N_EMBD, 2 * N_FF))
 REPEAT = 20
-MODES = ("tc", "tcp", "tck", "tch")        # fwd_mod.TC_TILE values
+MODES = fwd_mod.TC_TILES
 
 
 def main() -> int:

@@ -322,10 +322,10 @@ def test_prefill_tiles_and_kquant_decode_match_cpu_and_the_legacy_tiles(name, ba
     original = gpu.fwd._launch
     monkeypatch.setattr(gpu.fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
     results, names = {}, {}
-    for mode in (["tch", "tck", "tcp", "tc"] if gpu.fwd.use_tc else []) + ["gt", "legacy"]:
+    for mode in (list(reversed(fwd_mod.TC_TILES)) if gpu.fwd.use_tc else []) + ["gt", "legacy"]:
         monkeypatch.setattr(fwd_mod, "LEGACY_TILES", mode == "legacy")
         monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
-        monkeypatch.setattr(fwd_mod, "TC_TILE", mode if mode in ("tch", "tck", "tcp", "tc") else "tck")
+        monkeypatch.setattr(fwd_mod, "TC_TILE", mode if mode in fwd_mod.TC_TILES else "tck")
         launched.clear()
         kv_c, kv_g = cpu.model.new_kv_cache(4, 16), gpu.new_kv_cache(4, 16)
         try:

@@ -74,7 +74,7 @@ def modes(fwd, types=()):
 
 def use_mode(fwd, mode: str, monkeypatch) -> None:
     monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
-    monkeypatch.setattr(fwd_mod, "TC_TILE", mode if mode in ("tch", "tck", "tcp", "tc") else "tck")
+    monkeypatch.setattr(fwd_mod, "TC_TILE", mode if mode in fwd_mod.TC_TILES else "tck")
     monkeypatch.setattr(fwd, "use_wmma", mode == "wm")
 
 
@@ -168,7 +168,7 @@ def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
                 assert launched.pop(0)[0] == "halo_split_f16"
             assert launched[0][0] == f"halo_matmul_{mode}"
             assert rel < BOUND
-            if mode in ("tc", "tcp", "tck", "tch") and K == 2560:
+            if mode in fwd_mod.TC_TILES and K == 2560:
                 assert launched[0][1][2] > 1 and launched[1][0] == "halo_splitk_sum"   # split K, then summed
     finally:
         for b in (w_dev, x_dev, y_dev, idx_dev):
@@ -233,7 +233,7 @@ def test_glu_tiles_match_float64(fwd, K, T, act, monkeypatch):
             if mode == "tch":
                 assert launched.pop(0) == "halo_split_f16"
             assert launched[0] == f"halo_glu_{mode}"
-            if mode in ("tc", "tcp", "tck", "tch") and K == 2560:
+            if mode in fwd_mod.TC_TILES and K == 2560:
                 assert launched[1:] == ["halo_splitk_sum"]
             assert rel < 4 * BOUND
     finally:
