@@ -21,9 +21,17 @@ from engine.gpu.model import GpuModel
 from engine.model.arch import BLOCK_SIZE, DEFAULT_KV_CACHE_TYPE
 from engine.model.step import StepInput
 
-# llama.cpp on an H200, same shapes (../shared/reference/README.md): (prefill pp128, decode tg64) tok/s
-LLAMA_CPP_H200 = {"qwen35-4b": (6060, 282), "smollm2": (16754, 921), "gemma": (24339, 975), "qwen3-4b": (7439, 338),
-                  "qwen3moe-30b": (4334, 299)}
+# llama.cpp on an H200, same shape-alike files (../shared/reference/README.md): prefill tok/s by prompt length
+# (`llama-bench -p N`, 512-token ubatches) and decode tok/s by depth (tg64; depth 0 is plain `-n 64`). A figure is
+# compared only with ours at the same length: llama.cpp's pp512 is ~1.8x its pp128 on the 4B shapes.
+LLAMA_CPP_H200 = {
+    "qwen35-4b": {"prefill": {128: 6060, 512: 11078}, "decode": {0: 282}},
+    "smollm2": {"prefill": {128: 16754}, "decode": {0: 921}},
+    "gemma": {"prefill": {128: 24339}, "decode": {0: 975}},
+    "qwen3-4b": {"prefill": {128: 7439, 512: 13369, 4096: 13762, 16384: 11773},
+                 "decode": {0: 338, 4096: 294, 16384: 243}},
+    "qwen3moe-30b": {"prefill": {128: 4334, 512: 9926}, "decode": {0: 299}},
+}
 LAYER_ROLES = ("qkv matmul", "rope+kv write", "attention", "wo matmul", "add+norm", "gate/up glu",
                "down matmul", "add+norm")
 MOE_LAYER_ROLES = ("qkv matmul", "rope+kv write", "attention", "wo matmul", "add+norm", "router matmul",
@@ -32,9 +40,35 @@ MOE_PREFILL_ROLES = ("qkv matmul", "rope+kv write", "attention", "wo matmul", "a
                      "moe top-k", "moe sort", "moe gate/up", "moe down", "moe combine", "add+norm")
 
 
-def reference_for(path: Path) -> tuple[int, int] | None:
+def reference_for(path: Path, prompt_tokens: int, depth: int) -> tuple[int | None, int | None]:
+    """llama.cpp's (prefill tok/s for a `prompt_tokens` prompt, decode tok/s at `depth`) for this shape-alike file;
+    None where it has no figure for that length (a ratio against another length's figure would mislead)."""
     name = Path(path).name.lower()
-    return next((v for k, v in LLAMA_CPP_H200.items() if k in name), None)
+    ref = next((v for k, v in LLAMA_CPP_H200.items() if k in name), None)
+    if ref is None:
+        return None, None
+    return ref["prefill"].get(prompt_tokens), ref["decode"].get(depth)
+
+
+def compare_with_llama_cpp(result: dict, path: Path, prompt_tokens: int, depth: int) -> None:
+    """Adds llama_cpp_{prefill,decode}_tok_s and {prefill,decode}_vs_llama_cpp where llama.cpp has the figure."""
+    prefill, decode = reference_for(path, prompt_tokens, depth)
+    if prefill and "prefill_tok_s" in result:
+        result["llama_cpp_prefill_tok_s"] = prefill
+        result["prefill_vs_llama_cpp"] = result["prefill_tok_s"] / prefill
+    if decode:
+        result["llama_cpp_decode_tok_s"] = decode
+        result["decode_vs_llama_cpp"] = result["decode_tok_s"] / decode
+
+
+def _llama_cpp_line(r: dict, prompt_tokens: int, depth: int) -> str | None:
+    parts = []
+    if "prefill_vs_llama_cpp" in r:
+        parts.append(f"prefill {r['prefill_vs_llama_cpp']:.2f}x of {r['llama_cpp_prefill_tok_s']} (pp{prompt_tokens})")
+    if "decode_vs_llama_cpp" in r:
+        parts.append(f"decode {r['decode_vs_llama_cpp']:.2f}x of {r['llama_cpp_decode_tok_s']} "
+                     f"(tg64 at depth {depth})")
+    return "  vs llama.cpp H200: " + ", ".join(parts) if parts else None
 
 
 def _step(ids, start: int, n_blocks: int, bs: int) -> StepInput:
@@ -277,11 +311,7 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
             result["legacy_prefill_tok_s"] = prompt_tokens / _median_prefill_s(gm, prefill, kv, pool, repeat)
         finally:
             forward_mod.LEGACY_TILES = False
-        ref = reference_for(path)
-        if ref:
-            result["llama_cpp_prefill_tok_s"], result["llama_cpp_decode_tok_s"] = ref
-            result["prefill_vs_llama_cpp"] = result["prefill_tok_s"] / ref[0]
-            result["decode_vs_llama_cpp"] = result["decode_tok_s"] / ref[1]
+        compare_with_llama_cpp(result, path, prompt_tokens, 0)   # llama.cpp's tg64 starts at depth 0; ours after the prompt
         pool.close()
         kv.free()
         gm.close()
@@ -339,6 +369,7 @@ def run_long_bench(model_path, backend_name: str, prompt_tokens: int, decode_tok
             if split:
                 result["breakdown_us"], result["breakdown_how"] = kernel_breakdown(gm, kv, 1)
         result["split_kv_chunks"] = forward_mod.SKV_CHUNKS
+        compare_with_llama_cpp(result, path, prompt_tokens, prompt_tokens)
         pool.close()
         kv.free()
         gm.close()
@@ -375,6 +406,8 @@ def format_long_result(r: dict) -> str:
              f"  {prefill}",
              f"  decode at depth {N}: {r['decode_tok_s']:.0f} tok/s split-KV attention "
              f"({r['split_kv_chunks']} chunks), {r['decode_tok_s_no_split_kv']:.0f} tok/s without"]
+    if line := _llama_cpp_line(r, N, N):
+        lines.append(line)
     if r.get("prefill_breakdown_us"):
         lines.append(_breakdown_line(f"the last {PREFILL_CHUNK}-token prefill step", r["prefill_breakdown_us"]))
     if r.get("breakdown_us"):
@@ -512,9 +545,8 @@ def format_result(r: dict) -> str:
              f"(eager {100 * r['eager_python_share']:.1f}%)",
              f"  weights {r['weight_bytes_per_token_mb']:.0f} MiB/token -> {r['weight_gb_s']:.0f} GB/s effective; "
              f"D2D copy {r['d2d_copy_gb_s']:.0f} GB/s"]
-    if "llama_cpp_decode_tok_s" in r:
-        lines.append(f"  vs llama.cpp H200: prefill {r['prefill_vs_llama_cpp']:.2f}x of {r['llama_cpp_prefill_tok_s']}, "
-                     f"decode {r['decode_vs_llama_cpp']:.2f}x of {r['llama_cpp_decode_tok_s']}")
+    if line := _llama_cpp_line(r, r.get("prefill_tokens", 128), 0):
+        lines.append(line)
     if "prefill_tile" in r:
         lines.append(f"  prefill tile: {r['prefill_tile']}")
     if r.get("prefill_tok_s_by_split_target"):
