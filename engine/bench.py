@@ -227,9 +227,9 @@ class EngineBenchResult:
     wall_s: float                    # first submit to last Finished
     aggregate_tok_s: float           # generated tokens / wall time, all requests together
     decode_tok_s_per_request: float  # mean of each request's decode rate (after its first token)
-    steady_decode_tok_s: float       # all requests together once each has its first token: the tokens after the
-                                     # last first token / the time from it to the last Finished (what
-                                     # llama-batched-bench's S_TG counts: no prefill inside the window)
+    steady_decode_tok_s: float       # all requests together while every one of them decodes (after the last
+                                     # first token, before the first Finished): what llama-batched-bench's S_TG
+                                     # counts, B sequences in each step and no prefill (steady_decode_rate)
     time_to_first_token_s: float     # mean
     load_s: float                    # Engine.load up to ready (weights uploaded, kernels loaded from the cache)
     open_s: float                    # Engine.load to its first progress report: header parsed, pre-flight done,
@@ -244,8 +244,10 @@ def run_engine_bench(path: Path, async_on: bool, concurrency: int = 1, prompt_to
                      decode_tokens: int = 64, backend: str = "cpu",
                      kv_cache_type: str = DEFAULT_KV_CACHE_TYPE) -> EngineBenchResult:
     """`concurrency` raw-text requests of `prompt_tokens` tokens submitted at once, greedy, `decode_tokens`
-    each (fewer if the model emits a stop id). A short warm-up request runs first. `kv_cache_type`: the
-    Engine's (the CPU keeps f32; the result says what the cache held)."""
+    each (fewer if the model emits a stop id). The same round runs once untimed first, as llama-batched-bench
+    warms up: a GPU engine captures a decode graph the first time it steps each batch size (one per size the
+    round passes through as requests start and finish, each a few ms of the host), which a serving engine pays
+    once. `kv_cache_type`: the Engine's (the CPU keeps f32; the result says what the cache held)."""
     from engine.api import Finished, GenerateRequest, SamplingParams, TextDelta
     from engine.engine import Engine
 
@@ -261,19 +263,22 @@ def run_engine_bench(path: Path, async_on: bool, concurrency: int = 1, prompt_to
         open_s = (first_report[0] if first_report else time.perf_counter()) - t_load
         fmt = engine._model.prompt_format
         text = fmt.tokenizer.decode(prompt_ids(fmt, prompt_tokens))
-        engine.submit(GenerateRequest(prompt=text, params=SamplingParams.greedy(max_tokens=4))).text()
+        params = SamplingParams.greedy(max_tokens=decode_tokens)
+        for h in [engine.submit(GenerateRequest(prompt=text, params=params)) for _ in range(concurrency)]:
+            h.text()                                   # the warm-up round
         deltas: list[tuple[float, str, int]] = []     # (when, request, tokens) of each TextDelta
+        finishes: list[float] = []                    # when each Finished arrived
         finished = threading.Semaphore(0)
 
         def sink(event) -> None:                       # the engine thread: record, never block
             if isinstance(event, TextDelta):
                 deltas.append((time.perf_counter(), event.request_id, len(event.token_ids)))
             elif isinstance(event, Finished):
+                finishes.append(time.perf_counter())
                 finished.release()
 
         t0 = time.perf_counter()
-        handles = [engine.submit(GenerateRequest(prompt=text, params=SamplingParams.greedy(max_tokens=decode_tokens)),
-                                 sink=sink) for _ in range(concurrency)]
+        handles = [engine.submit(GenerateRequest(prompt=text, params=params), sink=sink) for _ in range(concurrency)]
         for _ in handles:
             finished.acquire()
         wall = time.perf_counter() - t0
@@ -289,15 +294,18 @@ def run_engine_bench(path: Path, async_on: bool, concurrency: int = 1, prompt_to
         async_reason=info.async_reason, concurrency=concurrency, prompt_tokens=fins[0].usage.prompt_tokens,
         generated_tokens=generated, wall_s=round(wall, 3), aggregate_tok_s=round(generated / wall, 1),
         decode_tok_s_per_request=round(sum(f.usage.decode_tokens_per_s for f in fins) / len(fins), 1),
-        steady_decode_tok_s=round(steady_decode_rate(deltas, t0 + wall), 1),
+        steady_decode_tok_s=round(steady_decode_rate(deltas, min(finishes)), 1),
         time_to_first_token_s=round(sum(f.usage.time_to_first_token_s for f in fins) / len(fins), 3),
         load_s=round(load_s, 3), open_s=round(open_s, 3), load_average=_load_average(),
         peak_rss_mb=_rounded(peak_rss_mb()), rss_before_load_mb=_rounded(before), kv_cache_type=info.kv_cache_type)
 
 
-def steady_decode_rate(deltas: list[tuple[float, str, int]], end: float) -> float:
-    """Tokens per second over the window where every request is past its first token: from the last request's
-    first token to `end`. 0 when the window is empty (one token each)."""
+def steady_decode_rate(deltas: list[tuple[float, str, int]], first_finish: float) -> float:
+    """Aggregate tokens per second while every request decodes: after the last request's first token and up to
+    the first Finished (before it, requests still prefill and steps hold fewer sequences; after it, the batch
+    shrinks one finish at a time). Each request's rate is taken between its own first and last token inside that
+    window (its tokens arrive once per step, so the rates are step-aligned whatever order a step's events come
+    in), and the rates are summed. 0 when some request has fewer than two tokens inside the window."""
     first: dict[str, float] = {}
     for when, rid, n in deltas:
         if n:
@@ -305,8 +313,16 @@ def steady_decode_rate(deltas: list[tuple[float, str, int]], end: float) -> floa
     if not first:
         return 0.0
     start = max(first.values())
-    tokens = sum(n for when, _, n in deltas if when > start)
-    return tokens / (end - start) if end > start and tokens else 0.0
+    inside: dict[str, list[tuple[float, int]]] = {rid: [] for rid in first}
+    for when, rid, n in deltas:
+        if n and start < when <= first_finish:
+            inside[rid].append((when, n))
+    total = 0.0
+    for seen in inside.values():
+        if len(seen) < 2 or seen[-1][0] <= seen[0][0]:
+            return 0.0
+        total += sum(n for _, n in seen[1:]) / (seen[-1][0] - seen[0][0])
+    return total
 
 
 def _rounded(mb: float | None) -> float | None:
@@ -321,7 +337,8 @@ def format_engine_result(r: EngineBenchResult) -> str:
             ("concurrency", f"{r.concurrency} requests x {r.prompt_tokens} prompt tokens"),
             ("aggregate", f"{r.aggregate_tok_s:.1f} tok/s ({r.generated_tokens} tokens in {r.wall_s:.2f} s)"),
             ("decode per request", f"{r.decode_tok_s_per_request:.1f} tok/s (mean)"),
-            ("steady decode", f"{r.steady_decode_tok_s:.1f} tok/s, all requests once each has its first token"),
+            ("steady decode", f"{r.steady_decode_tok_s:.1f} tok/s, all requests together while every one decodes"
+                              if r.steady_decode_tok_s else "no step had every request decoding"),
             ("time to first token", f"{r.time_to_first_token_s * 1000:.0f} ms (mean)"),
             ("model load", f"{r.load_s:.2f} s (open: {r.open_s * 1000:.0f} ms to the first weights streamed)"),
             ("load average", load)]

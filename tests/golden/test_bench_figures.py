@@ -33,9 +33,23 @@ def test_the_engine_bench_reports_steady_decode_of_concurrent_requests():
     assert out["steady_decode_tok_s"] > 0
 
 
-def test_steady_decode_counts_only_tokens_after_every_first_token():
+def test_steady_decode_counts_only_the_steps_where_every_request_decodes():
     from engine.bench import steady_decode_rate
-    # request a: first token at 1.0, then 1 token each at 2, 3; b: first at 2.5 (its prefill ran later), then 4
-    deltas = [(1.0, "a", 1), (2.0, "a", 1), (2.5, "b", 1), (3.0, "a", 1), (4.0, "b", 1), (4.5, "b", 0)]
-    assert steady_decode_rate(deltas, end=4.5) == 2 / (4.5 - 2.5)       # a's token at 3.0 and b's at 4.0
-    assert steady_decode_rate([(1.0, "a", 1)], end=1.0) == 0.0
+    # two requests decoding one token a step each second, b's prefill a step and a half later: a's first token at
+    # 1.0, then 2, 3, 4, 5 (its Finished at 5.0); b's first at 2.5, then 3.5 .. 6.5 while the batch holds b alone
+    deltas = [(1.0, "a", 1), (2.0, "a", 1), (2.5, "b", 1), (3.0, "a", 1), (3.5, "b", 1), (4.0, "a", 1),
+              (4.5, "b", 1), (5.0, "a", 1), (5.5, "b", 1), (6.5, "b", 1)]
+    # inside (2.5, 5.0]: a's tokens at 3, 4, 5 (1 a second), b's at 3.5, 4.5 (1 a second): 2 tok/s for the batch,
+    # where counting to the last Finished (7 tokens in 4 s) would blend in the steps b decodes alone
+    assert steady_decode_rate(deltas, first_finish=5.0) == 2.0
+    # a delta holding two tokens counts both
+    assert steady_decode_rate([(1.0, "a", 1), (2.0, "a", 2), (3.0, "a", 2)], first_finish=3.0) == 2.0
+
+
+def test_steady_decode_is_zero_when_no_step_has_every_request_decoding():
+    from engine.bench import steady_decode_rate
+    # a finishes before b decodes twice after its first token
+    deltas = [(1.0, "a", 1), (2.0, "a", 1), (2.5, "b", 1), (3.0, "a", 1), (3.5, "b", 1)]
+    assert steady_decode_rate(deltas, first_finish=3.0) == 0.0
+    assert steady_decode_rate([(1.0, "a", 1)], first_finish=1.0) == 0.0
+    assert steady_decode_rate([], first_finish=1.0) == 0.0
