@@ -349,18 +349,27 @@ def run_long_bench(model_path, backend_name: str, prompt_tokens: int, decode_tok
         result["kv_tokens"] = n_blocks * BLOCK_SIZE
         c = gm.config
         prompt = [(i * 7919 + 13) % c.vocab_size for i in range(prompt_tokens)]
-        flash = gm.fwd.flash
-        result["prefill_attention"] = "tiled (halo_attention_tc)" if flash else "untiled (halo_attention)"
-        if prompt_tokens <= (LONG_PREFILL_MAX if flash else UNTILED_PREFILL_MAX):
+        tiled = gm.fwd.flash or gm.fwd.ts
+        result["prefill_attention"] = ("tiled (halo_attention_tc)" if gm.fwd.flash else
+                                       "tiled, SIMT (halo_attention_ts)" if gm.fwd.ts else "untiled (halo_attention)")
+        if prompt_tokens <= (LONG_PREFILL_MAX if tiled else UNTILED_PREFILL_MAX):
             gm.step(_step(prompt[:PREFILL_CHUNK], 0, n_blocks, BLOCK_SIZE), kv, pool, feed_next=True).get_output()
             wall = _chunked_prefill_s(gm, prompt, kv, pool, n_blocks)
             result["prefill_tok_s"], result["ttft_ms"] = prompt_tokens / wall, wall * 1e3
             # the last chunk again (its metadata is the last uploaded): where a prefill step at depth goes
             result["prefill_breakdown_us"], _ = kernel_breakdown(gm, kv, min(PREFILL_CHUNK, prompt_tokens), graph=False)
-            if flash and prompt_tokens <= COMPARE_PREFILL_MAX:
-                gm.fwd.flash = False
-                result["untiled_prefill_tok_s"] = prompt_tokens / _chunked_prefill_s(gm, prompt, kv, pool, n_blocks)
-                gm.fwd.flash = True
+            if tiled and prompt_tokens <= COMPARE_PREFILL_MAX:
+                # the same prompt untiled, and with the SIMT tile where the tensor-core one ran
+                own = gm.fwd.flash, gm.fwd.ts
+                try:
+                    gm.fwd.flash, gm.fwd.ts = False, False
+                    result["untiled_prefill_tok_s"] = prompt_tokens / _chunked_prefill_s(gm, prompt, kv, pool, n_blocks)
+                    if own[0] and forward_mod.ts_usable(c):
+                        gm.fwd.ts = True
+                        result["simt_tiled_prefill_tok_s"] = prompt_tokens / _chunked_prefill_s(gm, prompt, kv, pool,
+                                                                                                n_blocks)
+                finally:
+                    gm.fwd.flash, gm.fwd.ts = own
         for split in (True, False):
             gm.fwd.split_kv = split and forward_mod.split_kv_usable(c)
             gm.drop_graphs()
@@ -400,6 +409,8 @@ def format_long_result(r: dict) -> str:
                f"prefill not run ({N} tokens: too long for {r['prefill_attention']} attention)")
     if "untiled_prefill_tok_s" in r:
         prefill += f"; with the untiled attention {r['untiled_prefill_tok_s']:.0f} tok/s"
+    if "simt_tiled_prefill_tok_s" in r:
+        prefill += f", with the SIMT tile (HIP's) {r['simt_tiled_prefill_tok_s']:.0f} tok/s"
     lines = [f"{r['model']} on {r['backend']}, depth {N}, KV cache {r['kv_type']}:",
              f"  device memory used {r['device_mb']:.0f} MiB (KV cache {r['kv_mb']:.0f} MiB of {r['kv_type']} for "
              f"{r['kv_tokens']} tokens)",

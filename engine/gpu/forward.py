@@ -128,9 +128,14 @@ SKV_MMA_WIDTHS = (64, 128)
 SKV_MMA = os.environ.get("HALO_SKV_MMA") != "0"
 # Tiled prefill attention on tensor cores (halo_attention_tc, CUDA sm_80+): steps of more than SKV_MAX_T tokens
 # where head_dim % 8 == 0, head_dim <= FA_MAX_D and the GQA group fits the FA_ROWS query rows of a block (a block
-# takes FA_ROWS // group tokens x the group's heads). HALO_GPU_FLASH=0 keeps halo_attention (for comparisons).
+# takes FA_ROWS // group tokens x the group's heads).
 FA_ROWS, FA_MAX_D = 64, 128
-FLASH = os.environ.get("HALO_GPU_FLASH") != "0"
+# Where that tile is not built or does not fit (HIP, Strix Halo included), the SIMT tile halo_attention_ts_d{class}
+# (float32 FMAs): the same blocks with TS_ROWS[class] query rows, builds per head-size class (ts_kernel).
+# HALO_GPU_FLASH: unset, the tensor-core tile where usable, else the SIMT one where usable; "simt": the SIMT tile
+# everywhere it fits (comparisons); "0": halo_attention, a block per (token, head), for every prefill.
+TS_ROWS = {64: 32, 128: 32, 256: 16}
+FLASH_MODE = os.environ.get("HALO_GPU_FLASH", "auto")
 STAGING_SLOTS = 4
 
 
@@ -277,6 +282,22 @@ def flash_usable(config: ModelConfig) -> bool:
     c = config
     return (c.head_dim % 8 == 0 and c.head_dim <= FA_MAX_D and c.n_head_kv > 0 and c.n_head % c.n_head_kv == 0
             and c.n_head // c.n_head_kv <= FA_ROWS)
+
+
+def ts_class(head_dim: int) -> int | None:
+    """The SIMT tile's head-size class for this head (the smallest that holds it), or None past the largest."""
+    return next((w for w in TS_ROWS if w >= head_dim), None)
+
+
+def ts_usable(config: ModelConfig) -> bool:
+    c = config
+    cls = ts_class(c.head_dim)
+    return (cls is not None and c.head_dim % 4 == 0 and c.n_head_kv > 0 and c.n_head % c.n_head_kv == 0
+            and c.n_head // c.n_head_kv <= TS_ROWS[cls])
+
+
+def ts_kernel(head_dim: int, f16: bool) -> str:
+    return f"halo_attention_ts_d{ts_class(head_dim)}{kv_suffix(f16)}"
 
 
 def add_norm_threads(E: int) -> int:
@@ -469,7 +490,9 @@ class GpuForward:
         parts = split_kv_parts(c, max_tokens)
         self.attn_count = view(self.attn_part, parts, split_kv_floats(c, max_tokens) - parts, np.int32)
         self.split_kv = split_kv_usable(c) and os.environ.get("HALO_SPLIT_KV") != "0"
-        self.flash = self.use_tc and FLASH and flash_usable(c)
+        # prefill attention: the tensor-core tile (flash), else the SIMT tile (ts), else halo_attention
+        self.flash = self.use_tc and FLASH_MODE not in ("0", "simt") and flash_usable(c)
+        self.ts = FLASH_MODE != "0" and not self.flash and ts_usable(c)
         self.scratch = [self.x, self.h, self.o, self.qkv, self.attn, self.act, self.logits, self.sampled,
                         self.partial, self.attn_part, self.seen, self.top_ids, self.top_vals]
         self.moe = MoeScratch(backend, c, T) if c.ffn_kind == "moe" else None
@@ -513,6 +536,8 @@ class GpuForward:
             layer = ("halo_rope_kv", "halo_attention") + (("halo_attention_tc",) if self.flash else ())
             for name in layer:
                 self.kern("halo_layer.cu", name + kv_suffix(f16))
+            if self.ts:
+                self.kern("halo_layer.cu", ts_kernel(c.head_dim, f16))
             if split_kv_usable(c):
                 self.kern("halo_layer.cu", split_kernel(c.head_dim, c.n_head // c.n_head_kv, f16, self.use_tc)[0])
         for name in ("halo_attention_merge", "halo_add_norm"):
@@ -738,6 +763,11 @@ class GpuForward:
         if self.flash and T > SKV_MAX_T:
             rows_tokens = FA_ROWS // (H // Hkv)                # tokens per block: x the group's heads = rows
             self._launch("halo_layer.cu", "halo_attention_tc" + kv_suffix(kv.f16), (-(-T // rows_tokens), Hkv), 128,
+                         common + (np.int32(T), _ptr(sinks), self.attn))
+            return
+        if self.ts and T > SKV_MAX_T:
+            rows_tokens = TS_ROWS[ts_class(D)] // (H // Hkv)
+            self._launch("halo_layer.cu", ts_kernel(D, kv.f16), (-(-T // rows_tokens), Hkv), 128,
                          common + (np.int32(T), _ptr(sinks), self.attn))
             return
         self._launch("halo_layer.cu", "halo_attention" + kv_suffix(kv.f16), (T, H), 32 * ATTN_WARPS,

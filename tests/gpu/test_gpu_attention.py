@@ -2,11 +2,14 @@
 per (token, head) kernel and the split-KV pair (halo_attention_split + halo_attention_merge) on the same
 cache, with scattered block tables, two sequences at different depths (one past several chunks), GQA
 groups of 1, 4 and 8, a sliding window and gpt-oss's attention sinks (a per-head logit in the denominator);
-and the tiled prefill kernel (halo_attention_tc) on a mixed prefill step: a whole 37-token prompt, a 150-token
-chunk deep in another sequence, and a token of the first sequence after the chunk (so a block holds two
-sequences, one of them twice), GQA groups of 1, 3, 4 and 8, sinks with gpt-oss's 64/8 heads. Every kernel also
+and the tiled prefill kernels (halo_attention_tc on tensor cores; halo_attention_ts on SIMT FMAs, HIP's) on a
+mixed prefill step: a whole 37-token prompt, a 150-token chunk deep in another sequence, and a token of the first
+sequence after the chunk (so a block holds two sequences, one of them twice), GQA groups of 1, 3, 4 and 8, sinks
+with gpt-oss's 64/8 heads, heads of 64-256. Every kernel also
 reads an f16 cache (its _f16 build), against the same float64 reference over the f16-rounded keys and values."""
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,11 +20,16 @@ from engine.gpu.forward import (
     NULL,
     SKV_CHUNKS,
     SKV_WARPS,
+    TS_ROWS,
+    flash_usable,
     kv_suffix,
     merge_threads,
     split_kernel,
     split_shared_bytes,
     tensor_cores_usable,
+    ts_class,
+    ts_kernel,
+    ts_usable,
 )
 
 pytestmark = pytest.mark.gpu
@@ -142,11 +150,17 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks, f16)
 
 @pytest.mark.parametrize("H,Hkv,D,window,sinks", [(8, 2, 128, 0, False), (8, 8, 64, 0, False), (16, 2, 128, 0, False),
                                                    (9, 3, 64, 0, False), (8, 2, 64, 100, False), (4, 1, 128, 60, False),
-                                                   (64, 8, 64, 128, True)])
+                                                   (64, 8, 64, 128, True), (4, 1, 256, 60, True), (16, 4, 256, 0, False),
+                                                   (4, 1, 96, 0, False)])
 @pytest.mark.parametrize("f16", [False, True], ids=["f32-cache", "f16-cache"])
-def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sinks, f16):
-    if not tensor_cores_usable(backend):
-        pytest.skip("halo_attention_tc needs CUDA tensor cores (sm_80+)")
+@pytest.mark.parametrize("tile", ["tc", "ts"])
+def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sinks, f16, tile):
+    """tc: the tensor-core tile (CUDA sm_80+, D % 8 == 0, D <= 128); ts: the SIMT tile HIP runs (any GPU; its
+    head-size classes 64 / 128 / 256, D = 96 inside the 128 class)."""
+    config = SimpleNamespace(head_dim=D, n_head=H, n_head_kv=Hkv)
+    if tile == "tc" and not (tensor_cores_usable(backend) and flash_usable(config)):
+        pytest.skip("halo_attention_tc needs CUDA tensor cores (sm_80+) and D % 8 == 0, D <= 128")
+    assert tile == "tc" or ts_usable(config)
     rng = np.random.default_rng(H * 7 + D + window)
     num_blocks = 80
     tables = np.stack([rng.permutation(num_blocks)[:num_blocks - 8] for _ in range(2)]).astype(np.int32)
@@ -165,8 +179,10 @@ def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sin
     sink_d = _up_sinks(backend, stream, sink, bufs)
     out = backend.alloc((T, H * D), np.float32)
     try:
-        tokens_per_block = FA_ROWS // (H // Hkv)
-        backend.launch(backend.kernel(FILE, "halo_attention_tc" + kv_suffix(f16)), (-(-T // tokens_per_block), Hkv), 128,
+        rows, name = (FA_ROWS, "halo_attention_tc" + kv_suffix(f16)) if tile == "tc" else \
+            (TS_ROWS[ts_class(D)], ts_kernel(D, f16))
+        tokens_per_block = rows // (H // Hkv)
+        backend.launch(backend.kernel(FILE, name), (-(-T // tokens_per_block), Hkv), 128,
                        (qkv_d, np.int32(ld), kc_d, vc_d, pos_d, seq_d, tab_d, np.int32(tables.shape[1]),
                         np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D), np.float32(scale), np.int32(window),
                         np.int32(T), sink_d, out), stream)

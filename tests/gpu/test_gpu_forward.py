@@ -101,6 +101,39 @@ def test_prompt_logits_match_cpu(name, backend):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("attention", ["tc", "ts", "untiled"])
+def test_every_prefill_attention_matches_cpu(name, attention, backend):
+    """The prompt's logits with each prefill attention the forward can choose: the tensor-core tile (CUDA), the SIMT
+    tile (HIP's), halo_attention (HALO_GPU_FLASH=0), on both cache types."""
+    from engine.gpu.forward import flash_usable, ts_usable
+    cpu, gpu, g = models(name, backend)
+    fwd = gpu.fwd
+    usable = {"tc": fwd.use_tc and flash_usable(gpu.config), "ts": ts_usable(gpu.config), "untiled": True}
+    if not usable[attention]:
+        pytest.skip(f"{attention} prefill attention does not apply to {name} on {backend.name}")
+    prompt = g["prompt_ids"]
+    T = len(prompt)
+    every = np.arange(T, dtype=np.int32)
+    nb = -(-T // 16)
+    kv_c = cpu.model.new_kv_cache(nb, 16)
+    want = cpu.model.forward(seq_step(prompt, 0, list(range(nb)), 16, every), kv_c)
+    own = fwd.flash, fwd.ts
+    try:
+        fwd.flash, fwd.ts = attention == "tc", attention == "ts"
+        for kv_type in ("f32", "f16"):
+            kv_g = gpu.new_kv_cache(nb, 16, kv_type=kv_type)
+            try:
+                got = gpu.forward(seq_step(prompt, 0, list(range(nb)), 16, every), kv_g)
+            finally:
+                kv_g.free()
+            # the f16 cache rounds K and V to 11 significant bits (test_f16_kv_cache_stays_near_the_float32_cache)
+            atol = ATOL if kv_type == "f32" else 1e-2 * max(1.0, float(np.abs(want).max()))
+            np.testing.assert_allclose(got, want, atol=atol, rtol=0, err_msg=f"{attention}, {kv_type} cache")
+    finally:
+        fwd.flash, fwd.ts = own
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_f16_kv_cache_stays_near_the_float32_cache(name, backend):
     """An f16 cache (kv_type="f16": halo_rope_kv_f16 writes, the _f16 attention builds read) against the
     float32 cache on the same prompt (prefill attention) and one decode step after it (split-KV): K and V are

@@ -72,3 +72,15 @@ def test_split_kv_limits_fit_the_kernels():
                 else:
                     assert name == fwd.split_kernel(D, group, f16)[0]
                 assert fwd.split_shared_bytes(D, group, f16, True) <= 48 * 1024
+
+
+def test_simt_prefill_tile_shapes_and_builds_match_the_host():
+    """halo_attention_ts: the host's query rows per block (TS_ROWS, which sizes the grid) are the kernel's R per
+    head-size class, and every class has an f32 and an f16 cache build under the name ts_kernel asks for."""
+    text = (kernels.KERNEL_DIR / "halo_layer.cu").read_text()
+    shapes = {int(m[1]): int(m[2]) for m in
+              re.finditer(r"^template <> struct TsShape<(\d+)> \{ enum \{ R = (\d+), TK = \d+ \}; \};", text, re.M)}
+    assert shapes == fwd.TS_ROWS
+    builds = set(re.findall(r"^ATTENTION_TS_ENTRY\((\w+), (?:float|unsigned short), (\d+)\)", text, re.M))
+    want = {(fwd.ts_kernel(d, f16), str(d)) for d in fwd.TS_ROWS for f16 in (False, True)}
+    assert builds == want

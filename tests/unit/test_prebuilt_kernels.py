@@ -90,9 +90,12 @@ def _recorded_launches(monkeypatch) -> list[tuple[str, str, tuple]]:
                 monkeypatch.setattr(fwd_mod, "LEGACY_TILES", legacy)
                 for T in (1, 3, 8, 20):
                     m.fwd.enqueue_body(kv, T, 1, True, False)
+            monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)
+            own_ts, m.fwd.ts = m.fwd.ts, False             # HALO_GPU_FLASH=0: the untiled prefill attention
+            m.fwd.enqueue_body(kv, 20, 1, True, False)
+            m.fwd.ts = own_ts
             # the CUDA tensor-core kernels too (their HIP objects are empty but keep the signature), and the
             # opt-in RDNA WMMA tile, where the shapes allow
-            monkeypatch.setattr(fwd_mod, "LEGACY_TILES", False)
             m.fwd.use_tc, m.fwd.flash = True, fwd_mod.flash_usable(m.config)
             for tile in ("auto", "tck", "tch"):           # the tiny products stay on tc unless the pipelined
                 monkeypatch.setattr(fwd_mod, "TC_TILE", tile)     # tiles are asked for
@@ -129,6 +132,7 @@ def test_engine_launch_arguments_match_every_objects_metadata(manifest, infos, m
             "halo_attention_tc", "halo_matmul_tc", "halo_glu_tc", "halo_matmul_tcp", "halo_matmul_tck", "halo_glu_tck",
             "halo_matmul_tch", "halo_glu_tch", "halo_split_f16",
             "halo_matmul_wm", "halo_glu_wm"} <= names
+    assert any(n.startswith("halo_attention_ts_d") for n in names)     # HIP's prefill attention (the SIMT tile)
     assert {"halo_conv_silu", "halo_delta_prep", "halo_delta_rule", "halo_delta_chunked", "halo_gated_norm",
             "halo_output_gate", "halo_split_q_gate"} <= names
     for target in TARGETS:

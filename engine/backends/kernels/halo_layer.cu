@@ -646,6 +646,20 @@ SKV_MMA_ENTRY(halo_attention_split_mma_d128_f16, 128, true)
 #define FA_KLD (FA_MAX_D + 4)      // row strides in words: the B-fragment loads K[g][q] / V[q][g] and the A
 #define FA_VLD (FA_MAX_D + 8)      // fragment loads P[g][q] of a warp each hit 32 distinct banks
 #define FA_PLD (FA_KEYS + 4)
+// The keys [*jlo, *jhi] that the block's rows of token i's sequence may see, or false when an earlier token of
+// the block has the same sequence (its keys were walked then)
+__device__ __forceinline__ bool fa_sequence_keys(int i, int ntok, const i32* s_seq, const i32* s_lo,
+                                                 const i32* s_pos, int* jlo, int* jhi) {
+    int s = s_seq[i];
+    for (int j = 0; j < i; j++)
+        if (s_seq[j] == s) return false;
+    *jlo = 0x7fffffff;
+    *jhi = -1;
+    for (int j = i; j < ntok; j++)
+        if (s_seq[j] == s) { *jlo = min(*jlo, s_lo[j]); *jhi = max(*jhi, s_pos[j]); }
+    return true;
+}
+
 #if HALO_TC
 // The rows of a tiled-attention block (both builds): the tokens' positions, first allowed keys and sequences in
 // shared memory, and this lane's two fragment rows g, g + 8 of its warp's 16 (token index in the block, position,
@@ -678,20 +692,6 @@ __device__ __forceinline__ FaRows fa_rows(const float* qkv, i32 ld, const i32* p
         R.qrow[i] = valid ? qkv + (size_t)(tok0 + R.rt[i]) * ld + (size_t)(hk * G + r % G) * D : 0;
     }
     return R;
-}
-
-// The keys [*jlo, *jhi] that the block's rows of token i's sequence may see, or false when an earlier token of
-// the block has the same sequence (its keys were walked then)
-__device__ __forceinline__ bool fa_sequence_keys(int i, int ntok, const i32* s_seq, const i32* s_lo,
-                                                 const i32* s_pos, int* jlo, int* jhi) {
-    int s = s_seq[i];
-    for (int j = 0; j < i; j++)
-        if (s_seq[j] == s) return false;
-    *jlo = 0x7fffffff;
-    *jhi = -1;
-    for (int j = i; j < ntok; j++)
-        if (s_seq[j] == s) { *jlo = min(*jlo, s_lo[j]); *jhi = max(*jhi, s_pos[j]); }
-    return true;
 }
 
 // One tile's step of the online softmax for this lane's two rows (both tiled builds): the tile's maxima mx (this
@@ -1030,6 +1030,209 @@ HALO_KERNEL __launch_bounds__(128) void NAME(const float* qkv, i32 ld, const KV*
 }
 ATTENTION_TC_ENTRY(halo_attention_tc, float, attention_tc)
 ATTENTION_TC_ENTRY(halo_attention_tc_f16, unsigned short, attention_tc_f16)
+
+// Tiled prefill attention without tensor cores, "ts" (SIMT float32 FMAs; CUDA and HIP alike, the prefill form
+// where halo_attention_tc is not built: HIP, including Strix Halo's gfx1151). halo_attention reads every key and
+// value once per (token, head), so a long prompt's prefill moves T^2 / 2 x H rows of the cache through memory; here a
+// block takes R query rows (R / G tokens x the G heads of one KV head, as the tensor-core tile) and each key / value
+// tile in shared memory serves all R rows. Same contract, masks, mixed-sequence walk, online softmax and sinks as
+// halo_attention_tc, in float32 throughout.
+// Builds per head-size class DC (D <= DC, D % 4 == 0): R x TK = 32 x 32 for DC 64 / 128, 16 x 16 for DC 256 (under
+// 48 KB of static shared memory, as both runtimes take without opting in). Block: 128 threads; grid:
+// (ceil(T / (R / G)), Hkv); G <= R. Per key tile, with a barrier after each phase:
+//   K in; scores: a thread takes rows rg + 16 i x keys kg + 8 j (rg = t / 8, kg = t % 8), dot products 4 dims at a
+//     time from Qs and Ks (the 8 key rows a quarter-warp reads sit in 8 distinct bank quads);
+//   V in, over K; softmax: TPR = 128 / R threads a row, each a run of TK / TPR keys: the tile's row maximum by
+//     shuffles, the rescale, P^T into Pt and the rescale factor into Cs;
+//   O: a thread keeps rows R / 8 og .. + R / 8 - 1 (og = t / 16) x dims 4 dg + 64 i (dg = t % 16) in registers,
+//     rescaled, plus P V over the tile's keys.
+template <int DC> struct TsShape;
+template <> struct TsShape<64> { enum { R = 32, TK = 32 }; };
+template <> struct TsShape<128> { enum { R = 32, TK = 32 }; };
+template <> struct TsShape<256> { enum { R = 16, TK = 16 }; };
+
+template <typename KV, int DC>
+__device__ __forceinline__ void ts_load_tile(const KV* cache, const i32* table, int bs, int Hkv, int hk, int D,
+                                             int j0, int jhi, float* dst) {
+    constexpr int LD = DC + 4;
+    int D4 = D >> 2;
+    for (int idx = threadIdx.x; idx < ((TsShape<DC>::TK * D) >> 2); idx += blockDim.x) {
+        int kr = idx / D4, c = idx - kr * D4, j = j0 + kr;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (j <= jhi) kv_load4(cache + kv_row(table, j, bs, Hkv, hk, D) + 4 * c, v);
+        *(float4*)(dst + kr * LD + 4 * c) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+}
+
+template <typename KV, int DC>
+__device__ void attention_ts(const float* qkv, i32 ld, const KV* kcache, const KV* vcache, const i32* positions,
+                             const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv,
+                             i32 D, float scale, i32 window, i32 T, const float* sinks, float* out) {
+    constexpr int R = TsShape<DC>::R, TK = TsShape<DC>::TK, LD = DC + 4;
+    constexpr int SR = R / 16, SK = TK / 8;           // scores: rows x keys a thread
+    constexpr int TPR = 128 / R, KPT = TK / TPR;       // softmax: threads a row, keys a thread
+    constexpr int OR = R / 8, OD = DC / 16;            // O: rows x dims a thread
+    __shared__ __align__(16) float Qs[R * LD];         // the block's rows of q, scaled; rows past the step's are 0
+    __shared__ __align__(16) float KVs[TK * LD];       // the tile's keys, then its values
+    __shared__ float Ss[R * (TK + 1)];                 // scores, masked with -inf
+    __shared__ __align__(16) float Pt[TK * (R + 4)];   // probabilities, key-major
+    __shared__ float Cs[R], Ms[R], Ls[R];              // per row: the tile's rescale; at the end m and l
+    __shared__ i32 s_pos[R], s_lo[R], s_seq[R];
+    int G = H / Hkv, BT = R / G, hk = blockIdx.y, tok0 = blockIdx.x * BT;
+    int ntok = min(BT, T - tok0), t = threadIdx.x;
+    if (t < ntok) {
+        int pos = positions[tok0 + t];
+        s_pos[t] = pos;
+        s_lo[t] = window > 0 ? max(0, pos - window + 1) : 0;
+        s_seq[t] = token_seq[tok0 + t];
+    }
+    int D4 = D >> 2;
+    for (int idx = t; idx < R * D4; idx += blockDim.x) {
+        int r = idx / D4, c = idx - r * D4, rt = r / G;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (rt < ntok) {
+            const float* q = qkv + (size_t)(tok0 + rt) * ld + (size_t)(hk * G + r % G) * D + 4 * c;
+            v = make_float4(q[0] * scale, q[1] * scale, q[2] * scale, q[3] * scale);
+        }
+        *(float4*)(Qs + r * LD + 4 * c) = v;
+    }
+    __syncthreads();
+    // this thread's score rows (sequence, first and last allowed key; -1: past the step's tokens)
+    int kg = t & 7, rg = t >> 3;
+    int sseq[SR], slo[SR], spos[SR];
+    #pragma unroll
+    for (int i = 0; i < SR; i++) {
+        int rt = (rg + 16 * i) / G;
+        bool valid = rt < ntok;
+        sseq[i] = valid ? s_seq[rt] : -1;
+        slo[i] = valid ? s_lo[rt] : 0;
+        spos[i] = valid ? s_pos[rt] : -1;
+    }
+    int row = t / TPR, sub = t % TPR;                  // softmax: this thread's row and run of keys
+    float m = NEG_INF, l = 0.0f;                       // the row's running maximum; this thread's part of its sum
+    int og = t >> 4, dg = t & 15;
+    float o[OR][OD];
+    #pragma unroll
+    for (int i = 0; i < OR; i++)
+        #pragma unroll
+        for (int e = 0; e < OD; e++) o[i][e] = 0.0f;
+    for (int i = 0; i < ntok; i++) {                   // each sequence of the block once
+        int jlo, jhi;
+        if (!fa_sequence_keys(i, ntok, s_seq, s_lo, s_pos, &jlo, &jhi)) continue;
+        int s = s_seq[i];
+        const i32* table = block_tables + (size_t)s * bt_width;
+        for (int j0 = jlo; j0 <= jhi; j0 += TK) {
+            ts_load_tile<KV, DC>(kcache, table, bs, Hkv, hk, D, j0, jhi, KVs);
+            __syncthreads();
+            float sc[SR][SK];
+            #pragma unroll
+            for (int a = 0; a < SR; a++)
+                #pragma unroll
+                for (int b = 0; b < SK; b++) sc[a][b] = 0.0f;
+            for (int d = 0; d < D; d += 4) {
+                float4 q4[SR], k4[SK];
+                #pragma unroll
+                for (int a = 0; a < SR; a++) q4[a] = *(const float4*)(Qs + (rg + 16 * a) * LD + d);
+                #pragma unroll
+                for (int b = 0; b < SK; b++) k4[b] = *(const float4*)(KVs + (kg + 8 * b) * LD + d);
+                #pragma unroll
+                for (int a = 0; a < SR; a++)
+                    #pragma unroll
+                    for (int b = 0; b < SK; b++)
+                        sc[a][b] += q4[a].x * k4[b].x + q4[a].y * k4[b].y + q4[a].z * k4[b].z + q4[a].w * k4[b].w;
+            }
+            #pragma unroll
+            for (int a = 0; a < SR; a++)
+                #pragma unroll
+                for (int b = 0; b < SK; b++) {
+                    int j = j0 + kg + 8 * b;
+                    bool ok = sseq[a] == s && j >= slo[a] && j <= spos[a];
+                    Ss[(rg + 16 * a) * (TK + 1) + kg + 8 * b] = ok ? sc[a][b] : NEG_INF;
+                }
+            __syncthreads();
+            ts_load_tile<KV, DC>(vcache, table, bs, Hkv, hk, D, j0, jhi, KVs);    // K is read: V over it
+            float mx = NEG_INF;
+            #pragma unroll
+            for (int k = 0; k < KPT; k++) mx = fmaxf(mx, Ss[row * (TK + 1) + sub * KPT + k]);
+            #pragma unroll
+            for (int w = 1; w < TPR; w <<= 1) mx = fmaxf(mx, SHFL_XOR(mx, w));
+            float mn = fmaxf(m, mx), base = mn == NEG_INF ? 0.0f : mn, corr = __expf(m - base);
+            m = mn;
+            l *= corr;
+            #pragma unroll
+            for (int k = 0; k < KPT; k++) {
+                int key = sub * KPT + k;
+                float p = __expf(Ss[row * (TK + 1) + key] - base);
+                l += p;
+                Pt[key * (R + 4) + row] = p;
+            }
+            if (sub == 0) Cs[row] = corr;
+            __syncthreads();
+            int nk = min(TK, jhi - j0 + 1);
+            #pragma unroll
+            for (int i2 = 0; i2 < OR; i2++) {
+                float c = Cs[OR * og + i2];
+                #pragma unroll
+                for (int e = 0; e < OD; e++) o[i2][e] *= c;
+            }
+            for (int k = 0; k < nk; k++) {
+                float p[OR];
+                #pragma unroll
+                for (int i2 = 0; i2 < OR; i2++) p[i2] = Pt[k * (R + 4) + OR * og + i2];
+                #pragma unroll
+                for (int e4 = 0; e4 < OD / 4; e4++) {
+                    float4 v = *(const float4*)(KVs + k * LD + 4 * dg + 64 * e4);
+                    #pragma unroll
+                    for (int i2 = 0; i2 < OR; i2++) {
+                        o[i2][4 * e4] += p[i2] * v.x;
+                        o[i2][4 * e4 + 1] += p[i2] * v.y;
+                        o[i2][4 * e4 + 2] += p[i2] * v.z;
+                        o[i2][4 * e4 + 3] += p[i2] * v.w;
+                    }
+                }
+            }
+            __syncthreads();                           // KVs, Pt and Cs are free for the next tile
+        }
+    }
+    #pragma unroll
+    for (int w = 1; w < TPR; w <<= 1) l += SHFL_XOR(l, w);
+    if (sub == 0) { Ms[row] = m; Ls[row] = l; }
+    __syncthreads();
+    #pragma unroll
+    for (int i2 = 0; i2 < OR; i2++) {
+        int r = OR * og + i2, rt = r / G;
+        if (rt >= ntok) continue;
+        int h = hk * G + r % G;
+        float mr = Ms[r], inv = 1.0f / Ls[r];
+        if (sinks) {                                   // the sink joins the maximum and the denominator
+            float S = sinks[h], Mt = fmaxf(mr, S), f = __expf(mr - Mt);
+            inv = f / (Ls[r] * f + __expf(S - Mt));
+        }
+        float* dst = out + (size_t)(tok0 + rt) * H * D + (size_t)h * D;
+        #pragma unroll
+        for (int e4 = 0; e4 < OD / 4; e4++) {
+            int d = 4 * dg + 64 * e4;
+            if (d < D)
+                *(float4*)(dst + d) = make_float4(o[i2][4 * e4] * inv, o[i2][4 * e4 + 1] * inv,
+                                                  o[i2][4 * e4 + 2] * inv, o[i2][4 * e4 + 3] * inv);
+        }
+    }
+}
+
+#define ATTENTION_TS_ENTRY(NAME, KV, DC)                                                                             \
+HALO_KERNEL __launch_bounds__(128) void NAME(const float* qkv, i32 ld, const KV* kcache, const KV* vcache,          \
+        const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv,   \
+        i32 D, float scale, i32 window, i32 T, const float* sinks, float* out) {                                     \
+    GRID_DEPENDENCY_SYNC();                                                                                          \
+    attention_ts<KV, DC>(qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, Hkv, D, scale, \
+                         window, T, sinks, out);                                                                     \
+}
+ATTENTION_TS_ENTRY(halo_attention_ts_d64, float, 64)
+ATTENTION_TS_ENTRY(halo_attention_ts_d128, float, 128)
+ATTENTION_TS_ENTRY(halo_attention_ts_d256, float, 256)
+ATTENTION_TS_ENTRY(halo_attention_ts_d64_f16, unsigned short, 64)
+ATTENTION_TS_ENTRY(halo_attention_ts_d128_f16, unsigned short, 128)
+ATTENTION_TS_ENTRY(halo_attention_ts_d256_f16, unsigned short, 256)
 
 // Residual and the next norm in one pass over a token's row (grid: T blocks):
 //   if o:  x += post_w ? rmsnorm(o) * post_w : o

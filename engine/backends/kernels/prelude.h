@@ -33,7 +33,7 @@ __device__ __forceinline__ void prefetch_l2(const void*) {}
 // Warp and block reductions shared by every kernel file. They assume 32-lane warps: NVIDIA GPUs and RDNA
 // GPUs (gfx11xx, the Strix Halo's gfx1151 among them) run HIP in wave32; wave64 devices (CDNA) would need
 // these and the kernels' lane arithmetic revisited.
-#if defined(__HIPCC_RTC__) || defined(__HIP__)
+#if defined(__HIPCC_RTC__) || defined(__HIP__) || defined(HALO_CPU_SIM)     // HALO_CPU_SIM: tests/tools/cpu_simt.h
 #define SHFL_XOR(v, o) __shfl_xor(v, o)
 #else
 #define SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, v, o)
@@ -71,7 +71,7 @@ __device__ __forceinline__ float block_max(float v, float* red) { return block_r
 
 // The KV cache's f16 elements (the _f16 builds of the attention kernels): IEEE half bits in an unsigned short,
 // converted by the hardware (round to nearest even on the way in).
-#if defined(__HIPCC_RTC__) || defined(__HIP__)
+#if defined(__HIPCC_RTC__) || defined(__HIP__) || defined(HALO_CPU_SIM)
 __device__ __forceinline__ float half_to_float(unsigned short h) { return (float)__builtin_bit_cast(_Float16, h); }
 __device__ __forceinline__ unsigned short float_to_half(float f) {
     return __builtin_bit_cast(unsigned short, (_Float16)f);

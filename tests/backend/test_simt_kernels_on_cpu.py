@@ -1,0 +1,81 @@
+"""The SIMT prefill attention tile (halo_attention_ts, the prefill attention HIP runs: Strix Halo has no tensor-core
+tile of ours) run from its own source on the CPU (tests/tools/cpu_simt.py), against the float64 reference of
+tests/gpu/test_gpu_attention.py on the same kind of mixed prefill step: a whole prompt, a chunk deep in another
+sequence, and a token of the first sequence after the chunk (a block then holds two sequences, one twice), over
+scattered block tables, GQA groups of 1-8, windows, gpt-oss's sinks, heads of 64-256 (96 inside the 128 class),
+float32 and f16 caches. halo_attention, which has run on an H200, goes through the same harness first: it holds
+the harness itself to the reference."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.gpu.forward import ATTN_WARPS, TS_ROWS, kv_suffix, ts_class, ts_kernel
+from tests.gpu.test_gpu_attention import BS, random_caches, reference, sink_logits
+from tests.tools import cpu_simt
+
+pytestmark = pytest.mark.skipif(cpu_simt.compiler() is None, reason="no C++ compiler for the CPU kernel harness")
+HEAD = ["const float*", "int"]
+META = ["const int*", "const int*", "const int*", "int", "int", "int", "int", "int", "float", "int"]
+
+
+def _args(kv: str, tiled: bool) -> list[str]:
+    return HEAD + [f"const {kv}*", f"const {kv}*"] + META + (["int"] if tiled else []) + ["const float*", "float*"]
+
+
+@pytest.fixture(scope="module")
+def lib():
+    names = {}
+    for f16, kv in ((False, "float"), (True, "unsigned short")):
+        names["halo_attention" + kv_suffix(f16)] = _args(kv, False)
+        for d in TS_ROWS:
+            names[ts_kernel(d, f16)] = _args(kv, True)
+    return cpu_simt.build("halo_layer.cu", names)
+
+
+def mixed_step(rng, H, Hkv, D, f16, prompt, chunk, depth):
+    """A `prompt`-token prompt of sequence 1, `chunk` tokens of sequence 0 from position `depth`, then sequence 1's
+    next token; caches of random keys and values under scattered block tables."""
+    num_blocks = -(-(depth + chunk) // BS) + 8
+    tables = np.stack([rng.permutation(num_blocks)[:num_blocks - 4] for _ in range(2)]).astype(np.int32)
+    positions = np.concatenate([np.arange(prompt), np.arange(depth, depth + chunk), [prompt + 3]]).astype(np.int32)
+    token_seq = np.array([1] * prompt + [0] * chunk + [1], np.int32)
+    T = len(positions)
+    qkv = rng.normal(size=(T, (H + 2 * Hkv) * D)).astype(np.float32)
+    kc, vc, k32, v32 = random_caches(rng, num_blocks * BS, Hkv, D, f16)
+    return T, qkv, kc, vc, k32, v32, positions, token_seq, tables
+
+
+def run(lib, name, grid, threads, T, H, Hkv, D, qkv, kc, vc, positions, token_seq, tables, window, sinks, tiled):
+    out = np.zeros((T, H * D), np.float32)
+    args = [qkv, np.int32(qkv.shape[1]), kc, vc, positions, token_seq, tables, np.int32(tables.shape[1]),
+            np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D), np.float32(1.0 / np.sqrt(D)), np.int32(window)]
+    cpu_simt.launch(lib, name, grid, threads, args + ([np.int32(T)] if tiled else []) + [sinks, out])
+    return out.reshape(T, H, D)
+
+
+@pytest.mark.parametrize("f16", [False, True], ids=["f32-cache", "f16-cache"])
+def test_the_harness_reproduces_halo_attention(lib, f16):
+    H, Hkv, D, window = 8, 2, 64, 0
+    rng = np.random.default_rng(7)
+    T, qkv, kc, vc, k32, v32, positions, token_seq, tables = mixed_step(rng, H, Hkv, D, f16, 9, 6, 70)
+    want = reference(qkv[:, :H * D].reshape(T, H, D), k32, v32, positions, token_seq, tables, 1.0 / np.sqrt(D), window)
+    got = run(lib, "halo_attention" + kv_suffix(f16), (T, H), 32 * ATTN_WARPS, T, H, Hkv, D, qkv, kc, vc, positions,
+              token_seq, tables, window, None, tiled=False)
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("H,Hkv,D,window,sinks", [(8, 2, 128, 0, False), (8, 8, 64, 0, False), (9, 3, 64, 0, False),
+                                                   (8, 2, 64, 40, False), (64, 8, 64, 50, True), (4, 1, 256, 30, True),
+                                                   (16, 4, 256, 0, False), (4, 1, 96, 0, False)])
+@pytest.mark.parametrize("f16", [False, True], ids=["f32-cache", "f16-cache"])
+def test_simt_prefill_tile_matches_float64(lib, H, Hkv, D, window, sinks, f16):
+    rng = np.random.default_rng(H * 7 + D + window)
+    T, qkv, kc, vc, k32, v32, positions, token_seq, tables = mixed_step(rng, H, Hkv, D, f16, 21, 45, 90)
+    sink = sink_logits(rng, H, sinks)
+    want = reference(qkv[:, :H * D].reshape(T, H, D), k32, v32, positions, token_seq, tables, 1.0 / np.sqrt(D), window,
+                     sink)
+    tokens_per_block = TS_ROWS[ts_class(D)] // (H // Hkv)
+    got = run(lib, ts_kernel(D, f16), (-(-T // tokens_per_block), Hkv), 128, T, H, Hkv, D, qkv, kc, vc, positions,
+              token_seq, tables, window, sink, tiled=True)
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)

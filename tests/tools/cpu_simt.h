@@ -1,0 +1,44 @@
+// The CUDA/HIP dialect of engine/backends/kernels on the CPU, for tests (tests/tools/cpu_simt.py): a kernel source
+// compiles as C++ and its blocks run one after another, each block's threads as OS threads. Enough for SIMT kernels
+// whose threads meet only at __syncthreads and whose shuffles every thread of the block reaches together (the
+// harness exchanges through the whole block); tensor-core code stays out (HALO_TC is 0 here as on HIP).
+// __shared__ variables are statics: one block runs at a time, so they are that block's.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+using std::max;
+using std::min;
+struct halo_dim3 { unsigned x = 0, y = 0, z = 0; };
+extern thread_local halo_dim3 threadIdx, blockIdx;
+extern halo_dim3 blockDim, gridDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
+struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
+struct uint2 { unsigned x, y; };
+struct uint4 { unsigned x, y, z, w; };
+inline float2 make_float2(float a, float b) { return {a, b}; }
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+inline float __expf(float x) { return std::exp(x); }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
+inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
+extern float halo_cpu_dynamic_shared[];      // a kernel's extern __shared__ array (cpu_simt.py rewrites it)
+void __syncthreads();
+void __syncwarp();
+void __threadfence();
+float halo_cpu_shfl_xor(float v, int lane_mask);
+inline float __shfl_xor(float v, int lane_mask) { return halo_cpu_shfl_xor(v, lane_mask); }
+inline float __shfl_xor_sync(unsigned, float v, int lane_mask) { return halo_cpu_shfl_xor(v, lane_mask); }
+int __any_sync(unsigned, int p);
+unsigned __byte_perm(unsigned a, unsigned b, unsigned s);
+int atomicAdd(int* p, int v);
+unsigned atomicAdd(unsigned* p, unsigned v);

@@ -1,0 +1,80 @@
+"""Run SIMT kernels of engine/backends/kernels on the CPU (tests only): the kernel file, with prelude.h, compiles
+as C++ against cpu_simt.h, and cpu_simt_run.cpp runs a launch's blocks one after another, each block's threads as
+OS threads meeting at barriers (__syncthreads: the block's; shuffles and __syncwarp: the warp's). It runs the
+kernels' own source, so their index arithmetic, masks and shared-memory phases are exercised without a GPU; it
+says nothing about speed, and code for tensor cores (HALO_TC) is compiled out as on HIP.
+
+    lib = build("halo_layer.cu", {"halo_attention_ts_d64": ATTENTION_TILE_ARGS})
+    launch(lib, "halo_attention_ts_d64", (gx, gy), 128, [arrays and numpy scalars in the kernel's order])
+Needs a C++20 compiler (g++ or clang++); `compiler()` is None where there is none.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from engine.backends.kernels import KERNEL_DIR
+
+HERE = Path(__file__).resolve().parent
+CACHE = Path(tempfile.gettempdir()) / "halo-cpu-simt"
+
+
+def compiler() -> str | None:
+    for name in ("g++", "clang++", "clang++-19"):
+        if shutil.which(name):
+            return name
+    return None
+
+
+def build(file: str, kernels: dict[str, list[str]]) -> ctypes.CDLL:
+    """The kernel file as a shared library with a call_NAME(void** args) per kernel: `kernels` maps each name to
+    its parameters' C types, in order (the wrapper dereferences one pointer per argument)."""
+    src = "#include \"cpu_simt.h\"\n" + (KERNEL_DIR / "prelude.h").read_text() + f'\n#line 1 "{file}"\n'
+    src += (KERNEL_DIR / file).read_text().replace("extern __shared__ float sm[];",
+                                                   "float* sm = halo_cpu_dynamic_shared;")
+    for name, types in kernels.items():
+        args = ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(types))
+        src += f'\nextern "C" void call_{name}(void** a) {{ {name}({args}); }}\n'
+    runner = (HERE / "cpu_simt_run.cpp").read_text()
+    key = hashlib.sha256((src + runner + (HERE / "cpu_simt.h").read_text()).encode()).hexdigest()[:16]
+    CACHE.mkdir(exist_ok=True)
+    lib = CACHE / f"{Path(file).stem}-{key}.so"
+    if not lib.exists():
+        cc = compiler()
+        if cc is None:
+            raise RuntimeError("no C++ compiler (g++ or clang++) to build the CPU kernel harness")
+        work = Path(tempfile.mkdtemp(dir=CACHE))
+        (work / "kernels.cpp").write_text(src)
+        subprocess.run([cc, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-DHALO_CPU_SIM", f"-I{HERE}",
+                        str(work / "kernels.cpp"), str(HERE / "cpu_simt_run.cpp"), "-o", str(work / "lib.so")],
+                       check=True, capture_output=True, text=True)
+        os.replace(work / "lib.so", lib)
+        shutil.rmtree(work, ignore_errors=True)
+    return ctypes.CDLL(str(lib))
+
+
+def launch(lib: ctypes.CDLL, name: str, grid: tuple[int, int], threads: int, args: list) -> None:
+    """args: numpy arrays (passed as pointers to their data; outputs are written in place), None (a null
+    pointer), or numpy scalars (passed by value, their own width)."""
+    keep, slots = [], []
+    for a in args:
+        if a is None:
+            value = ctypes.c_void_p(0)
+        elif isinstance(a, np.ndarray):
+            assert a.flags.c_contiguous
+            value = ctypes.c_void_p(a.ctypes.data)
+        else:
+            value = np.ctypeslib.as_ctypes(np.asarray(a).reshape(1))
+        keep.append(value)
+        slots.append(ctypes.cast(ctypes.pointer(value), ctypes.c_void_p))
+    packed = (ctypes.c_void_p * len(slots))(*[s.value for s in slots])
+    call = ctypes.cast(getattr(lib, f"call_{name}"), ctypes.c_void_p)
+    lib.halo_cpu_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint]
+    lib.halo_cpu_launch(call, packed, grid[0], grid[1], threads)
