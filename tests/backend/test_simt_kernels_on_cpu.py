@@ -1,17 +1,24 @@
-"""The SIMT prefill attention tile (halo_attention_ts, the prefill attention HIP runs: Strix Halo has no tensor-core
+"""Kernels that only HIP runs, run from their own source on the CPU (tests/tools/cpu_simt.py). First, the SIMT
+prefill attention tile (halo_attention_ts, the prefill attention HIP runs: Strix Halo has no tensor-core
 tile of ours) run from its own source on the CPU (tests/tools/cpu_simt.py), against the float64 reference of
 tests/gpu/test_gpu_attention.py on the same kind of mixed prefill step: a whole prompt, a chunk deep in another
 sequence, and a token of the first sequence after the chunk (a block then holds two sequences, one twice), over
 scattered block tables, GQA groups of 1-8, windows, gpt-oss's sinks, heads of 64-256 (96 inside the 128 class),
 float32 and f16 caches. halo_attention, which has run on an H200, goes through the same harness first: it holds
-the harness itself to the reference."""
+the harness itself to the reference.
+Second, the RDNA3 / RDNA3.5 WMMA prefill tile (halo_matmul_wm / halo_glu_wm, compiled for gfx1151 with the
+harness's v_wmma emulation, the operand layout AMD documents) against float64 at the GPU tile tests' bound, next to
+the FMA tile (gt), which has run on the H200, on the same inputs; lanes 16-31 must repeat lanes 0-15's operands."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from engine.gpu.forward import ATTN_WARPS, TS_ROWS, kv_suffix, ts_class, ts_kernel
+from engine.gguf.dequant import dequantize
+from engine.gguf.types import GGMLType
 from tests.gpu.test_gpu_attention import BS, random_caches, reference, sink_logits
+from tests.gpu.test_gpu_prefill_tiles import BOUND, random_matrix
 from tests.tools import cpu_simt
 
 pytestmark = pytest.mark.skipif(cpu_simt.compiler() is None, reason="no C++ compiler for the CPU kernel harness")
@@ -79,3 +86,61 @@ def test_simt_prefill_tile_matches_float64(lib, H, Hkv, D, window, sinks, f16):
     got = run(lib, ts_kernel(D, f16), (-(-T // tokens_per_block), Hkv), 128, T, H, Hkv, D, qkv, kc, vc, positions,
               token_seq, tables, window, sink, tiled=True)
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
+
+
+MATMUL = ["const unsigned char*", "int", "int", "int"] * 3 + ["const float*", "const float*", "const int*", "int", "int",
+                                                           "float*", "int"]
+GLU = ["const unsigned char*", "int", "const unsigned char*", "int", "int", "int", "int", "int", "const float*", "int",
+       "int", "float*"]
+TILE_ROWS, TILE_TOKENS = 32, 64                       # gt's and wm's block: 32 rows x 64 tokens, 128 threads
+
+
+@pytest.fixture(scope="module")
+def quant_lib():
+    if cpu_simt.clang() is None:
+        pytest.skip("no clang++ for the RDNA code paths")
+    names = {f"halo_{kind}_{tile}": args for kind, args in (("matmul", MATMUL), ("glu", GLU)) for tile in ("gt", "wm")}
+    return cpu_simt.build("halo_quant.cu", names, arch="gfx1151")
+
+
+@pytest.mark.parametrize("ggml_type", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q4_1, GGMLType.F32],
+                         ids=lambda t: t.name)
+def test_wmma_matmul_tile_matches_float64(quant_lib, ggml_type):
+    rng = np.random.default_rng(int(ggml_type))
+    rows, K, T = 64, 512, 70                           # a partial second token tile
+    raw = random_matrix(rng, ggml_type, rows, K)
+    W = dequantize(raw.reshape(-1), ggml_type, rows * K).reshape(rows, K).astype(np.float64)
+    X = rng.standard_normal((T, K)).astype(np.float32)
+    X[3] *= 1e4                                        # one token far larger: the tile's scale must follow it
+    want, bound = X.astype(np.float64) @ W.T, np.abs(X).astype(np.float64) @ np.abs(W).T
+    rb, t = np.int32(raw.shape[1]), np.int32(ggml_type)
+    before = cpu_simt.wmma_unreplicated(quant_lib)
+    for tile in ("gt", "wm"):
+        Y = np.full((T, rows), np.nan, np.float32)     # every output must be written
+        cpu_simt.launch(quant_lib, f"halo_matmul_{tile}", (rows // TILE_ROWS, -(-T // TILE_TOKENS)), 128,
+                        [raw, t, np.int32(rows), rb, raw, t, np.int32(0), rb, raw, t, np.int32(0), rb, None, X, None,
+                         np.int32(K), np.int32(T), Y, np.int32(rows)])
+        rel = float(np.max(np.abs(Y - want) / bound))
+        assert rel < BOUND, f"{tile}: max |Y - Y64| / (|X| |W|) = {rel:.2e}"
+    assert cpu_simt.wmma_unreplicated(quant_lib) == before
+
+
+def test_wmma_glu_tile_matches_float64(quant_lib):
+    rng = np.random.default_rng(11)
+    n_ff, K, T = 64, 512, 100
+    tg, tu = GGMLType.Q4_K, GGMLType.Q6_K
+    raw_g, raw_u = random_matrix(rng, tg, n_ff, K), random_matrix(rng, tu, n_ff, K)
+    G = dequantize(raw_g.reshape(-1), tg, n_ff * K).reshape(n_ff, K).astype(np.float64)
+    U = dequantize(raw_u.reshape(-1), tu, n_ff * K).reshape(n_ff, K).astype(np.float64)
+    X = rng.standard_normal((T, K)).astype(np.float32)
+    g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
+    want = g / (1 + np.exp(-g)) * u
+    ax = np.abs(X).astype(np.float64)
+    scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
+    for tile in ("gt", "wm"):
+        A = np.full((T, n_ff), np.nan, np.float32)
+        cpu_simt.launch(quant_lib, f"halo_glu_{tile}", (n_ff // TILE_ROWS, -(-T // TILE_TOKENS)), 128,
+                        [raw_g, np.int32(tg), raw_u, np.int32(tu), np.int32(raw_g.shape[1]), np.int32(raw_u.shape[1]),
+                         np.int32(n_ff), np.int32(0), X, np.int32(K), np.int32(T), A])
+        rel = float(np.max(np.abs(A - want) / scale))
+        assert rel < BOUND, f"{tile}: max |A - A64| / scale = {rel:.2e}"

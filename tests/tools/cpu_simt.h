@@ -39,6 +39,15 @@ float halo_cpu_shfl_xor(float v, int lane_mask);
 inline float __shfl_xor(float v, int lane_mask) { return halo_cpu_shfl_xor(v, lane_mask); }
 inline float __shfl_xor_sync(unsigned, float v, int lane_mask) { return halo_cpu_shfl_xor(v, lane_mask); }
 int __any_sync(unsigned, int p);
+template <typename T> inline T __ldg(const T* p) { return *p; }
 unsigned __byte_perm(unsigned a, unsigned b, unsigned s);
 int atomicAdd(int* p, int v);
 unsigned atomicAdd(unsigned* p, unsigned v);
+#if defined(__clang__)
+// RDNA3's v_wmma_f32_16x16x16_f16 (wave32), as AMD documents its operands: lane l holds row l % 16 of A and
+// column l % 16 of B (k 0..15; lanes 16-31 repeat lanes 0-15), and D element i of lane l is row 2 i + l / 16,
+// column l % 16. Every lane of the warp calls it.
+typedef _Float16 halo_cpu_h16 __attribute__((ext_vector_type(16)));
+typedef float halo_cpu_f8 __attribute__((ext_vector_type(8)));
+halo_cpu_f8 __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(halo_cpu_h16 a, halo_cpu_h16 b, halo_cpu_f8 c);
+#endif

@@ -2,7 +2,8 @@
 as C++ against cpu_simt.h, and cpu_simt_run.cpp runs a launch's blocks one after another, each block's threads as
 OS threads meeting at barriers (__syncthreads: the block's; shuffles and __syncwarp: the warp's). It runs the
 kernels' own source, so their index arithmetic, masks and shared-memory phases are exercised without a GPU; it
-says nothing about speed, and code for tensor cores (HALO_TC) is compiled out as on HIP.
+says nothing about speed. NVIDIA tensor-core code (HALO_TC) is compiled out as on HIP; RDNA3's WMMA tile compiles
+with arch="gfx1151" (clang), its v_wmma_f32_16x16x16_f16 done by cpu_simt_run.cpp as AMD documents the operands.
 
     lib = build("halo_layer.cu", {"halo_attention_ts_d64": ATTENTION_TILE_ARGS})
     launch(lib, "halo_attention_ts_d64", (gx, gy), 128, [arrays and numpy scalars in the kernel's order])
@@ -27,15 +28,18 @@ CACHE = Path(tempfile.gettempdir()) / "halo-cpu-simt"
 
 
 def compiler() -> str | None:
-    for name in ("g++", "clang++", "clang++-19"):
-        if shutil.which(name):
-            return name
-    return None
+    return next((name for name in ("g++", "clang++", "clang++-19") if shutil.which(name)), None)
 
 
-def build(file: str, kernels: dict[str, list[str]]) -> ctypes.CDLL:
+def clang() -> str | None:
+    """clang++ (the RDNA paths' vector types and _Float16 need it): CI installs clang-19."""
+    return next((name for name in ("clang++-19", "clang++") if shutil.which(name)), None)
+
+
+def build(file: str, kernels: dict[str, list[str]], arch: str | None = None) -> ctypes.CDLL:
     """The kernel file as a shared library with a call_NAME(void** args) per kernel: `kernels` maps each name to
-    its parameters' C types, in order (the wrapper dereferences one pointer per argument)."""
+    its parameters' C types, in order (the wrapper dereferences one pointer per argument). arch: a GPU target whose
+    code paths to compile (e.g. "gfx1151": the RDNA3 WMMA tile, on the harness's v_wmma emulation; needs clang)."""
     src = "#include \"cpu_simt.h\"\n" + (KERNEL_DIR / "prelude.h").read_text() + f'\n#line 1 "{file}"\n'
     src += (KERNEL_DIR / file).read_text().replace("extern __shared__ float sm[];",
                                                    "float* sm = halo_cpu_dynamic_shared;")
@@ -43,16 +47,17 @@ def build(file: str, kernels: dict[str, list[str]]) -> ctypes.CDLL:
         args = ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(types))
         src += f'\nextern "C" void call_{name}(void** a) {{ {name}({args}); }}\n'
     runner = (HERE / "cpu_simt_run.cpp").read_text()
-    key = hashlib.sha256((src + runner + (HERE / "cpu_simt.h").read_text()).encode()).hexdigest()[:16]
+    key = hashlib.sha256((src + runner + (HERE / "cpu_simt.h").read_text() + str(arch)).encode()).hexdigest()[:16]
     CACHE.mkdir(exist_ok=True)
     lib = CACHE / f"{Path(file).stem}-{key}.so"
     if not lib.exists():
-        cc = compiler()
+        cc = clang() if arch else compiler()
         if cc is None:
-            raise RuntimeError("no C++ compiler (g++ or clang++) to build the CPU kernel harness")
+            raise RuntimeError("no C++ compiler (g++ or clang++; clang for a GPU arch) to build the CPU kernel harness")
         work = Path(tempfile.mkdtemp(dir=CACHE))
         (work / "kernels.cpp").write_text(src)
-        subprocess.run([cc, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-DHALO_CPU_SIM", f"-I{HERE}",
+        defines = [f"-D__{arch}__"] if arch else []
+        subprocess.run([cc, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-DHALO_CPU_SIM", *defines, f"-I{HERE}",
                         str(work / "kernels.cpp"), str(HERE / "cpu_simt_run.cpp"), "-o", str(work / "lib.so")],
                        check=True, capture_output=True, text=True)
         os.replace(work / "lib.so", lib)
@@ -78,3 +83,9 @@ def launch(lib: ctypes.CDLL, name: str, grid: tuple[int, int], threads: int, arg
     call = ctypes.cast(getattr(lib, f"call_{name}"), ctypes.c_void_p)
     lib.halo_cpu_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint]
     lib.halo_cpu_launch(call, packed, grid[0], grid[1], threads)
+
+
+def wmma_unreplicated(lib: ctypes.CDLL) -> int:
+    """WMMA calls so far where lanes 16-31 did not repeat lanes 0-15's A or B operands (RDNA3 requires it)."""
+    return ctypes.c_longlong.in_dll(lib, "halo_cpu_wmma_unreplicated").value
+

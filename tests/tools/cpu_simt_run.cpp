@@ -23,6 +23,35 @@ float halo_cpu_shfl_xor(float v, int lane_mask) {   // every lane of the warp ca
     __syncwarp();
     return exchange[(t & ~31u) | ((t & 31u) ^ (unsigned)lane_mask)];
 }
+#if defined(__clang__)
+// v_wmma_f32_16x16x16_f16 (cpu_simt.h says the operand layout): the warp's operands meet in per-thread slots; D's
+// element i of lane l is the f32 sum over k of A[row][k] B[k][col] (row 2 i + l / 16, col l % 16) plus C's. RDNA3
+// reads A and B from lanes 0-15 and requires lanes 16-31 to repeat them: a kernel that does not is counted in
+// halo_cpu_wmma_unreplicated, which the tests read.
+typedef _Float16 halo_cpu_h16 __attribute__((ext_vector_type(16)));
+typedef float halo_cpu_f8 __attribute__((ext_vector_type(8)));
+static halo_cpu_h16 wmma_a[1024], wmma_b[1024];
+extern "C" { long long halo_cpu_wmma_unreplicated = 0; }
+halo_cpu_f8 __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(halo_cpu_h16 a, halo_cpu_h16 b, halo_cpu_f8 c) {
+    unsigned t = threadIdx.x, base = t & ~31u, l = t & 31u;
+    __syncwarp();
+    wmma_a[t] = a;
+    wmma_b[t] = b;
+    __syncwarp();
+    if (l >= 16)
+        for (int k = 0; k < 16; k++)
+            if (wmma_a[t][k] != wmma_a[t - 16][k] || wmma_b[t][k] != wmma_b[t - 16][k])
+                __atomic_fetch_add(&halo_cpu_wmma_unreplicated, 1, __ATOMIC_RELAXED);
+    halo_cpu_f8 d;
+    for (int i = 0; i < 8; i++) {
+        unsigned row = 2 * i + (l >> 4), col = l & 15;
+        float s = c[i];
+        for (int k = 0; k < 16; k++) s += (float)wmma_a[base + row][k] * (float)wmma_b[base + col][k];
+        d[i] = s;
+    }
+    return d;
+}
+#endif
 int __any_sync(unsigned, int p) { return p; }       // unused by the SIMT kernels the harness runs
 unsigned __byte_perm(unsigned a, unsigned b, unsigned s) {
     unsigned long long x = ((unsigned long long)b << 32) | a, r = 0;
