@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.gpu.forward import ATTN_WARPS, TS_ROWS, kv_suffix, ts_class, ts_kernel
 from engine.gguf.dequant import dequantize
 from engine.gguf.types import GGMLType
+from engine.gpu.forward import ATTN_WARPS, TS_ROWS, kv_suffix, ts_class, ts_kernel
 from tests.gpu.test_gpu_attention import BS, random_caches, reference, sink_logits
 from tests.gpu.test_gpu_prefill_tiles import BOUND, random_matrix
 from tests.tools import cpu_simt
