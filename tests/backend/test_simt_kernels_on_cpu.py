@@ -6,17 +6,31 @@ sequence, and a token of the first sequence after the chunk (a block then holds 
 scattered block tables, GQA groups of 1-8, windows, gpt-oss's sinks, heads of 64-256 (96 inside the 128 class),
 float32 and f16 caches. halo_attention, which has run on an H200, goes through the same harness first: it holds
 the harness itself to the reference.
+The same harness runs the CUDA tensor-core kernels on its mma.sync / ldmatrix / cp.async (the PTX ISA's fragment
+layouts): the tiled prefill attention (halo_attention_tc, both caches) and the f16 prefill matmul tile (tch, with its
+activation split), which have run on an H200, so they hold the harness's instruction layouts to float64 as well.
 Second, the RDNA3 / RDNA3.5 WMMA prefill tile (halo_matmul_wm / halo_glu_wm, compiled for gfx1151 with the
 harness's v_wmma emulation, the operand layout AMD documents) against float64 at the GPU tile tests' bound, next to
 the FMA tile (gt), which has run on the H200, on the same inputs; lanes 16-31 must repeat lanes 0-15's operands."""
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from engine.gguf.dequant import dequantize
 from engine.gguf.types import GGMLType
-from engine.gpu.forward import ATTN_WARPS, TS_ROWS, kv_suffix, ts_class, ts_kernel
+from engine.gpu.forward import (
+    ATTN_WARPS,
+    FA_ROWS,
+    SPLIT_TOKENS,
+    TS_ROWS,
+    flash_usable,
+    kv_suffix,
+    ts_class,
+    ts_kernel,
+)
 from tests.gpu.test_gpu_attention import BS, random_caches, reference, sink_logits
 from tests.gpu.test_gpu_prefill_tiles import BOUND, random_matrix
 from tests.tools import cpu_simt
@@ -35,9 +49,10 @@ def lib():
     names = {}
     for f16, kv in ((False, "float"), (True, "unsigned short")):
         names["halo_attention" + kv_suffix(f16)] = _args(kv, False)
+        names["halo_attention_tc" + kv_suffix(f16)] = _args(kv, True)
         for d in TS_ROWS:
             names[ts_kernel(d, f16)] = _args(kv, True)
-    return cpu_simt.build("halo_layer.cu", names)
+    return cpu_simt.build("halo_layer.cu", names, tensor_cores=True)
 
 
 def mixed_step(rng, H, Hkv, D, f16, prompt, chunk, depth):
@@ -76,15 +91,20 @@ def test_the_harness_reproduces_halo_attention(lib, f16):
                                                    (8, 2, 64, 40, False), (64, 8, 64, 50, True), (4, 1, 256, 30, True),
                                                    (16, 4, 256, 0, False), (4, 1, 96, 0, False)])
 @pytest.mark.parametrize("f16", [False, True], ids=["f32-cache", "f16-cache"])
-def test_simt_prefill_tile_matches_float64(lib, H, Hkv, D, window, sinks, f16):
+@pytest.mark.parametrize("tile", ["ts", "tc"])
+def test_prefill_attention_tiles_match_float64(lib, H, Hkv, D, window, sinks, f16, tile):
+    """ts: the SIMT tile (HIP's); tc: the tensor-core tile (CUDA's, where it fits)."""
+    if tile == "tc" and not flash_usable(SimpleNamespace(head_dim=D, n_head=H, n_head_kv=Hkv)):
+        pytest.skip("halo_attention_tc takes D % 8 == 0, D <= 128")
     rng = np.random.default_rng(H * 7 + D + window)
     T, qkv, kc, vc, k32, v32, positions, token_seq, tables = mixed_step(rng, H, Hkv, D, f16, 21, 45, 90)
     sink = sink_logits(rng, H, sinks)
     want = reference(qkv[:, :H * D].reshape(T, H, D), k32, v32, positions, token_seq, tables, 1.0 / np.sqrt(D), window,
                      sink)
-    tokens_per_block = TS_ROWS[ts_class(D)] // (H // Hkv)
-    got = run(lib, ts_kernel(D, f16), (-(-T // tokens_per_block), Hkv), 128, T, H, Hkv, D, qkv, kc, vc, positions,
-              token_seq, tables, window, sink, tiled=True)
+    rows, name = (TS_ROWS[ts_class(D)], ts_kernel(D, f16)) if tile == "ts" else (FA_ROWS, "halo_attention_tc" + kv_suffix(f16))
+    tokens_per_block = rows // (H // Hkv)
+    got = run(lib, name, (-(-T // tokens_per_block), Hkv), 128, T, H, Hkv, D, qkv, kc, vc, positions, token_seq, tables,
+              window, sink, tiled=True)
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
 
 
@@ -144,3 +164,74 @@ def test_wmma_glu_tile_matches_float64(quant_lib):
                          np.int32(n_ff), np.int32(0), X, np.int32(K), np.int32(T), A])
         rel = float(np.max(np.abs(A - want) / scale))
         assert rel < BOUND, f"{tile}: max |A - A64| / scale = {rel:.2e}"
+
+
+SPLIT = ["const float*", "const int*", "int", "int", "int", "unsigned short*", "unsigned short*", "float*", "int*"]
+TCH = ["const unsigned char*", "int", "int", "int"] * 3 + ["const float*", "const unsigned short*",
+                                                          "const unsigned short*", "const float*", "const int*", "int",
+                                                          "int", "int", "float*", "int", "int", "float*"]
+TCH_GLU = ["const unsigned char*", "int", "const unsigned char*", "int", "int", "int", "int", "int",
+           "const unsigned short*", "const unsigned short*", "const float*", "const int*", "int", "int", "int", "float*",
+           "int", "float*"]
+TCH_ROWS = 64                                         # tch's block: 64 rows (GLU: 32 gate + 32 up) x 64 tokens
+
+
+@pytest.fixture(scope="module")
+def tc_quant_lib():
+    return cpu_simt.build("halo_quant.cu", {"halo_split_f16": SPLIT, "halo_matmul_tch": TCH, "halo_glu_tch": TCH_GLU},
+                          tensor_cores=True)
+
+
+def split_f16(lib, X, K):
+    """halo_split_f16 of X's rows (as GpuForward._split_f16 lays out its outputs): heads, tails, sums, exponents, ls."""
+    T = len(X)
+    ls = -(-T // SPLIT_TOKENS) * SPLIT_TOKENS
+    xh, xl = np.zeros((T, K), np.uint16), np.zeros((T, K), np.uint16)
+    sums, exps = np.zeros((K // 32) * ls, np.float32), np.zeros(T, np.int32)
+    cpu_simt.launch(lib, "halo_split_f16", (T, 1), 256, [X, None, np.int32(K), np.int32(T), np.int32(ls), xh, xl, sums,
+                                                          exps])
+    return xh, xl, sums, exps, ls
+
+
+@pytest.mark.parametrize("ggml_type", [GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("splits", [1, 2])
+def test_tensor_core_matmul_tile_matches_float64(tc_quant_lib, ggml_type, splits):
+    rng = np.random.default_rng(int(ggml_type) + splits)
+    rows, K, T = 128, 512, 70
+    raw = random_matrix(rng, ggml_type, rows, K)
+    W = dequantize(raw.reshape(-1), ggml_type, rows * K).reshape(rows, K).astype(np.float64)
+    X = rng.standard_normal((T, K)).astype(np.float32)
+    X[5] *= 300.0
+    want, bound = X.astype(np.float64) @ W.T, np.abs(X).astype(np.float64) @ np.abs(W).T
+    xh, xl, sums, exps, ls = split_f16(tc_quant_lib, X, K)
+    rb, t = np.int32(raw.shape[1]), np.int32(ggml_type)
+    Y = np.full((T, rows), np.nan, np.float32)
+    P = np.zeros((splits, T, rows), np.float32)
+    cpu_simt.launch(tc_quant_lib, "halo_matmul_tch", (rows // TCH_ROWS, -(-T // 64), splits), 128,
+                    [raw, t, np.int32(rows), rb, raw, t, np.int32(0), rb, raw, t, np.int32(0), rb, None, xh, xl, sums,
+                     exps, np.int32(K), np.int32(T), np.int32(ls), Y, np.int32(rows), np.int32(K // splits), P])
+    got = Y if splits == 1 else P.sum(axis=0)           # split K: the slices' partial sums (halo_splitk_sum adds them)
+    rel = float(np.max(np.abs(got - want) / bound))
+    assert rel < BOUND, f"max |Y - Y64| / (|X| |W|) = {rel:.2e}"
+
+
+def test_tensor_core_glu_tile_matches_float64(tc_quant_lib):
+    rng = np.random.default_rng(5)
+    n_ff, K, T = 64, 512, 100
+    tg, tu = GGMLType.Q4_K, GGMLType.Q6_K
+    raw_g, raw_u = random_matrix(rng, tg, n_ff, K), random_matrix(rng, tu, n_ff, K)
+    G = dequantize(raw_g.reshape(-1), tg, n_ff * K).reshape(n_ff, K).astype(np.float64)
+    U = dequantize(raw_u.reshape(-1), tu, n_ff * K).reshape(n_ff, K).astype(np.float64)
+    X = rng.standard_normal((T, K)).astype(np.float32)
+    g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
+    want = g / (1 + np.exp(-g)) * u
+    ax = np.abs(X).astype(np.float64)
+    scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
+    xh, xl, sums, exps, ls = split_f16(tc_quant_lib, X, K)
+    A = np.full((T, n_ff), np.nan, np.float32)
+    cpu_simt.launch(tc_quant_lib, "halo_glu_tch", (n_ff // (TCH_ROWS // 2), -(-T // 64), 1), 128,
+                    [raw_g, np.int32(tg), raw_u, np.int32(tu), np.int32(raw_g.shape[1]), np.int32(raw_u.shape[1]),
+                     np.int32(n_ff), np.int32(0), xh, xl, sums, exps, np.int32(K), np.int32(T), np.int32(ls), A,
+                     np.int32(K), np.zeros(1, np.float32)])
+    rel = float(np.max(np.abs(A - want) / scale))
+    assert rel < BOUND, f"max |A - A64| / scale = {rel:.2e}"

@@ -36,11 +36,16 @@ void __syncthreads();
 void __syncwarp();
 void __threadfence();
 float halo_cpu_shfl_xor(float v, int lane_mask);
+float halo_cpu_shfl(float v, int src_lane);
 inline float __shfl_xor(float v, int lane_mask) { return halo_cpu_shfl_xor(v, lane_mask); }
 inline float __shfl_xor_sync(unsigned, float v, int lane_mask) { return halo_cpu_shfl_xor(v, lane_mask); }
+inline float __shfl_sync(unsigned, float v, int src_lane) { return halo_cpu_shfl(v, src_lane); }
 int __any_sync(unsigned, int p);
 template <typename T> inline T __ldg(const T* p) { return *p; }
 unsigned __byte_perm(unsigned a, unsigned b, unsigned s);
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
+    return (unsigned)((((unsigned long long)hi << 32) | lo) >> (shift & 31u));
+}
 int atomicAdd(int* p, int v);
 unsigned atomicAdd(unsigned* p, unsigned v);
 #if defined(__clang__)
@@ -50,4 +55,21 @@ unsigned atomicAdd(unsigned* p, unsigned v);
 typedef _Float16 halo_cpu_h16 __attribute__((ext_vector_type(16)));
 typedef float halo_cpu_f8 __attribute__((ext_vector_type(8)));
 halo_cpu_f8 __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(halo_cpu_h16 a, halo_cpu_h16 b, halo_cpu_f8 c);
+#endif
+
+#if defined(HALO_CPU_SIM_TC)
+// NVIDIA's warp-level tensor-core instructions as the PTX ISA defines them (prelude.h's comments give the fragment
+// layouts), for the HALO_TC kernels: every lane of the warp calls each. cp.async copies at once (its waits are
+// no-ops: the data is there before the barrier that follows them).
+unsigned tf32_round(float x);
+void tf32_split_v(float x, unsigned* head, unsigned* tail);
+void mma_tf32(float* c, const unsigned* a, unsigned b0, unsigned b1);
+void mma_f16(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1);
+unsigned f16x2_sub(unsigned a, unsigned b);
+unsigned f16x2_mul(unsigned a, unsigned b);
+void cp_async16(void* dst, const void* src, int bytes);
+inline void cp_async_commit() {}
+inline void cp_async_wait_all() {}
+void ldmatrix_x4(unsigned* r, const void* row);
+void ldmatrix_x4_trans(unsigned* r, const void* row);
 #endif

@@ -2182,8 +2182,8 @@ __device__ __forceinline__ void th_load_x(const unsigned short* Xh, const unsign
 // 0x6400 | byte i of v, per f16 lane: pairs (b0, b1) and (b2, b3) as f16 1024 + b, then minus off (f16x2)
 __device__ __forceinline__ void th_codes(u32 v, u32 off, u32* out) {
     u32 p0 = __byte_perm(v, 0x64u, 0x4140), p1 = __byte_perm(v, 0x64u, 0x4342);
-    asm("sub.f16x2 %0, %1, %2;" : "=r"(out[0]) : "r"(p0), "r"(off));
-    asm("sub.f16x2 %0, %1, %2;" : "=r"(out[1]) : "r"(p1), "r"(off));
+    out[0] = f16x2_sub(p0, off);
+    out[1] = f16x2_sub(p1, off);
 }
 
 // The 8 codes of tp_fetch's raw bytes as 4 f16x2 words at ws, and the row's scales {first 16 k, second 16 k, min}
@@ -2202,7 +2202,7 @@ __device__ __forceinline__ void th_store(int type, int k0, int gi, const u32* ra
         th_codes((raw[5] >> (4 * h)) & 0x0f0f0f0fu, 0x64006400u, w + 2);
         u32 s2 = (u32)float_to_half(s) * 0x10001u;
         #pragma unroll
-        for (int i = 0; i < 4; i++) asm("mul.f16x2 %0, %1, %2;" : "=r"(w[i]) : "r"(w[i]), "r"(s2));
+        for (int i = 0; i < 4; i++) w[i] = f16x2_mul(w[i], s2);
     } else {                                          // T_Q6_K
         int k = (e & 127) >> 5;
         u32 sh = raw[7];

@@ -125,24 +125,31 @@ __device__ __forceinline__ void kv_load16(const unsigned short* p, float* v) {
 // B (8 x 8) b0 = B[q][g], b1 = B[q + 4][g]; C (16 x 8) c0 = C[g][2q], c1 = C[g][2q + 1], c2/c3: row g + 8.
 // Elsewhere (HIP, older NVIDIA GPUs) HALO_TC is 0: the kernels that need it compile to nothing and the host
 // never launches them.
-#if !defined(__HIPCC_RTC__) && !defined(__HIP__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// HALO_CPU_SIM_TC: tests/tools/cpu_simt.h runs this code on the CPU, with its own versions of the instructions
+// (the functions under "HALO_TC && !defined(HALO_CPU_SIM)").
+#if (!defined(__HIPCC_RTC__) && !defined(__HIP__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) || \
+    defined(HALO_CPU_SIM_TC)
 #define HALO_TC 1
 #else
 #define HALO_TC 0
 #endif
 
-#if HALO_TC
+#if HALO_TC && !defined(HALO_CPU_SIM)
 __device__ __forceinline__ u32 tf32_round(float x) {
     u32 r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
 
+#endif
+#if HALO_TC
 __device__ __forceinline__ void tf32_split(float x, u32* head, u32* tail) {
     *head = tf32_round(x);
     *tail = tf32_round(x - __uint_as_float(*head));
 }
 
+#endif
+#if HALO_TC && !defined(HALO_CPU_SIM)
 // The same split that the compiler may not hoist out of a loop (volatile): for loop-invariant operands held in
 // registers, where keeping both halves live would double their registers (halo_attention_tc's Q)
 __device__ __forceinline__ void tf32_split_v(float x, u32* head, u32* tail) {
@@ -172,6 +179,8 @@ __device__ __forceinline__ void mma_f16(float* c, u32 a0, u32 a1, u32 a2, u32 a3
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+#endif
+#if HALO_TC
 // Two floats as f16 heads and f16 tails packed in pairs (x = head + tail to ~22 bits, like tf32_split; a tail
 // below f16's normal range still lands within 2^-25 of the rest): the float32-level operand of an f16 MMA that
 // takes exact f16 values on its other side (an f16 KV cache, integer weight codes).
@@ -182,6 +191,8 @@ __device__ __forceinline__ void f16_split2(float x0, float x1, u32* head, u32* t
     *tail = (u32)t0 | ((u32)t1 << 16);
 }
 
+#endif
+#if HALO_TC && !defined(HALO_CPU_SIM)
 // Shared memory by its 32-bit shared-window address (cp.async, ldmatrix)
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     u32 a;
@@ -208,6 +219,20 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32* r, const void* row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(row)) : "memory");
 }
+
+// f16x2 arithmetic on packed pairs (the tch tile's integer weight codes: exact)
+__device__ __forceinline__ u32 f16x2_sub(u32 a, u32 b) {
+    u32 r;
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+__device__ __forceinline__ u32 f16x2_mul(u32 a, u32 b) {
+    u32 r;
+    asm("mul.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+#endif
+#if HALO_TC
 
 // c += a * b in 3xTF32 (a: head/tail A fragments, b: one B fragment's two floats, split here)
 __device__ __forceinline__ void mma_3xtf32(float* c, const u32* ah, const u32* al, float b0, float b1) {
