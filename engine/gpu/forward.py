@@ -44,11 +44,15 @@ TC_ROWS, TC_TOKENS, TC_K = 32, 64, 32      # halo_*_tc (tensor cores, CUDA sm_80
 # halo_*_tcp: the pipelined tensor-core tile (engine/gpu/NOTES.md), 64 rows (GLU: 32 gate + 32 up) x 64 tokens per
 # block, same k stage, split-K contract and partial sums as tc; matmul segments need rows % TCP_ROWS == 0.
 # halo_*_tck: tcp for matrices of TCK_TYPES only, integer weights exact in TF32 (2 MMAs per product, not 3).
-# halo_*_tch: tck's contract on f16 MMAs (m16n8k16), activations split once per input into f16 heads and tails by
-# halo_split_f16 (split_f16_floats: its scratch; SPLIT_TOKENS: the tile's tokens, the stride of its sum planes); the
-# default for TCK_TYPES products. H200, Qwen3-4B shapes (NOTES.md, run 13): pp128 3,852 -> 5,906 tok/s over tck.
+# halo_*_tch: tck's rows and split-K contract on f16 MMAs (m16n8k16), the activations split once per input into f16
+# heads and tails by halo_split_f16 (split_f16_floats: its scratch, whose sum planes have a stride of a multiple of
+# TCH_TOKENS[-1]); the default for TCK_TYPES products. H200, Qwen3-4B shapes (NOTES.md, run 13, the 64-token tile):
+# pp128 3,852 -> 5,906 tok/s over tck. Two builds: tch, 64 tokens per 128-thread block, and tch128, 128 tokens per
+# 256-thread block (each weight tile decoded once per 128 tokens), for steps of at least TCH_WIDE_MIN_T tokens
+# (HALO_GPU_TCH_WIDE_MIN_T: 1 = always, a large number = never, for comparisons).
 TCP_ROWS = 64
-SPLIT_TOKENS = 64
+TCH_TOKENS = (64, 128)                     # tch, tch128; threads 2 x tokens
+TCH_WIDE_MIN_T = int(os.environ.get("HALO_GPU_TCH_WIDE_MIN_T", "256"))
 TCK_TYPES = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 # Split K until a prefill matmul has this many blocks (~8 per SM on an H200: the last wave stays short).
 # H200 sweep, Qwen3-4B-shaped 128-token prefill: 256 -> 1967, 512 -> 2225, 1024 -> 2320, 2048 -> 2384 tok/s;
@@ -74,6 +78,7 @@ WMMA_ARCHS = frozenset({"gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151"})
 # TCK_TYPES), or "tch" / "tck" / "tcp" / "tc" (HALO_GPU_TILES=...: tch or the TF32 tck wherever the types allow / the
 # pipelined tile for every type / the first tile everywhere, for comparisons)
 TC_TILES = ("tc", "tcp", "tck", "tch")       # the HALO_GPU_TILES values that name a tensor-core tile
+TC_KERNELS = TC_TILES + ("tch128",)         # their kernels: tch has a second build for wide steps (TCH_TOKENS)
 TC_TILE = {t: t for t in TC_TILES}.get(os.environ.get("HALO_GPU_TILES", ""), "auto")
 # "auto" keeps products of fewer weights than this on tc: the pipelined tiles' 64-row blocks leave a small model's
 # matrices few blocks (H200, 128-token prefill: SmolLM2 13,799 tok/s with them vs 18,746 on tc, gemma-3-270m 20,264
@@ -185,6 +190,11 @@ def _glu_tile(types: set[int], weights: int) -> str:
     return "tck" if TC_TILE == "tck" else "tch"
 
 
+def _tch_build(T: int) -> tuple[str, int]:
+    """The tch build for a step of T tokens: (kernel suffix, tokens per block)."""
+    return ("tch128", TCH_TOKENS[1]) if T >= TCH_WIDE_MIN_T else ("tch", TCH_TOKENS[0])
+
+
 def wmma_usable(backend: Backend) -> bool:
     """halo_*_wm need v_wmma_f32_16x16x16_f16 in wave32: RDNA3 and RDNA3.5 (gfx11; RDNA4's WMMA differs)."""
     return backend.api == "hip" and getattr(backend, "arch", "").split(":", 1)[0] in WMMA_ARCHS
@@ -199,9 +209,9 @@ def splitk_floats(config: ModelConfig, max_tokens: int) -> int:
 
 def split_f16_floats(T: int, K: int) -> int:
     """Scratch (in float32 words) of halo_split_f16 for T tokens of K activations: f16 heads and tails (T x K each),
-    the float32 sums of every 32-k sub-block ((K / 32) planes of T rounded up to SPLIT_TOKENS) and one exponent per
-    token. _split_f16 lays them out in this order."""
-    return T * K + (K // 32) * -(-T // SPLIT_TOKENS) * SPLIT_TOKENS + T
+    the float32 sums of every 32-k sub-block ((K / 32) planes of T rounded up to either tile's tokens) and one
+    exponent per token. _split_f16 lays them out in this order."""
+    return T * K + (K // 32) * -(-T // TCH_TOKENS[-1]) * TCH_TOKENS[-1] + T
 
 
 def split_f16_scratch(config: ModelConfig, max_tokens: int) -> int:
@@ -525,7 +535,7 @@ class GpuForward:
         """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
         kq = tuple(f"kq_t{n}" for n in KQ_TOKENS) + tuple(f"bq_t{n}" for n in BQ_TOKENS) + \
             tuple(f"mv_t{n}" for n in MV_TOKENS)
-        tensor_core = TC_TILES + tuple(f"tn_t{n}" for n in TN_TOKENS) if self.use_tc else ()
+        tensor_core = TC_KERNELS + tuple(f"tn_t{n}" for n in TN_TOKENS) if self.use_tc else ()
         for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + tensor_core + (("wm",) if self.use_wmma else ()):
             self.kern("halo_quant.cu", "halo_matmul_" + suffix)
             self.kern("halo_quant.cu", "halo_glu_" + suffix)
@@ -570,7 +580,7 @@ class GpuForward:
         allocated with the forward's where tch can be chosen (tch_possible, tensor cores), else on first use (tests
         that force the tile); a larger request (only tests that swap the config make one) grows it after the stream
         drains."""
-        ls = -(-T // SPLIT_TOKENS) * SPLIT_TOKENS
+        ls = -(-T // TCH_TOKENS[-1]) * TCH_TOKENS[-1]
         need = split_f16_floats(T, K)
         if self._split_buf is None or self._split_buf.shape[0] < need:
             self._grow_split(max(split_f16_scratch(self.config, self.max_tokens), need))
@@ -613,10 +623,11 @@ class GpuForward:
             return 1, 4, "r1_t4"
         return 4, 8, "r4_t8"
 
-    def _splits(self, rows: int, T: int, K: int, planes: int, tile_rows: int = TC_ROWS) -> int:
+    def _splits(self, rows: int, T: int, K: int, planes: int, tile_rows: int = TC_ROWS,
+                tile_tokens: int = TC_TOKENS) -> int:
         if rows * K * T * planes < SPLIT_MIN_MACS:
             return 1
-        return split_k((rows // tile_rows) * -(-T // TC_TOKENS), K, planes * T * rows, self.partial_cap)
+        return split_k((rows // tile_rows) * -(-T // tile_tokens), K, planes * T * rows, self.partial_cap)
 
     def matrices(self, mats) -> Matrices:
         key = tuple(mats)
@@ -657,11 +668,14 @@ class GpuForward:
             tile = _tc_tile(m.types, rows * K)
             if tile != "tc" and m.tcp_ok:
                 suffix, R = tile, TCP_ROWS
-            splits = self._splits(rows, T, K, 1, R)
+            threads = 128
             if suffix == "tch":
+                suffix, NT = _tch_build(T)
+                threads = 2 * NT
                 xh, xl, xs, xe, ls = self._split_f16(X, xrow, T, K)
                 args = m.segments + (_ptr(bias), xh, xl, xs, xe, m.K32, np.int32(T), ls, Y, np.int32(ldy))
-            self._launch("halo_quant.cu", "halo_matmul_" + suffix, (rows // R, -(-T // NT), splits), 128,
+            splits = self._splits(rows, T, K, 1, R, NT)
+            self._launch("halo_quant.cu", "halo_matmul_" + suffix, (rows // R, -(-T // NT), splits), threads,
                          args + (np.int32(K // splits), self.partial))
             if splits > 1:
                 self._splitk_sum(splits, T, rows, bias, -1, Y, ldy)
@@ -698,10 +712,12 @@ class GpuForward:
         if suffix == "tc":
             tile = _glu_tile(m.types, c.n_ff * c.n_embd)   # every GLU tile: 32 rows of each
             name, threads = "halo_glu_" + tile, 128 if tile != "tc" else 256
-            splits = self._splits(c.n_ff, T, c.n_embd, 2)
             if tile == "tch":
+                suffix, NT = _tch_build(T)
+                name, threads = "halo_glu_" + suffix, 2 * NT
                 xh, xl, xs, xe, ls = self._split_f16(X, None, T, c.n_embd)
                 args = weights + (xh, xl, xs, xe, m.K32, np.int32(T), ls, A)
+            splits = self._splits(c.n_ff, T, c.n_embd, 2, TC_ROWS, NT)
             self._launch("halo_quant.cu", name, (c.n_ff // R, -(-T // NT), splits), threads,
                          args + (np.int32(c.n_embd // splits), self.partial))
             if splits > 1:

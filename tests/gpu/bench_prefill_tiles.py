@@ -1,7 +1,8 @@
 """The tensor-core prefill tiles on their own, on Qwen3-4B's matmul shapes (random Q4_K / Q6_K blocks):
 microseconds per call (split-K sum included) of the first tile (tc, HALO_GPU_TILES=tc), the pipelined one (tcp),
-the pipelined one with integer K-quant weights (tck, the default for these types) and tck on f16 MMAs (tch, its
-activations split once per product by halo_split_f16, that pre-pass included in its time), at 128 and 512 tokens
+the pipelined one with integer K-quant weights (tck) and the same on f16 MMAs (tch, the default for these types, its
+activations split once per product by halo_split_f16, that pre-pass included in its time; tch128: its 128-token
+build), at 128 and 512 tokens
 (the whole-model benchmark sweeps the split-K target).
 
     python tests/gpu/bench_prefill_tiles.py [BACKEND] [--profile] [--tokens=128,512]
@@ -35,7 +36,7 @@ Q4, Q6 = GGMLType.Q4_K, GGMLType.Q6_K
 PARTIAL_CAP = min(2 * fwd_mod.SPLIT_TARGET_BLOCKS * fwd_mod.TC_ROWS * fwd_mod.TC_TOKENS * 2,
                   8 * 512 * max(Q_DIM + 2 * KV_DIM, N_EMBD, 2 * N_FF))
 REPEAT = 20
-MODES = fwd_mod.TC_TILES
+MODES = fwd_mod.TC_KERNELS                  # tch128: "tch" with TCH_WIDE_MIN_T = 1
 
 
 def main() -> int:
@@ -98,7 +99,7 @@ def main() -> int:
             backend.free_pinned(host)
 
     widths = {"qkv": Q_DIM + 2 * KV_DIM, "wo": N_EMBD, "gate/up": N_FF, "down": N_EMBD}
-    own_tile = fwd_mod.TC_TILE
+    own_tile, own_wide = fwd_mod.TC_TILE, fwd_mod.TCH_WIDE_MIN_T
     try:
         tokens = next((tuple(int(t) for t in a.split("=", 1)[1].split(",")) for a in sys.argv
                        if a.startswith("--tokens=")), (128, 512))
@@ -116,7 +117,8 @@ def main() -> int:
             for name, (launch, macs) in products.items():
                 us, outs = {}, {}
                 for mode in MODES:
-                    fwd_mod.TC_TILE = mode
+                    fwd_mod.TC_TILE = "tch" if mode == "tch128" else mode
+                    fwd_mod.TCH_WIDE_MIN_T = 1 if mode == "tch128" else 1 << 30
                     us[mode] = time_us(launch, T)
                     outs[mode] = output(launch, T, widths[name])
                     totals[mode] += us[mode]
@@ -129,7 +131,7 @@ def main() -> int:
                 print(f"{mode}: one layer's matmuls {t:.0f} us -> {LAYERS} layers {LAYERS * t / 1e3:.1f} ms, "
                       f"matmul-only cap {T / (LAYERS * t * 1e-6):.0f} tok/s")
     finally:
-        fwd_mod.TC_TILE = own_tile
+        fwd_mod.TC_TILE, fwd_mod.TCH_WIDE_MIN_T = own_tile, own_wide
         backend.synchronize()
         for b in bufs:
             backend.free(b)

@@ -355,10 +355,12 @@ def test_prefill_tiles_and_kquant_decode_match_cpu_and_the_legacy_tiles(name, ba
     original = gpu.fwd._launch
     monkeypatch.setattr(gpu.fwd, "_launch", lambda f, n, *a, **k: (launched.append(n), original(f, n, *a, **k)))
     results, names = {}, {}
-    for mode in (list(reversed(fwd_mod.TC_TILES)) if gpu.fwd.use_tc else []) + ["gt", "legacy"]:
+    for mode in (list(reversed(fwd_mod.TC_KERNELS)) if gpu.fwd.use_tc else []) + ["gt", "legacy"]:
         monkeypatch.setattr(fwd_mod, "LEGACY_TILES", mode == "legacy")
         monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
-        monkeypatch.setattr(fwd_mod, "TC_TILE", mode if mode in fwd_mod.TC_TILES else "tck")
+        monkeypatch.setattr(fwd_mod, "TC_TILE", "tch" if mode == "tch128" else mode if mode in fwd_mod.TC_TILES
+                            else "tck")
+        monkeypatch.setattr(fwd_mod, "TCH_WIDE_MIN_T", 1 if mode == "tch128" else 1 << 30)
         launched.clear()
         kv_c, kv_g = cpu.model.new_kv_cache(4, 16), gpu.new_kv_cache(4, 16)
         try:
@@ -386,4 +388,5 @@ def test_prefill_tiles_and_kquant_decode_match_cpu_and_the_legacy_tiles(name, ba
         assert "halo_glu_gt" in names["gt"]
         assert not gpu.fwd.use_tc or ("halo_glu_tc" in names["tc"] and "halo_glu_tcp" in names["tcp"]
                                       and names["tck"] & {"halo_glu_tck", "halo_glu_tc"}
-                                      and names["tch"] & {"halo_glu_tch", "halo_glu_tc"})
+                                      and names["tch"] & {"halo_glu_tch", "halo_glu_tc"}
+                                      and names["tch128"] & {"halo_glu_tch128", "halo_glu_tc"})

@@ -65,16 +65,18 @@ def fwd(gpu_name):
 def modes(fwd, types=()):
     """The prefill tiles this device runs for matrices of these types: tch, tck, tcp and tc (CUDA tensor cores: the
     integer K-quant weights on f16 MMAs with the activations split once by halo_split_f16, the default for Q4_K /
-    Q6_K; the same on TF32 MMAs, HALO_GPU_TILES=tck; the pipelined tile, the matmul
+    Q6_K, 64 tokens per block (tch) or 128 (tch128, steps of TCH_WIDE_MIN_T or more); the same on TF32 MMAs, HALO_GPU_TILES=tck; the pipelined tile, the matmul
     default for other types, HALO_GPU_TILES=tcp; the first one, HALO_GPU_TILES=tc), wm (RDNA3 / 3.5 WMMA,
     opt-in in the engine, tested wherever the arch has it), gt (FMAs, everywhere)."""
-    tck = ["tch", "tck"] if set(types) <= fwd_mod.TCK_TYPES else []
+    tck = ["tch", "tch128", "tck"] if set(types) <= fwd_mod.TCK_TYPES else []
     return (tck + ["tcp", "tc"] if fwd.use_tc else []) + (["wm"] if fwd_mod.wmma_usable(fwd.backend) else []) + ["gt"]
 
 
 def use_mode(fwd, mode: str, monkeypatch) -> None:
     monkeypatch.setattr(fwd_mod, "SIMT_TILES", mode == "gt")
-    monkeypatch.setattr(fwd_mod, "TC_TILE", mode if mode in fwd_mod.TC_TILES else "tck")
+    monkeypatch.setattr(fwd_mod, "TC_TILE", "tch" if mode == "tch128" else mode if mode in fwd_mod.TC_TILES
+                        else "tck")
+    monkeypatch.setattr(fwd_mod, "TCH_WIDE_MIN_T", 1 if mode == "tch128" else 1 << 30)
     monkeypatch.setattr(fwd, "use_wmma", mode == "wm")
 
 
@@ -164,11 +166,11 @@ def test_matmul_tiles_match_float64(fwd, ggml_type, K, T, monkeypatch):
             got = download(fwd, y_dev, (T, rows))
             rel = float(np.max(np.abs(got - want) / bound))
             print(f"\n{ggml_type.name} K={K} T={T} {mode}: launches {launched}, max rel err {rel:.2e}")
-            if mode == "tch":                                  # the activations' split first, then the tile
+            if mode in ("tch", "tch128"):                      # the activations' split first, then the tile
                 assert launched.pop(0)[0] == "halo_split_f16"
             assert launched[0][0] == f"halo_matmul_{mode}"
             assert rel < BOUND
-            if mode in fwd_mod.TC_TILES and K == 2560:
+            if mode in fwd_mod.TC_KERNELS and K == 2560:
                 assert launched[0][1][2] > 1 and launched[1][0] == "halo_splitk_sum"   # split K, then summed
     finally:
         for b in (w_dev, x_dev, y_dev, idx_dev):
@@ -230,10 +232,10 @@ def test_glu_tiles_match_float64(fwd, K, T, act, monkeypatch):
             got = download(fwd, ad, (T, n_ff))
             rel = float(np.max(np.abs(got - want) / scale))
             print(f"\nglu K={K} T={T} act={act} {mode}: launches {launched}, max rel err {rel:.2e}")
-            if mode == "tch":
+            if mode in ("tch", "tch128"):
                 assert launched.pop(0) == "halo_split_f16"
             assert launched[0] == f"halo_glu_{mode}"
-            if mode in fwd_mod.TC_TILES and K == 2560:
+            if mode in fwd_mod.TC_KERNELS and K == 2560:
                 assert launched[1:] == ["halo_splitk_sum"]
             assert rel < 4 * BOUND
     finally:
@@ -393,13 +395,15 @@ def test_batched_decode_glu_tn_matches_float64(fwd, T, K, types, monkeypatch):
     assert rel < 4 * BOUND
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["tch", "tch128"])
 @pytest.mark.parametrize("ggml_type", [GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
-def test_tch_scales_every_token_on_its_own(fwd, ggml_type, monkeypatch):
+def test_tch_scales_every_token_on_its_own(fwd, ggml_type, wide, monkeypatch):
     """tch's pre-pass scales each token by its own power of two (f16's range is narrow): tokens from 1e-30 to 1e30,
     one with a single large outlier, one all zeros, through split K, still at float32 level per output."""
     if not fwd.use_tc:
         pytest.skip("tch needs CUDA tensor cores")
     monkeypatch.setattr(fwd_mod, "TC_TILE", "tch")
+    monkeypatch.setattr(fwd_mod, "TCH_WIDE_MIN_T", 1 if wide else 1 << 30)
     monkeypatch.setattr(fwd_mod, "SPLIT_MIN_MACS", 0)
     rng = np.random.default_rng(77 + int(ggml_type))
     rows, K, T = 64, 2048, 70

@@ -142,14 +142,15 @@ def test_tensor_core_tile_by_weight_types_and_size(tile, types, weights, matmul,
     assert fwd_mod._tc_tile(types, weights) == matmul and fwd_mod._glu_tile(types, weights) == glu
 
 
-@pytest.mark.parametrize("tile", ["tck", "tch"])
+@pytest.mark.parametrize("tile", ["tck", "tch", "tch128"])
 def test_prefill_launches_the_tensor_core_tile_with_a_valid_split(tile, monkeypatch):
     """The host side of a tensor-core prefill on the CPU backend (kernels recorded): the Q4_K_M model's products
     take tck (HALO_GPU_TILES=tck: the tiny model's products are under the size where it is the default), every
     tensor-core launch has grid z slices of kc = K / z (a multiple of 32), rows per block as the tile's contract
     asks, and a split launch is followed by its halo_splitk_sum; tch's launches follow their input's halo_split_f16
     (of the same T and K)."""
-    monkeypatch.setattr(fwd_mod, "TC_TILE", tile)
+    monkeypatch.setattr(fwd_mod, "TC_TILE", "tch" if tile == "tch128" else tile)
+    monkeypatch.setattr(fwd_mod, "TCH_WIDE_MIN_T", 1 if tile == "tch128" else 1 << 30)
     backend = registry.create("cpu")
     launched = []
     backend.kernel = lambda file, function: Kernel(function, None)
@@ -165,12 +166,13 @@ def test_prefill_launches_the_tensor_core_tile_with_a_valid_split(tile, monkeypa
         names = [n for n, _, _ in launched]
         assert f"halo_matmul_{tile}" in names and f"halo_glu_{tile}" in names and "halo_matmul_gt" not in names
         for i, (name, grid, args) in enumerate(launched):
-            if name.endswith(("_tc", "_tcp", "_tck", "_tch")):
+            if name.endswith(("_tc", "_tcp", "_tck", "_tch", "_tch128")):
                 matmul = name.startswith("halo_matmul")
-                ki = (17, 12) if name.endswith("_tch") else (15, 9)     # tch: Xh, Xl, sums, exponents for X (xrow)
+                tch = name.endswith(("_tch", "_tch128"))
+                ki = (17, 12) if tch else (15, 9)                       # tch: Xh, Xl, sums, exponents for X (xrow)
                 ki = ki[0] if matmul else ki[1]
                 K = int(args[ki])
-                if name.endswith("_tch"):                  # after its input's split, of the same K, T and ls
+                if tch:                                    # after its input's split, of the same K, T and ls
                     split = launched[i - 1]
                     assert split[0] == "halo_split_f16" and split[1] == int(args[ki + 1])
                     assert [int(a) for a in split[2][2:5]] == [int(a) for a in args[ki:ki + 3]]

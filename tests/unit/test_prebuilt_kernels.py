@@ -97,8 +97,9 @@ def _recorded_launches(monkeypatch) -> list[tuple[str, str, tuple]]:
             # the CUDA tensor-core kernels too (their HIP objects are empty but keep the signature), and the
             # opt-in RDNA WMMA tile, where the shapes allow
             m.fwd.use_tc, m.fwd.flash = True, fwd_mod.flash_usable(m.config)
-            for tile in ("auto", "tck", "tch"):           # the tiny products stay on tc unless the pipelined
-                monkeypatch.setattr(fwd_mod, "TC_TILE", tile)     # tiles are asked for
+            for tile in ("auto", "tck", "tch", "tch128"):  # the tiny products stay on tc unless the pipelined
+                monkeypatch.setattr(fwd_mod, "TC_TILE", "tch" if tile == "tch128" else tile)   # tiles are asked for
+                monkeypatch.setattr(fwd_mod, "TCH_WIDE_MIN_T", 1 if tile == "tch128" else 1 << 30)
                 m.fwd.enqueue_body(kv, 20, 1, True, False)
             m.fwd.use_tc, m.fwd.flash, m.fwd.use_wmma = False, False, True
             m.fwd.enqueue_body(kv, 20, 1, True, False)
@@ -130,7 +131,7 @@ def test_engine_launch_arguments_match_every_objects_metadata(manifest, infos, m
     assert {"halo_embed_norm", "halo_rope_kv", "halo_attention", "halo_add_norm", "halo_sample",
             "halo_matmul_mv_t1", "halo_glu_mv_t1", "halo_matmul_gt", "halo_matmul_r1_t1", "halo_write_ids",
             "halo_attention_tc", "halo_matmul_tc", "halo_glu_tc", "halo_matmul_tcp", "halo_matmul_tck", "halo_glu_tck",
-            "halo_matmul_tch", "halo_glu_tch", "halo_split_f16",
+            "halo_matmul_tch", "halo_glu_tch", "halo_split_f16", "halo_matmul_tch128", "halo_glu_tch128",
             "halo_matmul_wm", "halo_glu_wm"} <= names
     assert any(n.startswith("halo_attention_ts_d") for n in names)     # HIP's prefill attention (the SIMT tile)
     assert {"halo_conv_silu", "halo_delta_prep", "halo_delta_rule", "halo_delta_chunked", "halo_gated_norm",

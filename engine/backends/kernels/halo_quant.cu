@@ -2125,58 +2125,89 @@ HALO_KERNEL __launch_bounds__(128, 3) void halo_glu_tck(const unsigned char* wg,
 //   and tails Xl of x / 2^e[t]: e[t] per token, a power of two that puts the token's max |x| in [2^14, 2^15) (exact
 //   both ways; heads and tails in f16 range, x / 2^e = head + tail to ~2^-22 of the token's max), and per (32-k
 //   sub-block, token) the float32 sum of x / 2^e (Q4_K's min term), plane-major S[k / 32][t] with row stride ls
-//   (T rounded up to TH_BN: the tile copies 64 tokens' sums with 16-byte cp.async);
+//   (T rounded up to 128, a multiple of either tile's NB: the tile copies NB tokens' sums with 16-byte cp.async);
 // - the tile copies Xh / Xl into shared memory with cp.async (double-buffered) and loads its B fragments with
-//   ldmatrix; the weights enter as their integer codes (Q4_K q 0..15, Q6_K q - 32 in -32..31: exact in f16),
-//   converted once per block from tp_fetch's raw bytes (two codes per f16x2 op: 0x6400 | q minus 1024 or 1056) into
-//   shared memory, A fragments by ldmatrix. 2 MMAs per product (w xh + w xl), each of k16.
+//   ldmatrix; the weights enter as their integer codes (Q4_K s q with its 6-bit sub-block scale s, Q6_K q - 32:
+//   exact in f16), converted once per block from tp_fetch's raw bytes (two codes per f16x2 op: 0x6400 | q minus 1024
+//   or 1056) into shared memory, A fragments by ldmatrix. 2 MMAs per product (w xh + w xl), each of k16. Tiles of
+//   32 f16 per row, unpadded, their 16-byte chunks swizzled (th_sw) so ldmatrix is conflict-free.
 // Accuracy as tck: each sub-block's products go into a fresh fragment that is scaled when added to the float32
 // accumulators (Q6_K: 16 k, 2 MMAs, times d sc; Q4_K: 32 k, 4 MMAs, times d, its 6-bit scale folded into the codes),
 // Q4_K's min subtracts (dmin m) times the sub-block's activation sum; the output is scaled back by 2^e[t] (exact).
-// Four blocks per SM (__launch_bounds__, <= 128 registers, no spills).
-// Block, grid, split-K contract and partial sums as tck: 128 threads, 64 rows (GLU: 32 gate + 32 up) x 64 tokens,
-// warp 32 rows x 32 tokens, 32-k stages; kc % 32 == 0, gridDim.z * kc == K, ls % 64 == 0 and ls >= T.
-#define TH_BN 64
-#define TH_LD 40                   // f16 per row of a weight or token tile: 32 k + 8 pad (ldmatrix conflict-free)
+// Rows, split-K contract and partial sums as tck: 64 rows (GLU: 32 gate + 32 up) x NB tokens per block, warps of 32
+// rows x 32 tokens, 32-k stages; kc % 32 == 0, gridDim.z * kc == K, ls % NB == 0 and ls >= T. NB is a template
+// parameter: 64 (halo_*_tch: 128 threads, each decoding two weight rows, four blocks per SM in 27 KB of static
+// shared memory) or 128 (halo_*_tch128: 256 threads, one row each, so each weight tile is decoded once per 128
+// tokens; two blocks per SM in 44 KB). Threads 2 NB = NB / 16 warps (2 row groups x NB / 32 token groups); at most
+// 128 registers, no spills.
 
 HALO_KERNEL void halo_split_f16(const float* X, const i32* xrow, i32 K, i32 T, i32 ls, unsigned short* Xh,
                                 unsigned short* Xl, float* S, i32* E) {
     GRID_DEPENDENCY_SYNC();
     __shared__ float red[32];
     int t = blockIdx.x;
-    const float* x = X + (size_t)(xrow ? xrow[t] : t) * K;
+    const float4* x = (const float4*)(X + (size_t)(xrow ? xrow[t] : t) * K);
+    int n4 = K >> 2;                                  // K % 32 == 0
     float mx = 0.0f;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) mx = fmaxf(mx, fabsf(x[k]));
+    #pragma unroll 4
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        float4 v = x[i];
+        mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+    }
     mx = block_max(mx, red);
     int e = 0;
     if (mx > 0.0f) { frexpf(mx, &e); e -= 15; }       // mx = f 2^(e + 15), f in [0.5, 1): mx / 2^e in [2^14, 2^15)
     if (threadIdx.x == 0) E[t] = e;
+    // thread: 4 consecutive elements; 8 neighbouring lanes: one 32-k sub-block (blockDim.x % 32 == 0; whole warps
+    // iterate, so the shuffles have every lane)
     int lane = threadIdx.x & 31;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) {   // blockDim.x % 32 == 0: a warp covers one sub-block
-        float v = ldexpf(x[k], -e);
-        unsigned short h = float_to_half(v);
-        Xh[(size_t)t * K + k] = h;
-        Xl[(size_t)t * K + k] = float_to_half(v - half_to_float(h));
-        float s = warp_sum(v);
-        if (lane == 0) S[(size_t)(k >> 5) * ls + t] = s;
+    #pragma unroll 2
+    for (int w = threadIdx.x - lane; w < n4; w += blockDim.x) {
+        int i = w + lane;
+        bool in = i < n4;
+        float4 v4 = in ? x[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        float v[4] = {ldexpf(v4.x, -e), ldexpf(v4.y, -e), ldexpf(v4.z, -e), ldexpf(v4.w, -e)};
+        u32 h[2], l[2];
+        #pragma unroll
+        for (int p = 0; p < 2; p++) {
+            unsigned short h0 = float_to_half(v[2 * p]), h1 = float_to_half(v[2 * p + 1]);
+            unsigned short l0 = float_to_half(v[2 * p] - half_to_float(h0));
+            unsigned short l1 = float_to_half(v[2 * p + 1] - half_to_float(h1));
+            h[p] = (u32)h0 | ((u32)h1 << 16);
+            l[p] = (u32)l0 | ((u32)l1 << 16);
+        }
+        if (in) {
+            *(uint2*)(Xh + (size_t)t * K + 4 * i) = make_uint2(h[0], h[1]);
+            *(uint2*)(Xl + (size_t)t * K + 4 * i) = make_uint2(l[0], l[1]);
+        }
+        float s = (v[0] + v[1]) + (v[2] + v[3]);
+        s += SHFL_XOR(s, 1);
+        s += SHFL_XOR(s, 2);
+        s += SHFL_XOR(s, 4);
+        if (in && (i & 7) == 0) S[(size_t)(i >> 3) * ls + t] = s;
     }
 }
 
 #if HALO_TC
-// Stage at k0 of a token tile into Xs ([head | tail][64 tokens][TH_LD]) and the stage's sums into Ss[64]: thread t
-// copies 16-byte chunk t % 4 of tokens t / 4 + 32 j of heads and tails; threads 0-15 the sums
+// f16 offset of 16-byte chunk c (k 8c .. 8c + 7) of row n in a [rows][32] f16 tile: chunks XOR-swizzled by bits 1-2
+// of the row, so the 8 rows of an ldmatrix matrix (row stride 64 bytes, no padding) hit distinct banks
+__device__ __forceinline__ int th_sw(int n, int c) { return 32 * n + 8 * (c ^ ((n >> 1) & 3)); }
+
+// Stage at k0 of the token tile into Xs ([head | tail][NB tokens][32], swizzled) and the stage's sums into
+// Ss[NB]: thread t copies chunk t % 4 of tokens t / 4 + NB / 2 j of heads and tails; threads 0 .. NB / 4 - 1 the sums
+template <int NB>
 __device__ __forceinline__ void th_load_x(const unsigned short* Xh, const unsigned short* Xl, const float* S, int K,
                                           int T, int ls, int tok0, int k0, unsigned short* Xs, float* Ss) {
     int t = threadIdx.x, c = t & 3;
     #pragma unroll
     for (int j = 0; j < 2; j++) {
-        int n = (t >> 2) + 32 * j, tok = tok0 + n;
+        int n = (t >> 2) + (NB / 2) * j, tok = tok0 + n;
         bool in = tok < T;
         size_t o = in ? (size_t)tok * K + k0 + 8 * c : 0;
-        cp_async16(Xs + n * TH_LD + 8 * c, Xh + o, in ? 16 : 0);
-        cp_async16(Xs + (TH_BN + n) * TH_LD + 8 * c, Xl + o, in ? 16 : 0);
+        cp_async16(Xs + th_sw(n, c), Xh + o, in ? 16 : 0);
+        cp_async16(Xs + NB * 32 + th_sw(n, c), Xl + o, in ? 16 : 0);
     }
-    if (t < 16) cp_async16(Ss + 4 * t, S + (size_t)(k0 >> 5) * ls + tok0 + 4 * t, 16);
+    if (t < NB / 4) cp_async16(Ss + 4 * t, S + (size_t)(k0 >> 5) * ls + tok0 + 4 * t, 16);
 }
 
 // 0x6400 | byte i of v, per f16 lane: pairs (b0, b1) and (b2, b3) as f16 1024 + b, then minus off (f16x2)
@@ -2219,32 +2250,46 @@ __device__ __forceinline__ void th_store(int type, int k0, int gi, const u32* ra
     if (gi == (type == T_Q4_K ? 0 : 2)) sc4[1] = sc;
 }
 
-// acc[m][j][e] += one 32-k stage of rows (m ? mr1 : mr0) + 0..15 x tokens n0 + 8 j + 0..7: codes Ws ([64][TH_LD]),
-// row scales Sc (float4 per row), activations Xs ([head | tail][64][TH_LD]), their sums Ss. one[m] (Q4_K rows):
+// acc[m][j][e] += one 32-k stage of rows (m ? mr1 : mr0) + 0..15 x tokens n0 + 8 j + 0..7: codes Ws ([64][32]),
+// row scales Sc (float4 per row), activations Xs ([head | tail][NB][32]), their sums Ss (tiles th_sw-swizzled;
+// an ldmatrix matrix's 8 rows start at multiples of 8, so lane's row bits 1-2 are those of lane & 7). one[m] (Q4_K rows):
 // one fresh fragment per stage (4 MMAs), else (Q6_K) one per 16-k half (2 MMAs), each scaled into acc
+template <int NB>
 __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc, const unsigned short* Xs,
                                        const float* Ss, int mr0, int mr1, int n0, bool one0, bool one1,
                                        float (*acc)[4][4]) {
     int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, l7 = lane & 7;
     // ldmatrix rows: A matrix i = lane / 8 is (rows + 8 (i & 1), k + 8 (i >> 1)); B matrix i is (head | tail by
     // i >> 1, k + 8 (i & 1)) of 8 tokens
+    int sw = (l7 >> 1) & 3;
     const unsigned short* pa[2];
     #pragma unroll
-    for (int m = 0; m < 2; m++) pa[m] = Ws + ((m ? mr1 : mr0) + l7 + 8 * ((lane >> 3) & 1)) * TH_LD + 8 * (lane >> 4);
-    const unsigned short* pb = Xs + ((lane >> 4) * TH_BN + n0 + l7) * TH_LD + 8 * ((lane >> 3) & 1);
+    for (int m = 0; m < 2; m++) pa[m] = Ws + 32 * ((m ? mr1 : mr0) + l7 + 8 * ((lane >> 3) & 1));
+    int ca[2] = {8 * ((lane >> 4) ^ sw), 8 * ((2 + (lane >> 4)) ^ sw)};              // [half]: k chunk of A
+    const unsigned short* pb = Xs + 32 * ((lane >> 4) * NB + n0 + l7);
+    int cb[2] = {8 * (((lane >> 3) & 1) ^ sw), 8 * ((2 + ((lane >> 3) & 1)) ^ sw)};  // ... of B
+    // the rows' scales first, in registers (ldmatrix's memory clobber would have them reloaded after each load):
+    // sc[m][half][row g | row g + 8]; Q4_K's halves share theirs
+    float sc[2][2][2];
+    #pragma unroll
+    for (int m = 0; m < 2; m++) {
+        int r = (m ? mr1 : mr0) + g;
+        bool one = m ? one1 : one0;
+        sc[m][1][0] = Sc[4 * r + 1]; sc[m][1][1] = Sc[4 * (r + 8) + 1];
+        sc[m][0][0] = one ? 0.0f : Sc[4 * r]; sc[m][0][1] = one ? 0.0f : Sc[4 * (r + 8)];
+    }
     u32 a[2][2][4];                                  // [half][m]
     #pragma unroll
     for (int half = 0; half < 2; half++)
         #pragma unroll
-        for (int m = 0; m < 2; m++) ldmatrix_x4(a[half][m], pa[m] + 16 * half);
+        for (int m = 0; m < 2; m++) ldmatrix_x4(a[half][m], pa[m] + ca[half]);
     #pragma unroll
     for (int j = 0; j < 4; j++) {
         u32 b[2][4];
         #pragma unroll
-        for (int half = 0; half < 2; half++) ldmatrix_x4(b[half], pb + 8 * j * TH_LD + 16 * half);
+        for (int half = 0; half < 2; half++) ldmatrix_x4(b[half], pb + 256 * j + cb[half]);
         #pragma unroll
         for (int m = 0; m < 2; m++) {
-            int r = (m ? mr1 : mr0) + g;
             bool one = m ? one1 : one0;
             float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             #pragma unroll
@@ -2253,7 +2298,7 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
                 mma_f16(part, am[0], am[1], am[2], am[3], b[half][2], b[half][3]);    // tails first
                 mma_f16(part, am[0], am[1], am[2], am[3], b[half][0], b[half][1]);
                 if (half == 1 || !one) {
-                    float s0 = Sc[4 * r + half], s1 = Sc[4 * (r + 8) + half];
+                    float s0 = sc[m][half][0], s1 = sc[m][half][1];
                     acc[m][j][0] = fmaf(s0, part[0], acc[m][j][0]);
                     acc[m][j][1] = fmaf(s0, part[1], acc[m][j][1]);
                     acc[m][j][2] = fmaf(s1, part[2], acc[m][j][2]);
@@ -2263,14 +2308,15 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
             }
         }
     }
-    // Q4_K's min (0 for Q6_K): acc -= mn[row] x the stage's activation sum of the token
+    // Q4_K's min: acc -= mn[row] x the stage's activation sum of the token (Q6_K rows have none)
     #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        float2 c = *(const float2*)(Ss + n0 + 8 * j + 2 * q);
+    for (int m = 0; m < 2; m++) {
+        if (!(m ? one1 : one0)) continue;
+        int r = (m ? mr1 : mr0) + g;
+        float m0 = Sc[4 * r + 2], m1 = Sc[4 * (r + 8) + 2];
         #pragma unroll
-        for (int m = 0; m < 2; m++) {
-            int r = (m ? mr1 : mr0) + g;
-            float m0 = Sc[4 * r + 2], m1 = Sc[4 * (r + 8) + 2];
+        for (int j = 0; j < 4; j++) {
+            float2 c = *(const float2*)(Ss + n0 + 8 * j + 2 * q);
             acc[m][j][0] = fmaf(-m0, c.x, acc[m][j][0]);
             acc[m][j][1] = fmaf(-m0, c.y, acc[m][j][1]);
             acc[m][j][2] = fmaf(-m1, c.x, acc[m][j][2]);
@@ -2279,31 +2325,36 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
     }
 }
 
-// tk_run for tch: weight codes, scales, activations and sums double-buffered, one barrier per stage; weight rows
-// r0p (tile row t / 4) and r1p (32 + t / 4)
-__device__ __forceinline__ void th_run(const unsigned char* r0p, int ty0, const unsigned char* r1p, int ty1,
+// tk_run for tch: weight codes, scales, activations and sums double-buffered, one barrier per stage. Thread t decodes
+// group t % 4 of tile rows t / 4 + NB / 2 i, i < 128 / NB (rp[i], type ty[i]; warp-uniform); one0 / one1: the rows of
+// th_mma's m = 0 / 1 are Q4_K
+template <int NB>
+__device__ __forceinline__ void th_run(const unsigned char* const* rp, const int* ty, bool one0, bool one1,
                                        const unsigned short* Xh, const unsigned short* Xl, const float* S, int K,
                                        int T, int ls, int tok0, int kbeg, int kc, int mr0, int mr1, int n0,
                                        float (*acc)[4][4]) {
-    __shared__ __align__(16) unsigned short Ws[2][TP_BM * TH_LD];
-    __shared__ __align__(16) unsigned short Xs[2][2 * TH_BN * TH_LD];
+    constexpr int RT = 128 / NB;                       // weight rows per thread
+    __shared__ __align__(16) unsigned short Ws[2][TP_BM * 32];
+    __shared__ __align__(16) unsigned short Xs[2][2 * NB * 32];
     __shared__ __align__(16) float Sc[2][TP_BM * 4];
-    __shared__ __align__(16) float Ss[2][TH_BN];
+    __shared__ __align__(16) float Ss[2][NB];
     #pragma unroll
     for (int m = 0; m < 2; m++)
         #pragma unroll
         for (int j = 0; j < 4; j++)
             #pragma unroll
             for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
-    int t = threadIdx.x, gi = t & 3, r = t >> 2;
-    int w0o = r * TH_LD + 8 * gi, w1o = (r + 32) * TH_LD + 8 * gi;
-    u32 raw0[8], raw1[8];
-    th_load_x(Xh, Xl, S, K, T, ls, tok0, kbeg, Xs[0], Ss[0]);
+    int t = threadIdx.x, gi = t & 3;
+    int r[RT], wo[RT];
+    #pragma unroll
+    for (int i = 0; i < RT; i++) { r[i] = (t >> 2) + (NB / 2) * i; wo[i] = th_sw(r[i], gi); }
+    u32 raw[RT][8];
+    th_load_x<NB>(Xh, Xl, S, K, T, ls, tok0, kbeg, Xs[0], Ss[0]);
     cp_async_commit();
-    tp_fetch(ty0, r0p, kbeg, gi, raw0);
-    tp_fetch(ty1, r1p, kbeg, gi, raw1);
-    th_store(ty0, kbeg, gi, raw0, Ws[0] + w0o, Sc[0] + 4 * r);
-    th_store(ty1, kbeg, gi, raw1, Ws[0] + w1o, Sc[0] + 4 * (r + 32));
+    #pragma unroll
+    for (int i = 0; i < RT; i++) tp_fetch(ty[i], rp[i], kbeg, gi, raw[i]);
+    #pragma unroll
+    for (int i = 0; i < RT; i++) th_store(ty[i], kbeg, gi, raw[i], Ws[0] + wo[i], Sc[0] + 4 * r[i]);
     cp_async_wait_all();
     __syncthreads();
     int nst = kc / TP_BK;
@@ -2311,38 +2362,40 @@ __device__ __forceinline__ void th_run(const unsigned char* r0p, int ty0, const 
         int k1 = kbeg + TP_BK * (s + 1), cur = s & 1;
         bool more = s + 1 < nst;
         if (more) {
-            th_load_x(Xh, Xl, S, K, T, ls, tok0, k1, Xs[cur ^ 1], Ss[cur ^ 1]);
-            tp_fetch(ty0, r0p, k1, gi, raw0);
-            tp_fetch(ty1, r1p, k1, gi, raw1);
+            th_load_x<NB>(Xh, Xl, S, K, T, ls, tok0, k1, Xs[cur ^ 1], Ss[cur ^ 1]);
+            #pragma unroll
+            for (int i = 0; i < RT; i++) tp_fetch(ty[i], rp[i], k1, gi, raw[i]);
         }
         cp_async_commit();
-        th_mma(Ws[cur], Sc[cur], Xs[cur], Ss[cur], mr0, mr1, n0, ty0 == T_Q4_K, ty1 == T_Q4_K, acc);
+        th_mma<NB>(Ws[cur], Sc[cur], Xs[cur], Ss[cur], mr0, mr1, n0, one0, one1, acc);
         if (more) {                                    // the other buffers: last read before the previous barrier
-            th_store(ty0, k1, gi, raw0, Ws[cur ^ 1] + w0o, Sc[cur ^ 1] + 4 * r);
-            th_store(ty1, k1, gi, raw1, Ws[cur ^ 1] + w1o, Sc[cur ^ 1] + 4 * (r + 32));
+            #pragma unroll
+            for (int i = 0; i < RT; i++) th_store(ty[i], k1, gi, raw[i], Ws[cur ^ 1] + wo[i], Sc[cur ^ 1] + 4 * r[i]);
         }
         cp_async_wait_all();
         __syncthreads();
     }
 }
 
+template <int NB>
 __device__ __forceinline__ void th_matmul(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
                                           const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
                                           const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
                                           const float* bias, const unsigned short* Xh, const unsigned short* Xl,
                                           const float* S, const i32* E, i32 K, i32 T, i32 ls, float* Y, i32 ldy,
                                           i32 kc, float* P) {
-    int row0 = blockIdx.x * TP_BM, tok0 = blockIdx.y * TH_BN, z = blockIdx.z, rows_all = n0 + n1 + n2;
+    int row0 = blockIdx.x * TP_BM, tok0 = blockIdx.y * NB, z = blockIdx.z, rows_all = n0 + n1 + n2;
     const unsigned char* base; int type, rb, local;
     if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
     else if (row0 < n0 + n1) { base = w1; type = t1_; rb = rb1; local = row0 - n0; }
     else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
     const unsigned char* rows = base + (size_t)local * rb;
-    int warp = threadIdx.x >> 5, mr0 = 32 * (warp & 1), nw = 32 * (warp >> 1);
+    int warp = threadIdx.x >> 5, mr0 = 32 * (warp & 1), nw = 32 * (warp >> 1);     // 2 (rows) x NB / 32 (tokens)
     float acc[2][4][4];
-    int r = threadIdx.x >> 2;
-    th_run(rows + (size_t)r * rb, type, rows + (size_t)(r + 32) * rb, type, Xh, Xl, S, K, T, ls, tok0, z * kc, kc,
-           mr0, mr0 + 16, nw, acc);
+    bool q4 = type == T_Q4_K;
+    const unsigned char* rp[2] = {rows + (size_t)(threadIdx.x >> 2) * rb, rows + (size_t)((threadIdx.x >> 2) + 32) * rb};
+    int ty[2] = {type, type};
+    th_run<NB>(rp, ty, q4, q4, Xh, Xl, S, K, T, ls, tok0, z * kc, kc, mr0, mr0 + 16, nw, acc);
     #pragma unroll
     for (int j = 0; j < 4; j++)
         #pragma unroll
@@ -2357,16 +2410,21 @@ __device__ __forceinline__ void th_matmul(const unsigned char* w0, i32 t0_, i32 
 }
 
 // GLU: rows row0 .. row0 + 31 of gate (tile rows 0-31) and of up (32-63), as tck
+template <int NB>
 __device__ __forceinline__ void th_glu(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
                                        i32 rb_u, i32 n_ff, i32 act, const unsigned short* Xh, const unsigned short* Xl,
                                        const float* S, const i32* E, i32 K, i32 T, i32 ls, float* A, i32 kc,
                                        float* P) {
-    int row0 = blockIdx.x * (TP_BM / 2), tok0 = blockIdx.y * TH_BN, z = blockIdx.z;
+    int row0 = blockIdx.x * (TP_BM / 2), tok0 = blockIdx.y * NB, z = blockIdx.z;
     int warp = threadIdx.x >> 5, mr0 = 16 * (warp & 1), nw = 32 * (warp >> 1);
     float acc[2][4][4];
-    int r = row0 + (threadIdx.x >> 2);
-    th_run(wg + (size_t)r * rb_g, tg, wu + (size_t)r * rb_u, tu, Xh, Xl, S, K, T, ls, tok0, z * kc, kc, mr0,
-           mr0 + 32, nw, acc);
+    // tile rows 0-31 gate, 32-63 up: NB 64, thread t decodes gate row t / 4 and up row t / 4; NB 128, threads 0-127
+    // gate rows, 128-255 up rows
+    int r = row0 + ((threadIdx.x >> 2) & 31);
+    bool up = NB == 128 && threadIdx.x >= 128;
+    const unsigned char* rp[2] = {up ? wu + (size_t)r * rb_u : wg + (size_t)r * rb_g, wu + (size_t)r * rb_u};
+    int ty[2] = {up ? tu : tg, tu};
+    th_run<NB>(rp, ty, tg == T_Q4_K, tu == T_Q4_K, Xh, Xl, S, K, T, ls, tok0, z * kc, kc, mr0, mr0 + 32, nw, acc);
     #pragma unroll
     for (int j = 0; j < 4; j++)
         #pragma unroll
@@ -2383,14 +2441,15 @@ __device__ __forceinline__ void th_glu(const unsigned char* wg, i32 tg, const un
 #define TH_BODY(call)
 #endif
 
+// NB = 64: 128 threads, four blocks per SM
 HALO_KERNEL __launch_bounds__(128, 4) void halo_matmul_tch(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
                                  const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
                                  const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
                                  const float* bias, const unsigned short* Xh, const unsigned short* Xl, const float* S,
                                  const i32* E, i32 K, i32 T, i32 ls, float* Y, i32 ldy, i32 kc, float* P) {
     GRID_DEPENDENCY_SYNC();
-    TH_BODY(th_matmul(w0, t0_, n0, rb0, w1, t1_, n1, rb1, w2, t2_, n2, rb2, bias, Xh, Xl, S, E, K, T, ls, Y, ldy, kc,
-                      P));
+    TH_BODY(th_matmul<64>(w0, t0_, n0, rb0, w1, t1_, n1, rb1, w2, t2_, n2, rb2, bias, Xh, Xl, S, E, K, T, ls, Y, ldy,
+                          kc, P));
 }
 
 HALO_KERNEL __launch_bounds__(128, 4) void halo_glu_tch(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
@@ -2398,8 +2457,28 @@ HALO_KERNEL __launch_bounds__(128, 4) void halo_glu_tch(const unsigned char* wg,
                               const unsigned short* Xl, const float* S, const i32* E, i32 K, i32 T, i32 ls, float* A,
                               i32 kc, float* P) {
     GRID_DEPENDENCY_SYNC();
-    TH_BODY(th_glu(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, Xh, Xl, S, E, K, T, ls, A, kc, P));
+    TH_BODY(th_glu<64>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, Xh, Xl, S, E, K, T, ls, A, kc, P));
 }
+
+// NB = 128: 256 threads, two blocks per SM
+HALO_KERNEL __launch_bounds__(256, 2) void halo_matmul_tch128(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
+                                 const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
+                                 const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
+                                 const float* bias, const unsigned short* Xh, const unsigned short* Xl, const float* S,
+                                 const i32* E, i32 K, i32 T, i32 ls, float* Y, i32 ldy, i32 kc, float* P) {
+    GRID_DEPENDENCY_SYNC();
+    TH_BODY(th_matmul<128>(w0, t0_, n0, rb0, w1, t1_, n1, rb1, w2, t2_, n2, rb2, bias, Xh, Xl, S, E, K, T, ls, Y, ldy,
+                          kc, P));
+}
+
+HALO_KERNEL __launch_bounds__(256, 2) void halo_glu_tch128(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
+                              i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const unsigned short* Xh,
+                              const unsigned short* Xl, const float* S, const i32* E, i32 K, i32 T, i32 ls, float* A,
+                              i32 kc, float* P) {
+    GRID_DEPENDENCY_SYNC();
+    TH_BODY(th_glu<128>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, Xh, Xl, S, E, K, T, ls, A, kc, P));
+}
+
 
 // ---------------------------------------------------------------------------------------------------------
 // Batched decode on NVIDIA tensor cores, "tn" (CUDA sm_80+): steps of 2..16 tokens (one token of each of up to 16
