@@ -24,7 +24,7 @@ from engine.gguf.types import GGMLType
 from engine.gpu.forward import (
     ATTN_WARPS,
     FA_ROWS,
-    SPLIT_TOKENS,
+    TCH_TOKENS,
     TS_ROWS,
     flash_usable,
     kv_suffix,
@@ -178,14 +178,14 @@ TCH_ROWS = 64                                         # tch's block: 64 rows (GL
 
 @pytest.fixture(scope="module")
 def tc_quant_lib():
-    return cpu_simt.build("halo_quant.cu", {"halo_split_f16": SPLIT, "halo_matmul_tch": TCH, "halo_glu_tch": TCH_GLU},
-                          tensor_cores=True)
+    return cpu_simt.build("halo_quant.cu", {"halo_split_f16": SPLIT, "halo_matmul_tch": TCH, "halo_glu_tch": TCH_GLU,
+                                            "halo_matmul_tch128": TCH, "halo_glu_tch128": TCH_GLU}, tensor_cores=True)
 
 
 def split_f16(lib, X, K):
     """halo_split_f16 of X's rows (as GpuForward._split_f16 lays out its outputs): heads, tails, sums, exponents, ls."""
     T = len(X)
-    ls = -(-T // SPLIT_TOKENS) * SPLIT_TOKENS
+    ls = -(-T // TCH_TOKENS[-1]) * TCH_TOKENS[-1]
     xh, xl = np.zeros((T, K), np.uint16), np.zeros((T, K), np.uint16)
     sums, exps = np.zeros((K // 32) * ls, np.float32), np.zeros(T, np.int32)
     cpu_simt.launch(lib, "halo_split_f16", (T, 1), 256, [X, None, np.int32(K), np.int32(T), np.int32(ls), xh, xl, sums,
@@ -195,7 +195,9 @@ def split_f16(lib, X, K):
 
 @pytest.mark.parametrize("ggml_type", [GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
 @pytest.mark.parametrize("splits", [1, 2])
-def test_tensor_core_matmul_tile_matches_float64(tc_quant_lib, ggml_type, splits):
+@pytest.mark.parametrize("build", ["tch", "tch128"])
+def test_tensor_core_matmul_tile_matches_float64(tc_quant_lib, ggml_type, splits, build):
+    tokens = dict(zip(("tch", "tch128"), TCH_TOKENS))[build]
     rng = np.random.default_rng(int(ggml_type) + splits)
     rows, K, T = 128, 512, 70
     raw = random_matrix(rng, ggml_type, rows, K)
@@ -207,7 +209,7 @@ def test_tensor_core_matmul_tile_matches_float64(tc_quant_lib, ggml_type, splits
     rb, t = np.int32(raw.shape[1]), np.int32(ggml_type)
     Y = np.full((T, rows), np.nan, np.float32)
     P = np.zeros((splits, T, rows), np.float32)
-    cpu_simt.launch(tc_quant_lib, "halo_matmul_tch", (rows // TCH_ROWS, -(-T // 64), splits), 128,
+    cpu_simt.launch(tc_quant_lib, f"halo_matmul_{build}", (rows // TCH_ROWS, -(-T // tokens), splits), 2 * tokens,
                     [raw, t, np.int32(rows), rb, raw, t, np.int32(0), rb, raw, t, np.int32(0), rb, None, xh, xl, sums,
                      exps, np.int32(K), np.int32(T), np.int32(ls), Y, np.int32(rows), np.int32(K // splits), P])
     got = Y if splits == 1 else P.sum(axis=0)           # split K: the slices' partial sums (halo_splitk_sum adds them)
@@ -215,7 +217,9 @@ def test_tensor_core_matmul_tile_matches_float64(tc_quant_lib, ggml_type, splits
     assert rel < BOUND, f"max |Y - Y64| / (|X| |W|) = {rel:.2e}"
 
 
-def test_tensor_core_glu_tile_matches_float64(tc_quant_lib):
+@pytest.mark.parametrize("build", ["tch", "tch128"])
+def test_tensor_core_glu_tile_matches_float64(tc_quant_lib, build):
+    tokens = dict(zip(("tch", "tch128"), TCH_TOKENS))[build]
     rng = np.random.default_rng(5)
     n_ff, K, T = 64, 512, 100
     tg, tu = GGMLType.Q4_K, GGMLType.Q6_K
@@ -229,7 +233,7 @@ def test_tensor_core_glu_tile_matches_float64(tc_quant_lib):
     scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
     xh, xl, sums, exps, ls = split_f16(tc_quant_lib, X, K)
     A = np.full((T, n_ff), np.nan, np.float32)
-    cpu_simt.launch(tc_quant_lib, "halo_glu_tch", (n_ff // (TCH_ROWS // 2), -(-T // 64), 1), 128,
+    cpu_simt.launch(tc_quant_lib, f"halo_glu_{build}", (n_ff // (TCH_ROWS // 2), -(-T // tokens), 1), 2 * tokens,
                     [raw_g, np.int32(tg), raw_u, np.int32(tu), np.int32(raw_g.shape[1]), np.int32(raw_u.shape[1]),
                      np.int32(n_ff), np.int32(0), xh, xl, sums, exps, np.int32(K), np.int32(T), np.int32(ls), A,
                      np.int32(K), np.zeros(1, np.float32)])
