@@ -32,7 +32,7 @@ from engine.gpu.forward import (
     ts_kernel,
 )
 from tests.gpu.test_gpu_attention import BS, random_caches, reference, sink_logits
-from tests.gpu.test_gpu_prefill_tiles import BOUND, random_matrix
+from tests.gpu.test_gpu_prefill_tiles import BOUND, glu_inputs, random_matrix, silu_glu_reference
 from tests.tools import cpu_simt
 
 pytestmark = pytest.mark.skipif(cpu_simt.compiler() is None, reason="no C++ compiler for the CPU kernel harness")
@@ -115,6 +115,12 @@ GLU = ["const unsigned char*", "int", "const unsigned char*", "int", "int", "int
 TILE_ROWS, TILE_TOKENS = 32, 64                       # gt's and wm's block: 32 rows x 64 tokens, 128 threads
 
 
+def one_matrix(raw, ggml_type, rows: int) -> list:
+    """A matmul tile's three segments (w, type, rows, row bytes) holding one matrix: the others empty."""
+    t, rb = np.int32(ggml_type), np.int32(raw.shape[1])
+    return [raw, t, np.int32(rows), rb, raw, t, np.int32(0), rb, raw, t, np.int32(0), rb]
+
+
 @pytest.fixture(scope="module")
 def quant_lib():
     if cpu_simt.clang() is None:
@@ -133,30 +139,21 @@ def test_wmma_matmul_tile_matches_float64(quant_lib, ggml_type):
     X = rng.standard_normal((T, K)).astype(np.float32)
     X[3] *= 1e4                                        # one token far larger: the tile's scale must follow it
     want, bound = X.astype(np.float64) @ W.T, np.abs(X).astype(np.float64) @ np.abs(W).T
-    rb, t = np.int32(raw.shape[1]), np.int32(ggml_type)
     before = cpu_simt.wmma_unreplicated(quant_lib)
     for tile in ("gt", "wm"):
         Y = np.full((T, rows), np.nan, np.float32)     # every output must be written
         cpu_simt.launch(quant_lib, f"halo_matmul_{tile}", (rows // TILE_ROWS, -(-T // TILE_TOKENS)), 128,
-                        [raw, t, np.int32(rows), rb, raw, t, np.int32(0), rb, raw, t, np.int32(0), rb, None, X, None,
-                         np.int32(K), np.int32(T), Y, np.int32(rows)])
+                        one_matrix(raw, ggml_type, rows) + [None, X, None, np.int32(K), np.int32(T), Y, np.int32(rows)])
         rel = float(np.max(np.abs(Y - want) / bound))
         assert rel < BOUND, f"{tile}: max |Y - Y64| / (|X| |W|) = {rel:.2e}"
     assert cpu_simt.wmma_unreplicated(quant_lib) == before
 
 
 def test_wmma_glu_tile_matches_float64(quant_lib):
-    rng = np.random.default_rng(11)
     n_ff, K, T = 64, 512, 100
     tg, tu = GGMLType.Q4_K, GGMLType.Q6_K
-    raw_g, raw_u = random_matrix(rng, tg, n_ff, K), random_matrix(rng, tu, n_ff, K)
-    G = dequantize(raw_g.reshape(-1), tg, n_ff * K).reshape(n_ff, K).astype(np.float64)
-    U = dequantize(raw_u.reshape(-1), tu, n_ff * K).reshape(n_ff, K).astype(np.float64)
-    X = rng.standard_normal((T, K)).astype(np.float32)
-    g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
-    want = g / (1 + np.exp(-g)) * u
-    ax = np.abs(X).astype(np.float64)
-    scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
+    raw_g, raw_u, X, G, U = glu_inputs(np.random.default_rng(11), tg, tu, n_ff, K, T)
+    want, scale = silu_glu_reference(X, G, U)
     for tile in ("gt", "wm"):
         A = np.full((T, n_ff), np.nan, np.float32)
         cpu_simt.launch(quant_lib, f"halo_glu_{tile}", (n_ff // TILE_ROWS, -(-T // TILE_TOKENS)), 128,
@@ -206,12 +203,11 @@ def test_tensor_core_matmul_tile_matches_float64(tc_quant_lib, ggml_type, splits
     X[5] *= 300.0
     want, bound = X.astype(np.float64) @ W.T, np.abs(X).astype(np.float64) @ np.abs(W).T
     xh, xl, sums, exps, ls = split_f16(tc_quant_lib, X, K)
-    rb, t = np.int32(raw.shape[1]), np.int32(ggml_type)
     Y = np.full((T, rows), np.nan, np.float32)
     P = np.zeros((splits, T, rows), np.float32)
     cpu_simt.launch(tc_quant_lib, f"halo_matmul_{build}", (rows // TCH_ROWS, -(-T // tokens), splits), 2 * tokens,
-                    [raw, t, np.int32(rows), rb, raw, t, np.int32(0), rb, raw, t, np.int32(0), rb, None, xh, xl, sums,
-                     exps, np.int32(K), np.int32(T), np.int32(ls), Y, np.int32(rows), np.int32(K // splits), P])
+                    one_matrix(raw, ggml_type, rows) + [None, xh, xl, sums, exps, np.int32(K), np.int32(T), np.int32(ls),
+                                                         Y, np.int32(rows), np.int32(K // splits), P])
     got = Y if splits == 1 else P.sum(axis=0)           # split K: the slices' partial sums (halo_splitk_sum adds them)
     rel = float(np.max(np.abs(got - want) / bound))
     assert rel < BOUND, f"max |Y - Y64| / (|X| |W|) = {rel:.2e}"
@@ -220,17 +216,10 @@ def test_tensor_core_matmul_tile_matches_float64(tc_quant_lib, ggml_type, splits
 @pytest.mark.parametrize("build", ["tch", "tch128"])
 def test_tensor_core_glu_tile_matches_float64(tc_quant_lib, build):
     tokens = dict(zip(("tch", "tch128"), TCH_TOKENS))[build]
-    rng = np.random.default_rng(5)
     n_ff, K, T = 64, 512, 100
     tg, tu = GGMLType.Q4_K, GGMLType.Q6_K
-    raw_g, raw_u = random_matrix(rng, tg, n_ff, K), random_matrix(rng, tu, n_ff, K)
-    G = dequantize(raw_g.reshape(-1), tg, n_ff * K).reshape(n_ff, K).astype(np.float64)
-    U = dequantize(raw_u.reshape(-1), tu, n_ff * K).reshape(n_ff, K).astype(np.float64)
-    X = rng.standard_normal((T, K)).astype(np.float32)
-    g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
-    want = g / (1 + np.exp(-g)) * u
-    ax = np.abs(X).astype(np.float64)
-    scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
+    raw_g, raw_u, X, G, U = glu_inputs(np.random.default_rng(5), tg, tu, n_ff, K, T)
+    want, scale = silu_glu_reference(X, G, U)
     xh, xl, sums, exps, ls = split_f16(tc_quant_lib, X, K)
     A = np.full((T, n_ff), np.nan, np.float32)
     cpu_simt.launch(tc_quant_lib, f"halo_glu_{build}", (n_ff // (TCH_ROWS // 2), -(-T // tokens), 1), 2 * tokens,

@@ -113,14 +113,18 @@ def glu_inputs(rng, tg: GGMLType, tu: GGMLType, n_ff: int, K: int, T: int):
     return raw_g, raw_u, rng.standard_normal((T, K)).astype(np.float32), G, U
 
 
+def silu_glu_reference(X, G, U) -> tuple[np.ndarray, np.ndarray]:
+    """silu(X G^T) * (X U^T) in float64, and each output's float32-level scale (the bound's denominator)."""
+    g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
+    ax = np.abs(X).astype(np.float64)
+    return g / (1 + np.exp(-g)) * u, np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
+
+
 def glu_case(fwd, monkeypatch, rng, tg: GGMLType, tu: GGMLType, n_ff: int, K: int, T: int) -> tuple[list[str], float]:
     """One SiLU GLU of random gate (tg) / up (tu) rows and T activation rows through fwd._glu: (the kernels it
     launched, max |A - A64| / the float32-level scale of each output)."""
     raw_g, raw_u, X, G, U = glu_inputs(rng, tg, tu, n_ff, K, T)
-    g, u = X.astype(np.float64) @ G.T, X.astype(np.float64) @ U.T
-    want = g / (1 + np.exp(-g)) * u
-    ax = np.abs(X).astype(np.float64)
-    scale = np.abs(u) * (ax @ np.abs(G).T) + (np.abs(g) + 1) * (ax @ np.abs(U).T)
+    want, scale = silu_glu_reference(X, G, U)
     monkeypatch.setattr(fwd, "config", dataclasses.replace(fwd.config, n_ff=n_ff, n_embd=K, activation="silu"))
     gd, ud, xd = upload(fwd, raw_g), upload(fwd, raw_u), upload(fwd, X)
     ad = fwd.backend.alloc((T, n_ff), np.float32)

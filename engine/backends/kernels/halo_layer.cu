@@ -646,6 +646,12 @@ SKV_MMA_ENTRY(halo_attention_split_mma_d128_f16, 128, true)
 #define FA_KLD (FA_MAX_D + 4)      // row strides in words: the B-fragment loads K[g][q] / V[q][g] and the A
 #define FA_VLD (FA_MAX_D + 8)      // fragment loads P[g][q] of a warp each hit 32 distinct banks
 #define FA_PLD (FA_KEYS + 4)
+// Whether a row of sequence rseq at position rpos, first allowed key rlo, may see key j of sequence s (every tiled
+// build's mask: causal, windowed, and its own sequence only; a row past the step's tokens has rseq -1)
+__device__ __forceinline__ bool fa_key_allowed(int rseq, int rlo, int rpos, int s, int j) {
+    return rseq == s && j >= rlo && j <= rpos;
+}
+
 // The keys [*jlo, *jhi] that the block's rows of token i's sequence may see, or false when an earlier token of
 // the block has the same sequence (its keys were walked then)
 __device__ __forceinline__ bool fa_sequence_keys(int i, int ntok, const i32* s_seq, const i32* s_lo,
@@ -692,6 +698,14 @@ __device__ __forceinline__ FaRows fa_rows(const float* qkv, i32 ld, const i32* p
         R.qrow[i] = valid ? qkv + (size_t)(tok0 + R.rt[i]) * ld + (size_t)(hk * G + r % G) * D : 0;
     }
     return R;
+}
+
+// Whether any row of this warp may see a key of sequence s in [j0, j0 + FA_KEYS) (else the warp skips the tile)
+__device__ __forceinline__ bool fa_warp_sees_tile(const FaRows& R, int s, int j0) {
+    bool need = false;
+    #pragma unroll
+    for (int r = 0; r < 2; r++) need |= R.rseq[r] == s && R.rpos[r] >= j0 && R.rlo[r] < j0 + FA_KEYS;
+    return __any_sync(0xffffffffu, need);
 }
 
 // One tile's step of the online softmax for this lane's two rows (both tiled builds): the tile's maxima mx (this
@@ -792,10 +806,7 @@ __device__ __forceinline__ void attention_tc(const float* qkv, i32 ld, const flo
                 *(float4*)(Vs + kr * FA_VLD + 4 * c) = vv;
             }
             __syncthreads();
-            bool need = false;
-            #pragma unroll
-            for (int r = 0; r < 2; r++) need |= rseq[r] == s && rpos[r] >= j0 && rlo[r] < j0 + FA_KEYS;
-            if (!__any_sync(0xffffffffu, need)) continue;     // the whole warp masked (past its diagonal)
+            if (!fa_warp_sees_tile(R, s, j0)) continue;     // the whole warp masked (past its diagonal)
             // S in two accumulator sets, head x head and the two tail terms: twice the independent MMA chains
             float sf[FA_KEYS / 8][4], st[FA_KEYS / 8][4];
             #pragma unroll
@@ -829,7 +840,7 @@ __device__ __forceinline__ void attention_tc(const float* qkv, i32 ld, const flo
                 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int r = e >> 1, j = j0 + 8 * n + 2 * q + (e & 1);
-                    bool ok = rseq[r] == s && j >= rlo[r] && j <= rpos[r];
+                    bool ok = fa_key_allowed(rseq[r], rlo[r], rpos[r], s, j);
                     sf[n][e] = ok ? sf[n][e] : NEG_INF;
                     mx[r] = fmaxf(mx[r], sf[n][e]);
                 }
@@ -937,10 +948,7 @@ __device__ __forceinline__ void attention_tc_f16(const float* qkv, i32 ld, const
             cp_async_wait_all();
             __syncthreads();                     // tile j0 is in; every warp is done with the other buffer
             if (j0 + FA_KEYS <= jhi) fetch(j0 + FA_KEYS, buf ^ 1);
-            bool need = false;
-            #pragma unroll
-            for (int r = 0; r < 2; r++) need |= R.rseq[r] == s && R.rpos[r] >= j0 && R.rlo[r] < j0 + FA_KEYS;
-            if (!__any_sync(0xffffffffu, need)) continue;     // the whole warp masked (past its diagonal)
+            if (!fa_warp_sees_tile(R, s, j0)) continue;     // the whole warp masked (past its diagonal)
             const unsigned short* Kt = Ks[buf];
             const unsigned short* Vt = Vs[buf];
             // S: 4 n tiles of 8 keys; heads and tails of Q in separate chains
@@ -969,7 +977,7 @@ __device__ __forceinline__ void attention_tc_f16(const float* qkv, i32 ld, const
                 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int r = e >> 1, j = j0 + 8 * n + 2 * q + (e & 1);
-                    bool ok = R.rseq[r] == s && j >= R.rlo[r] && j <= R.rpos[r];
+                    bool ok = fa_key_allowed(R.rseq[r], R.rlo[r], R.rpos[r], s, j);
                     sh[n][e] = ok ? sh[n][e] + sl[n][e] : NEG_INF;
                     mx[r] = fmaxf(mx[r], sh[n][e]);
                 }
@@ -1146,7 +1154,7 @@ __device__ void attention_ts(const float* qkv, i32 ld, const KV* kcache, const K
                 #pragma unroll
                 for (int b = 0; b < SK; b++) {
                     int j = j0 + kg + 8 * b;
-                    bool ok = sseq[a] == s && j >= slo[a] && j <= spos[a];
+                    bool ok = fa_key_allowed(sseq[a], slo[a], spos[a], s, j);
                     Ss[(rg + 16 * a) * (TK + 1) + kg + 8 * b] = ok ? sc[a][b] : NEG_INF;
                 }
             __syncthreads();
