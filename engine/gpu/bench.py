@@ -351,7 +351,8 @@ def run_long_bench(model_path, backend_name: str, prompt_tokens: int, decode_tok
         prompt = [(i * 7919 + 13) % c.vocab_size for i in range(prompt_tokens)]
         tiled = gm.fwd.flash or gm.fwd.ts
         result["prefill_attention"] = ("tiled (halo_attention_tc)" if gm.fwd.flash else
-                                       "tiled, SIMT (halo_attention_ts)" if gm.fwd.ts else "untiled (halo_attention)")
+                                       f"tiled, SIMT (halo_attention_ts from {gm.fwd.ts_min_context} keys)" if gm.fwd.ts
+                                       else "untiled (halo_attention)")
         if prompt_tokens <= (LONG_PREFILL_MAX if tiled else UNTILED_PREFILL_MAX):
             gm.step(_step(prompt[:PREFILL_CHUNK], 0, n_blocks, BLOCK_SIZE), kv, pool, feed_next=True).get_output()
             wall = _chunked_prefill_s(gm, prompt, kv, pool, n_blocks)

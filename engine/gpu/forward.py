@@ -141,6 +141,12 @@ FA_ROWS, FA_MAX_D = 64, 128
 # everywhere it fits (comparisons); "0": halo_attention, a block per (token, head), for every prefill.
 TS_ROWS = {64: 32, 128: 32, 256: 16}
 FLASH_MODE = os.environ.get("HALO_GPU_FLASH", "auto")
+# The SIMT tile pays once a step's keys are many. Its grid is ceil(T / (R / G)) x Hkv blocks, each walking its keys
+# tile by tile, so a short prompt gets a few dozen serial blocks, while halo_attention's cache traffic (T x H x context
+# rows) is still small: H200 run 15, gemma-3-270m shapes (D 256, one KV head), 128-token prompt: 1.48 ms of attention
+# on the tile against ~0.45 ms on halo_attention (42,855 -> 31,998 tok/s). Prefill steps whose longest sequence has
+# fewer than TS_MIN_CONTEXT keys keep halo_attention; HALO_GPU_FLASH=simt takes the tile at any length.
+TS_MIN_CONTEXT = 1024
 STAGING_SLOTS = 4
 
 
@@ -436,6 +442,7 @@ class GpuKVCache:
         self.token_at_slot = backend.alloc(num_blocks * block_size, np.int32)
         self.nbytes += num_blocks * block_size * 4          # counted like arch.kv_bytes_per_token(..., "gpu")
         backend.memset_async(self.token_at_slot, 0xFF, stream)
+        self.context = 0                                    # the last uploaded step's longest sequence, in keys
 
     def upload(self, step: StepInput, sampling: list[SamplingRow] | None, stream, ids_on_device: bool) -> None:
         """Pack `step` into the next pinned staging slot and queue its H2D copy on `stream`."""
@@ -448,6 +455,7 @@ class GpuKVCache:
             self.staged[i].synchronize()          # the copy that last read this slot has run (almost always)
         host = self.staging[i]
         words = self.layout.pack(step, sampling, host.array)
+        self.context = int(step.seq_lens.max()) if step.num_seqs else 0
         start = self.layout.positions if ids_on_device else 0
         src = PinnedHostBuffer(self.backend, host.ptr + 4 * start, host.array[start:words])
         self.backend.copy_h2d_async(view(self.meta, start, words - start), src, stream)
@@ -503,6 +511,7 @@ class GpuForward:
         # prefill attention: the tensor-core tile (flash), else the SIMT tile (ts), else halo_attention
         self.flash = self.use_tc and FLASH_MODE not in ("0", "simt") and flash_usable(c)
         self.ts = FLASH_MODE != "0" and not self.flash and ts_usable(c)
+        self.ts_min_context = 0 if FLASH_MODE == "simt" else TS_MIN_CONTEXT
         self.scratch = [self.x, self.h, self.o, self.qkv, self.attn, self.act, self.logits, self.sampled,
                         self.partial, self.attn_part, self.seen, self.top_ids, self.top_vals]
         self.moe = MoeScratch(backend, c, T) if c.ffn_kind == "moe" else None
@@ -761,7 +770,9 @@ class GpuForward:
 
     def _attention(self, kv: GpuKVCache, i: int, T: int, sinks=None) -> None:
         """self.attn [T, q_dim] from self.qkv's q heads and layer i's cache: split-KV for decode batches, the
-        tensor-core tile for prefill steps where usable, else halo_attention (see SKV_*, FA_*, ATTN_WARPS);
+        tensor-core tile for prefill steps where usable, else the SIMT tile where usable and the step reaches
+        ts_min_context keys (kv.context, set by the step's upload), else halo_attention (see SKV_*, FA_*, TS_*,
+        ATTN_WARPS);
         `sinks` [n_head] float32 attention-sink logits (gpt-oss) or None."""
         c = self.config
         H, Hkv, D = c.n_head, c.n_head_kv, c.head_dim
@@ -781,7 +792,7 @@ class GpuForward:
             self._launch("halo_layer.cu", "halo_attention_tc" + kv_suffix(kv.f16), (-(-T // rows_tokens), Hkv), 128,
                          common + (np.int32(T), _ptr(sinks), self.attn))
             return
-        if self.ts and T > SKV_MAX_T:
+        if self.ts and T > SKV_MAX_T and kv.context >= self.ts_min_context:
             rows_tokens = TS_ROWS[ts_class(D)] // (H // Hkv)
             self._launch("halo_layer.cu", ts_kernel(D, kv.f16), (-(-T // rows_tokens), Hkv), 128,
                          common + (np.int32(T), _ptr(sinks), self.attn))

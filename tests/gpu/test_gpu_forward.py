@@ -117,9 +117,9 @@ def test_every_prefill_attention_matches_cpu(name, attention, backend):
     nb = -(-T // 16)
     kv_c = cpu.model.new_kv_cache(nb, 16)
     want = cpu.model.forward(seq_step(prompt, 0, list(range(nb)), 16, every), kv_c)
-    own = fwd.flash, fwd.ts
+    own = fwd.flash, fwd.ts, fwd.ts_min_context
     try:
-        fwd.flash, fwd.ts = attention == "tc", attention == "ts"
+        fwd.flash, fwd.ts, fwd.ts_min_context = attention == "tc", attention == "ts", 0   # the tile at any length
         for kv_type in ("f32", "f16"):
             kv_g = gpu.new_kv_cache(nb, 16, kv_type=kv_type)
             try:
@@ -130,7 +130,7 @@ def test_every_prefill_attention_matches_cpu(name, attention, backend):
             atol = ATOL if kv_type == "f32" else 1e-2 * max(1.0, float(np.abs(want).max()))
             np.testing.assert_allclose(got, want, atol=atol, rtol=0, err_msg=f"{attention}, {kv_type} cache")
     finally:
-        fwd.flash, fwd.ts = own
+        fwd.flash, fwd.ts, fwd.ts_min_context = own
 
 
 @pytest.mark.parametrize("name", NAMES)

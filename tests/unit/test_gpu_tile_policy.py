@@ -213,3 +213,40 @@ def test_tn_splits_k_until_two_blocks_per_sm():
         return fwd_mod.k_slices(base, sbs, 16 * 9728 * 2, BIG, fwd_mod.TN_TARGET_BLOCKS, 2)
     assert (ts(48, 10), ts(20, 16), ts(20, 38), ts(76, 10)) == (4, 8, 16, 4)
     assert ts(1, 1) == 1 and ts(1, 4) == 2
+
+
+@pytest.mark.parametrize("name", ["tiny-gemma3-q4_k_m.gguf", "tiny-llama-q4_1.gguf"])
+def test_simt_prefill_attention_only_from_its_minimum_context(name):
+    """Where the tensor-core attention tile is not used (HIP; the CPU backend here, kernels recorded), a prefill step
+    takes the SIMT tile once its longest sequence reaches ts_min_context keys and halo_attention below it: the same
+    10 new tokens in each of two sequences, the longest of them short or reaching the minimum."""
+    backend = registry.create("cpu")
+    launched = []
+    backend.kernel = lambda file, function: Kernel(function, None)
+    backend.launch = lambda kernel, grid, block, args, stream, shared_bytes=0: launched.append(kernel.name)
+    m = GpuModel.load(DATA / name, backend, max_tokens=32, max_seqs=4, kv_blocks=4)
+    assert not m.fwd.flash and m.fwd.ts and m.fwd.ts_min_context == fwd_mod.TS_MIN_CONTEXT > fwd_mod.SKV_MAX_T
+    n = m.fwd.ts_min_context
+    blocks = -(-n // 16)
+    kv = m.new_kv_cache(2 * blocks, 16)
+    tables = np.arange(2 * blocks, dtype=np.int32).reshape(2, blocks)
+
+    def attention_kernels(starts: list[int]) -> set[str]:
+        launched.clear()
+        pos = np.concatenate([np.arange(s, s + 10, dtype=np.int32) for s in starts])
+        seq_lens = np.array([s + 10 for s in starts], np.int32)
+        slots = np.concatenate([tables[i, p // 16] * 16 + p % 16 for i, p in enumerate(np.split(pos, len(starts)))])
+        m.forward(StepInput(token_ids=pos % 7, positions=pos, slot_mapping=slots.astype(np.int64),
+                            query_start_loc=np.arange(0, 10 * len(starts) + 1, 10, dtype=np.int32),
+                            seq_lens=seq_lens, block_tables=tables[:len(starts)]), kv)
+        return {k for k in launched if k.startswith("halo_attention")}
+
+    ts = fwd_mod.ts_kernel(m.config.head_dim, False)
+    try:
+        assert attention_kernels([0, 0]) == {"halo_attention"}
+        assert attention_kernels([n - 30, 0]) == {"halo_attention"}          # longest: n - 20 keys
+        assert attention_kernels([n - 10, 0]) == {ts}                        # longest: n keys
+        assert attention_kernels([0, n - 10]) == {ts}
+    finally:
+        kv.free()
+        m.close()

@@ -85,6 +85,7 @@ def _recorded_launches(monkeypatch) -> list[tuple[str, str, tuple]]:
     for model in GPU_MODELS:
         m = GpuModel.load(DATA / model, backend, max_tokens=32, max_seqs=4, kv_blocks=4)
         kv = m.new_kv_cache(4, 16)
+        m.fwd.ts_min_context = 0                           # the SIMT prefill tile at any length (nothing uploaded)
         try:
             for legacy in (False, True):
                 monkeypatch.setattr(fwd_mod, "LEGACY_TILES", legacy)
