@@ -2441,43 +2441,27 @@ __device__ __forceinline__ void th_glu(const unsigned char* wg, i32 tg, const un
 #define TH_BODY(call)
 #endif
 
-// NB = 64: 128 threads, four blocks per SM
-HALO_KERNEL __launch_bounds__(128, 4) void halo_matmul_tch(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
-                                 const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
-                                 const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
-                                 const float* bias, const unsigned short* Xh, const unsigned short* Xl, const float* S,
-                                 const i32* E, i32 K, i32 T, i32 ls, float* Y, i32 ldy, i32 kc, float* P) {
-    GRID_DEPENDENCY_SYNC();
-    TH_BODY(th_matmul<64>(w0, t0_, n0, rb0, w1, t1_, n1, rb1, w2, t2_, n2, rb2, bias, Xh, Xl, S, E, K, T, ls, Y, ldy,
-                          kc, P));
+// The entries of each build: NB tokens per block, 2 NB threads, BLOCKS blocks per SM
+#define TCH_MATMUL_ENTRY(NAME, NB, BLOCKS)                                                                           \
+HALO_KERNEL __launch_bounds__(2 * NB, BLOCKS) void NAME(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,           \
+        const unsigned char* w1, i32 t1_, i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,        \
+        const float* bias, const unsigned short* Xh, const unsigned short* Xl, const float* S, const i32* E, i32 K,  \
+        i32 T, i32 ls, float* Y, i32 ldy, i32 kc, float* P) {                                                        \
+    GRID_DEPENDENCY_SYNC();                                                                                          \
+    TH_BODY(th_matmul<NB>(w0, t0_, n0, rb0, w1, t1_, n1, rb1, w2, t2_, n2, rb2, bias, Xh, Xl, S, E, K, T, ls, Y, ldy, \
+                          kc, P));                                                                                   \
 }
-
-HALO_KERNEL __launch_bounds__(128, 4) void halo_glu_tch(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
-                              i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const unsigned short* Xh,
-                              const unsigned short* Xl, const float* S, const i32* E, i32 K, i32 T, i32 ls, float* A,
-                              i32 kc, float* P) {
-    GRID_DEPENDENCY_SYNC();
-    TH_BODY(th_glu<64>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, Xh, Xl, S, E, K, T, ls, A, kc, P));
+#define TCH_GLU_ENTRY(NAME, NB, BLOCKS)                                                                              \
+HALO_KERNEL __launch_bounds__(2 * NB, BLOCKS) void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu,     \
+        i32 tu, i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const unsigned short* Xh, const unsigned short* Xl,           \
+        const float* S, const i32* E, i32 K, i32 T, i32 ls, float* A, i32 kc, float* P) {                            \
+    GRID_DEPENDENCY_SYNC();                                                                                          \
+    TH_BODY(th_glu<NB>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, Xh, Xl, S, E, K, T, ls, A, kc, P));                    \
 }
-
-// NB = 128: 256 threads, two blocks per SM
-HALO_KERNEL __launch_bounds__(256, 2) void halo_matmul_tch128(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
-                                 const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
-                                 const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
-                                 const float* bias, const unsigned short* Xh, const unsigned short* Xl, const float* S,
-                                 const i32* E, i32 K, i32 T, i32 ls, float* Y, i32 ldy, i32 kc, float* P) {
-    GRID_DEPENDENCY_SYNC();
-    TH_BODY(th_matmul<128>(w0, t0_, n0, rb0, w1, t1_, n1, rb1, w2, t2_, n2, rb2, bias, Xh, Xl, S, E, K, T, ls, Y, ldy,
-                          kc, P));
-}
-
-HALO_KERNEL __launch_bounds__(256, 2) void halo_glu_tch128(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
-                              i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const unsigned short* Xh,
-                              const unsigned short* Xl, const float* S, const i32* E, i32 K, i32 T, i32 ls, float* A,
-                              i32 kc, float* P) {
-    GRID_DEPENDENCY_SYNC();
-    TH_BODY(th_glu<128>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, Xh, Xl, S, E, K, T, ls, A, kc, P));
-}
+TCH_MATMUL_ENTRY(halo_matmul_tch, 64, 4)       // 128 threads, four blocks per SM
+TCH_GLU_ENTRY(halo_glu_tch, 64, 4)
+TCH_MATMUL_ENTRY(halo_matmul_tch128, 128, 2)   // 256 threads, two blocks per SM
+TCH_GLU_ENTRY(halo_glu_tch128, 128, 2)
 
 
 // ---------------------------------------------------------------------------------------------------------
