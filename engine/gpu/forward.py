@@ -49,10 +49,13 @@ TC_ROWS, TC_TOKENS, TC_K = 32, 64, 32      # halo_*_tc (tensor cores, CUDA sm_80
 # TCH_TOKENS[-1]); the default for TCK_TYPES products. H200, Qwen3-4B shapes (NOTES.md, run 13, the 64-token tile):
 # pp128 3,852 -> 5,906 tok/s over tck. Two builds: tch, 64 tokens per 128-thread block, and tch128, 128 tokens per
 # 256-thread block (each weight tile decoded once per 128 tokens), for steps of at least TCH_WIDE_MIN_T tokens
-# (HALO_GPU_TCH_WIDE_MIN_T: 1 = always, a large number = never, for comparisons).
+# (HALO_GPU_TCH_WIDE_MIN_T: 1 = always, a large number = never, for comparisons). H200 run 15: tch128 is the faster
+# at 128 tokens for every product (one layer 486 -> 452 us, bench_prefill_tiles.py, one call) and at 512; the whole
+# 128-token step's kernels 20.9 -> 19.6 ms, pp128 6,336 -> 6,664 tok/s (two calls). Shorter steps keep tch, whose
+# 64-token tile is not half empty there (not measured below 128).
 TCP_ROWS = 64
 TCH_TOKENS = (64, 128)                     # tch, tch128; threads 2 x tokens
-TCH_WIDE_MIN_T = int(os.environ.get("HALO_GPU_TCH_WIDE_MIN_T", "256"))
+TCH_WIDE_MIN_T = int(os.environ.get("HALO_GPU_TCH_WIDE_MIN_T", "128"))
 TCK_TYPES = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 # Split K until a prefill matmul has this many blocks (~8 per SM on an H200: the last wave stays short).
 # H200 sweep, Qwen3-4B-shaped 128-token prefill: 256 -> 1967, 512 -> 2225, 1024 -> 2320, 2048 -> 2384 tok/s;

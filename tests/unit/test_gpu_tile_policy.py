@@ -250,3 +250,10 @@ def test_simt_prefill_attention_only_from_its_minimum_context(name):
     finally:
         kv.free()
         m.close()
+
+
+@pytest.mark.parametrize("T,build", [(17, "tch"), (127, "tch"), (128, "tch128"), (512, "tch128")])
+def test_tch_build_by_step_size(T, build):
+    """The 128-token tch build from 128 tokens on (H200 run 15: faster at 128 and 512 for every Qwen3-4B product),
+    the 64-token one below."""
+    assert fwd_mod._tch_build(T) == (build, dict(zip(("tch", "tch128"), fwd_mod.TCH_TOKENS))[build])
