@@ -774,7 +774,8 @@ class GpuForward:
     def _attention(self, kv: GpuKVCache, i: int, T: int, sinks=None) -> None:
         """self.attn [T, q_dim] from self.qkv's q heads and layer i's cache: split-KV for decode batches, the
         tensor-core tile for prefill steps where usable, else the SIMT tile where usable and the step reaches
-        ts_min_context keys (kv.context, set by the step's upload), else halo_attention (see SKV_*, FA_*, TS_*,
+        ts_min_context keys (kv.context, set by the step's upload; a decode graph of more than SKV_MAX_T sequences
+        keeps the choice it was captured with, both kernels being exact), else halo_attention (see SKV_*, FA_*, TS_*,
         ATTN_WARPS);
         `sinks` [n_head] float32 attention-sink logits (gpt-oss) or None."""
         c = self.config
