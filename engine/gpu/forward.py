@@ -216,11 +216,17 @@ def splitk_floats(config: ModelConfig, max_tokens: int) -> int:
     return min(2 * SPLIT_TARGET_BLOCKS * TC_ROWS * TC_TOKENS * 2, 8 * max_tokens * widest)
 
 
+def split_sum_stride(T: int) -> int:
+    """halo_split_f16's row stride ls of its sum planes for T tokens: T rounded up to a multiple of either tch
+    build's tokens per block (each copies a block's sums with 16-byte loads)."""
+    return -(-T // TCH_TOKENS[-1]) * TCH_TOKENS[-1]
+
+
 def split_f16_floats(T: int, K: int) -> int:
     """Scratch (in float32 words) of halo_split_f16 for T tokens of K activations: f16 heads and tails (T x K each),
-    the float32 sums of every 32-k sub-block ((K / 32) planes of T rounded up to either tile's tokens) and one
+    the float32 sums of every 32-k sub-block ((K / 32) planes of split_sum_stride(T)) and one
     exponent per token. _split_f16 lays them out in this order."""
-    return T * K + (K // 32) * -(-T // TCH_TOKENS[-1]) * TCH_TOKENS[-1] + T
+    return T * K + (K // 32) * split_sum_stride(T) + T
 
 
 def split_f16_scratch(config: ModelConfig, max_tokens: int) -> int:
@@ -592,7 +598,7 @@ class GpuForward:
         allocated with the forward's where tch can be chosen (tch_possible, tensor cores), else on first use (tests
         that force the tile); a larger request (only tests that swap the config make one) grows it after the stream
         drains."""
-        ls = -(-T // TCH_TOKENS[-1]) * TCH_TOKENS[-1]
+        ls = split_sum_stride(T)
         need = split_f16_floats(T, K)
         if self._split_buf is None or self._split_buf.shape[0] < need:
             self._grow_split(max(split_f16_scratch(self.config, self.max_tokens), need))

@@ -28,6 +28,7 @@ from engine.gpu.forward import (
     TS_ROWS,
     flash_usable,
     kv_suffix,
+    split_sum_stride,
     ts_class,
     ts_kernel,
 )
@@ -182,7 +183,7 @@ def tc_quant_lib():
 def split_f16(lib, X, K):
     """halo_split_f16 of X's rows (as GpuForward._split_f16 lays out its outputs): heads, tails, sums, exponents, ls."""
     T = len(X)
-    ls = -(-T // TCH_TOKENS[-1]) * TCH_TOKENS[-1]
+    ls = split_sum_stride(T)
     xh, xl = np.zeros((T, K), np.uint16), np.zeros((T, K), np.uint16)
     sums, exps = np.zeros((K // 32) * ls, np.float32), np.zeros(T, np.int32)
     cpu_simt.launch(lib, "halo_split_f16", (T, 1), 256, [X, None, np.int32(K), np.int32(T), np.int32(ls), xh, xl, sums,
