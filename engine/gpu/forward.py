@@ -45,16 +45,16 @@ TC_ROWS, TC_TOKENS, TC_K = 32, 64, 32      # halo_*_tc (tensor cores, CUDA sm_80
 # block, same k stage, split-K contract and partial sums as tc; matmul segments need rows % TCP_ROWS == 0.
 # halo_*_tck: tcp for matrices of TCK_TYPES only, integer weights exact in TF32 (2 MMAs per product, not 3).
 # halo_*_tch: tck's rows and split-K contract on f16 MMAs (m16n8k16), the activations split once per input into f16
-# heads and tails by halo_split_f16 (split_f16_floats: its scratch, whose sum planes have a stride of a multiple of
-# TCH_TOKENS[-1]); the default for TCK_TYPES products. H200, Qwen3-4B shapes (NOTES.md, run 13, the 64-token tile):
-# pp128 3,852 -> 5,906 tok/s over tck. Two builds: tch, 64 tokens per 128-thread block, and tch128, 128 tokens per
+# heads and tails by halo_split_f16 (split_f16_floats: its scratch; split_sum_stride: its sum planes' stride); the
+# default for TCK_TYPES products. H200, Qwen3-4B shapes (NOTES.md, run 13, the 64-token tile): pp128 3,852 -> 5,906
+# tok/s over tck. Two builds: tch, 64 tokens per 128-thread block, and tch128, 128 tokens per
 # 256-thread block (each weight tile decoded once per 128 tokens), for steps of at least TCH_WIDE_MIN_T tokens
 # (HALO_GPU_TCH_WIDE_MIN_T: 1 = always, a large number = never, for comparisons). H200 run 15: tch128 is the faster
 # at 128 tokens for every product (one layer 486 -> 452 us, bench_prefill_tiles.py, one call) and at 512; the whole
 # 128-token step's kernels 20.9 -> 19.6 ms, pp128 6,336 -> 6,664 tok/s (two calls). Shorter steps keep tch, whose
 # 64-token tile is not half empty there (not measured below 128).
 TCP_ROWS = 64
-TCH_TOKENS = (64, 128)                     # tch, tch128; threads 2 x tokens
+TCH_BUILDS = {"tch": 64, "tch128": 128}    # build -> tokens per block; threads 2 x tokens
 TCH_WIDE_MIN_T = int(os.environ.get("HALO_GPU_TCH_WIDE_MIN_T", "128"))
 TCK_TYPES = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 # Split K until a prefill matmul has this many blocks (~8 per SM on an H200: the last wave stays short).
@@ -81,7 +81,7 @@ WMMA_ARCHS = frozenset({"gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151"})
 # TCK_TYPES), or "tch" / "tck" / "tcp" / "tc" (HALO_GPU_TILES=...: tch or the TF32 tck wherever the types allow / the
 # pipelined tile for every type / the first tile everywhere, for comparisons)
 TC_TILES = ("tc", "tcp", "tck", "tch")       # the HALO_GPU_TILES values that name a tensor-core tile
-TC_KERNELS = TC_TILES + ("tch128",)         # their kernels: tch has a second build for wide steps (TCH_TOKENS)
+TC_KERNELS = TC_TILES + ("tch128",)         # their kernels: tch has a second build for wide steps (TCH_BUILDS)
 TC_TILE = {t: t for t in TC_TILES}.get(os.environ.get("HALO_GPU_TILES", ""), "auto")
 # "auto" keeps products of fewer weights than this on tc: the pipelined tiles' 64-row blocks leave a small model's
 # matrices few blocks (H200, 128-token prefill: SmolLM2 13,799 tok/s with them vs 18,746 on tc, gemma-3-270m 20,264
@@ -201,7 +201,8 @@ def _glu_tile(types: set[int], weights: int) -> str:
 
 def _tch_build(T: int) -> tuple[str, int]:
     """The tch build for a step of T tokens: (kernel suffix, tokens per block)."""
-    return ("tch128", TCH_TOKENS[1]) if T >= TCH_WIDE_MIN_T else ("tch", TCH_TOKENS[0])
+    build = "tch128" if T >= TCH_WIDE_MIN_T else "tch"
+    return build, TCH_BUILDS[build]
 
 
 def wmma_usable(backend: Backend) -> bool:
@@ -219,7 +220,8 @@ def splitk_floats(config: ModelConfig, max_tokens: int) -> int:
 def split_sum_stride(T: int) -> int:
     """halo_split_f16's row stride ls of its sum planes for T tokens: T rounded up to a multiple of either tch
     build's tokens per block (each copies a block's sums with 16-byte loads)."""
-    return -(-T // TCH_TOKENS[-1]) * TCH_TOKENS[-1]
+    widest = max(TCH_BUILDS.values())
+    return -(-T // widest) * widest
 
 
 def split_f16_floats(T: int, K: int) -> int:

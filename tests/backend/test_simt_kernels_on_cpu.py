@@ -24,7 +24,7 @@ from engine.gguf.types import GGMLType
 from engine.gpu.forward import (
     ATTN_WARPS,
     FA_ROWS,
-    TCH_TOKENS,
+    TCH_BUILDS,
     TS_ROWS,
     flash_usable,
     kv_suffix,
@@ -195,7 +195,7 @@ def split_f16(lib, X, K):
 @pytest.mark.parametrize("splits", [1, 2])
 @pytest.mark.parametrize("build", ["tch", "tch128"])
 def test_tensor_core_matmul_tile_matches_float64(tc_quant_lib, ggml_type, splits, build):
-    tokens = dict(zip(("tch", "tch128"), TCH_TOKENS))[build]
+    tokens = TCH_BUILDS[build]
     rng = np.random.default_rng(int(ggml_type) + splits)
     rows, K, T = 128, 512, 70
     raw = random_matrix(rng, ggml_type, rows, K)
@@ -216,7 +216,7 @@ def test_tensor_core_matmul_tile_matches_float64(tc_quant_lib, ggml_type, splits
 
 @pytest.mark.parametrize("build", ["tch", "tch128"])
 def test_tensor_core_glu_tile_matches_float64(tc_quant_lib, build):
-    tokens = dict(zip(("tch", "tch128"), TCH_TOKENS))[build]
+    tokens = TCH_BUILDS[build]
     n_ff, K, T = 64, 512, 100
     tg, tu = GGMLType.Q4_K, GGMLType.Q6_K
     raw_g, raw_u, X, G, U = glu_inputs(np.random.default_rng(5), tg, tu, n_ff, K, T)

@@ -256,4 +256,4 @@ def test_simt_prefill_attention_only_from_its_minimum_context(name):
 def test_tch_build_by_step_size(T, build):
     """The 128-token tch build from 128 tokens on (H200 run 15: faster at 128 and 512 for every Qwen3-4B product),
     the 64-token one below."""
-    assert fwd_mod._tch_build(T) == (build, dict(zip(("tch", "tch128"), fwd_mod.TCH_TOKENS))[build])
+    assert fwd_mod._tch_build(T) == (build, fwd_mod.TCH_BUILDS[build])
