@@ -148,7 +148,11 @@ FLASH_MODE = os.environ.get("HALO_GPU_FLASH", "auto")
 # tile by tile, so a short prompt gets a few dozen serial blocks, while halo_attention's cache traffic (T x H x context
 # rows) is still small: H200 run 15, gemma-3-270m shapes (D 256, one KV head), 128-token prompt: 1.48 ms of attention
 # on the tile against ~0.45 ms on halo_attention (42,855 -> 31,998 tok/s). Prefill steps whose longest sequence has
-# fewer than TS_MIN_CONTEXT keys keep halo_attention; HALO_GPU_FLASH=simt takes the tile at any length.
+# fewer than TS_MIN_CONTEXT keys keep halo_attention, and so does a sliding-window layer whose window is shorter (no
+# query there sees more keys). H100 run 16, the tile in every layer against none, prompts of 128 / 512 / 2,048 tokens:
+# gemma-3 shapes (one KV head, 5 of 6 layers windowed at 512) 30.9k / 46.9k / 40.2k against 29.0k / 63.8k / 49.9k
+# tok/s; Qwen3.5 shapes (full-attention layers, four KV heads) 4,567 / 6,471 / 6,047 against 4,593 / 6,379 / 5,676.
+# HALO_GPU_FLASH=simt takes the tile at any length.
 TS_MIN_CONTEXT = 1024
 STAGING_SLOTS = 4
 
@@ -765,6 +769,11 @@ class GpuForward:
             self._layer_args_kv = kv
         return self._layer_args
 
+    def window(self, i: int) -> int:
+        """Layer i's attention window in keys (a query sees its last `window` positions), 0 for full attention."""
+        c = self.config
+        return c.sliding_window if c.sliding_layers[i] else 0
+
     def _make_layer_args(self, kv: GpuKVCache, i: int, L) -> LayerArgs:
         c = self.config
         half = c.rope_dim // 2
@@ -773,7 +782,7 @@ class GpuForward:
                 np.float32(c.norm_eps), np.int32(c.n_head), np.int32(c.n_head_kv), np.int32(c.head_dim),
                 np.int32(c.rope_dim), np.int32(c.rope_style == "neox"), view(self.w.rope_inv_freq, i * half, half),
                 rope_scale, kv.k[i], kv.v[i])
-        window = c.sliding_window if c.sliding_layers[i] else 0
+        window = self.window(i)
         attention = (self.qkv, np.int32(self.qkv_width), kv.k[i], kv.v[i], kv.positions, kv.token_seq,
                      kv.block_tables, np.int32(kv.num_blocks), np.int32(kv.block_size), np.int32(c.n_head),
                      np.int32(c.n_head_kv), np.int32(c.head_dim), np.float32(c.attn_scale), np.int32(window))
@@ -781,10 +790,10 @@ class GpuForward:
 
     def _attention(self, kv: GpuKVCache, i: int, T: int, sinks=None) -> None:
         """self.attn [T, q_dim] from self.qkv's q heads and layer i's cache: split-KV for decode batches, the
-        tensor-core tile for prefill steps where usable, else the SIMT tile where usable and the step reaches
-        ts_min_context keys (kv.context, set by the step's upload; a decode graph of more than SKV_MAX_T sequences
-        keeps the choice it was captured with, both kernels being exact), else halo_attention (see SKV_*, FA_*, TS_*,
-        ATTN_WARPS);
+        tensor-core tile for prefill steps where usable, else the SIMT tile where usable and a query of this layer
+        sees ts_min_context keys (kv.context, set by the step's upload, capped by the layer's window; a decode graph
+        of more than SKV_MAX_T sequences keeps the choice it was captured with, both kernels being exact), else
+        halo_attention (see SKV_*, FA_*, TS_*, ATTN_WARPS);
         `sinks` [n_head] float32 attention-sink logits (gpt-oss) or None."""
         c = self.config
         H, Hkv, D = c.n_head, c.n_head_kv, c.head_dim
@@ -804,7 +813,8 @@ class GpuForward:
             self._launch("halo_layer.cu", "halo_attention_tc" + kv_suffix(kv.f16), (-(-T // rows_tokens), Hkv), 128,
                          common + (np.int32(T), _ptr(sinks), self.attn))
             return
-        if self.ts and T > SKV_MAX_T and kv.context >= self.ts_min_context:
+        keys = min(kv.context, self.window(i) or kv.context)    # the most keys one query of this layer sees
+        if self.ts and T > SKV_MAX_T and keys >= self.ts_min_context:
             rows_tokens = TS_ROWS[ts_class(D)] // (H // Hkv)
             self._launch("halo_layer.cu", ts_kernel(D, kv.f16), (-(-T // rows_tokens), Hkv), 128,
                          common + (np.int32(T), _ptr(sinks), self.attn))

@@ -219,7 +219,9 @@ def test_tn_splits_k_until_two_blocks_per_sm():
 def test_simt_prefill_attention_only_from_its_minimum_context(name):
     """Where the tensor-core attention tile is not used (HIP; the CPU backend here, kernels recorded), a prefill step
     takes the SIMT tile once its longest sequence reaches ts_min_context keys and halo_attention below it: the same
-    10 new tokens in each of two sequences, the longest of them short or reaching the minimum."""
+    10 new tokens in each of two sequences, the longest of them short or reaching the minimum. A sliding-window
+    layer whose window is shorter than the minimum (tiny gemma-3's: 8 keys, 5 of 6 layers) keeps halo_attention at
+    any length, its full-attention layers take the tile."""
     backend = registry.create("cpu")
     launched = []
     backend.kernel = lambda file, function: Kernel(function, None)
@@ -239,14 +241,17 @@ def test_simt_prefill_attention_only_from_its_minimum_context(name):
         m.forward(StepInput(token_ids=pos % 7, positions=pos, slot_mapping=slots.astype(np.int64),
                             query_start_loc=np.arange(0, 10 * len(starts) + 1, 10, dtype=np.int32),
                             seq_lens=seq_lens, block_tables=tables[:len(starts)]), kv)
-        return {k for k in launched if k.startswith("halo_attention")}
+        return [k for k in launched if k.startswith("halo_attention")]
 
     ts = fwd_mod.ts_kernel(m.config.head_dim, False)
+    windowed = [0 < m.fwd.window(i) < n for i in range(m.config.n_layers)]
+    long_step = ["halo_attention" if w else ts for w in windowed]          # one attention launch per layer
     try:
-        assert attention_kernels([0, 0]) == {"halo_attention"}
-        assert attention_kernels([n - 30, 0]) == {"halo_attention"}          # longest: n - 20 keys
-        assert attention_kernels([n - 10, 0]) == {ts}                        # longest: n keys
-        assert attention_kernels([0, n - 10]) == {ts}
+        assert attention_kernels([0, 0]) == ["halo_attention"] * len(windowed)
+        assert attention_kernels([n - 30, 0]) == ["halo_attention"] * len(windowed)   # longest: n - 20 keys
+        assert attention_kernels([n - 10, 0]) == long_step                            # longest: n keys
+        assert attention_kernels([0, n - 10]) == long_step
+        assert any(windowed) == ("gemma" in name) and not all(windowed)
     finally:
         kv.free()
         m.close()
