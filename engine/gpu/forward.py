@@ -555,35 +555,47 @@ class GpuForward:
             kernel = self._k[name] = self.backend.kernel(file, name)
         return kernel
 
-    def warm_up(self) -> None:
-        """Compile/load every kernel now (before any graph capture: module loads are not capturable)."""
+    def warm_up(self, progress=None) -> None:
+        """Compile/load every kernel now (before any graph capture: module loads are not capturable).
+        progress(fraction, message), the load's callback, hears of each kernel file before it loads: a file not in
+        the kernel cache compiles here (CUDA's nvrtc took 80 s for all of them on an H100 with an empty cache, run 16),
+        so a first open says what it waits for instead of sitting at a full bar; the callback may raise to cancel."""
+        loading: set[str] = set()
+
+        def kern(file: str, name: str) -> None:
+            if progress is not None and file not in loading:
+                loading.add(file)
+                progress(1.0, f"preparing GPU kernels ({file}): compiled on the first open after an install or a "
+                              "driver update, which can take a minute or more")
+            self.kern(file, name)
+
         kq = tuple(f"kq_t{n}" for n in KQ_TOKENS) + tuple(f"bq_t{n}" for n in BQ_TOKENS) + \
             tuple(f"mv_t{n}" for n in MV_TOKENS)
         tensor_core = TC_KERNELS + tuple(f"tn_t{n}" for n in TN_TOKENS) if self.use_tc else ()
         for suffix in ("r1_t1", "r1_t4", "r4_t8", "kq_t1", *kq, "gt") + tensor_core + (("wm",) if self.use_wmma else ()):
-            self.kern("halo_quant.cu", "halo_matmul_" + suffix)
-            self.kern("halo_quant.cu", "halo_glu_" + suffix)
+            kern("halo_quant.cu", "halo_matmul_" + suffix)
+            kern("halo_quant.cu", "halo_glu_" + suffix)
         for name in ("halo_embed_norm", "halo_splitk_sum") + (("halo_split_f16",) if self.use_tc else ()):
-            self.kern("halo_quant.cu", name)
+            kern("halo_quant.cu", name)
         c = self.config
         for f16 in (False, True):                  # either cache type may be asked for (new_kv_cache)
             layer = ("halo_rope_kv", "halo_attention") + (("halo_attention_tc",) if self.flash else ())
             for name in layer:
-                self.kern("halo_layer.cu", name + kv_suffix(f16))
+                kern("halo_layer.cu", name + kv_suffix(f16))
             if self.ts:
-                self.kern("halo_layer.cu", ts_kernel(c.head_dim, f16))
+                kern("halo_layer.cu", ts_kernel(c.head_dim, f16))
             if split_kv_usable(c):
-                self.kern("halo_layer.cu", split_kernel(c.head_dim, c.n_head // c.n_head_kv, f16, self.use_tc)[0])
+                kern("halo_layer.cu", split_kernel(c.head_dim, c.n_head // c.n_head_kv, f16, self.use_tc)[0])
         for name in ("halo_attention_merge", "halo_add_norm"):
-            self.kern("halo_layer.cu", name)
-        self.kern("halo_sample.cu", "halo_sample")
+            kern("halo_layer.cu", name)
+        kern("halo_sample.cu", "halo_sample")
         if self.hybrid:
             for name in HYBRID_KERNELS:
-                self.kern("halo_delta_net.cu", name)
+                kern("halo_delta_net.cu", name)
         if self.moe:
             for name in ("halo_moe_route", "halo_moe_glu", "halo_moe_down", "halo_moe_sort", "halo_moe_glu_grouped",
                          "halo_moe_down_grouped", "halo_moe_combine"):
-                self.kern("halo_quant.cu", name)
+                kern("halo_quant.cu", name)
 
     def _launch(self, file, name, grid, block, args, shared=0):
         self.backend.launch(self.kern(file, name), grid, block, args, self.stream, shared)

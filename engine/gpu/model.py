@@ -87,9 +87,16 @@ class GpuModel:
                        dedicated=amd_dedicated_bytes() if integrated else None)
         stream = backend.create_stream()
         weights = upload_weights(backend, gguf, config, stream, progress)
-        stream.synchronize()
-        fwd = GpuForward(backend, config, weights, max_tokens, max_seqs, stream)
-        fwd.warm_up()
+        fwd = None
+        try:                # a kernel that fails to compile, or a cancel while they load, gives the memory back
+            stream.synchronize()
+            fwd = GpuForward(backend, config, weights, max_tokens, max_seqs, stream)
+            fwd.warm_up(progress)
+        except BaseException:
+            if fwd is not None:
+                fwd.free()
+            weights.free(backend)
+            raise
         return GpuModel(backend, config, fwd, plan, use_graphs, kv_type)
 
     def new_kv_cache(self, num_blocks: int, block_size: int = BLOCK_SIZE, state_slots: int | None = None,

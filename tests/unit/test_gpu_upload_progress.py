@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine.backends import registry
 from engine.backends.base import Kernel
 from engine.gpu.model import GpuModel
@@ -19,13 +21,48 @@ def test_upload_progress_counts_bytes_up_to_the_whole_file():
     m = GpuModel.load(DATA / "tiny-qwen3moe-q8_0.gguf", backend, max_tokens=16, max_seqs=2, kv_blocks=2,
                       progress=lambda f, msg: seen.append((f, msg)))
     try:
-        fractions = [f for f, _ in seen]
+        upload = [(f, msg) for f, msg in seen if msg.startswith("uploading weights: ")]
+        fractions = [f for f, _ in upload]
         assert fractions == sorted(fractions) and 0 < fractions[0] and fractions[-1] > 0.99
-        experts = [f for (f, _), (g, _) in zip(seen, seen[1:], strict=False) if g - f > 0.05]
+        experts = [f for (f, _), (g, _) in zip(upload, upload[1:], strict=False) if g - f > 0.05]
         assert experts, "each stacked-experts tensor should move the bar by its share of the bytes"
-        assert seen[-1][1].startswith("uploading weights: ") and seen[-1][1].endswith(" GiB")
+        assert upload[-1][1].endswith(" GiB")
     finally:
         m.close()
+
+
+def test_the_load_says_it_prepares_kernels_after_the_upload_and_can_be_cancelled_there():
+    """After the weights, the load names each kernel file before loading it (a CUDA first open compiles them all,
+    80 s on an H100), with the bar full; a callback that raises (the Engine's cancel) stops the load there and
+    frees what the load had allocated."""
+    backend = registry.create("cpu")
+    loaded: list[str] = []
+    backend.kernel = lambda file, function: (loaded.append(file), Kernel(function, None))[1]
+    backend.launch = lambda *a, **k: None
+    seen: list[tuple[float, str, int]] = []
+    m = GpuModel.load(DATA / "tiny-llama-q4_1.gguf", backend, max_tokens=16, max_seqs=2, kv_blocks=2,
+                      progress=lambda f, msg: seen.append((f, msg, len(loaded))))
+    m.close()
+    kernels = [(f, msg, n) for f, msg, n in seen if msg.startswith("preparing GPU kernels")]
+    assert seen[-1] in kernels and all(f == 1.0 for f, _, _ in kernels)
+    files = [msg.split("(")[1].split(")")[0] for _, msg, _ in kernels]
+    assert files == list(dict.fromkeys(loaded))           # each file once, before its first kernel loads
+    assert [n for _, _, n in kernels] == [loaded.index(f) for f in files]
+
+    class Cancelled(Exception):
+        pass
+
+    def cancel_at_kernels(f, msg):
+        if msg.startswith("preparing GPU kernels"):
+            raise Cancelled
+    loaded.clear()
+    buffers = []
+    alloc = backend.alloc
+    backend.alloc = lambda shape, dtype: buffers.append(alloc(shape, dtype)) or buffers[-1]
+    with pytest.raises(Cancelled):
+        GpuModel.load(DATA / "tiny-llama-q4_1.gguf", backend, max_tokens=16, max_seqs=2, kv_blocks=2,
+                      progress=cancel_at_kernels)
+    assert loaded == [] and buffers and all(b.freed for b in buffers)     # the weights and scratch given back
 
 
 def test_the_upload_streams_matrices_from_the_map_without_a_host_copy(tmp_path):
