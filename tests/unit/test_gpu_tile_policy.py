@@ -116,12 +116,13 @@ def test_partial_buffer_covers_what_split_k_can_ask_for():
 
 
 def test_only_products_worth_a_launch_split(monkeypatch):
-    """A split costs a launch and a pass over partial sums: the tiny models' products and short steps stay
-    whole; SmolLM2/gemma-sized 128-token prefill matmuls (a few dozen blocks on their own) split, and the
-    Qwen3-4B-sized ones split until the grid is full."""
+    """A split costs a launch and a pass over partial sums: products under SPLIT_MIN_MACS stay whole;
+    SmolLM2/gemma-sized 128-token prefill matmuls (a few dozen blocks on their own) split, so does Qwen3.5's
+    DeltaNet alpha|beta (64 rows: 4 blocks walking K = 2,560 unsplit), and the Qwen3-4B-sized ones split until the
+    grid is full."""
     fwd = SimpleNamespace(partial_cap=BIG)
     splits = lambda rows, T, K, planes=1: fwd_mod.GpuForward._splits(fwd, rows, T, K, planes)  # noqa: E731
-    assert splits(64, 16, 256) == 1 and splits(576, 16, 576) == 1 and splits(576, 32, 1536) == 1
+    assert splits(64, 16, 256) == 1 and splits(576, 4, 576) == 1 and splits(64, 128, 2560) == 8
     assert splits(576, 128, 1536) == 4 and splits(640, 128, 2048) == 8 and splits(1536, 128, 576, 2) == 2
     assert splits(2560, 128, 4096) == 8 and splits(2560, 128, 9728) == 8
 
