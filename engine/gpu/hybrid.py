@@ -28,7 +28,7 @@ from engine.model.config import ModelConfig
 FILE = "halo_delta_net.cu"
 KERNELS = ("halo_conv_silu", "halo_delta_prep", "halo_delta_rule", "halo_delta_chunked", "halo_gated_norm",
            "halo_output_gate", "halo_split_q_gate")
-CONV_THREADS = 128
+CONV_CHANNELS, CONV_SPANS = 32, 8   # halo_conv_silu's block: channels x spans of a sequence's tokens
 CONV_MAX_K = 8                # halo_conv_silu's register window
 DELTA_THREADS = 256           # 8 warps: halo_delta_rule's DR_WARPS, halo_delta_chunked's 8 warps
 CHUNKED_MIN = 16              # a sequence with this many tokens in a step takes the chunked delta rule
@@ -117,7 +117,7 @@ def enqueue_delta_net(launch, c: ModelConfig, T: int, S: int, qkv, ab, conv_stat
     device qsl, state slots and positions."""
     hk, hv, dk, dv = c.ssm_k_heads, c.ssm_v_heads, c.ssm_k_dim, c.ssm_v_dim
     C, dims = c.conv_dim, (np.int32(hk), np.int32(hv), np.int32(dk), np.int32(dv))
-    launch("halo_conv_silu", (-(-C // CONV_THREADS), S), CONV_THREADS,
+    launch("halo_conv_silu", (-(-C // CONV_CHANNELS), S), CONV_CHANNELS * CONV_SPANS,
            (qkv, conv_state, conv_w, *meta, np.int32(C), np.int32(c.ssm_conv_kernel)))
     launch("halo_delta_prep", (T, hk), 128, (qkv, ab, ssm_a, dt_bias, *dims, np.float32(c.norm_eps)))
     chunked = chunked and T - (S - 1) >= CHUNKED_MIN       # the longest sequence has at most T - (S - 1) tokens

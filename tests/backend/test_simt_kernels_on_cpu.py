@@ -229,3 +229,34 @@ def test_tensor_core_glu_tile_matches_float64(tc_quant_lib, build):
                      np.int32(K), np.zeros(1, np.float32)])
     rel = float(np.max(np.abs(A - want) / scale))
     assert rel < BOUND, f"max |A - A64| / scale = {rel:.2e}"
+
+
+@pytest.mark.parametrize("K", [2, 4, 8])
+def test_conv_silu_matches_the_reference_over_spans(K):
+    """halo_conv_silu (Qwen3.5's DeltaNet conv, in place, a thread per channel and span of a sequence's tokens)
+    against engine.model.delta_net.causal_conv: sequences of 1 token (7 of 8 spans empty), fewer tokens than the
+    window (the last span's window reaches into the stored state), several per span, a fresh sequence at position
+    0 (stored state ignored) and continuing ones (stored state read), channels past a block's 32; the state rolled
+    forward exactly."""
+    from engine.gpu.hybrid import CONV_CHANNELS, CONV_SPANS
+    from engine.model.delta_net import causal_conv
+
+    lib = cpu_simt.build("halo_delta_net.cu", {"halo_conv_silu": ["float*", "float*", "const float*", "const int*",
+                                                                  "const int*", "const int*", "int", "int"]})
+    rng = np.random.default_rng(K)
+    C, lens, starts = 70, [1, K - 1 if K > 2 else 2, 37, 130], [5, 9, 0, 40]
+    T = sum(lens)
+    qsl = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    slots = np.array([2, 0, 3, 1], np.int32)
+    positions = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lens, strict=True)]).astype(np.int32)
+    qkv = rng.normal(size=(T, C)).astype(np.float32)
+    conv = rng.normal(size=(4, K - 1, C)).astype(np.float32)
+    weight = rng.normal(0, 0.5, (C, K)).astype(np.float32)
+    want, want_state = np.empty_like(qkv), conv.copy()
+    for s in range(len(lens)):
+        state = np.zeros((K - 1, C), np.float32) if starts[s] == 0 else conv[slots[s]]
+        want[qsl[s]:qsl[s + 1]], want_state[slots[s]] = causal_conv(qkv[qsl[s]:qsl[s + 1]], state, weight)
+    cpu_simt.launch(lib, "halo_conv_silu", (-(-C // CONV_CHANNELS), len(lens)), CONV_CHANNELS * CONV_SPANS,
+                    [qkv, conv, weight, qsl, slots, positions, np.int32(C), np.int32(K)])
+    np.testing.assert_allclose(qkv, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(conv, want_state, rtol=0, atol=0)

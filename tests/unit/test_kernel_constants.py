@@ -8,6 +8,7 @@ import re
 import pytest
 
 import engine.gpu.forward as fwd
+import engine.gpu.hybrid as hybrid
 import engine.gpu.weights as weights
 from engine.backends import kernels
 
@@ -26,6 +27,8 @@ def defines(file: str) -> dict[str, int]:
     ("halo_quant.cu", "BQ_WARPS", fwd.MATMUL_WARPS),
     ("halo_quant.cu", "TN_WARPS", fwd.TN_WARPS),
     ("halo_quant.cu", "TN_ROWS", fwd.TN_ROWS),
+    ("halo_delta_net.cu", "CONV_CHANNELS", hybrid.CONV_CHANNELS),
+    ("halo_delta_net.cu", "CONV_SPANS", hybrid.CONV_SPANS),
 ])
 def test_host_constant_matches_the_kernel(file, name, host):
     assert defines(file)[name] == host
