@@ -126,9 +126,14 @@ def test_a_huge_raw_prompt_is_refused_at_once_and_does_not_block_others(engine):
 
 
 def test_stats_count_live_requests(engine):
-    handle = engine.submit(_chat("count me", max_tokens=60))
-    next(iter(handle.events(TIMEOUT)))              # it is running now
-    stats = engine.stats()
+    # Polled from the submit on: the tiny model can run a short request to its end between its first event and
+    # a stats call on a loaded 2-core machine (CI saw live_requests == 0 there); 200 steps leave room to see it.
+    handle = engine.submit(_chat("count me", max_tokens=200))
+    deadline, stats = time.monotonic() + TIMEOUT, None
+    while time.monotonic() < deadline:
+        stats = engine.stats()
+        if stats.running:
+            break
     assert stats.model_loaded and stats.live_requests == 1 and stats.running == 1
     assert stats.kv_blocks_free < stats.kv_blocks_total
     handle.abort()
