@@ -69,8 +69,8 @@ SPLIT_MIN_STAGES = 8                       # ... while each split keeps at least
 # (run 12, call 7): SmolLM2 19,235 -> 30,078 tok/s, gemma-3-270m 23,797 -> 45,651 at 2^25 (2^23 and 2^21: the
 # same within noise); Qwen3-4B shapes unchanged (its smallest product, wo, has 1.3e9). Then 2^21 (the same there):
 # Qwen3.5's DeltaNet alpha|beta product (64 rows, K 2,560) has 2.1e7 at 128 tokens, so 2^25 left it on 4 blocks
-# walking all of K, ~150 us a layer: halo_matmul_tc 4.2 ms of the 28.4 ms 128-token step against 2.4 ms at 512
-# tokens, where it splits (H100 run 16); split 4 ways from 2^21.
+# walking all of K: halo_matmul_tc 4.2 ms of the 28.4 ms 128-token step against 2.4 ms at 512 tokens, where it
+# splits (H100 run 16; by that, ~150 us a layer for this product); split 8 ways from 2^21 (not yet timed).
 SPLIT_MIN_MACS = 1 << 21
 # HALO_GPU_TILES: "legacy" = the run-1 warp-per-row kernels, "gt" = the SIMT shared-memory tile even where
 # tensor cores are usable; unset = the best the device has. For comparisons in tests and the benchmark.
