@@ -214,11 +214,14 @@ def test_tensor_core_matmul_tile_matches_float64(tc_quant_lib, ggml_type, splits
     assert rel < BOUND, f"max |Y - Y64| / (|X| |W|) = {rel:.2e}"
 
 
+@pytest.mark.parametrize("tg, tu", [(GGMLType.Q4_K, GGMLType.Q6_K), (GGMLType.Q6_K, GGMLType.Q4_K),
+                                    (GGMLType.Q4_K, GGMLType.Q4_K), (GGMLType.Q6_K, GGMLType.Q6_K)],
+                         ids=lambda t: t.name)
 @pytest.mark.parametrize("build", ["tch", "tch128"])
-def test_tensor_core_glu_tile_matches_float64(tc_quant_lib, build):
+def test_tensor_core_glu_tile_matches_float64(tc_quant_lib, build, tg, tu):
+    """Every pair of gate / up types: each pair is its own instance of the tile (the rows' types are compile-time)."""
     tokens = TCH_BUILDS[build]
     n_ff, K, T = 64, 512, 100
-    tg, tu = GGMLType.Q4_K, GGMLType.Q6_K
     raw_g, raw_u, X, G, U = glu_inputs(np.random.default_rng(5), tg, tu, n_ff, K, T)
     want, scale = silu_glu_reference(X, G, U)
     xh, xl, sums, exps, ls = split_f16(tc_quant_lib, X, K)

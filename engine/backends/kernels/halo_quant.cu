@@ -2252,12 +2252,15 @@ __device__ __forceinline__ void th_store(int type, int k0, int gi, const u32* ra
 
 // acc[m][j][e] += one 32-k stage of rows (m ? mr1 : mr0) + 0..15 x tokens n0 + 8 j + 0..7: codes Ws ([64][32]),
 // row scales Sc (float4 per row), activations Xs ([head | tail][NB][32]), their sums Ss (tiles th_sw-swizzled;
-// an ldmatrix matrix's 8 rows start at multiples of 8, so lane's row bits 1-2 are those of lane & 7). one[m] (Q4_K rows):
-// one fresh fragment per stage (4 MMAs), else (Q6_K) one per 16-k half (2 MMAs), each scaled into acc
-template <int NB>
+// an ldmatrix matrix's 8 rows start at multiples of 8, so lane's row bits 1-2 are those of lane & 7). ONE0 / ONE1
+// (the rows of m = 0 / 1 are Q4_K): one fresh fragment per stage (4 MMAs), else (Q6_K) one per 16-k half (2 MMAs),
+// each scaled into acc. Compile-time, so the stage is one basic block: with the choice made at run time each (m, j)
+// sat behind its own branch and its chain of dependent MMAs ran alone (run 17's SASS; ncu: issue slots ~53% busy,
+// most stalls on the MMAs' fixed latency). Per j the two m's chains are interleaved, each in its own order as before.
+template <int NB, bool ONE0, bool ONE1>
 __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc, const unsigned short* Xs,
-                                       const float* Ss, int mr0, int mr1, int n0, bool one0, bool one1,
-                                       float (*acc)[4][4]) {
+                                       const float* Ss, int mr0, int mr1, int n0, float (*acc)[4][4]) {
+    constexpr bool ONE[2] = {ONE0, ONE1};
     int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, l7 = lane & 7;
     // ldmatrix rows: A matrix i = lane / 8 is (rows + 8 (i & 1), k + 8 (i >> 1)); B matrix i is (head | tail by
     // i >> 1, k + 8 (i & 1)) of 8 tokens
@@ -2274,9 +2277,8 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
     #pragma unroll
     for (int m = 0; m < 2; m++) {
         int r = (m ? mr1 : mr0) + g;
-        bool one = m ? one1 : one0;
         sc[m][1][0] = Sc[4 * r + 1]; sc[m][1][1] = Sc[4 * (r + 8) + 1];
-        sc[m][0][0] = one ? 0.0f : Sc[4 * r]; sc[m][0][1] = one ? 0.0f : Sc[4 * (r + 8)];
+        sc[m][0][0] = ONE[m] ? 0.0f : Sc[4 * r]; sc[m][0][1] = ONE[m] ? 0.0f : Sc[4 * (r + 8)];
     }
     u32 a[2][2][4];                                  // [half][m]
     #pragma unroll
@@ -2288,22 +2290,28 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
         u32 b[2][4];
         #pragma unroll
         for (int half = 0; half < 2; half++) ldmatrix_x4(b[half], pb + 256 * j + cb[half]);
+        float part[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
         #pragma unroll
-        for (int m = 0; m < 2; m++) {
-            bool one = m ? one1 : one0;
-            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int half = 0; half < 2; half++) {
             #pragma unroll
-            for (int half = 0; half < 2; half++) {
+            for (int m = 0; m < 2; m++) {                                               // tails first
                 const u32* am = a[half][m];
-                mma_f16(part, am[0], am[1], am[2], am[3], b[half][2], b[half][3]);    // tails first
-                mma_f16(part, am[0], am[1], am[2], am[3], b[half][0], b[half][1]);
-                if (half == 1 || !one) {
+                mma_f16(part[m], am[0], am[1], am[2], am[3], b[half][2], b[half][3]);
+            }
+            #pragma unroll
+            for (int m = 0; m < 2; m++) {
+                const u32* am = a[half][m];
+                mma_f16(part[m], am[0], am[1], am[2], am[3], b[half][0], b[half][1]);
+            }
+            #pragma unroll
+            for (int m = 0; m < 2; m++) {
+                if (half == 1 || !ONE[m]) {
                     float s0 = sc[m][half][0], s1 = sc[m][half][1];
-                    acc[m][j][0] = fmaf(s0, part[0], acc[m][j][0]);
-                    acc[m][j][1] = fmaf(s0, part[1], acc[m][j][1]);
-                    acc[m][j][2] = fmaf(s1, part[2], acc[m][j][2]);
-                    acc[m][j][3] = fmaf(s1, part[3], acc[m][j][3]);
-                    part[0] = part[1] = part[2] = part[3] = 0.0f;
+                    acc[m][j][0] = fmaf(s0, part[m][0], acc[m][j][0]);
+                    acc[m][j][1] = fmaf(s0, part[m][1], acc[m][j][1]);
+                    acc[m][j][2] = fmaf(s1, part[m][2], acc[m][j][2]);
+                    acc[m][j][3] = fmaf(s1, part[m][3], acc[m][j][3]);
+                    part[m][0] = part[m][1] = part[m][2] = part[m][3] = 0.0f;
                 }
             }
         }
@@ -2311,7 +2319,7 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
     // Q4_K's min: acc -= mn[row] x the stage's activation sum of the token (Q6_K rows have none)
     #pragma unroll
     for (int m = 0; m < 2; m++) {
-        if (!(m ? one1 : one0)) continue;
+        if (!ONE[m]) continue;
         int r = (m ? mr1 : mr0) + g;
         float m0 = Sc[4 * r + 2], m1 = Sc[4 * (r + 8) + 2];
         #pragma unroll
@@ -2326,18 +2334,27 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
 }
 
 // tk_run for tch: weight codes, scales, activations and sums double-buffered, one barrier per stage. Thread t decodes
-// group t % 4 of tile rows t / 4 + NB / 2 i, i < 128 / NB (rp[i], type ty[i]; warp-uniform); one0 / one1: the rows of
-// th_mma's m = 0 / 1 are Q4_K
+// group t % 4 of tile rows t / 4 + NB / 2 i, i < 128 / NB (rp[i]; of th_mma's m = 1 rows where up[i], else of m = 0's:
+// warp-uniform). Each row's type follows from ONE0 / ONE1 at compile time (a constant where they agree)
+// th_run's buffers, declared once per entry (a __shared__ array inside th_run would exist once per instance)
 template <int NB>
-__device__ __forceinline__ void th_run(const unsigned char* const* rp, const int* ty, bool one0, bool one1,
+struct ThShared {
+    __align__(16) unsigned short Ws[2][TP_BM * 32];
+    __align__(16) unsigned short Xs[2][2 * NB * 32];
+    __align__(16) float Sc[2][TP_BM * 4];
+    __align__(16) float Ss[2][NB];
+};
+
+template <int NB, bool ONE0, bool ONE1>
+__device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* const* rp, const bool* up,
                                        const unsigned short* Xh, const unsigned short* Xl, const float* S, int K,
                                        int T, int ls, int tok0, int kbeg, int kc, int mr0, int mr1, int n0,
                                        float (*acc)[4][4]) {
     constexpr int RT = 128 / NB;                       // weight rows per thread
-    __shared__ __align__(16) unsigned short Ws[2][TP_BM * 32];
-    __shared__ __align__(16) unsigned short Xs[2][2 * NB * 32];
-    __shared__ __align__(16) float Sc[2][TP_BM * 4];
-    __shared__ __align__(16) float Ss[2][NB];
+    unsigned short (*Ws)[TP_BM * 32] = sm.Ws;
+    unsigned short (*Xs)[2 * NB * 32] = sm.Xs;
+    float (*Sc)[TP_BM * 4] = sm.Sc;
+    float (*Ss)[NB] = sm.Ss;
     #pragma unroll
     for (int m = 0; m < 2; m++)
         #pragma unroll
@@ -2345,9 +2362,12 @@ __device__ __forceinline__ void th_run(const unsigned char* const* rp, const int
             #pragma unroll
             for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
     int t = threadIdx.x, gi = t & 3;
-    int r[RT], wo[RT];
+    int r[RT], wo[RT], ty[RT];
     #pragma unroll
-    for (int i = 0; i < RT; i++) { r[i] = (t >> 2) + (NB / 2) * i; wo[i] = th_sw(r[i], gi); }
+    for (int i = 0; i < RT; i++) {
+        r[i] = (t >> 2) + (NB / 2) * i; wo[i] = th_sw(r[i], gi);
+        ty[i] = (ONE0 == ONE1 ? ONE0 : up[i] ? ONE1 : ONE0) ? T_Q4_K : T_Q6_K;
+    }
     u32 raw[RT][8];
     th_load_x<NB>(Xh, Xl, S, K, T, ls, tok0, kbeg, Xs[0], Ss[0]);
     cp_async_commit();
@@ -2367,7 +2387,7 @@ __device__ __forceinline__ void th_run(const unsigned char* const* rp, const int
             for (int i = 0; i < RT; i++) tp_fetch(ty[i], rp[i], k1, gi, raw[i]);
         }
         cp_async_commit();
-        th_mma<NB>(Ws[cur], Sc[cur], Xs[cur], Ss[cur], mr0, mr1, n0, one0, one1, acc);
+        th_mma<NB, ONE0, ONE1>(Ws[cur], Sc[cur], Xs[cur], Ss[cur], mr0, mr1, n0, acc);
         if (more) {                                    // the other buffers: last read before the previous barrier
             #pragma unroll
             for (int i = 0; i < RT; i++) th_store(ty[i], k1, gi, raw[i], Ws[cur ^ 1] + wo[i], Sc[cur ^ 1] + 4 * r[i]);
@@ -2394,8 +2414,10 @@ __device__ __forceinline__ void th_matmul(const unsigned char* w0, i32 t0_, i32 
     float acc[2][4][4];
     bool q4 = type == T_Q4_K;
     const unsigned char* rp[2] = {rows + (size_t)(threadIdx.x >> 2) * rb, rows + (size_t)((threadIdx.x >> 2) + 32) * rb};
-    int ty[2] = {type, type};
-    th_run<NB>(rp, ty, q4, q4, Xh, Xl, S, K, T, ls, tok0, z * kc, kc, mr0, mr0 + 16, nw, acc);
+    const bool up[2] = {false, false};
+    __shared__ ThShared<NB> sm;
+    if (q4) th_run<NB, true, true>(sm, rp, up, Xh, Xl, S, K, T, ls, tok0, z * kc, kc, mr0, mr0 + 16, nw, acc);
+    else th_run<NB, false, false>(sm, rp, up, Xh, Xl, S, K, T, ls, tok0, z * kc, kc, mr0, mr0 + 16, nw, acc);
     #pragma unroll
     for (int j = 0; j < 4; j++)
         #pragma unroll
@@ -2423,8 +2445,13 @@ __device__ __forceinline__ void th_glu(const unsigned char* wg, i32 tg, const un
     int r = row0 + ((threadIdx.x >> 2) & 31);
     bool up = NB == 128 && threadIdx.x >= 128;
     const unsigned char* rp[2] = {up ? wu + (size_t)r * rb_u : wg + (size_t)r * rb_g, wu + (size_t)r * rb_u};
-    int ty[2] = {up ? tu : tg, tu};
-    th_run<NB>(rp, ty, tg == T_Q4_K, tu == T_Q4_K, Xh, Xl, S, K, T, ls, tok0, z * kc, kc, mr0, mr0 + 32, nw, acc);
+    const bool ups[2] = {up, true};
+    __shared__ ThShared<NB> sm;
+    bool g4 = tg == T_Q4_K, u4 = tu == T_Q4_K;        // each pair of types its own instance (see th_mma)
+    if (g4 && u4) th_run<NB, true, true>(sm, rp, ups, Xh, Xl, S, K, T, ls, tok0, z * kc, kc, mr0, mr0 + 32, nw, acc);
+    else if (g4) th_run<NB, true, false>(sm, rp, ups, Xh, Xl, S, K, T, ls, tok0, z * kc, kc, mr0, mr0 + 32, nw, acc);
+    else if (u4) th_run<NB, false, true>(sm, rp, ups, Xh, Xl, S, K, T, ls, tok0, z * kc, kc, mr0, mr0 + 32, nw, acc);
+    else th_run<NB, false, false>(sm, rp, ups, Xh, Xl, S, K, T, ls, tok0, z * kc, kc, mr0, mr0 + 32, nw, acc);
     #pragma unroll
     for (int j = 0; j < 4; j++)
         #pragma unroll
