@@ -495,7 +495,8 @@ class GpuKVCache:
 
 
 class GpuForward:
-    """Config + device weights + scratch. Not thread-safe: the engine thread owns it."""
+    """Config + device weights + scratch. Not thread-safe: the engine thread owns it. `stream` (made here when not
+    given) is this object's: free() destroys it."""
 
     def __init__(self, backend: Backend, config: ModelConfig, weights: DeviceWeights, max_tokens: int = 512,
                  max_seqs: int = 64, stream=None):
@@ -914,9 +915,11 @@ class GpuForward:
         return pool.start(slot, {"ids": n_out}, self.stream)
 
     def free(self) -> None:
+        """Scratch, pinned logits, the event and the stream (given or made in __init__: this object owns it)."""
         self.backend.synchronize()
         for b in self.scratch:
             self.backend.free(b)
         if self._logits_host is not None:
             self.backend.free_pinned(self._logits_host)
         self.backend.destroy_event(self._logits_ready)
+        self.backend.destroy_stream(self.stream)

@@ -86,16 +86,19 @@ class GpuModel:
             check_fits(plan, mem.free, mem.total, what=gguf.path.name, host_plan=host, integrated=integrated,
                        dedicated=amd_dedicated_bytes() if integrated else None)
         stream = backend.create_stream()
-        weights = upload_weights(backend, gguf, config, stream, progress)
-        fwd = None
-        try:                # a kernel that fails to compile, or a cancel while they load, gives the memory back
+        weights = fwd = None
+        try:                # a kernel that fails to compile, or a cancel while they load, gives everything back
+            weights = upload_weights(backend, gguf, config, stream, progress)   # frees its own on failure
             stream.synchronize()
-            fwd = GpuForward(backend, config, weights, max_tokens, max_seqs, stream)
+            fwd = GpuForward(backend, config, weights, max_tokens, max_seqs, stream)   # owns the stream from here
             fwd.warm_up(progress)
         except BaseException:
             if fwd is not None:
                 fwd.free()
-            weights.free(backend)
+            else:
+                backend.destroy_stream(stream)
+            if weights is not None:
+                weights.free(backend)
             raise
         return GpuModel(backend, config, fwd, plan, use_graphs, kv_type)
 

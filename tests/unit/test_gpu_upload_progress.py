@@ -123,3 +123,31 @@ def test_the_cpu_load_reports_progress_in_bytes_of_the_file_too():
     named = [msg.split(" ")[1] for _, msg in seen]
     assert all(abs(step - sizes[name] / total) < 1e-9 for step, name in zip(steps, named, strict=True))
     assert sum(sizes[n] for n in named) == total and seen[-1][1].endswith(" GiB)")
+
+
+@pytest.mark.parametrize("cancel_at", [None, "uploading weights", "preparing GPU kernels"])
+def test_every_stream_the_load_makes_is_destroyed_by_close_or_by_a_cancelled_load(cancel_at):
+    """The compute stream belongs to the model's forward: close() destroys it, and a load stopped during the upload
+    or the kernels (the Engine's cancel) destroys it too (it leaked one stream per load before)."""
+    backend = registry.create("cpu")
+    backend.kernel = lambda file, function: Kernel(function, None)
+    backend.launch = lambda *a, **k: None
+    made, destroyed = [], []
+    create, destroy = backend.create_stream, backend.destroy_stream
+    backend.create_stream = lambda: made.append(create()) or made[-1]
+    backend.destroy_stream = lambda s: (destroyed.append(s), destroy(s))[1]
+
+    class Cancelled(Exception):
+        pass
+
+    def progress(f, msg):
+        if cancel_at and msg.startswith(cancel_at):
+            raise Cancelled
+    if cancel_at is None:
+        GpuModel.load(DATA / "tiny-llama-q4_1.gguf", backend, max_tokens=16, max_seqs=2, kv_blocks=2,
+                      progress=progress).close()
+    else:
+        with pytest.raises(Cancelled):
+            GpuModel.load(DATA / "tiny-llama-q4_1.gguf", backend, max_tokens=16, max_seqs=2, kv_blocks=2,
+                          progress=progress)
+    assert made and sorted(map(id, made)) == sorted(map(id, destroyed))
