@@ -168,18 +168,20 @@ def _role_graphs_us(gm: GpuModel, launches: list[tuple], roles: list[str], repla
     return out
 
 
-def kernel_breakdown(gm: GpuModel, kv, T: int = 1, graph: bool = True) -> tuple[dict[str, float] | None, str]:
+def kernel_breakdown(gm: GpuModel, kv, T: int = 1, graph: bool = True,
+                     by_kernel: bool = False) -> tuple[dict[str, float] | None, str]:
     """GPU microseconds per role for one step of T tokens (logits for one row), over the step metadata already
     on the device. graph (decode steps, where a kernel takes a few microseconds and eager timing would mostly
     measure launch and event overhead): each role's launches replayed as a graph of their own
     (_role_graphs_us). Otherwise (or without graphs) the body is enqueued eagerly behind ~10 ms of
     device-to-device copies, so the GPU never waits for Python between the timed kernels (each boundary
-    still adds a few us of event overhead: fine for prefill steps of milliseconds)."""
+    still adds a few us of event overhead: fine for prefill steps of milliseconds). by_kernel (eager only): keyed
+    by kernel name, "name xN" with N its launches, instead of by role."""
     fwd, backend, rt = gm.fwd, gm.backend, gm.rt
     names: list[str] = []
     original = fwd._launch
     try:
-        if graph and rt is not None:
+        if graph and rt is not None and not by_kernel:
             launches: list[tuple] = []
 
             def record(file, name, grid, block, args, shared=0):
@@ -215,6 +217,13 @@ def kernel_breakdown(gm: GpuModel, kv, T: int = 1, graph: bool = True) -> tuple[
             backend.free(b)
             for ev in events:
                 backend.destroy_event(ev)
+        if by_kernel:
+            per: dict[str, list] = {}
+            for us, name in zip(times, names, strict=True):
+                entry = per.setdefault(name, [0.0, 0])
+                entry[0] += us
+                entry[1] += 1
+            return {f"{name} x{n}": us for name, (us, n) in per.items()}, "eager behind copies, by kernel"
         roles: dict[str, float] = {}
         for us, role in zip(times, _role_names(gm, T, names), strict=True):
             roles[role] = roles.get(role, 0.0) + us

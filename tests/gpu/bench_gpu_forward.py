@@ -26,10 +26,10 @@ MODELS = ["smollm2-135m-q4_1", "gemma-3-270m-q4_k_m", "qwen3-4b-shaped-q4_k", "q
 OWN_BUILDER = {"gpt-oss-20b-shaped-mxfp4": ROOT / "tests" / "tools" / "make_gptoss_shape_alike.py"}
 
 
-def ensure_models(out_dir: Path, skel_dir: Path) -> list[Path]:
+def ensure_models(out_dir: Path, skel_dir: Path, names: list[str] = MODELS) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name in MODELS:
+    for name in names:
         target = out_dir / f"{name}.gguf"
         if not target.exists():
             skel = skel_dir / f"{name}.npz"
