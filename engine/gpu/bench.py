@@ -71,6 +71,11 @@ def _llama_cpp_line(r: dict, prompt_tokens: int, depth: int) -> str | None:
     return "  vs llama.cpp H200: " + ", ".join(parts) if parts else None
 
 
+def bench_prompt(vocab_size: int, n: int) -> list[int]:
+    """The benchmarks' synthetic prompt of n ids (spread over the vocabulary; the same for every run and model)."""
+    return [(i * 7919 + 13) % vocab_size for i in range(n)]
+
+
 def _step(ids, start: int, n_blocks: int, bs: int) -> StepInput:
     positions = np.arange(start, start + len(ids), dtype=np.int32)
     return StepInput(token_ids=np.asarray(ids, np.int32), positions=positions, slot_mapping=positions.astype(np.int64),
@@ -260,7 +265,7 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
         result["device_mb"] = (free0 - backend.memory_info().free) / 2**20
         result["weights_mb"] = gm.fwd.w.nbytes / 2**20
         c = gm.config
-        prompt = [(i * 7919 + 13) % c.vocab_size for i in range(prompt_tokens)]
+        prompt = bench_prompt(c.vocab_size, prompt_tokens)
         prefill = _step(prompt, 0, n_blocks, bs)
         # first run compiles nothing (warm_up did) but touches everything once
         ttft = _median_prefill_s(gm, prefill, kv, pool, repeat)
@@ -357,7 +362,7 @@ def run_long_bench(model_path, backend_name: str, prompt_tokens: int, decode_tok
         result["kv_type"] = kv.kv_type
         result["kv_tokens"] = n_blocks * BLOCK_SIZE
         c = gm.config
-        prompt = [(i * 7919 + 13) % c.vocab_size for i in range(prompt_tokens)]
+        prompt = bench_prompt(c.vocab_size, prompt_tokens)
         tiled = gm.fwd.flash or gm.fwd.ts
         result["prefill_attention"] = ("tiled (halo_attention_tc)" if gm.fwd.flash else
                                        f"tiled, SIMT (halo_attention_ts from {gm.fwd.ts_min_context} keys)" if gm.fwd.ts

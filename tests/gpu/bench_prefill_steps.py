@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.backends import registry  # noqa: E402
 from engine.backends.async_output import ReadbackPool  # noqa: E402
-from engine.gpu.bench import _chunked_prefill_s, _median_prefill_s, _step, kernel_breakdown  # noqa: E402
+from engine.gpu.bench import _chunked_prefill_s, _median_prefill_s, _step, bench_prompt, kernel_breakdown  # noqa: E402
 from engine.gpu.model import GpuModel  # noqa: E402
 from engine.model.arch import BLOCK_SIZE  # noqa: E402
 
@@ -37,10 +37,6 @@ def by_kernel_line(gm: GpuModel, kv, T: int) -> str:
     return f"  {T}-token step by kernel, {sum(parts.values()):.0f} us: " + ", ".join(f"{k} {us:.0f}" for k, us in top)
 
 
-def prompt_of(gm: GpuModel, n: int) -> list[int]:
-    return [(i * 7919 + 13) % gm.config.vocab_size for i in range(n)]
-
-
 def short_prompts(path: Path, backend_name: str) -> list[str]:
     backend = registry.create(backend_name)
     try:
@@ -50,7 +46,7 @@ def short_prompts(path: Path, backend_name: str) -> list[str]:
         kv, pool = gm.new_kv_cache(blocks, BLOCK_SIZE), ReadbackPool(backend, slots=3)
         rates = []
         for T in (128, STEP):
-            s = _median_prefill_s(gm, _step(prompt_of(gm, T), 0, blocks, BLOCK_SIZE), kv, pool, 9)
+            s = _median_prefill_s(gm, _step(bench_prompt(gm.config.vocab_size, T), 0, blocks, BLOCK_SIZE), kv, pool, 9)
             rates.append(f"pp{T} {T / s:.0f} tok/s ({s * 1e3:.2f} ms)")
         lines = [f"{path.name}: load {time.perf_counter() - t0:.1f} s, " + ", ".join(rates),
                  by_kernel_line(gm, kv, STEP)]            # the last step run was the 512-token one
@@ -71,7 +67,7 @@ def long_prompts(path: Path, backend_name: str) -> list[str]:
             gm = GpuModel.load(path, backend, max_tokens=STEP, max_seqs=4, kv_blocks=blocks, kv_type=kv_type)
             kv, pool = gm.new_kv_cache(blocks, BLOCK_SIZE), ReadbackPool(backend, slots=3)
             for n in lengths:
-                prompt = prompt_of(gm, n)
+                prompt = bench_prompt(gm.config.vocab_size, n)
                 gm.step(_step(prompt[:STEP], 0, blocks, BLOCK_SIZE), kv, pool, feed_next=True).get_output()
                 wall = min(_chunked_prefill_s(gm, prompt, kv, pool, blocks) for _ in range(2 if n <= 4096 else 1))
                 lines += [f"{path.name}, {kv_type} cache, {n}-token prompt: {n / wall:.0f} tok/s "

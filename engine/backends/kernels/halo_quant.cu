@@ -2333,9 +2333,6 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
     }
 }
 
-// tk_run for tch: weight codes, scales, activations and sums double-buffered, one barrier per stage. Thread t decodes
-// group t % 4 of tile rows t / 4 + NB / 2 i, i < 128 / NB (rp[i]; of th_mma's m = 1 rows where up[i], else of m = 0's:
-// warp-uniform). Each row's type follows from ONE0 / ONE1 at compile time (a constant where they agree)
 // th_run's buffers, declared once per entry (a __shared__ array inside th_run would exist once per instance)
 template <int NB>
 struct ThShared {
@@ -2345,6 +2342,9 @@ struct ThShared {
     __align__(16) float Ss[2][NB];
 };
 
+// tk_run for tch: weight codes, scales, activations and sums double-buffered, one barrier per stage. Thread t decodes
+// group t % 4 of tile rows t / 4 + NB / 2 i, i < 128 / NB (rp[i]; of th_mma's m = 1 rows where up[i], else of m = 0's:
+// warp-uniform). Each row's type follows from ONE0 / ONE1 at compile time (a constant where they agree)
 template <int NB, bool ONE0, bool ONE1>
 __device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* const* rp, const bool* up,
                                        const unsigned short* Xh, const unsigned short* Xl, const float* S, int K,
