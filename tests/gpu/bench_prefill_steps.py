@@ -1,12 +1,13 @@
 """Prefill steps on the shape-alike 4B models as the engine runs them: the quick before/after of a kernel change.
 
-    python tests/gpu/bench_prefill_steps.py [BACKEND] [--long] [--models=a,b]
+    python tests/gpu/bench_prefill_steps.py [BACKEND] [--long] [--models=a,b] [--kv=f32|f16]
 Per model (default the Qwen3-4B and Qwen3.5-4B shapes, from HALO_SHAPE_ALIKE_DIR, built when missing as
 bench_gpu_forward.py builds them): prefill tok/s of one 128- and one 512-token step (median of 9, each up to its
-sampled id on the host), then where one 512-token step goes by kernel name (eager behind copies). --long: the first
-model's 4,096- and 16,384-token prompts on the f16 cache and 512 / 4,096 on the float32 one, in 512-token steps, each
-with its last step by kernel. To compare two versions of a kernel file in one device call, run this from two copies
-of the tree, alternating (docs/results/h200-run-17.md did so with the same measurements).
+sampled id on the host) on the KV cache of --kv (default the engine's), then where one 512-token step goes by kernel
+name (eager behind copies). --long: the first model's 4,096- and 16,384-token prompts on the f16 cache and 512 / 4,096
+on the float32 one, in 512-token steps, each with its last step by kernel. To compare two versions of a kernel file in
+one device call, run this from two copies of the tree, alternating (docs/results/h200-run-17.md did so with the same
+measurements).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from engine.backends import registry  # noqa: E402
 from engine.backends.async_output import ReadbackPool  # noqa: E402
 from engine.gpu.bench import _chunked_prefill_s, _median_prefill_s, _step, bench_prompt, kernel_breakdown  # noqa: E402
 from engine.gpu.model import GpuModel  # noqa: E402
-from engine.model.arch import BLOCK_SIZE  # noqa: E402
+from engine.model.arch import BLOCK_SIZE, DEFAULT_KV_CACHE_TYPE  # noqa: E402
 
 MODELS = ["qwen3-4b-shaped-q4_k", "qwen35-4b-shaped-q4_k_m"]
 LONG = (("f16", (4096, 16384)), ("f32", (512, 4096)))
@@ -37,18 +38,18 @@ def by_kernel_line(gm: GpuModel, kv, T: int) -> str:
     return f"  {T}-token step by kernel, {sum(parts.values()):.0f} us: " + ", ".join(f"{k} {us:.0f}" for k, us in top)
 
 
-def short_prompts(path: Path, backend_name: str) -> list[str]:
+def short_prompts(path: Path, backend_name: str, kv_type: str) -> list[str]:
     backend = registry.create(backend_name)
     try:
         t0 = time.perf_counter()
         blocks = -(-(STEP + 64) // BLOCK_SIZE)
-        gm = GpuModel.load(path, backend, max_tokens=STEP, max_seqs=4, kv_blocks=blocks)
+        gm = GpuModel.load(path, backend, max_tokens=STEP, max_seqs=4, kv_blocks=blocks, kv_type=kv_type)
         kv, pool = gm.new_kv_cache(blocks, BLOCK_SIZE), ReadbackPool(backend, slots=3)
         rates = []
         for T in (128, STEP):
             s = _median_prefill_s(gm, _step(bench_prompt(gm.config.vocab_size, T), 0, blocks, BLOCK_SIZE), kv, pool, 9)
             rates.append(f"pp{T} {T / s:.0f} tok/s ({s * 1e3:.2f} ms)")
-        lines = [f"{path.name}: load {time.perf_counter() - t0:.1f} s, " + ", ".join(rates),
+        lines = [f"{path.name}, {kv_type} cache: load {time.perf_counter() - t0:.1f} s, " + ", ".join(rates),
                  by_kernel_line(gm, kv, STEP)]            # the last step run was the 512-token one
         pool.close()
         kv.free()
@@ -84,11 +85,12 @@ def main() -> int:
     from tests.gpu.bench_gpu_forward import ensure_models
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     backend_name = args[0] if args else "cuda-python"
+    kv_type = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--kv=")), DEFAULT_KV_CACHE_TYPE)
     names = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--models=")), MODELS)
     out_dir = Path(os.environ.get("HALO_SHAPE_ALIKE_DIR", "/tmp/shape-alike"))
     chosen = ensure_models(out_dir, Path(os.environ.get("HALO_SKELETON_DIR", ROOT / ".device-carry")), names)
     for path in chosen:
-        print("\n".join(short_prompts(path, backend_name)), flush=True)
+        print("\n".join(short_prompts(path, backend_name, kv_type)), flush=True)
     if "--long" in sys.argv and chosen:
         print("\n".join(long_prompts(chosen[0], backend_name)), flush=True)
     return 0
