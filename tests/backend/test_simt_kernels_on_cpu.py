@@ -192,7 +192,7 @@ def split_f16(lib, X, K):
 
 
 @pytest.mark.parametrize("ggml_type", [GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
-@pytest.mark.parametrize("splits", [1, 2])
+@pytest.mark.parametrize("splits", [1, 2, 4])
 @pytest.mark.parametrize("build", ["tch", "tch128"])
 def test_tensor_core_matmul_tile_matches_float64(tc_quant_lib, ggml_type, splits, build):
     tokens = TCH_BUILDS[build]

@@ -403,7 +403,7 @@ def test_batched_decode_glu_tn_matches_float64(fwd, T, K, types, monkeypatch):
 @pytest.mark.parametrize("ggml_type", [GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
 def test_tch_scales_every_token_on_its_own(fwd, ggml_type, wide, monkeypatch):
     """tch's pre-pass scales each token by its own power of two (f16's range is narrow): tokens from 1e-30 to 1e30,
-    one with a single large outlier, one all zeros, through split K, still at float32 level per output."""
+    two with a single large outlier, one all zeros, through split K, still at float32 level per output."""
     if not fwd.use_tc:
         pytest.skip("tch needs CUDA tensor cores")
     monkeypatch.setattr(fwd_mod, "TC_TILE", "tch")
@@ -416,6 +416,7 @@ def test_tch_scales_every_token_on_its_own(fwd, ggml_type, wide, monkeypatch):
     X = rng.standard_normal((T, K)).astype(np.float32) * (10.0 ** rng.uniform(-30, 30, size=(T, 1))).astype(np.float32)
     X[5] = 0.0
     X[6, 100] = 1e6 * np.abs(X[6]).max()
+    X[7, 256] = 1e6 * np.abs(X[7]).max()              # first in its super-block: every later MMA there adds to it
     want = X.astype(np.float64) @ W.T
     bound = np.abs(X).astype(np.float64) @ np.abs(W).T
     w_dev, x_dev, y_dev = upload(fwd, raw), upload(fwd, X), fwd.backend.alloc((T, rows), np.float32)

@@ -2250,16 +2250,29 @@ __device__ __forceinline__ void th_store(int type, int k0, int gi, const u32* ra
     if (gi == (type == T_Q4_K ? 0 : 2)) sc4[1] = sc;
 }
 
-// acc[m][j][e] += one 32-k stage of rows (m ? mr1 : mr0) + 0..15 x tokens n0 + 8 j + 0..7: codes Ws ([64][32]),
-// row scales Sc (float4 per row), activations Xs ([head | tail][NB][32]), their sums Ss (tiles th_sw-swizzled;
-// an ldmatrix matrix's 8 rows start at multiples of 8, so lane's row bits 1-2 are those of lane & 7). ONE0 / ONE1
-// (the rows of m = 0 / 1 are Q4_K): one fresh fragment per stage (4 MMAs), else (Q6_K) one per 16-k half (2 MMAs),
-// each scaled into acc. Compile-time, so the stage is one basic block: with the choice made at run time each (m, j)
+// acc += scale x f, f = 0: an MMA fragment's sum (C layout: elements 0-1 of row g, 2-3 of row g + 8, scales s0 / s1)
+// promoted into the float32 accumulator
+__device__ __forceinline__ void th_promote(float* acc, float s0, float s1, float* f) {
+    acc[0] = fmaf(s0, f[0], acc[0]);
+    acc[1] = fmaf(s0, f[1], acc[1]);
+    acc[2] = fmaf(s1, f[2], acc[2]);
+    acc[3] = fmaf(s1, f[3], acc[3]);
+    f[0] = f[1] = f[2] = f[3] = 0.0f;
+}
+
+// One 32-k stage of rows (m ? mr1 : mr0) + 0..15 x tokens n0 + 8 j + 0..7: codes Ws ([64][32]), row scales Sc
+// (float4 per row), activations Xs ([head | tail][NB][32]), their sums Ss (tiles th_sw-swizzled; an ldmatrix
+// matrix's 8 rows start at multiples of 8, so lane's row bits 1-2 are those of lane & 7). ONE0 / ONE1 (the rows of
+// m = 0 / 1 are Q4_K): the stage's 4 MMAs go on accumulating into sup[m][j], unscaled (every code of a super-block
+// has the same scale d, its sub-block scale folded in: th_store), and th_flush adds d sup to acc once per TH_SUM_K
+// of k rather than once per stage (2 FFMAs per output per stage were the stage's largest instruction class);
+// Q6_K rows: a fresh fragment per 16-k half (2 MMAs), each scaled into acc. Compile-time, so the stage is one basic block: with the choice made at run time each (m, j)
 // sat behind its own branch and its chain of dependent MMAs ran alone (run 17's SASS; ncu: issue slots ~53% busy,
 // most stalls on the MMAs' fixed latency). Per j the two m's chains are interleaved, each in its own order as before.
 template <int NB, bool ONE0, bool ONE1>
 __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc, const unsigned short* Xs,
-                                       const float* Ss, int mr0, int mr1, int n0, float (*acc)[4][4]) {
+                                       const float* Ss, int mr0, int mr1, int n0, float (*acc)[4][4],
+                                       float (*sup)[4][4]) {
     constexpr bool ONE[2] = {ONE0, ONE1};
     int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, l7 = lane & 7;
     // ldmatrix rows: A matrix i = lane / 8 is (rows + 8 (i & 1), k + 8 (i >> 1)); B matrix i is (head | tail by
@@ -2271,14 +2284,17 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
     int ca[2] = {8 * ((lane >> 4) ^ sw), 8 * ((2 + (lane >> 4)) ^ sw)};              // [half]: k chunk of A
     const unsigned short* pb = Xs + 32 * ((lane >> 4) * NB + n0 + l7);
     int cb[2] = {8 * (((lane >> 3) & 1) ^ sw), 8 * ((2 + ((lane >> 3) & 1)) ^ sw)};  // ... of B
-    // the rows' scales first, in registers (ldmatrix's memory clobber would have them reloaded after each load):
-    // sc[m][half][row g | row g + 8]; Q4_K's halves share theirs
+    // Q6_K rows' scales first, in registers (ldmatrix's memory clobber would have them reloaded after each load):
+    // sc[m][half][row g | row g + 8]
     float sc[2][2][2];
     #pragma unroll
     for (int m = 0; m < 2; m++) {
         int r = (m ? mr1 : mr0) + g;
-        sc[m][1][0] = Sc[4 * r + 1]; sc[m][1][1] = Sc[4 * (r + 8) + 1];
-        sc[m][0][0] = ONE[m] ? 0.0f : Sc[4 * r]; sc[m][0][1] = ONE[m] ? 0.0f : Sc[4 * (r + 8)];
+        #pragma unroll
+        for (int half = 0; half < 2; half++) {
+            sc[m][half][0] = ONE[m] ? 0.0f : Sc[4 * r + half];
+            sc[m][half][1] = ONE[m] ? 0.0f : Sc[4 * (r + 8) + half];
+        }
     }
     u32 a[2][2][4];                                  // [half][m]
     #pragma unroll
@@ -2296,23 +2312,16 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
             #pragma unroll
             for (int m = 0; m < 2; m++) {                                               // tails first
                 const u32* am = a[half][m];
-                mma_f16(part[m], am[0], am[1], am[2], am[3], b[half][2], b[half][3]);
+                mma_f16(ONE[m] ? sup[m][j] : part[m], am[0], am[1], am[2], am[3], b[half][2], b[half][3]);
             }
             #pragma unroll
             for (int m = 0; m < 2; m++) {
                 const u32* am = a[half][m];
-                mma_f16(part[m], am[0], am[1], am[2], am[3], b[half][0], b[half][1]);
+                mma_f16(ONE[m] ? sup[m][j] : part[m], am[0], am[1], am[2], am[3], b[half][0], b[half][1]);
             }
             #pragma unroll
             for (int m = 0; m < 2; m++) {
-                if (half == 1 || !ONE[m]) {
-                    float s0 = sc[m][half][0], s1 = sc[m][half][1];
-                    acc[m][j][0] = fmaf(s0, part[m][0], acc[m][j][0]);
-                    acc[m][j][1] = fmaf(s0, part[m][1], acc[m][j][1]);
-                    acc[m][j][2] = fmaf(s1, part[m][2], acc[m][j][2]);
-                    acc[m][j][3] = fmaf(s1, part[m][3], acc[m][j][3]);
-                    part[m][0] = part[m][1] = part[m][2] = part[m][3] = 0.0f;
-                }
+                if (!ONE[m]) th_promote(acc[m][j], sc[m][half][0], sc[m][half][1], part[m]);
             }
         }
     }
@@ -2332,6 +2341,30 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
         }
     }
 }
+
+// acc += d x sup for the Q4_K rows of th_mma (d: the super-block's scale, Sc's second word), sup = 0: every TH_SUM_K
+// of k and at the end of the block's k range
+template <bool ONE0, bool ONE1>
+__device__ __forceinline__ void th_flush(const float* Sc, int mr0, int mr1, float (*acc)[4][4], float (*sup)[4][4]) {
+    constexpr bool ONE[2] = {ONE0, ONE1};
+    int g = (threadIdx.x & 31) >> 2;
+    #pragma unroll
+    for (int m = 0; m < 2; m++) {
+        if (!ONE[m]) continue;
+        int r = (m ? mr1 : mr0) + g;
+        float d0 = Sc[4 * r + 1], d1 = Sc[4 * (r + 8) + 1];
+        #pragma unroll
+        for (int j = 0; j < 4; j++) th_promote(acc[m][j], d0, d1, sup[m][j]);
+    }
+}
+
+// The k that th_mma's Q4_K chains span before th_flush scales them into acc: a power of two from 32 (a fresh chain
+// per stage) to 256 (a super-block). A chain's MMAs add to a running sum in the tensor core's float32, which drops
+// (truncates) an addend's bits below the sum's, so a longer chain saves FFMAs and loses more. Run 18, H100,
+// 32 / 64 / 128 / 256: Qwen3-4B shapes pp512 9,215 / 9,624 / 9,762 / 9,652 tok/s; test_tch_scales_every_token_on_
+// its_own's worst token (an outlier first in its super-block) 0.68 / 1.72 / 2.95 / 4.49 x 1e-6 of |x| |w|, where
+// the tile tests hold every product to 2e-6.
+#define TH_SUM_K 64
 
 // th_run's buffers, declared once per entry (a __shared__ array inside th_run would exist once per instance)
 template <int NB>
@@ -2355,12 +2388,13 @@ __device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* co
     unsigned short (*Xs)[2 * NB * 32] = sm.Xs;
     float (*Sc)[TP_BM * 4] = sm.Sc;
     float (*Ss)[NB] = sm.Ss;
+    float sup[2][4][4];                                // Q4_K rows' unscaled sums of the current super-block
     #pragma unroll
     for (int m = 0; m < 2; m++)
         #pragma unroll
         for (int j = 0; j < 4; j++)
             #pragma unroll
-            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+            for (int e = 0; e < 4; e++) acc[m][j][e] = sup[m][j][e] = 0.0f;
     int t = threadIdx.x, gi = t & 3;
     int r[RT], wo[RT], ty[RT];
     #pragma unroll
@@ -2387,7 +2421,8 @@ __device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* co
             for (int i = 0; i < RT; i++) tp_fetch(ty[i], rp[i], k1, gi, raw[i]);
         }
         cp_async_commit();
-        th_mma<NB, ONE0, ONE1>(Ws[cur], Sc[cur], Xs[cur], Ss[cur], mr0, mr1, n0, acc);
+        th_mma<NB, ONE0, ONE1>(Ws[cur], Sc[cur], Xs[cur], Ss[cur], mr0, mr1, n0, acc, sup);
+        if ((k1 & (TH_SUM_K - 1)) == 0 || !more) th_flush<ONE0, ONE1>(Sc[cur], mr0, mr1, acc, sup);  // k1: next stage's
         if (more) {                                    // the other buffers: last read before the previous barrier
             #pragma unroll
             for (int i = 0; i < RT; i++) th_store(ty[i], k1, gi, raw[i], Ws[cur ^ 1] + wo[i], Sc[cur ^ 1] + 4 * r[i]);
