@@ -2266,9 +2266,10 @@ __device__ __forceinline__ void th_promote(float* acc, float s0, float s1, float
 // m = 0 / 1 are Q4_K): the stage's 4 MMAs go on accumulating into sup[m][j], unscaled (every code of a super-block
 // has the same scale d, its sub-block scale folded in: th_store), and th_flush adds d sup to acc once per TH_SUM_K
 // of k rather than once per stage (2 FFMAs per output per stage were the stage's largest instruction class);
-// Q6_K rows: a fresh fragment per 16-k half (2 MMAs), each scaled into acc. Compile-time, so the stage is one basic block: with the choice made at run time each (m, j)
-// sat behind its own branch and its chain of dependent MMAs ran alone (run 17's SASS; ncu: issue slots ~53% busy,
-// most stalls on the MMAs' fixed latency). Per j the two m's chains are interleaved, each in its own order as before.
+// Q6_K rows: a fresh fragment per 16-k half (2 MMAs), each scaled into acc. Compile-time, so the stage is one basic
+// block: with the choice made at run time each (m, j) sat behind its own branch and its chain of dependent MMAs ran
+// alone (run 17's SASS; ncu: issue slots ~53% busy, most stalls on the MMAs' fixed latency). Per j the two m's
+// chains are interleaved, each in its own order.
 template <int NB, bool ONE0, bool ONE1>
 __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc, const unsigned short* Xs,
                                        const float* Ss, int mr0, int mr1, int n0, float (*acc)[4][4],
@@ -2388,7 +2389,7 @@ __device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* co
     unsigned short (*Xs)[2 * NB * 32] = sm.Xs;
     float (*Sc)[TP_BM * 4] = sm.Sc;
     float (*Ss)[NB] = sm.Ss;
-    float sup[2][4][4];                                // Q4_K rows' unscaled sums of the current super-block
+    float sup[2][4][4];                                // Q4_K rows' unscaled chains (th_mma, TH_SUM_K)
     #pragma unroll
     for (int m = 0; m < 2; m++)
         #pragma unroll
