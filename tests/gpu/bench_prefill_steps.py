@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,13 +22,20 @@ sys.path.insert(0, str(ROOT))
 
 from engine.backends import registry  # noqa: E402
 from engine.backends.async_output import ReadbackPool  # noqa: E402
-from engine.gpu.bench import _chunked_prefill_s, _median_prefill_s, _step, bench_prompt, kernel_breakdown  # noqa: E402
+from engine.gpu.bench import (  # noqa: E402
+    PREFILL_CHUNK,
+    _chunked_prefill_s,
+    _median_prefill_s,
+    _step,
+    bench_prompt,
+    kernel_breakdown,
+)
 from engine.gpu.model import GpuModel  # noqa: E402
 from engine.model.arch import BLOCK_SIZE, DEFAULT_KV_CACHE_TYPE  # noqa: E402
 
 MODELS = ["qwen3-4b-shaped-q4_k", "qwen35-4b-shaped-q4_k_m"]
 LONG = (("f16", (4096, 16384)), ("f32", (512, 4096)))
-STEP = 512                                   # the engine's prefill chunk
+STEP = PREFILL_CHUNK                         # the long-prompt benchmarks' step (_chunked_prefill_s walks in it)
 
 
 def by_kernel_line(gm: GpuModel, kv, T: int) -> str:
@@ -38,46 +46,46 @@ def by_kernel_line(gm: GpuModel, kv, T: int) -> str:
     return f"  {T}-token step by kernel, {sum(parts.values()):.0f} us: " + ", ".join(f"{k} {us:.0f}" for k, us in top)
 
 
-def short_prompts(path: Path, backend_name: str, kv_type: str) -> list[str]:
+@contextmanager
+def loaded(path: Path, backend_name: str, blocks: int, kv_type: str):
+    """(model, KV cache of `blocks` blocks of kv_type, readback pool) on a fresh backend, all closed on the way out."""
     backend = registry.create(backend_name)
     try:
-        t0 = time.perf_counter()
-        blocks = -(-(STEP + 64) // BLOCK_SIZE)
         gm = GpuModel.load(path, backend, max_tokens=STEP, max_seqs=4, kv_blocks=blocks, kv_type=kv_type)
         kv, pool = gm.new_kv_cache(blocks, BLOCK_SIZE), ReadbackPool(backend, slots=3)
+        try:
+            yield gm, kv, pool
+        finally:
+            pool.close()
+            kv.free()
+            gm.close()
+    finally:
+        backend.close()
+
+
+def short_prompts(path: Path, backend_name: str, kv_type: str) -> list[str]:
+    t0 = time.perf_counter()
+    blocks = -(-(STEP + 64) // BLOCK_SIZE)
+    with loaded(path, backend_name, blocks, kv_type) as (gm, kv, pool):
         rates = []
         for T in (128, STEP):
             s = _median_prefill_s(gm, _step(bench_prompt(gm.config.vocab_size, T), 0, blocks, BLOCK_SIZE), kv, pool, 9)
             rates.append(f"pp{T} {T / s:.0f} tok/s ({s * 1e3:.2f} ms)")
-        lines = [f"{path.name}, {kv_type} cache: load {time.perf_counter() - t0:.1f} s, " + ", ".join(rates),
-                 by_kernel_line(gm, kv, STEP)]            # the last step run was the 512-token one
-        pool.close()
-        kv.free()
-        gm.close()
-        return lines
-    finally:
-        backend.close()
+        return [f"{path.name}, {kv_type} cache: load {time.perf_counter() - t0:.1f} s, " + ", ".join(rates),
+                by_kernel_line(gm, kv, STEP)]             # the last step run was the STEP-token one
 
 
 def long_prompts(path: Path, backend_name: str) -> list[str]:
     lines = []
     for kv_type, lengths in LONG:
-        backend = registry.create(backend_name)
-        try:
-            blocks = -(-(max(lengths) + 64) // BLOCK_SIZE)
-            gm = GpuModel.load(path, backend, max_tokens=STEP, max_seqs=4, kv_blocks=blocks, kv_type=kv_type)
-            kv, pool = gm.new_kv_cache(blocks, BLOCK_SIZE), ReadbackPool(backend, slots=3)
+        blocks = -(-(max(lengths) + 64) // BLOCK_SIZE)
+        with loaded(path, backend_name, blocks, kv_type) as (gm, kv, pool):
             for n in lengths:
                 prompt = bench_prompt(gm.config.vocab_size, n)
                 gm.step(_step(prompt[:STEP], 0, blocks, BLOCK_SIZE), kv, pool, feed_next=True).get_output()
                 wall = min(_chunked_prefill_s(gm, prompt, kv, pool, blocks) for _ in range(2 if n <= 4096 else 1))
                 lines += [f"{path.name}, {kv_type} cache, {n}-token prompt: {n / wall:.0f} tok/s "
                           f"(TTFT {wall * 1e3:.0f} ms)", by_kernel_line(gm, kv, STEP)]
-            pool.close()
-            kv.free()
-            gm.close()
-        finally:
-            backend.close()
     return lines
 
 
