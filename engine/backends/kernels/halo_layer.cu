@@ -1041,8 +1041,8 @@ __device__ __forceinline__ void attention_tc_f16(FaSmem16& sm, const float* qkv,
 #endif
 }
 
-#define FA_ARGS qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, Hkv, D, scale, window, T, \
-                sinks, out
+#define FA_ARGS qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, Hkv, D, scale, window, \
+                T, sinks, out
 #define ATTENTION_TC_ENTRY(NAME, KV, BODY)                                                                           \
 HALO_KERNEL __launch_bounds__(128) void NAME(const float* qkv, i32 ld, const KV* kcache, const KV* vcache,          \
         const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv,   \
