@@ -32,7 +32,7 @@ from engine.gpu.forward import (
     ts_class,
     ts_kernel,
 )
-from tests.gpu.test_gpu_attention import BS, random_caches, reference, sink_logits
+from tests.gpu.test_gpu_attention import BS, MAGNITUDES, magnify, random_caches, reference, sink_logits
 from tests.gpu.test_gpu_prefill_tiles import BOUND, glu_inputs, random_matrix, silu_glu_reference
 from tests.tools import cpu_simt
 
@@ -107,6 +107,22 @@ def test_prefill_attention_tiles_match_float64(lib, H, Hkv, D, window, sinks, f1
     got = run(lib, name, (-(-T // tokens_per_block), Hkv), 128, T, H, Hkv, D, qkv, kc, vc, positions, token_seq, tables,
               window, sink, tiled=True)
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("H,Hkv,D", [(8, 2, 128), (4, 1, 96)])
+@pytest.mark.parametrize("magnitude", [m for m in MAGNITUDES if m != "unit"])
+@pytest.mark.parametrize("tile", ["ts", "tc"])
+def test_prefill_attention_tiles_keep_wide_float32_ranges(lib, H, Hkv, D, magnitude, tile):
+    """Float32 keys and values far outside f16's range (2^40 and 2^-40 with the queries scaled back; values 2^-30 and
+    2^30): the tc tile's per-tile power-of-two scaling before its f16 head / tail split, and the ts tile as is."""
+    rng = np.random.default_rng(D + len(magnitude))
+    T, qkv, kc, vc, k32, v32, positions, token_seq, tables = mixed_step(rng, H, Hkv, D, False, 21, 45, 90)
+    qkv, kc, vc, vf = magnify(qkv, k32, v32, H, D, magnitude)
+    want = reference(qkv[:, :H * D].reshape(T, H, D), kc, vc, positions, token_seq, tables, 1.0 / np.sqrt(D), 0)
+    rows, name = (TS_ROWS[ts_class(D)], ts_kernel(D, False)) if tile == "ts" else (FA_ROWS, "halo_attention_tc")
+    got = run(lib, name, (-(-T // (rows // (H // Hkv))), Hkv), 128, T, H, Hkv, D, qkv, kc, vc, positions, token_seq,
+              tables, 0, None, tiled=True)
+    np.testing.assert_allclose(got, want, atol=2e-5 * vf, rtol=1e-4)
 
 
 MATMUL = ["const unsigned char*", "int", "int", "int"] * 3 + ["const float*", "const float*", "const int*", "int", "int",

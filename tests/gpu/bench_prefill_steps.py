@@ -4,8 +4,8 @@
 Per model (default the Qwen3-4B and Qwen3.5-4B shapes, from HALO_SHAPE_ALIKE_DIR, built when missing as
 bench_gpu_forward.py builds them): prefill tok/s of one 128- and one 512-token step (median of 9, each up to its
 sampled id on the host) on the KV cache of --kv (default the engine's), then where one 512-token step goes by kernel
-name (eager behind copies). --long: the first model's 4,096- and 16,384-token prompts on the f16 cache and 512 / 4,096
-on the float32 one, in 512-token steps, each with its last step by kernel. To compare two versions of a kernel file in
+name (eager behind copies). --long: the first model's 4,096- and 16,384-token prompts on the f16 and float32 caches
+(only --kv's when given), in 512-token steps, each with its last step by kernel. To compare two versions of a kernel file in
 one device call, run this from two copies of the tree, alternating (docs/results/h200-run-17.md did so with the same
 measurements).
 """
@@ -34,7 +34,7 @@ from engine.gpu.model import GpuModel  # noqa: E402
 from engine.model.arch import BLOCK_SIZE, DEFAULT_KV_CACHE_TYPE  # noqa: E402
 
 MODELS = ["qwen3-4b-shaped-q4_k", "qwen35-4b-shaped-q4_k_m"]
-LONG = (("f16", (4096, 16384)), ("f32", (512, 4096)))
+LONG = (("f16", (4096, 16384)), ("f32", (4096, 16384)))
 STEP = PREFILL_CHUNK                         # the long-prompt benchmarks' step (_chunked_prefill_s walks in it)
 
 
@@ -75,9 +75,11 @@ def short_prompts(path: Path, backend_name: str, kv_type: str) -> list[str]:
                 by_kernel_line(gm, kv, STEP)]             # the last step run was the STEP-token one
 
 
-def long_prompts(path: Path, backend_name: str) -> list[str]:
+def long_prompts(path: Path, backend_name: str, kv_types: tuple[str, ...]) -> list[str]:
     lines = []
     for kv_type, lengths in LONG:
+        if kv_type not in kv_types:
+            continue
         blocks = -(-(max(lengths) + 64) // BLOCK_SIZE)
         with loaded(path, backend_name, blocks, kv_type) as (gm, kv, pool):
             for n in lengths:
@@ -93,14 +95,16 @@ def main() -> int:
     from tests.gpu.bench_gpu_forward import ensure_models
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     backend_name = args[0] if args else "cuda-python"
-    kv_type = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--kv=")), DEFAULT_KV_CACHE_TYPE)
+    kv_arg = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--kv=")), None)
+    kv_type = kv_arg or DEFAULT_KV_CACHE_TYPE
     names = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--models=")), MODELS)
     out_dir = Path(os.environ.get("HALO_SHAPE_ALIKE_DIR", "/tmp/shape-alike"))
     chosen = ensure_models(out_dir, Path(os.environ.get("HALO_SKELETON_DIR", ROOT / ".device-carry")), names)
     for path in chosen:
         print("\n".join(short_prompts(path, backend_name, kv_type)), flush=True)
     if "--long" in sys.argv and chosen:
-        print("\n".join(long_prompts(chosen[0], backend_name)), flush=True)
+        print("\n".join(long_prompts(chosen[0], backend_name, (kv_arg,) if kv_arg else tuple(t for t, _ in LONG))),
+              flush=True)
     return 0
 
 

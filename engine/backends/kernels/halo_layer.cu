@@ -631,10 +631,9 @@ SKV_MMA_ENTRY(halo_attention_split_mma_d128_f16, 128, true)
 // blockIdx.y (row r: token tok0 + r / G, head hk G + r % G), so each K/V tile is read once for the whole GQA
 // group and 64 rows. Per tile of FA_KEYS keys (read through the sequence's block table into shared memory):
 // S = Q K^T and O += P V on tensor cores, online softmax in float32 with S and every tile's P V promoted into
-// float32 registers (the MMA's own accumulation is not IEEE; see tc_mma in halo_quant.cu). Two builds: the
-// float32 cache's on mma.sync m16n8k8 in 3xTF32 (float32-level products, prelude.h), P going through a per-warp
-// shared buffer from the C to the A fragment layout; the f16 cache's on m16n8k16 (after it). Warp w owns rows
-// 16 w .. 16 w + 15; Q stays in registers (pre-scaled).
+// float32 registers (the MMA's own accumulation is not IEEE; see tc_mma in halo_quant.cu). One template for both
+// caches on mma.m16n8k16 with f16 operands (attention_mma, below). Warp w owns rows 16 w .. 16 w + 15; Q stays in
+// registers (pre-scaled).
 // Keys allowed for a row: those of its own sequence with lo <= j <= pos (causal; lo = pos - window + 1 when
 // window > 0). A block whose tokens belong to several sequences (a mixed batch step) walks each sequence's keys
 // in turn, masking the other sequences' rows. Same contract and output as halo_attention, sinks included.
@@ -643,9 +642,7 @@ SKV_MMA_ENTRY(halo_attention_split_mma_d128_f16, 128, true)
 #define FA_ROWS 64
 #define FA_KEYS 32
 #define FA_MAX_D 128
-#define FA_KLD (FA_MAX_D + 4)      // row strides in words: the B-fragment loads K[g][q] / V[q][g] and the A
-#define FA_VLD (FA_MAX_D + 8)      // fragment loads P[g][q] of a warp each hit 32 distinct banks
-#define FA_PLD (FA_KEYS + 4)
+#define FA_KLD (FA_MAX_D + 4)      // words per staged float32 row (attention_mma's float32 cache)
 // Whether a row of sequence rseq at position rpos, first allowed key rlo, may see key j of sequence s (every tiled
 // build's mask: causal, windowed, and its own sequence only; a row past the step's tokens has rseq -1)
 __device__ __forceinline__ bool fa_key_allowed(int rseq, int rlo, int rpos, int s, int j) {
@@ -752,185 +749,166 @@ __device__ __forceinline__ void fa_write_rows(const FaRows& R, float (&of)[FA_MA
         }
     }
 }
-#endif
 
-// The float32 cache's build, halo_attention_tc.
-__device__ __forceinline__ void attention_tc(const float* qkv, i32 ld, const float* kcache,
-        const float* vcache, const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width,
-        i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window, i32 T, const float* sinks, float* out) {
-#if HALO_TC
-    __shared__ __align__(16) float Ks[FA_KEYS * FA_KLD];
-    __shared__ __align__(16) float Vs[FA_KEYS * FA_VLD];
-    __shared__ __align__(16) float Ps[4][16 * FA_PLD];
-    __shared__ i32 s_pos[FA_ROWS], s_lo[FA_ROWS], s_seq[FA_ROWS];
-    int G = H / Hkv, BT = FA_ROWS / G, hk = blockIdx.y, tok0 = blockIdx.x * BT;
-    int ntok = min(BT, T - tok0);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    FaRows R = fa_rows(qkv, ld, positions, token_seq, window, G, hk, D, tok0, ntok, s_pos, s_lo, s_seq);
-    const int* rpos = R.rpos; const int* rlo = R.rlo; const int* rseq = R.rseq;
-    const float* const* qrow = R.qrow;
-    float qf[FA_MAX_D / 8][4], of[FA_MAX_D / 8][4];      // [k slice | d tile][A | C fragment]
-    #pragma unroll
-    for (int ks = 0; ks < FA_MAX_D / 8; ks++) {
-        int d = 8 * ks + q;
-        bool in = 8 * ks < D;
-        qf[ks][0] = in && qrow[0] ? qrow[0][d] * scale : 0.0f;
-        qf[ks][1] = in && qrow[1] ? qrow[1][d] * scale : 0.0f;
-        qf[ks][2] = in && qrow[0] ? qrow[0][d + 4] * scale : 0.0f;
-        qf[ks][3] = in && qrow[1] ? qrow[1][d + 4] * scale : 0.0f;
-        #pragma unroll
-        for (int e = 0; e < 4; e++) of[ks][e] = 0.0f;
-    }
-    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};     // l: this lane's part of the row sum
-    float* P = Ps[warp];
-    int D4 = D >> 2;
-    for (int i = 0; i < ntok; i++) {                          // each sequence of the block once
-        int jlo, jhi;
-        if (!fa_sequence_keys(i, ntok, s_seq, s_lo, s_pos, &jlo, &jhi)) continue;
-        int s = s_seq[i];
-        const i32* table = block_tables + (size_t)s * bt_width;
-        for (int j0 = jlo; j0 <= jhi; j0 += FA_KEYS) {
-            __syncthreads();                                  // the last tile's readers are done
-            for (int idx = threadIdx.x; idx < FA_KEYS * D4; idx += blockDim.x) {
-                int kr = idx / D4, c = idx - kr * D4, j = j0 + kr;
-                float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
-                if (j <= jhi) {
-                    size_t off = kv_row(table, j, bs, Hkv, hk, D) + 4 * c;
-                    float k4[4], v4[4];
-                    kv_load4(kcache + off, k4);
-                    kv_load4(vcache + off, v4);
-                    kv = make_float4(k4[0], k4[1], k4[2], k4[3]);
-                    vv = make_float4(v4[0], v4[1], v4[2], v4[3]);
-                }
-                *(float4*)(Ks + kr * FA_KLD + 4 * c) = kv;
-                *(float4*)(Vs + kr * FA_VLD + 4 * c) = vv;
-            }
-            __syncthreads();
-            if (!fa_warp_sees_tile(R, s, j0)) continue;     // the whole warp masked (past its diagonal)
-            // S in two accumulator sets, head x head and the two tail terms: twice the independent MMA chains
-            float sf[FA_KEYS / 8][4], st[FA_KEYS / 8][4];
-            #pragma unroll
-            for (int n = 0; n < FA_KEYS / 8; n++)
-                #pragma unroll
-                for (int e = 0; e < 4; e++) { sf[n][e] = 0.0f; st[n][e] = 0.0f; }
-            #pragma unroll
-            for (int ks = 0; ks < FA_MAX_D / 8; ks++) {
-                if (8 * ks >= D) break;
-                u32 ah[4], al[4];
-                #pragma unroll
-                for (int e = 0; e < 4; e++) tf32_split_v(qf[ks][e], &ah[e], &al[e]);   // split per tile, not hoisted
-                #pragma unroll
-                for (int n = 0; n < FA_KEYS / 8; n++) {
-                    const float* kb = Ks + (8 * n + g) * FA_KLD + 8 * ks + q;
-                    u32 bh0, bl0, bh1, bl1;
-                    tf32_split(kb[0], &bh0, &bl0);
-                    tf32_split(kb[4], &bh1, &bl1);
-                    mma_tf32(st[n], al, bh0, bh1);
-                    mma_tf32(st[n], ah, bl0, bl1);
-                    mma_tf32(sf[n], ah, bh0, bh1);
-                }
-            }
-            #pragma unroll
-            for (int n = 0; n < FA_KEYS / 8; n++)
-                #pragma unroll
-                for (int e = 0; e < 4; e++) sf[n][e] += st[n][e];
-            float mx[2] = {NEG_INF, NEG_INF};
-            #pragma unroll
-            for (int n = 0; n < FA_KEYS / 8; n++)
-                #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int r = e >> 1, j = j0 + 8 * n + 2 * q + (e & 1);
-                    bool ok = fa_key_allowed(rseq[r], rlo[r], rpos[r], s, j);
-                    sf[n][e] = ok ? sf[n][e] : NEG_INF;
-                    mx[r] = fmaxf(mx[r], sf[n][e]);
-                }
-            float base[2], corr[2];
-            fa_rescale(mx, m, l, base, corr);
-            #pragma unroll
-            for (int n = 0; n < FA_KEYS / 8; n++) {
-                float p0 = __expf(sf[n][0] - base[0]), p1 = __expf(sf[n][1] - base[0]);
-                float p2 = __expf(sf[n][2] - base[1]), p3 = __expf(sf[n][3] - base[1]);
-                l[0] += p0 + p1;
-                l[1] += p2 + p3;
-                *(float2*)(P + g * FA_PLD + 8 * n + 2 * q) = make_float2(p0, p1);
-                *(float2*)(P + (g + 8) * FA_PLD + 8 * n + 2 * q) = make_float2(p2, p3);
-            }
-            __syncwarp();
-            u32 ph[FA_KEYS / 8][4], pl[FA_KEYS / 8][4];
-            #pragma unroll
-            for (int ks = 0; ks < FA_KEYS / 8; ks++) {
-                const float* pa = P + g * FA_PLD + 8 * ks + q;
-                tf32_split(pa[0], &ph[ks][0], &pl[ks][0]);
-                tf32_split(pa[8 * FA_PLD], &ph[ks][1], &pl[ks][1]);
-                tf32_split(pa[4], &ph[ks][2], &pl[ks][2]);
-                tf32_split(pa[8 * FA_PLD + 4], &ph[ks][3], &pl[ks][3]);
-            }
-            __syncwarp();                                     // P is read; the next tile may overwrite it
-            #pragma unroll
-            for (int n = 0; n < FA_MAX_D / 8; n++) {
-                if (8 * n >= D) break;
-                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                #pragma unroll
-                for (int ks = 0; ks < FA_KEYS / 8; ks++) {
-                    const float* vb = Vs + (8 * ks + q) * FA_VLD + 8 * n + g;
-                    mma_3xtf32(part, ph[ks], pl[ks], vb[0], vb[4 * FA_VLD]);
-                }
-                of[n][0] = of[n][0] * corr[0] + part[0];
-                of[n][1] = of[n][1] * corr[0] + part[1];
-                of[n][2] = of[n][2] * corr[1] + part[2];
-                of[n][3] = of[n][3] * corr[1] + part[3];
-            }
-        }
-    }
-    fa_write_rows(R, of, m, l, G, hk, H, D, tok0, sinks, out);
-#endif
-}
-
-// The f16 cache's build, halo_attention_tc_f16: the same blocks, rows, masks and online softmax on mma.m16n8k16
-// with f16 operands. The cache's values are exact f16 operands; Q (scaled, split once into registers) and P are
-// f16 head + tail (f16_split2), so a product is 2 MMAs of 16 k where the float32 build spends 3 of 8 k, and no
-// key or value is converted. K and V tiles of FA_KEYS keys go global -> shared by cp.async, the next tile while
-// this one is computed (double buffer, one barrier per tile); B fragments come by ldmatrix (K as is, V
-// transposed), and P's A fragments are S's C fragments (no trip through shared memory).
+// Both caches' build: one template, attention_mma, on mma.m16n8k16 with f16 operands and float32 accumulators.
+// Q (times the softmax scale; for the float32 cache also, per row, the power of two that puts the row's largest |q|
+// in [2^14, 2^15)) and P are f16 head + tail (f16_split2, ~22 bits), so S and P V keep float32-level accuracy:
+// - f16 cache: the cache's values are exact f16 operands; a product is 2 MMAs (Q or P head and tail). K and V
+//   tiles go global -> shared by cp.async, the next tile while this one is computed (double buffer);
+// - float32 cache: each tile's K and V are staged as float32, scaled by a power of two per tile (fa_pow2_for)
+//   and split in place into f16 heads and tails, once for the block (fa_split_rows); a product is 3 MMAs (head x
+//   head, and each tail against the other's head; the tail x tail term is ~2^-22 of the product). Run 18's TF32
+//   build split every K and V element in every warp (~7 instructions an element) and spent 3 MMAs per 8 k.
+// B fragments come by ldmatrix (K as is, V transposed), and P's A fragments are S's C fragments (no trip through
+// shared memory).
 #define FH_LD (FA_MAX_D + 8)       // f16 per shared row: 272 bytes, so an ldmatrix's 8 row addresses hit distinct banks
-// Its shared memory, declared once in the entry (a __shared__ array inside the template below would exist once per
-// instance; the entry dispatches to one instance per head size)
-struct FaSmem16 {
+// The tiles per cache type. f16: K and V as the cache holds them, double-buffered. float32: one tile of K and V
+// rows of FA_KLD words (528 bytes: conflict-free ldmatrix rows once split), each row's halves [0, Dp) then its f16
+// heads and [Dp, 2 Dp) its tails (Dp: D rounded up to 16); peak: each warp's largest |K| and |V| of the tile.
+struct FaTiles16 {
     __align__(16) unsigned short Ks[2][FA_KEYS * FH_LD];
     __align__(16) unsigned short Vs[2][FA_KEYS * FH_LD];
+};
+struct FaTiles32 {
+    __align__(16) float Ks[FA_KEYS * FA_KLD];
+    __align__(16) float Vs[FA_KEYS * FA_KLD];
+    float peak[2][4];
+};
+template <typename KV> struct FaTilesOf { typedef FaTiles32 T; };
+template <> struct FaTilesOf<unsigned short> { typedef FaTiles16 T; };
+// Declared once in the entry (a __shared__ array inside the template below would exist once per instance; the entry
+// dispatches to one instance per head size)
+template <typename KV> struct FaSmem {
+    typename FaTilesOf<KV>::T t;
     i32 s_pos[FA_ROWS], s_lo[FA_ROWS], s_seq[FA_ROWS];
 };
 
-// DK: the head size where the entry knows it at compile time (64, 128), else 0 and D_ at run time. With D a constant
-// the loops over head dims lose their `break`s, so a tile's MMA chains sit in one basic block and interleave (run
-// 17's SASS: the P V chains of each 16-dim slice behind a branch of their own).
-template <int DK>
-__device__ __forceinline__ void attention_tc_f16(FaSmem16& sm, const float* qkv, i32 ld, const unsigned short* kcache,
-        const unsigned short* vcache, const i32* positions, const i32* token_seq, const i32* block_tables,
-        i32 bt_width, i32 bs, i32 H, i32 Hkv, i32 D_, float scale, i32 window, i32 T, const float* sinks,
-        float* out) {
-#if HALO_TC
-    constexpr int KC = FA_MAX_D / 16;
-    const int D = DK ? DK : D_;
-    unsigned short (*Ks)[FA_KEYS * FH_LD] = sm.Ks;
-    unsigned short (*Vs)[FA_KEYS * FH_LD] = sm.Vs;
+// 2^s for the power of two s that puts peak (>= 0) in [2^14, 2^15), and 2^-s in *inv: x 2^s then has an f16 head of
+// 11 bits and a tail that stays normal down to 2^-18 of the peak (below, within 2^-39 of it). s is clamped to
+// [-126, 126], where both factors are normal floats (a zero peak takes 2^126; an infinite one stays infinite).
+__device__ __forceinline__ float fa_pow2_for(float peak, float* inv) {
+    int e = (__float_as_int(peak) >> 23) & 0xff;        // biased exponent: peak in [2^(e - 127), 2^(e - 126))
+    int s = min(max(141 - e, -126), 126);
+    *inv = __int_as_float((127 - s) << 23);
+    return __int_as_float((127 + s) << 23);
+}
+
+// float32 cache: keys j0 .. j0 + FA_KEYS - 1 of kv head hk (zeros past jhi) into the staging rows, and each warp's
+// largest |K| and |V| into t.peak (read after the caller's barrier)
+__device__ __forceinline__ void fa_stage32(FaTiles32& t, const float* kcache, const float* vcache, const i32* table,
+                                           int j0, int jhi, int bs, int Hkv, int hk, int D) {
+    int D4 = D >> 2;
+    float pk = 0.0f, pv = 0.0f;
+    for (int idx = threadIdx.x; idx < FA_KEYS * D4; idx += blockDim.x) {
+        int kr = idx / D4, c = idx - kr * D4, j = j0 + kr;
+        float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
+        if (j <= jhi) {
+            size_t off = kv_row(table, j, bs, Hkv, hk, D) + 4 * c;
+            kv = *(const float4*)(kcache + off);
+            vv = *(const float4*)(vcache + off);
+        }
+        *(float4*)(t.Ks + kr * FA_KLD + 4 * c) = kv;
+        *(float4*)(t.Vs + kr * FA_KLD + 4 * c) = vv;
+        pk = fmaxf(pk, fmaxf(fmaxf(fabsf(kv.x), fabsf(kv.y)), fmaxf(fabsf(kv.z), fabsf(kv.w))));
+        pv = fmaxf(pv, fmaxf(fmaxf(fabsf(vv.x), fabsf(vv.y)), fmaxf(fabsf(vv.z), fabsf(vv.w))));
+    }
+    pk = warp_max(pk);
+    pv = warp_max(pv);
+    if ((threadIdx.x & 31) == 0) {
+        t.peak[0][threadIdx.x >> 5] = pk;
+        t.peak[1][threadIdx.x >> 5] = pv;
+    }
+}
+
+// float32 cache: the next tile's K and V rows toward L2 while this one is computed (its staging loads wait behind a
+// barrier, with nothing else in flight to hide their latency)
+__device__ __forceinline__ void fa_prefetch32(const float* kcache, const float* vcache, const i32* table, int j0,
+                                              int jhi, int bs, int Hkv, int hk, int D) {
+    int lines = (D + 31) >> 5;                   // 128-byte lines a row
+    for (int idx = threadIdx.x; idx < FA_KEYS * lines; idx += blockDim.x) {
+        int kr = idx / lines, j = j0 + kr;
+        if (j > jhi) break;
+        size_t off = kv_row(table, j, bs, Hkv, hk, D) + 32 * (idx - kr * lines);
+        prefetch_l2(kcache + off);
+        prefetch_l2(vcache + off);
+    }
+}
+
+// float32 cache: this warp's staged rows (warp, warp + 4, ...) times f (a power of two) split in place into f16
+// heads (halves [0, Dp) of the row) and tails ([Dp, 2 Dp)), zero past D. Four rows at a time: every lane reads
+// them before any lane writes (a row's heads and tails overwrite words that other lanes read).
+__device__ __forceinline__ void fa_split_rows(float* rows, int D, float f) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, Dp = (D + 15) & ~15, C = Dp >> 2;   // C: chunks of 4 a row
+    #pragma unroll 1
+    for (int r0 = 0; r0 < FA_KEYS / 4; r0 += 4) {
+        float4 x[4];
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int idx = lane + 32 * i, r = warp + 4 * (r0 + idx / C), c = idx % C;
+            x[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (idx < 4 * C && 4 * c < D) x[i] = *(const float4*)(rows + r * FA_KLD + 4 * c);
+        }
+        __syncwarp();
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int idx = lane + 32 * i, r = warp + 4 * (r0 + idx / C), c = idx % C;
+            if (idx >= 4 * C) break;
+            u32 h01, t01, h23, t23;
+            f16_split2(x[i].x * f, x[i].y * f, &h01, &t01);
+            f16_split2(x[i].z * f, x[i].w * f, &h23, &t23);
+            unsigned short* row = (unsigned short*)(rows + r * FA_KLD);
+            *(uint2*)(row + 4 * c) = make_uint2(h01, h23);
+            *(uint2*)(row + Dp + 4 * c) = make_uint2(t01, t23);
+        }
+    }
+}
+
+// KV: the cache's element (float or unsigned short, f16). DK: the head size where the entry knows it at compile
+// time (64, 128), else 0 and D_ at run time. With D a constant the loops over head dims lose their `break`s, so a
+// tile's MMA chains sit in one basic block and interleave (run 17's SASS: the P V chains of each 16-dim slice
+// behind a branch of their own).
+template <int DK, typename KV>
+__device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, i32 ld, const KV* kcache,
+        const KV* vcache, const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs,
+        i32 H, i32 Hkv, i32 D_, float scale, i32 window, i32 T, const float* sinks, float* out) {
+    constexpr bool SPLIT = sizeof(KV) == 4;      // float32 cache: K and V as f16 head + tail
+    constexpr int KC = FA_MAX_D / 16, LD = SPLIT ? 2 * FA_KLD : FH_LD;   // LD: f16 elements per shared row
+    const int D = DK ? DK : D_, Dp = (D + 15) & ~15;
     i32* s_pos = sm.s_pos; i32* s_lo = sm.s_lo; i32* s_seq = sm.s_seq;
     int G = H / Hkv, BT = FA_ROWS / G, hk = blockIdx.y, tok0 = blockIdx.x * BT;
     int ntok = min(BT, T - tok0);
-    int lane = threadIdx.x & 31, q = lane & 3;
-    for (int i = threadIdx.x; i < 2 * FA_KEYS; i += blockDim.x)     // K's dims D .. D + 7 of a half-used k chunk
-        for (int d = D; d < ((D + 15) & ~15); d++) Ks[i / FA_KEYS][(i % FA_KEYS) * FH_LD + d] = 0;
+    int lane = threadIdx.x & 31, q = lane & 3, mi = lane >> 3;
+    if constexpr (!SPLIT)
+        for (int i = threadIdx.x; i < 2 * FA_KEYS; i += blockDim.x)  // K's dims D .. D + 7 of a half-used k chunk
+            for (int d = D; d < Dp; d++) sm.t.Ks[i / FA_KEYS][(i % FA_KEYS) * FH_LD + d] = 0;
     FaRows R = fa_rows(qkv, ld, positions, token_seq, window, G, hk, D, tok0, ntok, s_pos, s_lo, s_seq);
-    u32 qh[KC][4], ql[KC][4];                   // A fragments: rows g, g + 8; dims 16 kc + 2q (+1) | + 8 (+9)
+    // Q's A fragments: rows g, g + 8; dims 16 kc + 2q (+1) | + 8 (+9). x[e]: row (e & 1 ? g + 8 : g), dim
+    // 16 kc + 2q + (e >> 1 & 1) + 8 (e >> 2)
+    auto q_at = [&](int kc, int e) {
+        int d = 16 * kc + 2 * q + ((e >> 1) & 1) + 8 * (e >> 2);
+        const float* row = R.qrow[e & 1];
+        return row && d < D ? row[d] * scale : 0.0f;
+    };
+    float qf[2] = {1.0f, 1.0f}, qinv[2] = {1.0f, 1.0f};   // each row's power of two (float32 cache) and its inverse
+    if constexpr (SPLIT) {
+        float qpeak[2] = {0.0f, 0.0f};
+        #pragma unroll
+        for (int kc = 0; kc < KC; kc++)
+            #pragma unroll
+            for (int e = 0; e < 8; e++) qpeak[e & 1] = fmaxf(qpeak[e & 1], fabsf(q_at(kc, e)));
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {            // over the row's 4 lanes
+            qpeak[r] = fmaxf(qpeak[r], SHFL_XOR(qpeak[r], 1));
+            qpeak[r] = fmaxf(qpeak[r], SHFL_XOR(qpeak[r], 2));
+            qf[r] = fa_pow2_for(qpeak[r], &qinv[r]);
+        }
+    }
+    u32 qh[KC][4], ql[KC][4];
     #pragma unroll
     for (int kc = 0; kc < KC; kc++) {
         float x[8];
         #pragma unroll
-        for (int e = 0; e < 8; e++) {           // e: (row e & 1 ? g + 8 : g), dim 16 kc + 2q + (e >> 1 & 1) + 8 (e >> 2)
-            int d = 16 * kc + 2 * q + ((e >> 1) & 1) + 8 * (e >> 2);
-            const float* row = R.qrow[e & 1];
-            x[e] = row && d < D ? row[d] * scale : 0.0f;
-        }
+        for (int e = 0; e < 8; e++) x[e] = q_at(kc, e) * qf[e & 1];
         f16_split2(x[0], x[2], &qh[kc][0], &ql[kc][0]);
         f16_split2(x[1], x[3], &qh[kc][1], &ql[kc][1]);
         f16_split2(x[4], x[6], &qh[kc][2], &ql[kc][2]);
@@ -940,31 +918,53 @@ __device__ __forceinline__ void attention_tc_f16(FaSmem16& sm, const float* qkv,
     #pragma unroll
     for (int n = 0; n < FA_MAX_D / 8; n++) of[n][0] = of[n][1] = of[n][2] = of[n][3] = 0.0f;
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};     // l: this lane's part of the row sum
-    int D8 = D >> 3;                             // 16-byte chunks per cache row
     for (int i = 0; i < ntok; i++) {             // each sequence of the block once
         int jlo, jhi;
         if (!fa_sequence_keys(i, ntok, s_seq, s_lo, s_pos, &jlo, &jhi)) continue;
         int s = s_seq[i];
         const i32* table = block_tables + (size_t)s * bt_width;
-        auto fetch = [&](int j0, int buf) {      // keys j0 .. j0 + FA_KEYS - 1 into buffer buf (zeros past jhi)
-            for (int idx = threadIdx.x; idx < FA_KEYS * D8; idx += blockDim.x) {
-                int kr = idx / D8, c = idx - kr * D8, j = min(j0 + kr, jhi);
-                size_t off = kv_row(table, j, bs, Hkv, hk, D) + 8 * c;
-                int bytes = j0 + kr <= jhi ? 16 : 0;
-                cp_async16(&Ks[buf][kr * FH_LD + 8 * c], kcache + off, bytes);
-                cp_async16(&Vs[buf][kr * FH_LD + 8 * c], vcache + off, bytes);
+        auto fetch = [&](int j0, int buf) {      // f16: keys j0 .. j0 + FA_KEYS - 1 into buffer buf (zeros past jhi)
+            if constexpr (!SPLIT) {
+                for (int idx = threadIdx.x; idx < FA_KEYS * (D >> 3); idx += blockDim.x) {
+                    int kr = idx / (D >> 3), c = idx - kr * (D >> 3), j = min(j0 + kr, jhi);
+                    size_t off = kv_row(table, j, bs, Hkv, hk, D) + 8 * c;
+                    int bytes = j0 + kr <= jhi ? 16 : 0;
+                    cp_async16(&sm.t.Ks[buf][kr * FH_LD + 8 * c], kcache + off, bytes);
+                    cp_async16(&sm.t.Vs[buf][kr * FH_LD + 8 * c], vcache + off, bytes);
+                }
+                cp_async_commit();
             }
-            cp_async_commit();
         };
         if (jlo <= jhi) fetch(jlo, 0);
         for (int j0 = jlo, buf = 0; j0 <= jhi; j0 += FA_KEYS, buf ^= 1) {
-            cp_async_wait_all();
-            __syncthreads();                     // tile j0 is in; every warp is done with the other buffer
-            if (j0 + FA_KEYS <= jhi) fetch(j0 + FA_KEYS, buf ^ 1);
+            const unsigned short *Kt, *Vt;       // the tile's f16 rows (float32 cache: heads; tails Dp further)
+            float sf[2], vinv = 1.0f;            // S's factor per row; P V's
+            if constexpr (SPLIT) {
+                __syncthreads();                 // every warp is done with the last tile
+                fa_stage32(sm.t, kcache, vcache, table, j0, jhi, bs, Hkv, hk, D);
+                __syncthreads();
+                float pk = fmaxf(fmaxf(sm.t.peak[0][0], sm.t.peak[0][1]), fmaxf(sm.t.peak[0][2], sm.t.peak[0][3]));
+                float pv = fmaxf(fmaxf(sm.t.peak[1][0], sm.t.peak[1][1]), fmaxf(sm.t.peak[1][2], sm.t.peak[1][3]));
+                float kinv, kf = fa_pow2_for(pk, &kinv), vf = fa_pow2_for(pv, &vinv);
+                fa_split_rows(sm.t.Ks, D, kf);
+                fa_split_rows(sm.t.Vs, D, vf);
+                __syncthreads();
+                if (j0 + FA_KEYS <= jhi) fa_prefetch32(kcache, vcache, table, j0 + FA_KEYS, jhi, bs, Hkv, hk, D);
+                Kt = (const unsigned short*)sm.t.Ks;
+                Vt = (const unsigned short*)sm.t.Vs;
+                sf[0] = qinv[0] * kinv;
+                sf[1] = qinv[1] * kinv;
+            } else {
+                cp_async_wait_all();
+                __syncthreads();                 // tile j0 is in; every warp is done with the other buffer
+                if (j0 + FA_KEYS <= jhi) fetch(j0 + FA_KEYS, buf ^ 1);
+                Kt = sm.t.Ks[buf];
+                Vt = sm.t.Vs[buf];
+                sf[0] = qinv[0];
+                sf[1] = qinv[1];
+            }
             if (!fa_warp_sees_tile(R, s, j0)) continue;     // the whole warp masked (past its diagonal)
-            const unsigned short* Kt = Ks[buf];
-            const unsigned short* Vt = Vs[buf];
-            // S: 4 n tiles of 8 keys; heads and tails of Q in separate chains
+            // S: 4 n tiles of 8 keys; the head x head products in one chain set, the tail terms in the other
             float sh[FA_KEYS / 8][4], sl[FA_KEYS / 8][4];
             #pragma unroll
             for (int n = 0; n < FA_KEYS / 8; n++)
@@ -975,13 +975,18 @@ __device__ __forceinline__ void attention_tc_f16(FaSmem16& sm, const float* qkv,
                 if (16 * kc >= D) break;
                 #pragma unroll
                 for (int np = 0; np < FA_KEYS / 16; np++) {   // n tiles 2 np, 2 np + 1: matrices (keys, dims) x 4
-                    int mi = lane >> 3;
-                    u32 b[4];
-                    ldmatrix_x4(b, Kt + (16 * np + 8 * (mi >> 1) + (lane & 7)) * FH_LD + 16 * kc + 8 * (mi & 1));
-                    mma_f16(sl[2 * np], ql[kc][0], ql[kc][1], ql[kc][2], ql[kc][3], b[0], b[1]);
-                    mma_f16(sh[2 * np], qh[kc][0], qh[kc][1], qh[kc][2], qh[kc][3], b[0], b[1]);
-                    mma_f16(sl[2 * np + 1], ql[kc][0], ql[kc][1], ql[kc][2], ql[kc][3], b[2], b[3]);
-                    mma_f16(sh[2 * np + 1], qh[kc][0], qh[kc][1], qh[kc][2], qh[kc][3], b[2], b[3]);
+                    const unsigned short* kb = Kt + (16 * np + 8 * (mi >> 1) + (lane & 7)) * LD + 16 * kc + 8 * (mi & 1);
+                    u32 b[4], bt[4];
+                    ldmatrix_x4(b, kb);
+                    if constexpr (SPLIT) ldmatrix_x4(bt, kb + Dp);
+                    #pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        float* cl = sl[2 * np + h];
+                        mma_f16(cl, ql[kc][0], ql[kc][1], ql[kc][2], ql[kc][3], b[2 * h], b[2 * h + 1]);
+                        if constexpr (SPLIT)
+                            mma_f16(cl, qh[kc][0], qh[kc][1], qh[kc][2], qh[kc][3], bt[2 * h], bt[2 * h + 1]);
+                        mma_f16(sh[2 * np + h], qh[kc][0], qh[kc][1], qh[kc][2], qh[kc][3], b[2 * h], b[2 * h + 1]);
+                    }
                 }
             }
             float mx[2] = {NEG_INF, NEG_INF};
@@ -991,7 +996,7 @@ __device__ __forceinline__ void attention_tc_f16(FaSmem16& sm, const float* qkv,
                 for (int e = 0; e < 4; e++) {
                     int r = e >> 1, j = j0 + 8 * n + 2 * q + (e & 1);
                     bool ok = fa_key_allowed(R.rseq[r], R.rlo[r], R.rpos[r], s, j);
-                    sh[n][e] = ok ? sh[n][e] + sl[n][e] : NEG_INF;
+                    sh[n][e] = ok ? (sh[n][e] + sl[n][e]) * sf[r] : NEG_INF;
                     mx[r] = fmaxf(mx[r], sh[n][e]);
                 }
             float base[2], corr[2];
@@ -1016,54 +1021,59 @@ __device__ __forceinline__ void attention_tc_f16(FaSmem16& sm, const float* qkv,
                 float part[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
                 #pragma unroll
                 for (int kk = 0; kk < FA_KEYS / 16; kk++) {
-                    int mi = lane >> 3;              // matrices (keys 16 kk + 8 (mi & 1) .., dims 16 np + 8 (mi >> 1) ..)
-                    u32 b[4];
-                    ldmatrix_x4_trans(b, Vt + (16 * kk + 8 * (mi & 1) + (lane & 7)) * FH_LD + 16 * np + 8 * (mi >> 1));
-                    mma_f16(part[0], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b[0], b[1]);
-                    mma_f16(part[0], ph[kk][0], ph[kk][1], ph[kk][2], ph[kk][3], b[0], b[1]);
-                    mma_f16(part[1], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b[2], b[3]);
-                    mma_f16(part[1], ph[kk][0], ph[kk][1], ph[kk][2], ph[kk][3], b[2], b[3]);
+                    // matrices (keys 16 kk + 8 (mi & 1) .., dims 16 np + 8 (mi >> 1) ..)
+                    const unsigned short* vb = Vt + (16 * kk + 8 * (mi & 1) + (lane & 7)) * LD + 16 * np + 8 * (mi >> 1);
+                    u32 b[4], bt[4];
+                    ldmatrix_x4_trans(b, vb);
+                    if constexpr (SPLIT) ldmatrix_x4_trans(bt, vb + Dp);
+                    #pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        mma_f16(part[h], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b[2 * h], b[2 * h + 1]);
+                        if constexpr (SPLIT)
+                            mma_f16(part[h], ph[kk][0], ph[kk][1], ph[kk][2], ph[kk][3], bt[2 * h], bt[2 * h + 1]);
+                        mma_f16(part[h], ph[kk][0], ph[kk][1], ph[kk][2], ph[kk][3], b[2 * h], b[2 * h + 1]);
+                    }
                 }
                 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     float* o = of[2 * np + h];
-                    o[0] = o[0] * corr[0] + part[h][0];
-                    o[1] = o[1] * corr[0] + part[h][1];
-                    o[2] = o[2] * corr[1] + part[h][2];
-                    o[3] = o[3] * corr[1] + part[h][3];
+                    o[0] = o[0] * corr[0] + part[h][0] * vinv;
+                    o[1] = o[1] * corr[0] + part[h][1] * vinv;
+                    o[2] = o[2] * corr[1] + part[h][2] * vinv;
+                    o[3] = o[3] * corr[1] + part[h][3] * vinv;
                 }
             }
         }
-        cp_async_wait_all();                     // nothing in flight when the next sequence's fetch starts
-        __syncthreads();
+        if constexpr (!SPLIT) {
+            cp_async_wait_all();                 // nothing in flight when the next sequence's fetch starts
+            __syncthreads();
+        }
     }
     fa_write_rows(R, of, m, l, G, hk, H, D, tok0, sinks, out);
-#endif
 }
+#endif
 
 #define FA_ARGS qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, Hkv, D, scale, window, \
                 T, sinks, out
-#define ATTENTION_TC_ENTRY(NAME, KV, BODY)                                                                           \
+// One instance per common head size (64: SmolLM2, Qwen2.5-0.5B; 128: Llama, Qwen3) and one for any other D. Run 18,
+// H100, Qwen3-4B shapes, f16 cache: its part of a 512-token step at depth 4k 14.5 -> 11.8 ms, at 16k 56.9 -> 44.6 ms
+// (the D 128 main loop 895 -> 778 instructions).
+#if HALO_TC
+#define FA_DISPATCH(KV) __shared__ FaSmem<KV> sm;                                                                   \
+    if (D == 128) attention_mma<128>(sm, FA_ARGS); else if (D == 64) attention_mma<64>(sm, FA_ARGS);               \
+    else attention_mma<0>(sm, FA_ARGS);
+#else
+#define FA_DISPATCH(KV)
+#endif
+#define ATTENTION_TC_ENTRY(NAME, KV)                                                                                 \
 HALO_KERNEL __launch_bounds__(128) void NAME(const float* qkv, i32 ld, const KV* kcache, const KV* vcache,          \
         const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv,   \
         i32 D, float scale, i32 window, i32 T, const float* sinks, float* out) {                                     \
     GRID_DEPENDENCY_SYNC();                                                                                          \
-    BODY                                                                                                             \
+    FA_DISPATCH(KV)                                                                                                  \
 }
-// The float32 build: one for every head size. Instances per size (run 18, H100) left its main loop as it was
-// (3,651 instructions for D 128 against 3,685) and its 128-token prefill slower.
-ATTENTION_TC_ENTRY(halo_attention_tc, float, attention_tc(FA_ARGS);)
-// The f16 build: one instance per common head size (64: SmolLM2, Qwen2.5-0.5B; 128: Llama, Qwen3) and one for any
-// other D. Run 18, H100, Qwen3-4B shapes, f16 cache: its part of a 512-token step at depth 4k 14.5 -> 11.8 ms, at
-// 16k 56.9 -> 44.6 ms (the D 128 main loop 895 -> 778 instructions).
-#if HALO_TC
-#define FA16_DISPATCH __shared__ FaSmem16 sm;                                                                        \
-    if (D == 128) attention_tc_f16<128>(sm, FA_ARGS); else if (D == 64) attention_tc_f16<64>(sm, FA_ARGS);           \
-    else attention_tc_f16<0>(sm, FA_ARGS);
-#else
-#define FA16_DISPATCH
-#endif
-ATTENTION_TC_ENTRY(halo_attention_tc_f16, unsigned short, FA16_DISPATCH)
+ATTENTION_TC_ENTRY(halo_attention_tc, float)
+ATTENTION_TC_ENTRY(halo_attention_tc_f16, unsigned short)
 
 // Tiled prefill attention without tensor cores, "ts" (SIMT float32 FMAs; CUDA and HIP alike, the prefill form
 // where halo_attention_tc is not built: HIP, including Strix Halo's gfx1151). halo_attention reads every key and
