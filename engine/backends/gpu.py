@@ -17,6 +17,16 @@ from .kernels.prebuilt import load_manifest
 from .runtime.binding import D2D, D2H, H2D, RuntimeBinding
 
 
+def device_attribute(backend: Backend, name: str) -> int:
+    """The runtime's attribute `name` (RuntimeBinding.device_attribute) of the backend's device; 0 where there is
+    no runtime (a CPU or null backend) or it cannot say."""
+    rt = getattr(backend, "rt", None)
+    try:
+        return int(rt.device_attribute(name, getattr(backend, "device", 0))) if rt is not None else 0
+    except BackendError:
+        return 0
+
+
 class GpuBackend(Backend):
     def __init__(self, binding: RuntimeBinding, device: int = 0, load: bool = True):
         super().__init__()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from engine.backends.async_output import AsyncOutput, ReadbackPool
 from engine.backends.base import Backend, DeviceBuffer
-from engine.errors import BackendError
+from engine.backends.gpu import device_attribute
 from engine.gpu.forward import GpuForward, GpuKVCache, view
 from engine.gpu.preflight import MemoryPlan, check_fits, kv_bytes, plan_memory
 from engine.gpu.stepmeta import SamplingRow
@@ -37,12 +37,9 @@ class _Graph:
 
 
 def _integrated(backend: Backend) -> bool:
-    """Whether the device is an integrated GPU (its runtime's own attribute; False where it cannot say)."""
-    rt = getattr(backend, "rt", None)
-    try:
-        return bool(rt is not None and rt.device_attribute("integrated", 0))
-    except BackendError:          # the runtime could not say: no integrated-GPU words, nothing else changes
-        return False
+    """Whether the device is an integrated GPU (its runtime's own attribute; False where it cannot say: no
+    integrated-GPU words, nothing else changes)."""
+    return bool(device_attribute(backend, "integrated"))
 
 
 class GpuModel:

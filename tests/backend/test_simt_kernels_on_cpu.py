@@ -56,6 +56,15 @@ def lib():
     return cpu_simt.build("halo_layer.cu", names, tensor_cores=True)
 
 
+def tile_launch(tile: str, D: int, f16: bool) -> tuple[int, str, int]:
+    """(query rows a block, kernel, threads) of a prefill tile: ts (the SIMT tile), tc / tc-wide (the tensor-core
+    tile in blocks of FA_ROWS[0] / FA_ROWS[-1] rows, 2 threads a row)."""
+    if tile == "ts":
+        return TS_ROWS[ts_class(D)], ts_kernel(D, f16), 128
+    rows = FA_ROWS[-1] if tile == "tc-wide" else FA_ROWS[0]
+    return rows, "halo_attention_tc" + kv_suffix(f16), 2 * rows
+
+
 def mixed_step(rng, H, Hkv, D, f16, prompt, chunk, depth):
     """A `prompt`-token prompt of sequence 1, `chunk` tokens of sequence 0 from position `depth`, then sequence 1's
     next token; caches of random keys and values under scattered block tables."""
@@ -92,26 +101,26 @@ def test_the_harness_reproduces_halo_attention(lib, f16):
                                                    (8, 2, 64, 40, False), (64, 8, 64, 50, True), (4, 1, 256, 30, True),
                                                    (16, 4, 256, 0, False), (4, 1, 96, 0, False)])
 @pytest.mark.parametrize("f16", [False, True], ids=["f32-cache", "f16-cache"])
-@pytest.mark.parametrize("tile", ["ts", "tc"])
+@pytest.mark.parametrize("tile", ["ts", "tc", "tc-wide"])
 def test_prefill_attention_tiles_match_float64(lib, H, Hkv, D, window, sinks, f16, tile):
-    """ts: the SIMT tile (HIP's); tc: the tensor-core tile (CUDA's, where it fits)."""
-    if tile == "tc" and not flash_usable(SimpleNamespace(head_dim=D, n_head=H, n_head_kv=Hkv)):
+    """ts: the SIMT tile (HIP's); tc: the tensor-core tile (CUDA's, where it fits) in blocks of FA_ROWS[0] rows,
+    tc-wide of FA_ROWS[-1]."""
+    if tile != "ts" and not flash_usable(SimpleNamespace(head_dim=D, n_head=H, n_head_kv=Hkv)):
         pytest.skip("halo_attention_tc takes D % 8 == 0, D <= 128")
     rng = np.random.default_rng(H * 7 + D + window)
     T, qkv, kc, vc, k32, v32, positions, token_seq, tables = mixed_step(rng, H, Hkv, D, f16, 21, 45, 90)
     sink = sink_logits(rng, H, sinks)
     want = reference(qkv[:, :H * D].reshape(T, H, D), k32, v32, positions, token_seq, tables, 1.0 / np.sqrt(D), window,
                      sink)
-    rows, name = (TS_ROWS[ts_class(D)], ts_kernel(D, f16)) if tile == "ts" else (FA_ROWS, "halo_attention_tc" + kv_suffix(f16))
-    tokens_per_block = rows // (H // Hkv)
-    got = run(lib, name, (-(-T // tokens_per_block), Hkv), 128, T, H, Hkv, D, qkv, kc, vc, positions, token_seq, tables,
-              window, sink, tiled=True)
+    rows, name, threads = tile_launch(tile, D, f16)
+    got = run(lib, name, (-(-T // (rows // (H // Hkv))), Hkv), threads, T, H, Hkv, D, qkv, kc, vc, positions,
+              token_seq, tables, window, sink, tiled=True)
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("H,Hkv,D", [(8, 2, 128), (4, 1, 96)])
 @pytest.mark.parametrize("magnitude", [m for m in MAGNITUDES if m != "unit"])
-@pytest.mark.parametrize("tile", ["ts", "tc"])
+@pytest.mark.parametrize("tile", ["ts", "tc", "tc-wide"])
 def test_prefill_attention_tiles_keep_wide_float32_ranges(lib, H, Hkv, D, magnitude, tile):
     """Float32 keys and values far outside f16's range (2^40 and 2^-40 with the queries scaled back; values 2^-30 and
     2^30): the tc tile's per-tile power-of-two scaling before its f16 head / tail split, and the ts tile as is."""
@@ -119,9 +128,9 @@ def test_prefill_attention_tiles_keep_wide_float32_ranges(lib, H, Hkv, D, magnit
     T, qkv, kc, vc, k32, v32, positions, token_seq, tables = mixed_step(rng, H, Hkv, D, False, 21, 45, 90)
     qkv, kc, vc, vf = magnify(qkv, k32, v32, H, D, magnitude)
     want = reference(qkv[:, :H * D].reshape(T, H, D), kc, vc, positions, token_seq, tables, 1.0 / np.sqrt(D), 0)
-    rows, name = (TS_ROWS[ts_class(D)], ts_kernel(D, False)) if tile == "ts" else (FA_ROWS, "halo_attention_tc")
-    got = run(lib, name, (-(-T // (rows // (H // Hkv))), Hkv), 128, T, H, Hkv, D, qkv, kc, vc, positions, token_seq,
-              tables, 0, None, tiled=True)
+    rows, name, threads = tile_launch(tile, D, False)
+    got = run(lib, name, (-(-T // (rows // (H // Hkv))), Hkv), threads, T, H, Hkv, D, qkv, kc, vc, positions,
+              token_seq, tables, 0, None, tiled=True)
     np.testing.assert_allclose(got, want, atol=2e-5 * vf, rtol=1e-4)
 
 

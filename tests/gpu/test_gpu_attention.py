@@ -167,18 +167,19 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks, f16)
                                                    (64, 8, 64, 128, True), (4, 1, 256, 60, True), (16, 4, 256, 0, False),
                                                    (4, 1, 96, 0, False)])
 @pytest.mark.parametrize("f16", [False, True], ids=["f32-cache", "f16-cache"])
-@pytest.mark.parametrize("tile", ["tc", "ts"])
+@pytest.mark.parametrize("tile", ["tc", "tc-wide", "ts"])
 @pytest.mark.parametrize("magnitude", list(MAGNITUDES))
 def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sinks, f16, tile, magnitude):
-    """tc: the tensor-core tile (CUDA sm_80+, D % 8 == 0, D <= 128); ts: the SIMT tile HIP runs (any GPU; its
-    head-size classes 64 / 128 / 256, D = 96 inside the 128 class). The float32 cache also with keys and values far
+    """tc / tc-wide: the tensor-core tile (CUDA sm_80+, D % 8 == 0, D <= 128) in blocks of FA_ROWS[0] / FA_ROWS[-1]
+    query rows; ts: the SIMT tile HIP runs (any GPU; its head-size classes 64 / 128 / 256, D = 96 inside the 128
+    class). The float32 cache also with keys and values far
     outside f16's range (the tc tile splits them into f16 heads and tails after a power-of-two scaling)."""
     if f16 and magnitude != "unit":
         pytest.skip("an f16 cache holds f16 values")
     config = SimpleNamespace(head_dim=D, n_head=H, n_head_kv=Hkv)
-    if tile == "tc" and not (tensor_cores_usable(backend) and flash_usable(config)):
+    if tile != "ts" and not (tensor_cores_usable(backend) and flash_usable(config)):
         pytest.skip("halo_attention_tc needs CUDA tensor cores (sm_80+) and D % 8 == 0, D <= 128")
-    assert tile == "tc" or ts_usable(config)
+    assert tile != "ts" or ts_usable(config)
     rng = np.random.default_rng(H * 7 + D + window)
     num_blocks = 80
     tables = np.stack([rng.permutation(num_blocks)[:num_blocks - 8] for _ in range(2)]).astype(np.int32)
@@ -201,10 +202,11 @@ def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sin
     sink_d = _up_sinks(backend, stream, sink, bufs)
     out = backend.alloc((T, H * D), np.float32)
     try:
-        rows, name = (FA_ROWS, "halo_attention_tc" + kv_suffix(f16)) if tile == "tc" else \
-            (TS_ROWS[ts_class(D)], ts_kernel(D, f16))
+        rows = FA_ROWS[-1] if tile == "tc-wide" else FA_ROWS[0]
+        rows, name, threads = (TS_ROWS[ts_class(D)], ts_kernel(D, f16), 128) if tile == "ts" else \
+            (rows, "halo_attention_tc" + kv_suffix(f16), 2 * rows)
         tokens_per_block = rows // (H // Hkv)
-        backend.launch(backend.kernel(FILE, name), (-(-T // tokens_per_block), Hkv), 128,
+        backend.launch(backend.kernel(FILE, name), (-(-T // tokens_per_block), Hkv), threads,
                        (qkv_d, np.int32(ld), kc_d, vc_d, pos_d, seq_d, tab_d, np.int32(tables.shape[1]),
                         np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D), np.float32(scale), np.int32(window),
                         np.int32(T), sink_d, out), stream)

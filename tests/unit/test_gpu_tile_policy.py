@@ -263,3 +263,13 @@ def test_tch_build_by_step_size(T, build):
     """The 128-token tch build from 128 tokens on (H200 run 15: faster at 128 and 512 for every Qwen3-4B product),
     the 64-token one below."""
     assert fwd_mod._tch_build(T) == (build, fwd_mod.TCH_BUILDS[build])
+
+
+@pytest.mark.parametrize("T,group,n_kv,sms,rows", [(512, 4, 8, 132, 128), (128, 4, 8, 132, 64), (512, 3, 3, 132, 64),
+                                                   (2048, 3, 3, 132, 128), (512, 4, 8, 0, 64), (512, 4, 8, 40, 128)])
+def test_tiled_attention_goes_wide_where_the_grid_still_fills_the_sms(T, group, n_kv, sms, rows):
+    """fa_block_rows: the 128-row block where its grid gives >= 3/4 of the SMs a block (Qwen3-4B shapes' 512-token
+    steps on 132 SMs: 128 blocks), else 64 rows (their 128-token steps; SmolLM2's 3 KV heads at 512 tokens); 64
+    where the runtime cannot say how many SMs there are."""
+    assert fwd_mod.fa_block_rows(T, group, n_kv, sms) == rows
+

@@ -22,6 +22,8 @@ def defines(file: str) -> dict[str, int]:
     ("halo_layer.cu", "AN_PER", weights.ADD_NORM_PER_THREAD),
     ("halo_layer.cu", "SKV_WARPS", fwd.SKV_WARPS),
     ("halo_layer.cu", "SKV_MAX_GROUP", fwd.SKV_MAX_GROUP),
+    ("halo_layer.cu", "FA_MAX_ROWS", fwd.FA_ROWS[-1]),
+    ("halo_layer.cu", "FA_MAX_D", fwd.FA_MAX_D),
     ("halo_quant.cu", "MV_WARPS", fwd.MV_WARPS),
     ("halo_quant.cu", "MV_R", fwd.MV_R),
     ("halo_quant.cu", "BQ_WARPS", fwd.MATMUL_WARPS),

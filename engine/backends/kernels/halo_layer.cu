@@ -627,9 +627,9 @@ SKV_MMA_ENTRY(halo_attention_split_mma_d64_f16, 64, true)
 SKV_MMA_ENTRY(halo_attention_split_mma_d128_f16, 128, true)
 
 // Tiled prefill attention (flash-attention style) on tensor cores, for steps of many tokens: a block takes
-// FA_ROWS query rows = up to FA_ROWS / G consecutive tokens of the step x the G = H / Hkv query heads of kv head
+// R query rows = up to R / G consecutive tokens of the step x the G = H / Hkv query heads of kv head
 // blockIdx.y (row r: token tok0 + r / G, head hk G + r % G), so each K/V tile is read once for the whole GQA
-// group and 64 rows. Per tile of FA_KEYS keys (read through the sequence's block table into shared memory):
+// group and its R rows. Per tile of FA_KEYS keys (read through the sequence's block table into shared memory):
 // S = Q K^T and O += P V on tensor cores, online softmax in float32 with S and every tile's P V promoted into
 // float32 registers (the MMA's own accumulation is not IEEE; see tc_mma in halo_quant.cu). One template for both
 // caches on mma.m16n8k16 with f16 operands (attention_mma, below). Warp w owns rows 16 w .. 16 w + 15; Q stays in
@@ -637,9 +637,11 @@ SKV_MMA_ENTRY(halo_attention_split_mma_d128_f16, 128, true)
 // Keys allowed for a row: those of its own sequence with lo <= j <= pos (causal; lo = pos - window + 1 when
 // window > 0). A block whose tokens belong to several sequences (a mixed batch step) walks each sequence's keys
 // in turn, masking the other sequences' rows. Same contract and output as halo_attention, sinks included.
-// Limits (the caller checks): D % 8 == 0, D <= FA_MAX_D, G <= FA_ROWS. Grid: (ceil(T / (FA_ROWS / G)), Hkv);
-// block: 128 threads. Compiles to nothing without HALO_TC (see prelude.h).
-#define FA_ROWS 64
+// R is the block's: 2 R threads, R / 16 warps of 16 rows, R = 64 or FA_MAX_ROWS (the host's choice per step,
+// engine.gpu.forward.fa_block_rows: both hold 8 warps an SM, and the wider block stages and splits each K / V tile
+// once for twice the rows). Limits (the caller checks): D % 8 == 0, D <= FA_MAX_D, G <= R. Grid:
+// (ceil(T / (R / G)), Hkv). Compiles to nothing without HALO_TC (see prelude.h).
+#define FA_MAX_ROWS 128
 #define FA_KEYS 32
 #define FA_MAX_D 128
 #define FA_KLD (FA_MAX_D + 4)      // words per staged float32 row (attention_mma's float32 cache)
@@ -772,7 +774,7 @@ struct FaTiles16 {
 struct FaTiles32 {
     __align__(16) float Ks[FA_KEYS * FA_KLD];
     __align__(16) float Vs[FA_KEYS * FA_KLD];
-    float peak[2][4];
+    float peak[2][FA_MAX_ROWS / 16];
 };
 template <typename KV> struct FaTilesOf { typedef FaTiles32 T; };
 template <> struct FaTilesOf<unsigned short> { typedef FaTiles16 T; };
@@ -780,7 +782,7 @@ template <> struct FaTilesOf<unsigned short> { typedef FaTiles16 T; };
 // dispatches to one instance per head size)
 template <typename KV> struct FaSmem {
     typename FaTilesOf<KV>::T t;
-    i32 s_pos[FA_ROWS], s_lo[FA_ROWS], s_seq[FA_ROWS];
+    i32 s_pos[FA_MAX_ROWS], s_lo[FA_MAX_ROWS], s_seq[FA_MAX_ROWS];
 };
 
 // 2^s for the power of two s that puts peak (>= 0) in [2^14, 2^15), and 2^-s in *inv: x 2^s then has an f16 head of
@@ -834,24 +836,25 @@ __device__ __forceinline__ void fa_prefetch32(const float* kcache, const float* 
     }
 }
 
-// float32 cache: this warp's staged rows (warp, warp + 4, ...) times f (a power of two) split in place into f16
+// float32 cache: this warp's staged rows (warp, warp + warps, ...) times f (a power of two) split in place into f16
 // heads (halves [0, Dp) of the row) and tails ([Dp, 2 Dp)), zero past D. Four rows at a time: every lane reads
 // them before any lane writes (a row's heads and tails overwrite words that other lanes read).
 __device__ __forceinline__ void fa_split_rows(float* rows, int D, float f) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, Dp = (D + 15) & ~15, C = Dp >> 2;   // C: chunks of 4 a row
+    int warps = blockDim.x >> 5;
     #pragma unroll 1
-    for (int r0 = 0; r0 < FA_KEYS / 4; r0 += 4) {
+    for (int r0 = 0; r0 < FA_KEYS / warps; r0 += 4) {          // the warp's rows warp + warps (r0 .. r0 + 3)
         float4 x[4];
         #pragma unroll
         for (int i = 0; i < 4; i++) {
-            int idx = lane + 32 * i, r = warp + 4 * (r0 + idx / C), c = idx % C;
+            int idx = lane + 32 * i, r = warp + warps * (r0 + idx / C), c = idx % C;
             x[i] = make_float4(0.f, 0.f, 0.f, 0.f);
             if (idx < 4 * C && 4 * c < D) x[i] = *(const float4*)(rows + r * FA_KLD + 4 * c);
         }
         __syncwarp();
         #pragma unroll
         for (int i = 0; i < 4; i++) {
-            int idx = lane + 32 * i, r = warp + 4 * (r0 + idx / C), c = idx % C;
+            int idx = lane + 32 * i, r = warp + warps * (r0 + idx / C), c = idx % C;
             if (idx >= 4 * C) break;
             u32 h01, t01, h23, t23;
             f16_split2(x[i].x * f, x[i].y * f, &h01, &t01);
@@ -875,7 +878,7 @@ __device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, 
     constexpr int KC = FA_MAX_D / 16, LD = SPLIT ? 2 * FA_KLD : FH_LD;   // LD: f16 elements per shared row
     const int D = DK ? DK : D_, Dp = (D + 15) & ~15;
     i32* s_pos = sm.s_pos; i32* s_lo = sm.s_lo; i32* s_seq = sm.s_seq;
-    int G = H / Hkv, BT = FA_ROWS / G, hk = blockIdx.y, tok0 = blockIdx.x * BT;
+    int G = H / Hkv, BT = (blockDim.x >> 1) / G, hk = blockIdx.y, tok0 = blockIdx.x * BT;   // BT: tokens a block
     int ntok = min(BT, T - tok0);
     int lane = threadIdx.x & 31, q = lane & 3, mi = lane >> 3;
     if constexpr (!SPLIT)
@@ -943,8 +946,13 @@ __device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, 
                 __syncthreads();                 // every warp is done with the last tile
                 fa_stage32(sm.t, kcache, vcache, table, j0, jhi, bs, Hkv, hk, D);
                 __syncthreads();
-                float pk = fmaxf(fmaxf(sm.t.peak[0][0], sm.t.peak[0][1]), fmaxf(sm.t.peak[0][2], sm.t.peak[0][3]));
-                float pv = fmaxf(fmaxf(sm.t.peak[1][0], sm.t.peak[1][1]), fmaxf(sm.t.peak[1][2], sm.t.peak[1][3]));
+                float pk = 0.0f, pv = 0.0f;
+                #pragma unroll
+                for (int w = 0; w < FA_MAX_ROWS / 16; w++) {
+                    if (32 * w >= (int)blockDim.x) break;
+                    pk = fmaxf(pk, sm.t.peak[0][w]);
+                    pv = fmaxf(pv, sm.t.peak[1][w]);
+                }
                 float kinv, kf = fa_pow2_for(pk, &kinv), vf = fa_pow2_for(pv, &vinv);
                 fa_split_rows(sm.t.Ks, D, kf);
                 fa_split_rows(sm.t.Vs, D, vf);
@@ -975,7 +983,8 @@ __device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, 
                 if (16 * kc >= D) break;
                 #pragma unroll
                 for (int np = 0; np < FA_KEYS / 16; np++) {   // n tiles 2 np, 2 np + 1: matrices (keys, dims) x 4
-                    const unsigned short* kb = Kt + (16 * np + 8 * (mi >> 1) + (lane & 7)) * LD + 16 * kc + 8 * (mi & 1);
+                    const unsigned short* kb = Kt + (16 * np + 8 * (mi >> 1) + (lane & 7)) * LD + 16 * kc
+                                               + 8 * (mi & 1);
                     u32 b[4], bt[4];
                     ldmatrix_x4(b, kb);
                     if constexpr (SPLIT) ldmatrix_x4(bt, kb + Dp);
@@ -1001,7 +1010,8 @@ __device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, 
                 }
             float base[2], corr[2];
             fa_rescale(mx, m, l, base, corr);
-            // P's A fragments for key chunk kk (n tiles 2 kk, 2 kk + 1): a0 row g keys 2q.., a1 row g + 8, a2 / a3 + 8 keys
+            // P's A fragments for key chunk kk (n tiles 2 kk, 2 kk + 1): a0 row g keys 2q.., a1 row g + 8, a2 / a3
+            // + 8 keys
             u32 ph[FA_KEYS / 16][4], pl[FA_KEYS / 16][4];
             #pragma unroll
             for (int kk = 0; kk < FA_KEYS / 16; kk++)
@@ -1022,7 +1032,8 @@ __device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, 
                 #pragma unroll
                 for (int kk = 0; kk < FA_KEYS / 16; kk++) {
                     // matrices (keys 16 kk + 8 (mi & 1) .., dims 16 np + 8 (mi >> 1) ..)
-                    const unsigned short* vb = Vt + (16 * kk + 8 * (mi & 1) + (lane & 7)) * LD + 16 * np + 8 * (mi >> 1);
+                    const unsigned short* vb = Vt + (16 * kk + 8 * (mi & 1) + (lane & 7)) * LD + 16 * np
+                                               + 8 * (mi >> 1);
                     u32 b[4], bt[4];
                     ldmatrix_x4_trans(b, vb);
                     if constexpr (SPLIT) ldmatrix_x4_trans(bt, vb + Dp);
@@ -1066,7 +1077,8 @@ __device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, 
 #define FA_DISPATCH(KV)
 #endif
 #define ATTENTION_TC_ENTRY(NAME, KV)                                                                                 \
-HALO_KERNEL __launch_bounds__(128) void NAME(const float* qkv, i32 ld, const KV* kcache, const KV* vcache,          \
+HALO_KERNEL __launch_bounds__(2 * FA_MAX_ROWS) void NAME(const float* qkv, i32 ld, const KV* kcache,               \
+        const KV* vcache,                                                                                            \
         const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv,   \
         i32 D, float scale, i32 window, i32 T, const float* sinks, float* out) {                                     \
     GRID_DEPENDENCY_SYNC();                                                                                          \
