@@ -60,7 +60,9 @@ TCH_WIDE_MIN_T = int(os.environ.get("HALO_GPU_TCH_WIDE_MIN_T", "128"))
 TCK_TYPES = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 # Split K until a prefill matmul has this many blocks (~8 per SM on an H200: the last wave stays short).
 # H200 sweep, Qwen3-4B-shaped 128-token prefill: 256 -> 1967, 512 -> 2225, 1024 -> 2320, 2048 -> 2384 tok/s;
-# 1024 keeps the partial-sums buffer at <= 32 MiB (2048 would double it for 3%).
+# 1024 keeps the partial-sums buffer at <= 32 MiB (2048 would double it for 3%). H100 run 19, tch128 at 512 tokens
+# (docs/results/h100-run-19-split-target.txt): 256 / 512 / 1024 / 2048 / 4096 -> Qwen3-4B shapes 8,652 / 9,160 /
+# 10,030 / 9,925 / 9,151 tok/s: fewer slices slow the matmuls, more cost more in halo_splitk_sum than they save.
 SPLIT_TARGET_BLOCKS = 1024
 SPLIT_MIN_STAGES = 8                       # ... while each split keeps at least this many 32-k stages
 # ... and only for products of at least this many multiply-adds (a split costs one more launch and a pass over
