@@ -324,10 +324,9 @@ def flash_usable(config: ModelConfig) -> bool:
 def fa_block_rows(T: int, group: int, n_head_kv: int, multiprocessors: int) -> int:
     """The query rows of a tiled-attention block for a T-token step: FA_ROWS[-1] where that grid still gives at
     least 3/4 of the SMs a block, else FA_ROWS[0]. Both hold 8 warps an SM (registers: 2 blocks of 4 warps or one
-    of 8); the wide block stages and splits each K / V tile once for twice the rows. H100, Qwen3-4B shapes (run 19):
-    512-token steps (128 wide blocks on 132 SMs) 4.51 -> 3.67 ms of attention on the float32 cache, at depth 16k
-    123 -> 92 ms (f16 cache 45.1 -> 43.7); 128-token steps (32 wide blocks) ~2% slower prefill, so they stay narrow.
-    multiprocessors 0 (the runtime could not say): narrow."""
+    of 8); the wide block stages and splits each K / V tile once for twice the rows: faster for the Qwen3-4B shapes'
+    512-token steps (128 wide blocks on an H100's 132 SMs), ~2% slower prefill at 128 tokens (32 blocks; NOTES.md,
+    "The float32 cache's tile on f16 MMAs, run 19"). multiprocessors 0 (the runtime could not say): narrow."""
     wide = FA_ROWS[-1]
     blocks = -(-T // (wide // group)) * n_head_kv
     return wide if group <= wide and 4 * blocks >= 3 * multiprocessors > 0 else FA_ROWS[0]
