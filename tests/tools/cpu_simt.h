@@ -64,7 +64,6 @@ halo_cpu_f8 __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(halo_cpu_h16 a, halo_cpu_
 // layouts), for the HALO_TC kernels: every lane of the warp calls each. cp.async copies at once (its waits are
 // no-ops: the data is there before the barrier that follows them).
 unsigned tf32_round(float x);
-void tf32_split_v(float x, unsigned* head, unsigned* tail);
 void mma_tf32(float* c, const unsigned* a, unsigned b0, unsigned b1);
 void mma_f16(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1);
 unsigned f16x2_sub(unsigned a, unsigned b);

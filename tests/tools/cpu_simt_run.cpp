@@ -92,10 +92,6 @@ unsigned tf32_round(float x) {                 // cvt.rna.tf32.f32: 10 mantissa 
     if ((u & 0x7f800000u) == 0x7f800000u) return u;
     return (u + 0x1000u) & ~0x1fffu;
 }
-void tf32_split_v(float x, unsigned* head, unsigned* tail) {
-    *head = tf32_round(x);
-    *tail = tf32_round(x - bits_float(*head));
-}
 // mma.m16n8k8 .tf32: A[g][q] = a0, A[g + 8][q] = a1, A[g][q + 4] = a2, A[g + 8][q + 4] = a3; B[q][g] = b0,
 // B[q + 4][g] = b1; lane 4 g + q's C is (g, 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1)
 void mma_tf32(float* c, const unsigned* a, unsigned b0, unsigned b1) {

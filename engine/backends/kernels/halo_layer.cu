@@ -785,12 +785,11 @@ template <typename KV> struct FaSmem {
     i32 s_pos[FA_MAX_ROWS], s_lo[FA_MAX_ROWS], s_seq[FA_MAX_ROWS];
 };
 
-// 2^s for the power of two s that puts peak (>= 0) in [2^14, 2^15), and 2^-s in *inv: x 2^s then has an f16 head of
-// 11 bits and a tail that stays normal down to 2^-18 of the peak (below, within 2^-39 of it). s is clamped to
-// [-126, 126], where both factors are normal floats (a zero peak takes 2^126; an infinite one stays infinite).
+// 2^s for s = -f16_split_exponent(peak), which puts peak (>= 0) in [2^14, 2^15), and 2^-s in *inv: x 2^s then has
+// an f16 head of 11 bits and a tail that stays normal down to 2^-18 of the peak (below, within 2^-39 of it). s is
+// clamped to [-126, 126], where both factors are normal floats (an infinite peak stays infinite).
 __device__ __forceinline__ float fa_pow2_for(float peak, float* inv) {
-    int e = (__float_as_int(peak) >> 23) & 0xff;        // biased exponent: peak in [2^(e - 127), 2^(e - 126))
-    int s = min(max(141 - e, -126), 126);
+    int s = min(max(-f16_split_exponent(peak), -126), 126);
     *inv = __int_as_float((127 - s) << 23);
     return __int_as_float((127 + s) << 23);
 }
@@ -811,8 +810,8 @@ __device__ __forceinline__ void fa_stage32(FaTiles32& t, const float* kcache, co
         }
         *(float4*)(t.Ks + kr * FA_KLD + 4 * c) = kv;
         *(float4*)(t.Vs + kr * FA_KLD + 4 * c) = vv;
-        pk = fmaxf(pk, fmaxf(fmaxf(fabsf(kv.x), fabsf(kv.y)), fmaxf(fabsf(kv.z), fabsf(kv.w))));
-        pv = fmaxf(pv, fmaxf(fmaxf(fabsf(vv.x), fabsf(vv.y)), fmaxf(fabsf(vv.z), fabsf(vv.w))));
+        pk = fmaxf(pk, max_abs4(kv));
+        pv = fmaxf(pv, max_abs4(vv));
     }
     pk = warp_max(pk);
     pv = warp_max(pv);

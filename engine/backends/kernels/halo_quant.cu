@@ -1226,12 +1226,7 @@ __device__ float block_max_abs(float v, float* red) {
 }
 
 // 2^e with max * 2^e in [2^14, 2^15) (1 for an all-zero tile)
-__device__ __forceinline__ float wm_scale(float max_abs) {
-    if (!(max_abs > 0.0f)) return 1.0f;
-    int e;
-    frexpf(max_abs, &e);                       // max_abs = m 2^e, m in [0.5, 1)
-    return ldexpf(1.0f, 15 - e);
-}
+__device__ __forceinline__ float wm_scale(float max_abs) { return ldexpf(1.0f, -f16_split_exponent(max_abs)); }
 
 // hi / lo f16 parts of 16 values read with stride `stride` from p, scaled by s
 __device__ __forceinline__ void wm_split16(const float* p, int stride, float s, halo_h16* hi, halo_h16* lo) {
@@ -2152,11 +2147,10 @@ HALO_KERNEL void halo_split_f16(const float* X, const i32* xrow, i32 K, i32 T, i
     #pragma unroll 4
     for (int i = threadIdx.x; i < n4; i += blockDim.x) {
         float4 v = x[i];
-        mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+        mx = fmaxf(mx, max_abs4(v));
     }
     mx = block_max(mx, red);
-    int e = 0;
-    if (mx > 0.0f) { frexpf(mx, &e); e -= 15; }       // mx = f 2^(e + 15), f in [0.5, 1): mx / 2^e in [2^14, 2^15)
+    int e = f16_split_exponent(mx);
     if (threadIdx.x == 0) E[t] = e;
     // thread: 4 consecutive elements; 8 neighbouring lanes: one 32-k sub-block (blockDim.x % 32 == 0; whole warps
     // iterate, so the shuffles have every lane)

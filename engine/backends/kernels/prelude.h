@@ -92,6 +92,18 @@ __device__ __forceinline__ float kv_value(float x) { return x; }
 __device__ __forceinline__ float kv_value(unsigned short h) { return half_to_float(h); }
 __device__ __forceinline__ void kv_store(float* p, float x) { *p = x; }
 __device__ __forceinline__ void kv_store(unsigned short* p, float x) { *p = float_to_half(x); }
+// The largest |x| of four values
+__device__ __forceinline__ float max_abs4(float4 v) {
+    return fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+}
+// The exponent e that puts peak / 2^e in [2^14, 2^15) (peak > 0; 0 otherwise): the scaling of every f16 head + tail
+// split (halo_split_f16's tokens, the WMMA tile's tiles, the prefill attention tile's K / V tiles and Q rows), so
+// each value keeps 11 bits in its f16 head, ~22 with its tail, and none overflows f16.
+__device__ __forceinline__ int f16_split_exponent(float peak) {
+    int e = 0;
+    if (peak > 0.0f) { frexpf(peak, &e); e -= 15; }  // peak = f 2^(e + 15), f in [0.5, 1)
+    return e;
+}
 // the two f16 values of a 32-bit word (low half first) as floats
 __device__ __forceinline__ void halves_to_floats(u32 w, float* v) {
     v[0] = half_to_float((unsigned short)(w & 0xffffu));
@@ -117,8 +129,7 @@ __device__ __forceinline__ void kv_load16(const unsigned short* p, float* v) {
     halves_to_floats(x.w, v + 6);
 }
 
-// NVIDIA tensor cores with TF32 operands (sm_80 and newer), shared by the prefill matmul tile (halo_quant.cu)
-// and the prefill attention tile (halo_layer.cu). "3xTF32": every operand is split into a TF32 head and a TF32
+// NVIDIA tensor cores with TF32 operands (sm_80 and newer), for the TF32 matmul tiles (halo_quant.cu). "3xTF32": every operand is split into a TF32 head and a TF32
 // tail (x = head + tail, both exact in 10 mantissa bits) and a*b is taken as al*bh + ah*bl + ah*bh, about 21
 // bits: float32 tolerances still hold. Fragment layouts of mma.m16n8k8 (PTX ISA, "mma.m16n8k8 .tf32"), lane =
 // 4 g + q: A (16 x 8, row-major) a0 = A[g][q], a1 = A[g + 8][q], a2 = A[g][q + 4], a3 = A[g + 8][q + 4];
@@ -150,16 +161,6 @@ __device__ __forceinline__ void tf32_split(float x, u32* head, u32* tail) {
 
 #endif
 #if HALO_TC && !defined(HALO_CPU_SIM)
-// The same split that the compiler may not hoist out of a loop (volatile): for loop-invariant operands held in
-// registers, where keeping both halves live would double their registers (halo_attention_tc's Q)
-__device__ __forceinline__ void tf32_split_v(float x, u32* head, u32* tail) {
-    u32 h, t;
-    asm volatile("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(x));
-    asm volatile("cvt.rna.tf32.f32 %0, %1;" : "=r"(t) : "f"(x - __uint_as_float(h)));
-    *head = h;
-    *tail = t;
-}
-
 // c[0..3] += A (16 x 8, row-major fragment a[0..3]) * B (8 x 8, column fragment b0, b1)
 __device__ __forceinline__ void mma_tf32(float* c, const u32* a, u32 b0, u32 b1) {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
@@ -230,17 +231,5 @@ __device__ __forceinline__ u32 f16x2_mul(u32 a, u32 b) {
     u32 r;
     asm("mul.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
     return r;
-}
-#endif
-#if HALO_TC
-
-// c += a * b in 3xTF32 (a: head/tail A fragments, b: one B fragment's two floats, split here)
-__device__ __forceinline__ void mma_3xtf32(float* c, const u32* ah, const u32* al, float b0, float b1) {
-    u32 bh0, bl0, bh1, bl1;
-    tf32_split(b0, &bh0, &bl0);
-    tf32_split(b1, &bh1, &bl1);
-    mma_tf32(c, al, bh0, bh1);
-    mma_tf32(c, ah, bl0, bl1);
-    mma_tf32(c, ah, bh0, bh1);
 }
 #endif
