@@ -23,16 +23,22 @@ from engine.gguf.dequant import dequantize
 from engine.gguf.types import GGMLType
 from engine.gpu.forward import (
     ATTN_WARPS,
-    FA_ROWS,
     TCH_BUILDS,
     TS_ROWS,
     flash_usable,
     kv_suffix,
     split_sum_stride,
-    ts_class,
     ts_kernel,
 )
-from tests.gpu.test_gpu_attention import BS, MAGNITUDES, magnify, random_caches, reference, sink_logits
+from tests.gpu.test_gpu_attention import (
+    BS,
+    MAGNITUDES,
+    magnify,
+    random_caches,
+    reference,
+    sink_logits,
+    tile_launch,
+)
 from tests.gpu.test_gpu_prefill_tiles import BOUND, glu_inputs, random_matrix, silu_glu_reference
 from tests.tools import cpu_simt
 
@@ -54,15 +60,6 @@ def lib():
         for d in TS_ROWS:
             names[ts_kernel(d, f16)] = _args(kv, True)
     return cpu_simt.build("halo_layer.cu", names, tensor_cores=True)
-
-
-def tile_launch(tile: str, D: int, f16: bool) -> tuple[int, str, int]:
-    """(query rows a block, kernel, threads) of a prefill tile: ts (the SIMT tile), tc / tc-wide (the tensor-core
-    tile in blocks of FA_ROWS[0] / FA_ROWS[-1] rows, 2 threads a row)."""
-    if tile == "ts":
-        return TS_ROWS[ts_class(D)], ts_kernel(D, f16), 128
-    rows = FA_ROWS[-1] if tile == "tc-wide" else FA_ROWS[0]
-    return rows, "halo_attention_tc" + kv_suffix(f16), 2 * rows
 
 
 def mixed_step(rng, H, Hkv, D, f16, prompt, chunk, depth):

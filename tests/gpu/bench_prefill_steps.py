@@ -5,9 +5,9 @@ Per model (default the Qwen3-4B and Qwen3.5-4B shapes, from HALO_SHAPE_ALIKE_DIR
 bench_gpu_forward.py builds them): prefill tok/s of one 128- and one 512-token step (median of 9, each up to its
 sampled id on the host) on the KV cache of --kv (default the engine's), then where one 512-token step goes by kernel
 name (eager behind copies). --long: the first model's 4,096- and 16,384-token prompts on the f16 and float32 caches
-(only --kv's when given), in 512-token steps, each with its last step by kernel. To compare two versions of a kernel file in
-one device call, run this from two copies of the tree, alternating (docs/results/h200-run-17.md did so with the same
-measurements).
+(only --kv's when given), in 512-token steps, each with its last step by kernel. To compare two versions of a kernel
+file in one device call, run this from two copies of the tree, alternating (docs/results/h200-run-17.md did so with
+the same measurements).
 """
 from __future__ import annotations
 

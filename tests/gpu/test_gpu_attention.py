@@ -57,6 +57,15 @@ def magnify(qkv, k32, v32, H: int, D: int, magnitude: str):
     return q, (k32 * kf).astype(np.float32), (v32 * vf).astype(np.float32), vf
 
 
+def tile_launch(tile: str, D: int, f16: bool) -> tuple[int, str, int]:
+    """(query rows a block, kernel, threads) of a prefill tile: ts (the SIMT tile), tc / tc-wide (the tensor-core
+    tile in blocks of FA_ROWS[0] / FA_ROWS[-1] rows, 2 threads a row)."""
+    if tile == "ts":
+        return TS_ROWS[ts_class(D)], ts_kernel(D, f16), 128
+    rows = FA_ROWS[-1] if tile == "tc-wide" else FA_ROWS[0]
+    return rows, "halo_attention_tc" + kv_suffix(f16), 2 * rows
+
+
 def _up(be, stream, a):
     buf = be.alloc(a.shape, a.dtype)
     be.copy_h2d_async(buf, np.ascontiguousarray(a), stream)
@@ -172,8 +181,8 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks, f16)
 def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sinks, f16, tile, magnitude):
     """tc / tc-wide: the tensor-core tile (CUDA sm_80+, D % 8 == 0, D <= 128) in blocks of FA_ROWS[0] / FA_ROWS[-1]
     query rows; ts: the SIMT tile HIP runs (any GPU; its head-size classes 64 / 128 / 256, D = 96 inside the 128
-    class). The float32 cache also with keys and values far
-    outside f16's range (the tc tile splits them into f16 heads and tails after a power-of-two scaling)."""
+    class). The float32 cache also with keys and values far outside f16's range (the tc tile splits them into f16
+    heads and tails after a power-of-two scaling)."""
     if f16 and magnitude != "unit":
         pytest.skip("an f16 cache holds f16 values")
     config = SimpleNamespace(head_dim=D, n_head=H, n_head_kv=Hkv)
@@ -202,9 +211,7 @@ def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sin
     sink_d = _up_sinks(backend, stream, sink, bufs)
     out = backend.alloc((T, H * D), np.float32)
     try:
-        rows = FA_ROWS[-1] if tile == "tc-wide" else FA_ROWS[0]
-        rows, name, threads = (TS_ROWS[ts_class(D)], ts_kernel(D, f16), 128) if tile == "ts" else \
-            (rows, "halo_attention_tc" + kv_suffix(f16), 2 * rows)
+        rows, name, threads = tile_launch(tile, D, f16)
         tokens_per_block = rows // (H // Hkv)
         backend.launch(backend.kernel(FILE, name), (-(-T // tokens_per_block), Hkv), threads,
                        (qkv_d, np.int32(ld), kc_d, vc_d, pos_d, seq_d, tab_d, np.int32(tables.shape[1]),
