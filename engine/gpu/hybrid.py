@@ -30,10 +30,11 @@ KERNELS = ("halo_conv_silu", "halo_delta_prep", "halo_delta_rule", "halo_delta_c
            "halo_output_gate", "halo_split_q_gate")
 CONV_CHANNELS, CONV_SPANS = 32, 8   # halo_conv_silu's block: channels x spans of a sequence's tokens
 CONV_MAX_K = 8                # halo_conv_silu's register window
-DELTA_THREADS = 256           # 8 warps: halo_delta_rule's DR_WARPS, halo_delta_chunked's 8 warps
+DELTA_THREADS = 256           # 8 warps: halo_delta_chunked's block (32 state columns); halo_delta_rule's too
+RULE_COLUMNS = 16             # halo_delta_rule's state columns per block: DR_COLS (2) per warp, 8 warps
 CHUNKED_MIN = 16              # a sequence with this many tokens in a step takes the chunked delta rule
 CHUNKED_MAX_DK = 128          # halo_delta_chunked's DC_MAX_DK (its shared memory); above it, recurrent only
-RECURRENT_MAX_DK = 256        # halo_delta_rule: DR_WARPS x DR_ROWS state rows
+RECURRENT_MAX_DK = 256        # halo_delta_rule: DR_GROUPS x DR_ROWS state rows in a warp's registers
 NEVER = 2**31 - 1
 
 
@@ -121,11 +122,10 @@ def enqueue_delta_net(launch, c: ModelConfig, T: int, S: int, qkv, ab, conv_stat
            (qkv, conv_state, conv_w, *meta, np.int32(C), np.int32(c.ssm_conv_kernel)))
     launch("halo_delta_prep", (T, hk), 128, (qkv, ab, ssm_a, dt_bias, *dims, np.float32(c.norm_eps)))
     chunked = chunked and T - (S - 1) >= CHUNKED_MIN       # the longest sequence has at most T - (S - 1) tokens
-    grid = (hv, -(-dv // 32), S)
     rule_args = (qkv, ab, delta_state, out, *meta, *dims, np.int32(CHUNKED_MIN if chunked else NEVER))
-    launch("halo_delta_rule", grid, DELTA_THREADS, rule_args)
+    launch("halo_delta_rule", (hv, -(-dv // RULE_COLUMNS), S), DELTA_THREADS, rule_args)
     if chunked:
-        launch("halo_delta_chunked", grid, DELTA_THREADS, rule_args)
+        launch("halo_delta_chunked", (hv, -(-dv // 32), S), DELTA_THREADS, rule_args)
 
 
 def enqueue_linear_attention(fwd, L: DeviceLinearLayer, kv, T: int, S: int, layer: int) -> None:

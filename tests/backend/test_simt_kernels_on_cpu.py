@@ -285,3 +285,45 @@ def test_conv_silu_matches_the_reference_over_spans(K):
                     [qkv, conv, weight, qsl, slots, positions, np.int32(C), np.int32(K)])
     np.testing.assert_allclose(qkv, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(conv, want_state, rtol=0, atol=0)
+
+
+class HarnessOps:
+    """tests/gpu/test_gpu_delta_net.run_rounds's device side on the CPU harness: buffers are numpy arrays, written
+    in place by the kernels' own source."""
+    SIGNATURES = {
+        "halo_conv_silu": ["float*", "float*", "const float*", "const int*", "const int*", "const int*", "int", "int"],
+        "halo_delta_prep": ["float*", "float*", "const float*", "const float*", "int", "int", "int", "int", "float"],
+        "halo_delta_rule": ["const float*", "const float*", "float*", "float*", "const int*", "const int*",
+                            "const int*", "int", "int", "int", "int", "int"],
+        "halo_gated_norm": ["float*", "const float*", "const float*", "int", "int", "float"],
+    }
+    SIGNATURES["halo_delta_chunked"] = SIGNATURES["halo_delta_rule"]
+
+    def __init__(self):
+        self.lib = cpu_simt.build("halo_delta_net.cu", self.SIGNATURES)
+
+    def up(self, a):
+        return np.array(a, copy=True, order="C")
+
+    def alloc(self, shape):
+        return np.zeros(shape, np.float32)
+
+    def launch(self, name, grid, block, args):
+        cpu_simt.launch(self.lib, name, grid if isinstance(grid, tuple) else (grid,), block, list(args))
+
+    def down(self, buf, shape):
+        return buf.reshape(shape).copy()
+
+    def free(self, buf):
+        pass
+
+
+@pytest.mark.parametrize("cfg", ["dk24", "dk32", "dk128"])
+def test_delta_rule_kernels_match_the_reference(cfg):
+    """halo_delta_rule (a warp per pair of state columns, rows over lanes, sums by shuffles), with the conv, prep and
+    gated norm around it, through the GPU test's rounds (fresh and continuing sequences, prompts, a mixed round,
+    decode tokens) against engine.model.delta_net, states included. (The opt-in chunked kernel: on the GPU only;
+    its barriers make the harness slow.)"""
+    from tests.gpu.test_gpu_delta_net import CFGS, check_rounds
+
+    check_rounds(HarnessOps(), CFGS[cfg], forms=(False,))

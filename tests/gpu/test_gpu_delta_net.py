@@ -17,30 +17,46 @@ from engine.model.delta_net import gated_delta_net
 
 pytestmark = pytest.mark.gpu
 CFGS = {f"dk{dk}": SimpleNamespace(ssm_k_heads=2, ssm_v_heads=4, ssm_k_dim=dk, ssm_v_dim=dk, ssm_conv_kernel=4,
-                                   norm_eps=1e-6, conv_dim=2 * 2 * dk + 4 * dk) for dk in (32, 128)}
+                                   norm_eps=1e-6, conv_dim=2 * 2 * dk + 4 * dk) for dk in (24, 32, 128)}
 # (tokens of sequence 0, of sequence 1), (their start positions): recurrent, chunked, mixed, decode
 ROUNDS = [((7, 5), (0, 9)), ((70, 37), (7, 14)), ((1, 20), (77, 51)), ((1, 1), (78, 71))]
 
 
-def _up(be, stream, a):
-    buf = be.alloc(a.shape, a.dtype)
-    be.copy_h2d_async(buf, np.ascontiguousarray(a), stream)
-    return buf
+class GpuOps:
+    """The device side of run_rounds on a backend (tests/backend/test_simt_kernels_on_cpu.py has a CPU-harness
+    one): up (a host array onto the device), alloc, launch (as enqueue_delta_net calls it), down, free."""
+
+    def __init__(self, backend):
+        self.be, self.stream = backend, backend.create_stream()
+
+    def up(self, a):
+        buf = self.be.alloc(a.shape, a.dtype)
+        self.be.copy_h2d_async(buf, np.ascontiguousarray(a), self.stream)
+        return buf
+
+    def alloc(self, shape):
+        return self.be.alloc(shape, np.float32)
+
+    def launch(self, name, grid, block, args):
+        self.be.launch(self.be.kernel(FILE, name), grid, block, args, self.stream)
+
+    def down(self, buf, shape):
+        out = self.be.alloc_pinned(shape, np.float32)
+        try:
+            self.be.copy_d2h_async(out, buf, self.stream, nbytes=int(np.prod(shape)) * 4)
+            self.be.synchronize()
+            return out.array.copy()
+        finally:
+            self.be.free_pinned(out)
+
+    def free(self, buf):
+        self.be.free(buf)
 
 
-def _down(be, stream, buf, shape, dtype=np.float32):
-    out = be.alloc_pinned(shape, dtype)
-    try:
-        be.copy_d2h_async(out, buf, stream, nbytes=int(np.prod(shape)) * np.dtype(dtype).itemsize)
-        be.synchronize()
-        return out.array.copy()
-    finally:
-        be.free_pinned(out)
-
-
-def run_rounds(backend, cfg, chunked: bool, seed: int = 0) -> tuple[list, list, tuple]:
-    """Every round through the kernels and through the reference: ([got per round], [want per round],
-    (device conv state, reference conv state, device delta state, reference delta state))."""
+def run_rounds(dev, cfg, chunked: bool, seed: int = 0) -> tuple[list, list, tuple]:
+    """Every round through the kernels (on `dev`: GpuOps or the CPU harness's) and through the reference:
+    ([got per round], [want per round], (device conv state, reference conv state, device delta state, reference
+    delta state))."""
     rng = np.random.default_rng(seed)
     hv, dv, k, C = cfg.ssm_v_heads, cfg.ssm_v_dim, cfg.ssm_conv_kernel, cfg.conv_dim
     lw = SimpleNamespace(conv=rng.normal(0, 0.5, (C, k)).astype(np.float32),
@@ -49,16 +65,11 @@ def run_rounds(backend, cfg, chunked: bool, seed: int = 0) -> tuple[list, list, 
                          ssm_norm=rng.uniform(0.5, 1.5, dv).astype(np.float32))
     conv0 = rng.normal(size=(2, k - 1, C)).astype(np.float32)
     delta0 = rng.normal(size=(2, hv, cfg.ssm_k_dim, dv)).astype(np.float32) * 0.1
-    stream = backend.create_stream()
-    conv_d, delta_d = _up(backend, stream, conv0), _up(backend, stream, delta0)
-    w = {n: _up(backend, stream, getattr(lw, n)) for n in ("conv", "dt_bias", "ssm_a", "ssm_norm")}
+    conv_d, delta_d = dev.up(conv0), dev.up(delta0)
+    w = {n: dev.up(getattr(lw, n)) for n in ("conv", "dt_bias", "ssm_a", "ssm_norm")}
     ref_conv, ref_delta = conv0.copy(), delta0.copy()
     ref_conv[1], ref_delta[1] = 0.0, 0.0                  # slot 1 serves the fresh sequence
     got_all, want_all = [], []
-
-    def launch(name, grid, block, args):
-        backend.launch(backend.kernel(FILE, name), grid, block, args, stream)
-
     for lens, starts in ROUNDS:
         T = sum(lens)
         qkv = rng.normal(size=(T, C)).astype(np.float32)
@@ -72,37 +83,44 @@ def run_rounds(backend, cfg, chunked: bool, seed: int = 0) -> tuple[list, list, 
             a, b = qsl[s], qsl[s + 1]
             want[a:b] = gated_delta_net(qkv[a:b], z[a:b], ab[a:b, :hv], ab[a:b, hv:], lw, cfg,
                                         ref_conv[slots[s]], ref_delta[slots[s]])
-        qkv_d, ab_d, z_d = _up(backend, stream, qkv), _up(backend, stream, ab), _up(backend, stream, z)
-        meta = [_up(backend, stream, x) for x in (qsl, slots, positions)]
-        out_d = backend.alloc((T, hv * dv), np.float32)
-        enqueue_delta_net(launch, cfg, T, 2, qkv_d, ab_d, conv_d, delta_d, out_d, w["conv"], w["ssm_a"],
+        qkv_d, ab_d, z_d = dev.up(qkv), dev.up(ab), dev.up(z)
+        meta = [dev.up(x) for x in (qsl, slots, positions)]
+        out_d = dev.alloc((T, hv * dv))
+        enqueue_delta_net(dev.launch, cfg, T, 2, qkv_d, ab_d, conv_d, delta_d, out_d, w["conv"], w["ssm_a"],
                           w["dt_bias"], meta, chunked)
-        launch("halo_gated_norm", (hv, T), -(-dv // 32) * 32, (out_d, z_d, w["ssm_norm"], np.int32(hv), np.int32(dv),
-                                                               np.float32(cfg.norm_eps)))
-        got_all.append(_down(backend, stream, out_d, (T, hv * dv)))
+        dev.launch("halo_gated_norm", (hv, T), -(-dv // 32) * 32, (out_d, z_d, w["ssm_norm"], np.int32(hv),
+                                                                   np.int32(dv), np.float32(cfg.norm_eps)))
+        got_all.append(dev.down(out_d, (T, hv * dv)))
         want_all.append(want)
         for buf in (qkv_d, ab_d, z_d, out_d, *meta):
-            backend.free(buf)
-    states = (_down(backend, stream, conv_d, conv0.shape), ref_conv, _down(backend, stream, delta_d, delta0.shape),
-              ref_delta)
+            dev.free(buf)
+    states = (dev.down(conv_d, conv0.shape), ref_conv, dev.down(delta_d, delta0.shape), ref_delta)
     for buf in (conv_d, delta_d, *w.values()):
-        backend.free(buf)
+        dev.free(buf)
     return got_all, want_all, states
 
 
-@pytest.mark.parametrize("cfg", list(CFGS))
-def test_delta_net_kernels_match_the_cpu_reference_and_chunked_equals_recurrent(backend, cfg):
+def check_rounds(dev, cfg, forms=(False, True)) -> None:
+    """run_rounds in each of `forms` (False: recurrent only; True: chunked for the long sequences) against the
+    reference, and both forms against each other."""
     outs = {}
-    for chunked in (False, True):
-        got, want, (conv, ref_conv, delta, ref_delta) = run_rounds(backend, CFGS[cfg], chunked)
+    for chunked in forms:
+        got, want, (conv, ref_conv, delta, ref_delta) = run_rounds(dev, cfg, chunked)
         for r, (g, wnt) in enumerate(zip(got, want, strict=True)):
             np.testing.assert_allclose(g, wnt, atol=2e-4, rtol=1e-4, err_msg=f"chunked={chunked} round {r}")
         np.testing.assert_allclose(conv, ref_conv, atol=1e-6)
         np.testing.assert_allclose(delta, ref_delta, atol=2e-4, rtol=1e-4)
         outs[chunked] = got
+    if len(outs) < 2:
+        return
     for r, (a, b) in enumerate(zip(outs[False], outs[True], strict=True)):
         np.testing.assert_allclose(b, a, atol=2e-4, rtol=1e-4, err_msg=f"chunked vs recurrent, round {r}")
     assert not np.array_equal(outs[False][1], outs[True][1])    # the long round really took another kernel
+
+
+@pytest.mark.parametrize("cfg", list(CFGS))
+def test_delta_net_kernels_match_the_cpu_reference_and_chunked_equals_recurrent(backend, cfg):
+    check_rounds(GpuOps(backend), CFGS[cfg])
 
 
 def test_output_gate_kernel(backend):
@@ -110,9 +128,8 @@ def test_output_gate_kernel(backend):
     T, H, D = 5, 4, 32
     attn = rng.normal(size=(T, H * D)).astype(np.float32)
     qg = rng.normal(size=(T, H * 2 * D)).astype(np.float32)
-    stream = backend.create_stream()
-    a_d, g_d = _up(backend, stream, attn), _up(backend, stream, qg)
-    backend.launch(backend.kernel(FILE, "halo_output_gate"), -(-T * H * D // 256), 256,
-                   (a_d, g_d, np.int32(T), np.int32(H), np.int32(D)), stream)
+    dev = GpuOps(backend)
+    a_d, g_d = dev.up(attn), dev.up(qg)
+    dev.launch("halo_output_gate", -(-T * H * D // 256), 256, (a_d, g_d, np.int32(T), np.int32(H), np.int32(D)))
     gate = qg.reshape(T, H, 2 * D)[..., D:].reshape(T, H * D)
-    np.testing.assert_allclose(_down(backend, stream, a_d, attn.shape), attn / (1 + np.exp(-gate)), atol=1e-6)
+    np.testing.assert_allclose(dev.down(a_d, attn.shape), attn / (1 + np.exp(-gate)), atol=1e-6)
