@@ -73,4 +73,8 @@ inline void cp_async_commit() {}
 inline void cp_async_wait_all() {}
 void ldmatrix_x4(unsigned* r, const void* row);
 void ldmatrix_x4_trans(unsigned* r, const void* row);
+typedef char* saddr;                          // prelude.h's shared-window address: here a plain pointer
+inline saddr shared_addr(const void* p) { return (char*)p; }
+inline void cp_async16_at(saddr dst, const void* src, int bytes) { cp_async16(dst, src, bytes); }
+inline void ldmatrix_x4_at(unsigned* r, saddr row) { ldmatrix_x4(r, row); }
 #endif

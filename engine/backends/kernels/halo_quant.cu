@@ -2187,21 +2187,22 @@ HALO_KERNEL void halo_split_f16(const float* X, const i32* xrow, i32 K, i32 T, i
 // of the row, so the 8 rows of an ldmatrix matrix (row stride 64 bytes, no padding) hit distinct banks
 __device__ __forceinline__ int th_sw(int n, int c) { return 32 * n + 8 * (c ^ ((n >> 1) & 3)); }
 
-// Stage at k0 of the token tile into Xs ([head | tail][NB tokens][32], swizzled) and the stage's sums into
-// Ss[NB]: thread t copies chunk t % 4 of tokens t / 4 + NB / 2 j of heads and tails; threads 0 .. NB / 4 - 1 the sums
+// Stage at k0 of the token tile into xs ([head | tail][NB tokens][32] f16, swizzled) and the stage's sums into
+// ss (NB floats): thread t copies chunk t % 4 of tokens t / 4 + NB / 2 j of heads and tails; threads 0 .. NB / 4 - 1
+// the sums
 template <int NB>
 __device__ __forceinline__ void th_load_x(const unsigned short* Xh, const unsigned short* Xl, const float* S, int K,
-                                          int T, int ls, int tok0, int k0, unsigned short* Xs, float* Ss) {
+                                          int T, int ls, int tok0, int k0, saddr xs, saddr ss) {
     int t = threadIdx.x, c = t & 3;
     #pragma unroll
     for (int j = 0; j < 2; j++) {
         int n = (t >> 2) + (NB / 2) * j, tok = tok0 + n;
         bool in = tok < T;
         size_t o = in ? (size_t)tok * K + k0 + 8 * c : 0;
-        cp_async16(Xs + th_sw(n, c), Xh + o, in ? 16 : 0);
-        cp_async16(Xs + NB * 32 + th_sw(n, c), Xl + o, in ? 16 : 0);
+        cp_async16_at(xs + 2 * th_sw(n, c), Xh + o, in ? 16 : 0);
+        cp_async16_at(xs + 2 * (NB * 32 + th_sw(n, c)), Xl + o, in ? 16 : 0);
     }
-    if (t < NB / 4) cp_async16(Ss + 4 * t, S + (size_t)(k0 >> 5) * ls + tok0 + 4 * t, 16);
+    if (t < NB / 4) cp_async16_at(ss + 16 * t, S + (size_t)(k0 >> 5) * ls + tok0 + 4 * t, 16);
 }
 
 // 0x6400 | byte i of v, per f16 lane: pairs (b0, b1) and (b2, b3) as f16 1024 + b, then minus off (f16x2)
@@ -2254,8 +2255,8 @@ __device__ __forceinline__ void th_promote(float* acc, float s0, float s1, float
     f[0] = f[1] = f[2] = f[3] = 0.0f;
 }
 
-// One 32-k stage of rows (m ? mr1 : mr0) + 0..15 x tokens n0 + 8 j + 0..7: codes Ws ([64][32]), row scales Sc
-// (float4 per row), activations Xs ([head | tail][NB][32]), their sums Ss (tiles th_sw-swizzled; an ldmatrix
+// One 32-k stage of rows (m ? mr1 : mr0) + 0..15 x tokens n0 + 8 j + 0..7: codes at ws ([64][32] f16), row scales
+// Sc (float4 per row), activations at xs ([head | tail][NB][32] f16), their sums Ss (tiles th_sw-swizzled; an ldmatrix
 // matrix's 8 rows start at multiples of 8, so lane's row bits 1-2 are those of lane & 7). ONE0 / ONE1 (the rows of
 // m = 0 / 1 are Q4_K): the stage's 4 MMAs go on accumulating into sup[m][j], unscaled (every code of a super-block
 // has the same scale d, its sub-block scale folded in: th_store), and th_flush adds d sup to acc once per TH_SUM_K
@@ -2265,20 +2266,20 @@ __device__ __forceinline__ void th_promote(float* acc, float s0, float s1, float
 // alone (run 17's SASS; ncu: issue slots ~53% busy, most stalls on the MMAs' fixed latency). Per j the two m's
 // chains are interleaved, each in its own order.
 template <int NB, bool ONE0, bool ONE1>
-__device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc, const unsigned short* Xs,
-                                       const float* Ss, int mr0, int mr1, int n0, float (*acc)[4][4],
+__device__ __forceinline__ void th_mma(saddr ws, const float* Sc, saddr xs, const float* Ss, int mr0, int mr1,
+                                       int n0, float (*acc)[4][4],
                                        float (*sup)[4][4]) {
     constexpr bool ONE[2] = {ONE0, ONE1};
     int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, l7 = lane & 7;
     // ldmatrix rows: A matrix i = lane / 8 is (rows + 8 (i & 1), k + 8 (i >> 1)); B matrix i is (head | tail by
     // i >> 1, k + 8 (i & 1)) of 8 tokens
     int sw = (l7 >> 1) & 3;
-    const unsigned short* pa[2];
+    saddr pa[2];                                     // byte addresses: 2 per f16
     #pragma unroll
-    for (int m = 0; m < 2; m++) pa[m] = Ws + 32 * ((m ? mr1 : mr0) + l7 + 8 * ((lane >> 3) & 1));
-    int ca[2] = {8 * ((lane >> 4) ^ sw), 8 * ((2 + (lane >> 4)) ^ sw)};              // [half]: k chunk of A
-    const unsigned short* pb = Xs + 32 * ((lane >> 4) * NB + n0 + l7);
-    int cb[2] = {8 * (((lane >> 3) & 1) ^ sw), 8 * ((2 + ((lane >> 3) & 1)) ^ sw)};  // ... of B
+    for (int m = 0; m < 2; m++) pa[m] = ws + 64 * ((m ? mr1 : mr0) + l7 + 8 * ((lane >> 3) & 1));
+    int ca[2] = {16 * ((lane >> 4) ^ sw), 16 * ((2 + (lane >> 4)) ^ sw)};            // [half]: k chunk of A
+    saddr pb = xs + 64 * ((lane >> 4) * NB + n0 + l7);
+    int cb[2] = {16 * (((lane >> 3) & 1) ^ sw), 16 * ((2 + ((lane >> 3) & 1)) ^ sw)};  // ... of B
     // Q6_K rows' scales first, in registers (ldmatrix's memory clobber would have them reloaded after each load):
     // sc[m][half][row g | row g + 8]
     float sc[2][2][2];
@@ -2295,12 +2296,12 @@ __device__ __forceinline__ void th_mma(const unsigned short* Ws, const float* Sc
     #pragma unroll
     for (int half = 0; half < 2; half++)
         #pragma unroll
-        for (int m = 0; m < 2; m++) ldmatrix_x4(a[half][m], pa[m] + ca[half]);
+        for (int m = 0; m < 2; m++) ldmatrix_x4_at(a[half][m], pa[m] + ca[half]);
     #pragma unroll
     for (int j = 0; j < 4; j++) {
         u32 b[2][4];
         #pragma unroll
-        for (int half = 0; half < 2; half++) ldmatrix_x4(b[half], pb + 256 * j + cb[half]);
+        for (int half = 0; half < 2; half++) ldmatrix_x4_at(b[half], pb + 512 * j + cb[half]);
         float part[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
         #pragma unroll
         for (int half = 0; half < 2; half++) {
@@ -2380,7 +2381,6 @@ __device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* co
                                        float (*acc)[4][4]) {
     constexpr int RT = 128 / NB;                       // weight rows per thread
     unsigned short (*Ws)[TP_BM * 32] = sm.Ws;
-    unsigned short (*Xs)[2 * NB * 32] = sm.Xs;
     float (*Sc)[TP_BM * 4] = sm.Sc;
     float (*Ss)[NB] = sm.Ss;
     float sup[2][4][4];                                // Q4_K rows' unscaled chains (th_mma, TH_SUM_K)
@@ -2398,7 +2398,10 @@ __device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* co
         ty[i] = (ONE0 == ONE1 ? ONE0 : up[i] ? ONE1 : ONE0) ? T_Q4_K : T_Q6_K;
     }
     u32 raw[RT][8];
-    th_load_x<NB>(Xh, Xl, S, K, T, ls, tok0, kbeg, Xs[0], Ss[0]);
+    // buffer b of Ws / Xs / Ss at ws0 / xs0 / ss0 + b x its size (ldmatrix and cp.async take these addresses)
+    const saddr ws0 = shared_addr(sm.Ws), xs0 = shared_addr(sm.Xs), ss0 = shared_addr(sm.Ss);
+    constexpr int WSZ = sizeof(sm.Ws[0]), XSZ = sizeof(sm.Xs[0]), SSZ = sizeof(sm.Ss[0]);
+    th_load_x<NB>(Xh, Xl, S, K, T, ls, tok0, kbeg, xs0, ss0);
     cp_async_commit();
     #pragma unroll
     for (int i = 0; i < RT; i++) tp_fetch(ty[i], rp[i], kbeg, gi, raw[i]);
@@ -2411,12 +2414,12 @@ __device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* co
         int k1 = kbeg + TP_BK * (s + 1), cur = s & 1;
         bool more = s + 1 < nst;
         if (more) {
-            th_load_x<NB>(Xh, Xl, S, K, T, ls, tok0, k1, Xs[cur ^ 1], Ss[cur ^ 1]);
+            th_load_x<NB>(Xh, Xl, S, K, T, ls, tok0, k1, xs0 + (cur ^ 1) * XSZ, ss0 + (cur ^ 1) * SSZ);
             #pragma unroll
             for (int i = 0; i < RT; i++) tp_fetch(ty[i], rp[i], k1, gi, raw[i]);
         }
         cp_async_commit();
-        th_mma<NB, ONE0, ONE1>(Ws[cur], Sc[cur], Xs[cur], Ss[cur], mr0, mr1, n0, acc, sup);
+        th_mma<NB, ONE0, ONE1>(ws0 + cur * WSZ, Sc[cur], xs0 + cur * XSZ, Ss[cur], mr0, mr1, n0, acc, sup);
         if ((k1 & (TH_SUM_K - 1)) == 0 || !more) th_flush<ONE0, ONE1>(Sc[cur], mr0, mr1, acc, sup);  // k1: next stage's
         if (more) {                                    // the other buffers: last read before the previous barrier
             #pragma unroll

@@ -201,10 +201,18 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
     return a;
 }
 
+// A shared-memory operand of cp.async / ldmatrix by its shared-window address: a tile computes each lane's
+// addresses once and offsets them in bytes (run 20: the generic-pointer forms below cost a 64-bit add and a
+// conversion per use, ~1/6 of the tch stage's instructions). The CPU harness's saddr is a char pointer.
+typedef u32 saddr;
+__device__ __forceinline__ saddr shared_addr(const void* p) { return smem_addr(p); }
+
 // 16 bytes global -> shared, asynchronously; bytes == 0 writes zeros (tokens past T)
+__device__ __forceinline__ void cp_async16_at(saddr dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(smem_addr(dst)), "l"(src), "r"(bytes)
-                 : "memory");
+    cp_async16_at(smem_addr(dst), src, bytes);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
@@ -212,10 +220,11 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // Four 8 x 8 matrices of 16-bit elements from shared memory: lanes 8i .. 8i + 7 give the 8 row addresses (16 bytes
 // each) of matrix i; lane (g, q) receives r[i] = matrix i's row g, elements 2q, 2q + 1 (or, transposed, column g's
 // rows 2q, 2q + 1): f16 MMA fragments (row-major A, or a row-major [k][n] B read transposed).
-__device__ __forceinline__ void ldmatrix_x4(u32* r, const void* row) {
+__device__ __forceinline__ void ldmatrix_x4_at(u32* r, saddr row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(row)) : "memory");
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(row) : "memory");
 }
+__device__ __forceinline__ void ldmatrix_x4(u32* r, const void* row) { ldmatrix_x4_at(r, smem_addr(row)); }
 __device__ __forceinline__ void ldmatrix_x4_trans(u32* r, const void* row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(row)) : "memory");
