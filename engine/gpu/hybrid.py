@@ -30,8 +30,8 @@ KERNELS = ("halo_conv_silu", "halo_delta_prep", "halo_delta_rule", "halo_delta_c
            "halo_output_gate", "halo_split_q_gate")
 CONV_CHANNELS, CONV_SPANS = 32, 8   # halo_conv_silu's block: channels x spans of a sequence's tokens
 CONV_MAX_K = 8                # halo_conv_silu's register window
-DELTA_THREADS = 256           # 8 warps: halo_delta_chunked's block (32 state columns); halo_delta_rule's too
-RULE_COLUMNS = 16             # halo_delta_rule's state columns per block: DR_COLS (2) per warp, 8 warps
+DELTA_THREADS = 256           # 8 warps: halo_delta_chunked's block (32 state columns); halo_delta_rule's DR_THREADS
+RULE_COLUMNS = 16             # halo_delta_rule's state columns per block: DR_BLOCK_COLS (2 per warp)
 CHUNKED_MIN = 16              # a sequence with this many tokens in a step takes the chunked delta rule
 CHUNKED_MAX_DK = 128          # halo_delta_chunked's DC_MAX_DK (its shared memory); above it, recurrent only
 RECURRENT_MAX_DK = 256        # halo_delta_rule: DR_GROUPS x DR_ROWS state rows in a warp's registers

@@ -91,33 +91,36 @@ HALO_KERNEL void halo_delta_prep(float* qkv, float* ab, const float* ssm_a, cons
 
 // The delta rule over each sequence's tokens in order (the recurrent form), after halo_delta_prep, for the
 // sequences with fewer than chunked_min tokens this step (halo_delta_chunked takes the others).
-// grid (Hv, ceil(Dv / (DR_COLS x 8)), S), block 256: 8 warps, each owning DR_COLS state columns of head h. Lane
-// (rg = lane / DR_COLS, c = lane % DR_COLS) holds rows 4 rg + 64 i + e (e < 4, i < DR_ROWS / 4, rows < Dk; so Dk <=
-// 256) of its warp's column c in registers; the sums over Dk (k.S, then q.S) are each lane's rows followed by
-// shuffles across the DR_GROUPS row groups, so the warps never wait for each other within a token. The block stages
-// DR_CHUNK tokens' q, k (rows zero-padded to DR_PAD, a multiple of 64), v of its columns, beta and e^g in shared
-// memory, loading the next chunk into registers while it walks this one: one barrier per chunk. Run 20 (H100,
-// Qwen3.5-4B shapes, 24 layers of a 512-token step): 17.6 ms for the form before (a block meeting in shared memory
-// three times a token), 11.9 with warps alone but each token's inputs loaded from global memory one token ahead.
-// out [T, Hv Dv] gets o_t = S_t^T q_t.
+// grid (Hv, ceil(Dv / DR_BLOCK_COLS), S), block DR_THREADS (engine.gpu.hybrid: RULE_COLUMNS, DELTA_THREADS):
+// DR_WARPS warps, each owning DR_COLS state columns of head h. Lane (rg = lane / DR_COLS, c = lane % DR_COLS) holds
+// rows 4 rg + 64 i + e (e < 4, i < DR_ROWS / 4, rows < Dk; so Dk <= 256) of its warp's column c in registers; the sums
+// over Dk (k.S, then q.S) are each lane's rows followed by shuffles across the DR_GROUPS row groups, so the warps
+// never wait for each other within a token. The block stages DR_CHUNK tokens' q, k (each row zero-padded to pad, a
+// multiple of 64), v of its columns, beta and e^g in shared memory, loading the next chunk into registers while it
+// walks this one: one barrier per chunk. Run 20 (H100, Qwen3.5-4B shapes, 24 layers of a 512-token step): 17.6 ms
+// for the form before (a block meeting in shared memory three times a token), 11.9 with warps alone but each token's
+// inputs loaded from global memory one token ahead, 6.9 as now. out [T, Hv Dv] gets o_t = S_t^T q_t.
+#define DR_WARPS 8
+#define DR_THREADS (32 * DR_WARPS)
 #define DR_COLS 2
+#define DR_BLOCK_COLS (DR_COLS * DR_WARPS)
 #define DR_GROUPS (32 / DR_COLS)
 #define DR_ROWS 16
 #define DR_CHUNK 8
 #define DR_MAX_PAD 256
-#define DR_STAGE (DR_CHUNK * DR_MAX_PAD / 256)        // q (and k) elements a thread stages per chunk
+#define DR_STAGE (DR_CHUNK * DR_MAX_PAD / DR_THREADS)   // q (and k) elements a thread stages per chunk
 HALO_KERNEL void halo_delta_rule(const float* qkv, const float* ab, float* state, float* out, const i32* qsl,
                                  const i32* slots, const i32* positions, i32 Hk, i32 Hv, i32 Dk, i32 Dv,
                                  i32 chunked_min) {
     GRID_DEPENDENCY_SYNC();
     __shared__ __align__(16) float Qs[2][DR_CHUNK * DR_MAX_PAD], Ks[2][DR_CHUNK * DR_MAX_PAD];
-    __shared__ float Vs[2][DR_CHUNK][8 * DR_COLS], Bs[2][DR_CHUNK], Es[2][DR_CHUNK];
+    __shared__ float Vs[2][DR_CHUNK][DR_BLOCK_COLS], Bs[2][DR_CHUNK], Es[2][DR_CHUNK];
     int h = blockIdx.x, s = blockIdx.z, x = threadIdx.x, lane = x & 31, rg = lane / DR_COLS;
-    int jb = blockIdx.y * 8 * DR_COLS, jl = DR_COLS * (x >> 5) + lane % DR_COLS, j = jb + jl, kh = h % Hk;
+    int jb = blockIdx.y * DR_BLOCK_COLS, jl = DR_COLS * (x >> 5) + lane % DR_COLS, j = jb + jl, kh = h % Hk;
     int t0 = qsl[s], t1 = qsl[s + 1];
     if (t0 >= t1 || t1 - t0 >= chunked_min) return;         // the whole block: another kernel's sequence
     const i64 C = 2 * Hk * Dk + Hv * Dv, qo = kh * Dk, ko = Hk * Dk + kh * Dk, vo = 2 * Hk * Dk + h * Dv;
-    const int pad = (Dk + 63) & ~63;                         // DR_PAD: a token's staged row
+    const int pad = (Dk + 63) & ~63;                         // a token's staged row: <= DR_MAX_PAD
     bool live = j < Dv, walks = j - lane % DR_COLS < Dv, fresh = positions[t0] == 0;   // walks: the warp has a column
     float* S = state + ((i64)slots[s] * Hv + h) * Dk * Dv;
     float col[DR_ROWS];
@@ -126,29 +129,29 @@ HALO_KERNEL void halo_delta_rule(const float* qkv, const float* ab, float* state
         int r = 4 * rg + 64 * (i >> 2) + (i & 3);
         col[i] = (r < Dk && live && !fresh) ? S[(i64)r * Dv + j] : 0.0f;
     }
-    // staging: thread x loads elements x + 256 u of the chunk's [token][pad] q and k, one v of the block's
-    // 8 DR_COLS columns (x < 8 DR_COLS DR_CHUNK), one beta and g (x < DR_CHUNK)
+    // staging: thread x loads elements x + DR_THREADS u of the chunk's [token][pad] q and k, one v of the block's
+    // DR_BLOCK_COLS columns (x < DR_BLOCK_COLS DR_CHUNK), one beta and g (x < DR_CHUNK)
     float gq[DR_STAGE], gk[DR_STAGE], gv = 0.0f, gb = 0.0f, gg = 0.0f;
     auto fetch = [&](int c0) {
         int n = min(DR_CHUNK, t1 - c0);
         #pragma unroll
         for (int u = 0; u < DR_STAGE; u++) {
-            int e = x + 256 * u, tk = e / pad, d = e - tk * pad;
+            int e = x + DR_THREADS * u, tk = e / pad, d = e - tk * pad;
             bool in = tk < n && d < Dk;
             gq[u] = in ? qkv[(c0 + tk) * C + qo + d] : 0.0f;
             gk[u] = in ? qkv[(c0 + tk) * C + ko + d] : 0.0f;
         }
-        int tv = x / (8 * DR_COLS), jv = jb + x % (8 * DR_COLS);
+        int tv = x / DR_BLOCK_COLS, jv = jb + x % DR_BLOCK_COLS;
         gv = (tv < n && jv < Dv) ? qkv[(c0 + tv) * C + vo + jv] : 0.0f;
         if (x < n) { gb = ab[(i64)(c0 + x) * 2 * Hv + h]; gg = ab[(i64)(c0 + x) * 2 * Hv + Hv + h]; }
     };
     auto stage = [&](int b) {
         #pragma unroll
         for (int u = 0; u < DR_STAGE; u++) {
-            int e = x + 256 * u;
+            int e = x + DR_THREADS * u;
             if (e < DR_CHUNK * pad) { Qs[b][e] = gq[u]; Ks[b][e] = gk[u]; }
         }
-        if (x < 8 * DR_COLS * DR_CHUNK) Vs[b][x / (8 * DR_COLS)][x % (8 * DR_COLS)] = gv;
+        if (x < DR_BLOCK_COLS * DR_CHUNK) Vs[b][x / DR_BLOCK_COLS][x % DR_BLOCK_COLS] = gv;
         if (x < DR_CHUNK) { Bs[b][x] = gb; Es[b][x] = __expf(gg); }
     };
     fetch(t0);

@@ -2267,8 +2267,7 @@ __device__ __forceinline__ void th_promote(float* acc, float s0, float s1, float
 // chains are interleaved, each in its own order.
 template <int NB, bool ONE0, bool ONE1>
 __device__ __forceinline__ void th_mma(saddr ws, const float* Sc, saddr xs, const float* Ss, int mr0, int mr1,
-                                       int n0, float (*acc)[4][4],
-                                       float (*sup)[4][4]) {
+                                       int n0, float (*acc)[4][4], float (*sup)[4][4]) {
     constexpr bool ONE[2] = {ONE0, ONE1};
     int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, l7 = lane & 7;
     // ldmatrix rows: A matrix i = lane / 8 is (rows + 8 (i & 1), k + 8 (i >> 1)); B matrix i is (head | tail by
