@@ -31,6 +31,7 @@ from engine.gpu.forward import (
     ts_kernel,
     ts_usable,
 )
+from tests.gpu.device_arrays import download, upload
 
 pytestmark = pytest.mark.gpu
 FILE = "halo_layer.cu"
@@ -66,22 +67,6 @@ def tile_launch(tile: str, D: int, f16: bool) -> tuple[int, str, int]:
     return rows, "halo_attention_tc" + kv_suffix(f16), 2 * rows
 
 
-def _up(be, stream, a):
-    buf = be.alloc(a.shape, a.dtype)
-    be.copy_h2d_async(buf, np.ascontiguousarray(a), stream)
-    return buf
-
-
-def _down(be, stream, buf, shape):
-    out = be.alloc_pinned(shape, np.float32)
-    try:
-        be.copy_d2h_async(out, buf, stream, nbytes=int(np.prod(shape)) * 4)
-        be.synchronize()
-        return out.array.copy()
-    finally:
-        be.free_pinned(out)
-
-
 def reference(q, kc, vc, positions, token_seq, tables, scale, window, sinks=None):
     """q [T, H, D]; caches [slots, Hkv, D]; float64 softmax(scale q.K^T) V over the allowed keys; sinks [H]
     join the softmax's denominator only."""
@@ -110,7 +95,7 @@ def sink_logits(rng, H: int, on: bool):
 def _up_sinks(backend, stream, sinks, bufs):
     if sinks is None:
         return NULL
-    bufs.append(_up(backend, stream, sinks))
+    bufs.append(upload(backend, stream, sinks))
     return bufs[-1]
 
 
@@ -136,7 +121,7 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks, f16)
     sink = sink_logits(rng, H, sinks)
     want = reference(qkv[:, :H * D].reshape(T, H, D), k32, v32, positions, token_seq, tables, scale, window, sink)
     stream = backend.create_stream()
-    bufs = [_up(backend, stream, a) for a in (qkv, kc, vc, positions, token_seq, tables)]
+    bufs = [upload(backend, stream, a) for a in (qkv, kc, vc, positions, token_seq, tables)]
     qkv_d, kc_d, vc_d, pos_d, seq_d, tab_d = bufs
     sink_d = _up_sinks(backend, stream, sink, bufs)
     part = backend.alloc(T * H * SKV_CHUNKS * (D + 2), np.float32)
@@ -150,7 +135,7 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks, f16)
             backend.kernel(FILE, name), grid, block, args, stream, shared)
         launch("halo_attention" + kv_suffix(f16), (T, H), 32 * ATTN_WARPS, common + (sink_d, outs[0]),
                4 * ATTN_WARPS * (D + 2))
-        got = {"halo_attention": _down(backend, stream, outs[0], (T, H * D))}
+        got = {"halo_attention": download(backend, stream, outs[0], (T, H * D))}
         # the SIMT build, and the tensor-core build where the device and the cache have one (split_kernel)
         for tc in sorted({False, tensor_cores_usable(backend)}):
             shared = split_shared_bytes(D, H // Hkv, f16, tc)
@@ -160,9 +145,9 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks, f16)
                    (part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), sink_d, outs[1]))
             for out in outs[2:]:        # the fused merge, twice: its counters must be back at 0 after a step
                 launch(split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, counters, sink_d, out), shared)
-            assert not _down(backend, stream, counters, (T * Hkv,)).any()
+            assert not download(backend, stream, counters, (T * Hkv,)).any()
             for i, out in enumerate(outs[1:]):
-                got[f"{split} {('merge', 'fused', 'fused again')[i]}"] = _down(backend, stream, out, (T, H * D))
+                got[f"{split} {('merge', 'fused', 'fused again')[i]}"] = download(backend, stream, out, (T, H * D))
         for name, out in got.items():
             np.testing.assert_allclose(out.reshape(T, H, D), want, atol=2e-5, rtol=1e-4, err_msg=name)
     finally:
@@ -206,7 +191,7 @@ def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sin
     sink = sink_logits(rng, H, sinks)
     want = reference(qkv[:, :H * D].reshape(T, H, D), k32, v32, positions, token_seq, tables, scale, window, sink)
     stream = backend.create_stream()
-    bufs = [_up(backend, stream, a) for a in (qkv, kc, vc, positions, token_seq, tables)]
+    bufs = [upload(backend, stream, a) for a in (qkv, kc, vc, positions, token_seq, tables)]
     qkv_d, kc_d, vc_d, pos_d, seq_d, tab_d = bufs
     sink_d = _up_sinks(backend, stream, sink, bufs)
     out = backend.alloc((T, H * D), np.float32)
@@ -217,7 +202,7 @@ def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sin
                        (qkv_d, np.int32(ld), kc_d, vc_d, pos_d, seq_d, tab_d, np.int32(tables.shape[1]),
                         np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D), np.float32(scale), np.int32(window),
                         np.int32(T), sink_d, out), stream)
-        got = _down(backend, stream, out, (T, H * D)).reshape(T, H, D)
+        got = download(backend, stream, out, (T, H * D)).reshape(T, H, D)
         np.testing.assert_allclose(got, want, atol=2e-5 * vf, rtol=1e-4)
     finally:
         for b in bufs + [out]:

@@ -14,6 +14,7 @@ import pytest
 
 from engine.gpu.hybrid import FILE, enqueue_delta_net
 from engine.model.delta_net import gated_delta_net
+from tests.gpu.device_arrays import download, upload
 
 pytestmark = pytest.mark.gpu
 CFGS = {f"dk{dk}": SimpleNamespace(ssm_k_heads=2, ssm_v_heads=4, ssm_k_dim=dk, ssm_v_dim=dk, ssm_conv_kernel=4,
@@ -30,9 +31,7 @@ class GpuOps:
         self.be, self.stream = backend, backend.create_stream()
 
     def up(self, a):
-        buf = self.be.alloc(a.shape, a.dtype)
-        self.be.copy_h2d_async(buf, np.ascontiguousarray(a), self.stream)
-        return buf
+        return upload(self.be, self.stream, a)
 
     def alloc(self, shape):
         return self.be.alloc(shape, np.float32)
@@ -41,13 +40,7 @@ class GpuOps:
         self.be.launch(self.be.kernel(FILE, name), grid, block, args, self.stream)
 
     def down(self, buf, shape):
-        out = self.be.alloc_pinned(shape, np.float32)
-        try:
-            self.be.copy_d2h_async(out, buf, self.stream, nbytes=int(np.prod(shape)) * 4)
-            self.be.synchronize()
-            return out.array.copy()
-        finally:
-            self.be.free_pinned(out)
+        return download(self.be, self.stream, buf, shape)
 
     def free(self, buf):
         self.be.free(buf)

@@ -25,6 +25,7 @@ from engine.gguf.dequant import dequantize
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
 from engine.gpu.model import GpuModel
 from engine.gpu.weights import DeviceMatrix
+from tests.gpu import device_arrays
 
 pytestmark = pytest.mark.gpu
 TINY = Path(__file__).resolve().parents[2] / "tests" / "golden" / "data" / "tiny-llama-f32.gguf"
@@ -81,19 +82,11 @@ def use_mode(fwd, mode: str, monkeypatch) -> None:
 
 
 def upload(fwd, host: np.ndarray):
-    buf = fwd.backend.alloc(host.shape, host.dtype)
-    fwd.backend.copy_h2d_async(buf, np.ascontiguousarray(host), fwd.stream)
-    return buf
+    return device_arrays.upload(fwd.backend, fwd.stream, host)
 
 
 def download(fwd, buf, shape) -> np.ndarray:
-    out = fwd.backend.alloc_pinned(shape, np.float32)
-    try:
-        fwd.backend.copy_d2h_async(out, buf, fwd.stream, nbytes=int(np.prod(shape)) * 4)
-        fwd.backend.synchronize()
-        return out.array.copy()
-    finally:
-        fwd.backend.free_pinned(out)
+    return device_arrays.download(fwd.backend, fwd.stream, buf, shape)
 
 
 def record_launches(fwd, monkeypatch) -> list[str]:
