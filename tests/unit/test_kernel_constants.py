@@ -36,6 +36,17 @@ def test_host_constant_matches_the_kernel(file, name, host):
     assert defines(file)[name] == host
 
 
+def test_delta_rule_block_and_limits_match_the_host():
+    """halo_delta_rule's block (DR_WARPS warps of DR_COLS state columns: DELTA_THREADS threads, RULE_COLUMNS
+    columns a block in the host's grid), the widest key head its registers and staged rows hold (RECURRENT_MAX_DK,
+    which weights.gpu_refusal checks), and the chunked kernel's (CHUNKED_MAX_DK)."""
+    d = defines("halo_delta_net.cu")
+    assert 32 * d["DR_WARPS"] == hybrid.DELTA_THREADS
+    assert d["DR_COLS"] * d["DR_WARPS"] == hybrid.RULE_COLUMNS
+    assert (32 // d["DR_COLS"]) * d["DR_ROWS"] == d["DR_MAX_PAD"] == hybrid.RECURRENT_MAX_DK
+    assert d["DC_MAX_DK"] == hybrid.CHUNKED_MAX_DK
+
+
 def test_split_kv_limits_fit_the_kernels():
     """Every build split_kernel can ask for exists in the kernel's table of builds, with the element type, lanes
     per key row (walkers per warp) and head size its class needs, and a group bound at least the group asked for."""
