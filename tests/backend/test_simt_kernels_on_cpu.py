@@ -39,6 +39,8 @@ from tests.gpu.test_gpu_attention import (
     sink_logits,
     tile_launch,
 )
+from tests.gpu.test_gpu_delta_net import CFGS as DELTA_CFGS
+from tests.gpu.test_gpu_delta_net import check_rounds
 from tests.gpu.test_gpu_prefill_tiles import BOUND, glu_inputs, random_matrix, silu_glu_reference
 from tests.tools import cpu_simt
 
@@ -318,12 +320,10 @@ class HarnessOps:
         pass
 
 
-@pytest.mark.parametrize("cfg", ["dk24", "dk32", "dk128"])
+@pytest.mark.parametrize("cfg", list(DELTA_CFGS))
 def test_delta_rule_kernels_match_the_reference(cfg):
     """halo_delta_rule (a warp per pair of state columns, rows over lanes, sums by shuffles), with the conv, prep and
     gated norm around it, through the GPU test's rounds (fresh and continuing sequences, prompts, a mixed round,
     decode tokens) against engine.model.delta_net, states included. (The opt-in chunked kernel: on the GPU only;
     its barriers make the harness slow.)"""
-    from tests.gpu.test_gpu_delta_net import CFGS, check_rounds
-
-    check_rounds(HarnessOps(), CFGS[cfg], forms=(False,))
+    check_rounds(HarnessOps(), DELTA_CFGS[cfg], forms=(False,))

@@ -4,7 +4,8 @@ forward launches them: engine.gpu.hybrid.enqueue_delta_net) against the CPU floa
 and one continuing from a stored conv and delta state; short rounds (the recurrent kernel), long ones of
 several partial chunks (the chunked kernel), a round mixing both, and decode tokens. Outputs and rolled
 states agree with the reference, and the chunked kernel's with the recurrent kernel's on the same inputs;
-at the test model's head sizes and at Qwen3.5-4B's (Dk = Dv = 128)."""
+at Dk = Dv = 24 (the recurrent kernel's last warps of a block own no column), 32 and Qwen3.5-4B's 128. The same
+rounds run on the CPU harness (tests/backend/test_simt_kernels_on_cpu.py, the recurrent kernel)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
