@@ -1077,9 +1077,8 @@ __device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, 
 #endif
 #define ATTENTION_TC_ENTRY(NAME, KV)                                                                                 \
 HALO_KERNEL __launch_bounds__(2 * FA_MAX_ROWS) void NAME(const float* qkv, i32 ld, const KV* kcache,               \
-        const KV* vcache,                                                                                            \
-        const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs, i32 H, i32 Hkv,   \
-        i32 D, float scale, i32 window, i32 T, const float* sinks, float* out) {                                     \
+        const KV* vcache, const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width,        \
+        i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window, i32 T, const float* sinks, float* out) {             \
     GRID_DEPENDENCY_SYNC();                                                                                          \
     FA_DISPATCH(KV)                                                                                                  \
 }
