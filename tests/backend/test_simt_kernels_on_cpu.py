@@ -299,7 +299,6 @@ class HarnessOps:
                             "const int*", "int", "int", "int", "int", "int"],
         "halo_gated_norm": ["float*", "const float*", "const float*", "int", "int", "float"],
     }
-    SIGNATURES["halo_delta_chunked"] = SIGNATURES["halo_delta_rule"]
 
     def __init__(self):
         self.lib = cpu_simt.build("halo_delta_net.cu", self.SIGNATURES)
