@@ -23,6 +23,8 @@ from engine.gguf.dequant import dequantize
 from engine.gguf.types import GGMLType
 from engine.gpu.forward import (
     ATTN_WARPS,
+    MV_R,
+    MV_WARPS,
     TCH_BUILDS,
     TS_ROWS,
     flash_usable,
@@ -254,6 +256,54 @@ def test_tensor_core_glu_tile_matches_float64(tc_quant_lib, build, tg, tu):
                     [raw_g, np.int32(tg), raw_u, np.int32(tu), np.int32(raw_g.shape[1]), np.int32(raw_u.shape[1]),
                      np.int32(n_ff), np.int32(0), xh, xl, sums, exps, np.int32(K), np.int32(T), np.int32(ls), A,
                      np.int32(K), np.zeros(1, np.float32)])
+    rel = float(np.max(np.abs(A - want) / scale))
+    assert rel < BOUND, f"max |A - A64| / scale = {rel:.2e}"
+
+
+MV = ["const unsigned char*", "int", "int", "int"] * 3 + ["const float*", "const float*", "const int*", "int", "int",
+                                                         "float*", "int", "int"]
+MV_GLU = ["const unsigned char*", "int", "const unsigned char*", "int", "int", "int", "int", "int", "const float*", "int",
+          "int", "float*", "int"]
+
+
+@pytest.fixture(scope="module")
+def mv_lib():
+    return cpu_simt.build("halo_quant.cu", {"halo_matmul_mv_t1": MV, "halo_glu_mv_t1": MV_GLU})
+
+
+@pytest.mark.parametrize("kw", [1, 2, 4])
+def test_decode_matvec_matches_float64(mv_lib, kw):
+    """halo_matmul_mv_t1, the single-token matvec, over a q | k | v-like launch: two Q4_K segments and a Q6_K one
+    (each row's lanes decode their own sub-block scales and codes), K split over kw warps of a block."""
+    rng = np.random.default_rng(40 + kw)
+    K, counts, types = 1024, (8, 4, 12), (GGMLType.Q4_K, GGMLType.Q4_K, GGMLType.Q6_K)
+    segs = list(zip(types, counts, strict=True))
+    raws = [random_matrix(rng, t, n, K) for t, n in segs]
+    W = np.concatenate([dequantize(r.reshape(-1), t, n * K).reshape(n, K) for r, (t, n) in zip(raws, segs, strict=True)])
+    X = rng.standard_normal((1, K)).astype(np.float32)
+    bias = rng.standard_normal(sum(counts)).astype(np.float32)
+    want = X.astype(np.float64) @ W.astype(np.float64).T + bias
+    bound = np.abs(X).astype(np.float64) @ np.abs(W).astype(np.float64).T + np.abs(bias)
+    segments = [a for r, (t, n) in zip(raws, segs, strict=True) for a in (r, np.int32(t), np.int32(n), np.int32(r.shape[1]))]
+    Y = np.full((1, sum(counts)), np.nan, np.float32)
+    cpu_simt.launch(mv_lib, "halo_matmul_mv_t1", (-(-sum(counts) // (MV_R * MV_WARPS // kw)), 1), 32 * MV_WARPS,
+                    segments + [bias, X, None, np.int32(K), np.int32(1), Y, np.int32(Y.shape[1]), np.int32(kw)])
+    rel = float(np.max(np.abs(Y - want) / bound))
+    assert rel < BOUND, f"max |Y - Y64| / (|X| |W|) = {rel:.2e}"
+
+
+@pytest.mark.parametrize("tg, tu", [(GGMLType.Q4_K, GGMLType.Q4_K), (GGMLType.Q4_K, GGMLType.Q6_K)],
+                         ids=lambda t: t.name)
+@pytest.mark.parametrize("kw", [1, 4])
+def test_decode_glu_matches_float64(mv_lib, tg, tu, kw):
+    """halo_glu_mv_t1: gate and up rows of one type in one pass, of two types one after the other."""
+    n_ff, K = 24, 1024
+    raw_g, raw_u, X, G, U = glu_inputs(np.random.default_rng(50 + kw), tg, tu, n_ff, K, 1)
+    want, scale = silu_glu_reference(X, G, U)
+    A = np.full((1, n_ff), np.nan, np.float32)
+    cpu_simt.launch(mv_lib, "halo_glu_mv_t1", (-(-n_ff // (MV_R * MV_WARPS // kw)), 1), 32 * MV_WARPS,
+                    [raw_g, np.int32(tg), raw_u, np.int32(tu), np.int32(raw_g.shape[1]), np.int32(raw_u.shape[1]),
+                     np.int32(n_ff), np.int32(0), X, np.int32(K), np.int32(1), A, np.int32(kw)])
     rel = float(np.max(np.abs(A - want) / scale))
     assert rel < BOUND, f"max |A - A64| / scale = {rel:.2e}"
 
