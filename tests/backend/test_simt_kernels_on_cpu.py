@@ -23,6 +23,7 @@ from engine.gguf.dequant import dequantize
 from engine.gguf.types import GGMLType
 from engine.gpu.forward import (
     ATTN_WARPS,
+    MATMUL_WARPS,
     MV_R,
     MV_WARPS,
     TCH_BUILDS,
@@ -268,14 +269,16 @@ MV_GLU = ["const unsigned char*", "int", "const unsigned char*", "int", "int", "
 
 @pytest.fixture(scope="module")
 def mv_lib():
-    return cpu_simt.build("halo_quant.cu", {"halo_matmul_mv_t1": MV, "halo_glu_mv_t1": MV_GLU})
+    return cpu_simt.build("halo_quant.cu", {"halo_matmul_mv_t1": MV, "halo_glu_mv_t1": MV_GLU,
+                                            "halo_matmul_kq_t1": MV[:-1]})
 
 
-@pytest.mark.parametrize("kw", [1, 2, 4])
+@pytest.mark.parametrize("kw", [1, 2, 4, "kq_t1"])
 def test_decode_matvec_matches_float64(mv_lib, kw):
     """halo_matmul_mv_t1, the single-token matvec, over a q | k | v-like launch: two Q4_K segments and a Q6_K one
-    (each row's lanes decode their own sub-block scales and codes), K split over kw warps of a block."""
-    rng = np.random.default_rng(40 + kw)
+    (each row's lanes decode their own sub-block scales and codes), K split over kw warps of a block; and
+    halo_matmul_kq_t1 (a warp per row: what rows the matvec's contract excludes take), on the same rows."""
+    rng = np.random.default_rng(40)                    # the same rows for every launch form
     K, counts, types = 1024, (8, 4, 12), (GGMLType.Q4_K, GGMLType.Q4_K, GGMLType.Q6_K)
     segs = list(zip(types, counts, strict=True))
     raws = [random_matrix(rng, t, n, K) for t, n in segs]
@@ -286,8 +289,12 @@ def test_decode_matvec_matches_float64(mv_lib, kw):
     bound = np.abs(X).astype(np.float64) @ np.abs(W).astype(np.float64).T + np.abs(bias)
     segments = [a for r, (t, n) in zip(raws, segs, strict=True) for a in (r, np.int32(t), np.int32(n), np.int32(r.shape[1]))]
     Y = np.full((1, sum(counts)), np.nan, np.float32)
-    cpu_simt.launch(mv_lib, "halo_matmul_mv_t1", (-(-sum(counts) // (MV_R * MV_WARPS // kw)), 1), 32 * MV_WARPS,
-                    segments + [bias, X, None, np.int32(K), np.int32(1), Y, np.int32(Y.shape[1]), np.int32(kw)])
+    args = segments + [bias, X, None, np.int32(K), np.int32(1), Y, np.int32(Y.shape[1])]
+    if kw == "kq_t1":
+        cpu_simt.launch(mv_lib, "halo_matmul_kq_t1", (-(-sum(counts) // MATMUL_WARPS), 1), 32 * MATMUL_WARPS, args)
+    else:
+        cpu_simt.launch(mv_lib, "halo_matmul_mv_t1", (-(-sum(counts) // (MV_R * MV_WARPS // kw)), 1), 32 * MV_WARPS,
+                        args + [np.int32(kw)])
     rel = float(np.max(np.abs(Y - want) / bound))
     assert rel < BOUND, f"max |Y - Y64| / (|X| |W|) = {rel:.2e}"
 

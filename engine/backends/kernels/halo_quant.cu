@@ -320,17 +320,11 @@ HALO_KERNEL void halo_embed_norm(const unsigned char* W, i32 type, i32 rb, const
 // in flight per iteration; scales are applied once per 16/32 weights (sum q*x and sum x), never per weight.
 // Other types fall back to the generic dq8 loop. One warp per row, same grid as halo_matmul_r1_t1.
 
-__device__ __forceinline__ float byte_f(u32 w, int i) { return (float)((w >> (8 * i)) & 255u); }
-
-// 16 bytes from a 2-byte-aligned address as four u32 (five aligned 4-byte loads, funnel-shifted)
-__device__ __forceinline__ void ld16_a2(const unsigned char* p, u32* o) {
-    const u32* a = (const u32*)((size_t)p & ~(size_t)3);
-    u32 sh = (u32)((size_t)p & 3) * 8u;
-    u32 w[5];
-    #pragma unroll
-    for (int i = 0; i < 5; i++) w[i] = __ldg(a + i);
-    #pragma unroll
-    for (int i = 0; i < 4; i++) o[i] = (u32)(((((u64)w[i + 1]) << 32) | (u64)w[i]) >> sh);
+// Byte i of w minus off, as a float, exactly: the byte becomes the low mantissa bits of 2^23 (one PRMT) and
+// 2^23 + off is subtracted (one FADD). (float)byte is an I2F / I2FP conversion, which issues on a narrower pipe
+// than FADD, and a decode matvec converts every weight it reads (run 21 in engine/gpu/NOTES.md measured the two).
+__device__ __forceinline__ float byte_f(u32 w, int i, float off = 0.0f) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | (u32)i)) - (8388608.0f + off);
 }
 
 // 6-bit scale and min of sub-block j (0..7) from the 12 scale bytes held in three words s0, s1, s2
@@ -351,8 +345,16 @@ __device__ __forceinline__ void q4k_lane_scales(uint4 hdr, int c, float* d, floa
                                                 float* s2, float* m2) {
     *d = half_to_float(hdr.x & 0xffffu);
     *dmin = half_to_float(hdr.x >> 16);
-    scale_min_k4_reg(2 * c, hdr.y, hdr.z, hdr.w, s1, m1);
-    scale_min_k4_reg(2 * c + 1, hdr.y, hdr.z, hdr.w, s2, m2);
+    // Sub-blocks 2c and 2c + 1 as scale_min_k4_reg reads them, both at once and without its branch (the 8 lanes
+    // of a super-block take both halves of the scale bytes, so the branch diverged): their bytes are the half
+    // (c & 1) of each scale word; sub-blocks 4..7 take their low 4 bits from hdr.w and their top 2 from the upper
+    // bits of hdr.y / hdr.z. sc / mn: the two 6-bit scales / mins in bytes 0 and 1.
+    u32 sh = 16u * (u32)(c & 1), a0 = hdr.y >> sh, a1 = hdr.z >> sh, a2 = hdr.w >> sh;
+    bool upper = c >= 2;
+    u32 sc = upper ? (a2 & 0x0f0fu) | ((a0 >> 2) & 0x3030u) : a0 & 0x3f3fu;
+    u32 mn = upper ? ((a2 >> 4) & 0x0f0fu) | ((a1 >> 2) & 0x3030u) : a1 & 0x3f3fu;
+    *s1 = byte_f(sc, 0); *s2 = byte_f(sc, 1);
+    *m1 = byte_f(mn, 0); *m2 = byte_f(mn, 1);
 }
 
 // sum over the 4 bytes of q (each < 256) of byte i * a[i]
@@ -362,29 +364,51 @@ __device__ __forceinline__ float q_dot4(u32 q, float4 a) {
 
 // the same with Q6_K's offset: sum of (byte i - 32) * a[i]
 __device__ __forceinline__ float q6_dot4(u32 q, float4 a) {
-    return (byte_f(q, 0) - 32.0f) * a.x + (byte_f(q, 1) - 32.0f) * a.y
-         + (byte_f(q, 2) - 32.0f) * a.z + (byte_f(q, 3) - 32.0f) * a.w;
+    return byte_f(q, 0, 32.0f) * a.x + byte_f(q, 1, 32.0f) * a.y
+         + byte_f(q, 2, 32.0f) * a.z + byte_f(q, 3, 32.0f) * a.w;
 }
 
-// Q6_K lane m's share of the super-block at b (210 bytes; lanes as q6k_row_dot's comment says): the 6-bit codes
-// of its 16 low-nibble weights (elements 128 h + 32 kk + l ..) in the bytes of lo[0..3], of its 16 high-nibble
-// ones (64 elements further) in hi[0..3], and their scales: weight = (code - 32) * sc_lo (sc_hi)
-__device__ __forceinline__ void q6k_lane(const unsigned char* b, int m, u32* lo, u32* hi, float* sc_lo,
-                                         float* sc_hi) {
+// Q6_K lane m's share of the super-block at b (210 bytes; lanes as q6k_row_dot's comment says), in two steps so
+// a caller can load one super-block while it uses the previous one. The raw words: 5 aligned words around the
+// lane's 16 ql bytes, 5 around its 16 qh bytes, its two scale bytes and d's two bytes, each as loaded (nothing
+// here waits for a load).
+struct Q6kRaw { u32 w[14]; };
+
+__device__ __forceinline__ Q6kRaw q6k_lane_load(const unsigned char* b, int m) {
+    int h = m >> 2, l = 16 * (m & 1), si = 8 * h + 2 * ((m >> 1) & 1) + (l >> 4);
+    const u32* a = (const u32*)((size_t)(b + 16 * m) & ~(size_t)3);
+    const u32* e = (const u32*)((size_t)(b + 128 + 32 * h + l) & ~(size_t)3);
+    Q6kRaw raw;
+    #pragma unroll
+    for (int i = 0; i < 5; i++) { raw.w[i] = __ldg(a + i); raw.w[5 + i] = __ldg(e + i); }
+    raw.w[10] = ld_u8(b + 192 + si); raw.w[11] = ld_u8(b + 196 + si);
+    raw.w[12] = ld_u8(b + 208); raw.w[13] = ld_u8(b + 209);
+    return raw;
+}
+
+// The raw words of q6k_lane_load(b, m) as the 6-bit codes of the lane's 16 low-nibble weights (elements
+// 128 h + 32 kk + l ..) in the bytes of lo[0..3], of its 16 high-nibble ones (64 elements further) in hi[0..3], and
+// their scales: weight = (code - 32) * sc_lo (sc_hi)
+__device__ __forceinline__ void q6k_lane_codes(const Q6kRaw& raw, const unsigned char* b, int m, u32* lo, u32* hi,
+                                               float* sc_lo, float* sc_hi) {
     int h = m >> 2, kk = (m >> 1) & 1, l = 16 * (m & 1);
-    u32 ql[4], qh[4];
-    ld16_a2(b + 16 * m, ql);
-    ld16_a2(b + 128 + 32 * h + l, qh);
-    float d = half_to_float(ld_u16(b + 208));
-    int si = 8 * h + 2 * kk + (l >> 4);
-    *sc_lo = d * (float)(signed char)ld_u8(b + 192 + si);
-    *sc_hi = d * (float)(signed char)ld_u8(b + 192 + si + 4);
+    u32 sa = (u32)((size_t)(b + 16 * m) & 3) * 8u, se = (u32)((size_t)(b + 128 + 32 * h + l) & 3) * 8u;
+    float d = half_to_float(raw.w[12] | (raw.w[13] << 8));
+    *sc_lo = d * (float)(signed char)raw.w[10];
+    *sc_hi = d * (float)(signed char)raw.w[11];
     u32 s_lo = 2u * (u32)kk, s_hi = s_lo + 4u;
     #pragma unroll
     for (int i = 0; i < 4; i++) {
-        lo[i] = (ql[i] & 0x0f0f0f0fu) | (((qh[i] >> s_lo) & 0x03030303u) << 4);
-        hi[i] = ((ql[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> s_hi) & 0x03030303u) << 4);
+        u32 ql = (u32)(((((u64)raw.w[i + 1]) << 32) | (u64)raw.w[i]) >> sa);
+        u32 qh = (u32)(((((u64)raw.w[6 + i]) << 32) | (u64)raw.w[5 + i]) >> se);
+        lo[i] = (ql & 0x0f0f0f0fu) | (((qh >> s_lo) & 0x03030303u) << 4);
+        hi[i] = ((ql >> 4) & 0x0f0f0f0fu) | (((qh >> s_hi) & 0x03030303u) << 4);
     }
+}
+
+__device__ __forceinline__ void q6k_lane(const unsigned char* b, int m, u32* lo, u32* hi, float* sc_lo,
+                                         float* sc_hi) {
+    q6k_lane_codes(q6k_lane_load(b, m), b, m, lo, hi, sc_lo, sc_hi);
 }
 
 // partial dot of one Q4_K row with x (this lane's share; reduce over the warp)
@@ -649,7 +673,8 @@ KQ_GLU_ENTRY(halo_glu_kq_t16, 16)
 // share one row group's K range, the MV_WARPS / kw warp columns take MV_R rows each. Q4_K / Q6_K rows only (other
 // types keep kq_t1: through dq8 this scheme was ~10% slower on SmolLM2's Q4_1 rows), with kq_t1's lanes (8 per
 // super-block, 16-byte quant loads, scales applied per 16/32 weights). What differs from kq_t1: the rows' loads
-// are in flight together, and each activation slice a lane loads serves all of them (float32 activations are ~8x
+// are in flight together, the next trip's before this one's are used (mv_trips), and each activation slice a lane
+// loads serves all of them (float32 activations are ~8x
 // the bytes of a Q4_K row; kq_t1 re-read them for every row through L1). acc[r][t]: this lane's share of row r,
 // token t; reduced over the warp, then over the kw warps through shared memory. Tokens past T repeat token T - 1
 // (read, never written). Contract (host): every segment's rows % MV_R == 0, Q4_K / Q6_K rows, K % 256 == 0.
@@ -657,20 +682,34 @@ KQ_GLU_ENTRY(halo_glu_kq_t16, 16)
 #define MV_WARPS 4
 #define MV_R 2
 
-template <int R, int NT>
-__device__ __forceinline__ void mv_q4k_sb(const unsigned char* const* rows, int sb, int m, const float* const* xr,
-                                          float (*acc)[NT]) {
-    int c = m >> 1, l = 16 * (m & 1);
-    uint4 hdr[R], q[R];
+// One row's raw bytes a lane needs from one super-block, as loaded: mv_trips loads a trip's rows before it uses
+// the previous trip's, so their latency overlaps that work (the weights of a decode step are read once, and each
+// warp has only 2-3 trips to make: loaded and used in turn, each trip waited a full memory latency).
+struct Q4kRaw { uint4 hdr, q; };     // the super-block's 16-byte header, the lane's 16 quant bytes
+
+template <int R>
+__device__ __forceinline__ void mv_load(Q4kRaw* raw, const unsigned char* const* rows, int sb, int m) {
     #pragma unroll
     for (int r = 0; r < R; r++) {
         const unsigned char* b = rows[r] + (size_t)sb * 144;
-        hdr[r] = __ldg((const uint4*)b);
-        q[r] = __ldg((const uint4*)(b + 16 + 16 * m));
+        raw[r].hdr = __ldg((const uint4*)b);
+        raw[r].q = __ldg((const uint4*)(b + 16 + 16 * m));
     }
+}
+
+template <int R>
+__device__ __forceinline__ void mv_load(Q6kRaw* raw, const unsigned char* const* rows, int sb, int m) {
+    #pragma unroll
+    for (int r = 0; r < R; r++) raw[r] = q6k_lane_load(rows[r] + (size_t)sb * 210, m);
+}
+
+template <int R, int NT>
+__device__ __forceinline__ void mv_use(const Q4kRaw* raw, const unsigned char* const* rows, int sb, int m,
+                                       const float* const* xr, float (*acc)[NT]) {
+    int c = m >> 1, l = 16 * (m & 1);
     float d[R], dmin[R], s1[R], m1[R], s2[R], m2[R];
     #pragma unroll
-    for (int r = 0; r < R; r++) q4k_lane_scales(hdr[r], c, &d[r], &dmin[r], &s1[r], &m1[r], &s2[r], &m2[r]);
+    for (int r = 0; r < R; r++) q4k_lane_scales(raw[r].hdr, c, &d[r], &dmin[r], &s1[r], &m1[r], &s2[r], &m2[r]);
     #pragma unroll
     for (int t = 0; t < NT; t++) {
         const float4* xl = (const float4*)(xr[t] + sb * 256 + 64 * c + l);
@@ -685,7 +724,7 @@ __device__ __forceinline__ void mv_q4k_sb(const unsigned char* const* rows, int 
         }
         #pragma unroll
         for (int r = 0; r < R; r++) {
-            u32 qw[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
+            u32 qw[4] = {raw[r].q.x, raw[r].q.y, raw[r].q.z, raw[r].q.w};
             float dl = 0.0f, dh = 0.0f;
             #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -700,13 +739,14 @@ __device__ __forceinline__ void mv_q4k_sb(const unsigned char* const* rows, int 
 
 // Q6_K lanes as q6k_row_dot: lane m takes ql bytes [16m, 16m + 16) and the matching qh bytes
 template <int R, int NT>
-__device__ __forceinline__ void mv_q6k_sb(const unsigned char* const* rows, int sb, int m, const float* const* xr,
-                                          float (*acc)[NT]) {
+__device__ __forceinline__ void mv_use(const Q6kRaw* raw, const unsigned char* const* rows, int sb, int m,
+                                       const float* const* xr, float (*acc)[NT]) {
     int h = m >> 2, kk = (m >> 1) & 1, l = 16 * (m & 1);
     u32 lo[R][4], hi[R][4];
     float sc_lo[R], sc_hi[R];
     #pragma unroll
-    for (int r = 0; r < R; r++) q6k_lane(rows[r] + (size_t)sb * 210, m, lo[r], hi[r], &sc_lo[r], &sc_hi[r]);
+    for (int r = 0; r < R; r++)
+        q6k_lane_codes(raw[r], rows[r] + (size_t)sb * 210, m, lo[r], hi[r], &sc_lo[r], &sc_hi[r]);
     #pragma unroll
     for (int t = 0; t < NT; t++) {
         const float4* xl = (const float4*)(xr[t] + sb * 256 + 128 * h + 32 * kk + l);
@@ -729,15 +769,42 @@ __device__ __forceinline__ void mv_q6k_sb(const unsigned char* const* rows, int 
     }
 }
 
+// This lane group's trips over super-blocks sb, sb + ng, .. < nsb of R rows of one type (Raw). AHEAD: load the
+// next trip's rows before using this one's (R more Raw in registers: Q6_K's 14 words a row made 4 rows ~165
+// registers, so a GLU whose gate and up are both Q6_K loads in turn).
+template <class Raw, int R, int NT, bool AHEAD>
+__device__ __forceinline__ void mv_trips(const unsigned char* const* rows, int sb, int nsb, int ng, int m,
+                                         const float* const* xr, float (*acc)[NT]) {
+    if (!AHEAD) {
+        for (; sb < nsb; sb += ng) {
+            Raw raw[R];
+            mv_load<R>(raw, rows, sb, m);
+            mv_use<R, NT>(raw, rows, sb, m, xr, acc);
+        }
+        return;
+    }
+    if (sb >= nsb) return;
+    Raw raw[R];
+    mv_load<R>(raw, rows, sb, m);
+    for (;;) {
+        int next = sb + ng;
+        Raw ahead[R];
+        if (next < nsb) mv_load<R>(ahead, rows, next, m);
+        mv_use<R, NT>(raw, rows, sb, m, xr, acc);
+        if (next >= nsb) return;
+        #pragma unroll
+        for (int r = 0; r < R; r++) raw[r] = ahead[r];
+        sb = next;
+    }
+}
+
 // this warp's share (warp column kc of kw) of R rows of one type
 template <int R, int NT>
 __device__ __forceinline__ void mv_dot(int type, const unsigned char* const* rows, int K, const float* const* xr, int kc,
                                        int kw, float (*acc)[NT]) {
-    int lane = threadIdx.x & 31, m = lane & 7, ng = 4 * kw, nsb = K >> 8;
-    if (type == T_Q4_K)
-        for (int sb = 4 * kc + (lane >> 3); sb < nsb; sb += ng) mv_q4k_sb<R, NT>(rows, sb, m, xr, acc);
-    else
-        for (int sb = 4 * kc + (lane >> 3); sb < nsb; sb += ng) mv_q6k_sb<R, NT>(rows, sb, m, xr, acc);
+    int lane = threadIdx.x & 31, m = lane & 7, ng = 4 * kw, nsb = K >> 8, sb = 4 * kc + (lane >> 3);
+    if (type == T_Q4_K) mv_trips<Q4kRaw, R, NT, true>(rows, sb, nsb, ng, m, xr, acc);
+    else mv_trips<Q6kRaw, R, NT, (R <= 2)>(rows, sb, nsb, ng, m, xr, acc);
 }
 
 // Sum acc over the warp, then over the kw warps of a row group (red: MV_WARPS * N * NT floats); the result is
@@ -2556,9 +2623,7 @@ TCH_GLU_ENTRY(halo_glu_tch128, 128, 2)
 
 #if HALO_TC
 // byte i of w as the float whose bits the MMA reads (exact small integer minus `off`)
-__device__ __forceinline__ u32 tn_code(u32 w, int i, float off) {
-    return __float_as_uint(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | (u32)i)) - (8388608.0f + off));
-}
+__device__ __forceinline__ u32 tn_code(u32 w, int i, float off) { return __float_as_uint(byte_f(w, i, off)); }
 
 // 4 bytes at a 2-byte aligned address (the two aligned words from p & ~3, funnel-shifted: reads up to p + 7)
 __device__ __forceinline__ u32 tn_ld4(const unsigned char* p) {
