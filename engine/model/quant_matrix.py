@@ -35,9 +35,19 @@ DECODE_TOKENS = 4               # up to this many tokens, one matrix-vector prod
 # prefill decodes this many weights (1 MiB of float32) at a time: the scratch, and the BLAS packing of it, are
 # part of the prefill's transient peak RSS (4 MiB chunks: +3-4 MiB), and 1 MiB stays in L2 (no slower)
 CHUNK_ELEMENTS = 1 << 18
-# A smaller matrix-vector product runs on the calling thread alone: waking the kernel's other threads costs
-# ~10-35 us per call (measured; more when other programs share the cores), what ~50-150k weights take on one
-SERIAL_WEIGHTS = 1 << 18
+# A matrix-vector product runs on the calling thread alone unless splitting it pays for waking the kernel's
+# other threads (they wait passively: quant_kernels sets OMP_WAIT_POLICY): n threads save (1 - 1/n) of its time
+# and cost one wake-up, WAKE_WEIGHTS being the weights one thread decodes in that time. On a 2-core machine
+# (2026-12-05) moving SmolLM2's Q4_1 products (<= 1.77M weights) to one thread took its decode from 35-37 to
+# 41-48 tok/s, while gemma-3's 2.6M-weight Q5_0 gate|up stayed faster on two; the wake-up was then ~120 us
+# (it was ~10-35 us where first measured: it depends on the machine and on what else runs).
+WAKE_WEIGHTS = 1 << 20
+
+
+def serial_product(weights: int) -> bool:
+    """Whether a product of `weights` weights runs on the calling thread alone (the threshold above)."""
+    n = _kernels().get_num_threads()
+    return n < 2 or weights * (n - 1) < WAKE_WEIGHTS * n
 
 
 # the types engine.model.quant_kernels serves; F16 is decoded in runs of F16_RUN values
@@ -225,7 +235,7 @@ class QuantMatrix:
 
     def matvec(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [rows] = W @ x, x [cols] float32 contiguous."""
-        _product(self._matvec, self._alone, x, out, self._f16, self.rows * self.cols < SERIAL_WEIGHTS)
+        _product(self._matvec, self._alone, x, out, self._f16, serial_product(self.rows * self.cols))
 
     def matmul_into(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [T, rows] = x [T, cols] @ W.T (out may be a column slice of a wider array)."""
@@ -311,7 +321,7 @@ def _token_plan(parts: tuple[Matrix, ...]):
             run.append(parts[i + len(run)])
         rows = sum(q.rows for q in run)
         yield (r0, r0 + rows, p._matvec, tuple(q.raw for q in run) + p._alone[len(run):], p._f16,
-               rows * p.cols < SERIAL_WEIGHTS)
+               serial_product(rows * p.cols))
         r0, i = r0 + rows, i + len(run)
 
 

@@ -6,7 +6,14 @@ import pytest
 
 from engine.gguf.dequant import dequantize
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
-from engine.model.quant_matrix import SERIAL_WEIGHTS, QuantLinear, QuantMatrix, kernel_blocks, kernel_path
+from engine.model.quant_matrix import (
+    WAKE_WEIGHTS,
+    QuantLinear,
+    QuantMatrix,
+    kernel_blocks,
+    kernel_path,
+    serial_product,
+)
 
 pytestmark = pytest.mark.skipif(kernel_path() != "numba", reason="numba is not installed here")
 
@@ -120,9 +127,12 @@ def test_products_from_two_threads_at_once_are_right():
     """A chat and a diagnostics run may forward on the CPU at the same time."""
     from concurrent.futures import ThreadPoolExecutor
 
+    import numba
+
     rng = np.random.default_rng(2)
-    rows = SERIAL_WEIGHTS // 128 + 1           # big enough for a parallel product
+    rows = 2 * WAKE_WEIGHTS // 128 + 1         # big enough for a parallel product on 2 or more threads
     raw, cols = random_matrix(GGMLType.Q8_0, rows, 4, rng)
+    assert not serial_product(rows * cols) or numba.get_num_threads() < 2
     m = QuantLinear((QuantMatrix(raw, GGMLType.Q8_0, rows, cols),))
     xs = [rng.normal(size=(1, cols)).astype(np.float32) for _ in range(2)]
     want = [m(x) for x in xs]
