@@ -39,8 +39,8 @@ CHUNK_ELEMENTS = 1 << 18
 # other threads (they wait passively: quant_kernels sets OMP_WAIT_POLICY): n threads save (1 - 1/n) of its time
 # and cost one wake-up, WAKE_WEIGHTS being the weights one thread decodes in that time. On a 2-core machine
 # (2026-12-05) moving SmolLM2's Q4_1 products (<= 1.77M weights) to one thread took its decode from 35-37 to
-# 41-48 tok/s, while gemma-3's 2.6M-weight Q5_0 gate|up stayed faster on two; the wake-up was then ~120 us
-# (it was ~10-35 us where first measured: it depends on the machine and on what else runs).
+# 40-46 tok/s, while gemma-3 decoded 27-29 tok/s with its 2.6M-weight Q5_0 gate|up on one thread against 31-35 on
+# two; the wake-up was then ~120 us (~10-35 us where first measured: it depends on the machine and its load).
 WAKE_WEIGHTS = 1 << 20
 
 
