@@ -674,10 +674,10 @@ KQ_GLU_ENTRY(halo_glu_kq_t16, 16)
 // types keep kq_t1: through dq8 this scheme was ~10% slower on SmolLM2's Q4_1 rows), with kq_t1's lanes (8 per
 // super-block, 16-byte quant loads, scales applied per 16/32 weights). What differs from kq_t1: the rows' loads
 // are in flight together, the next trip's before this one's are used (mv_trips), and each activation slice a lane
-// loads serves all of them (float32 activations are ~8x
-// the bytes of a Q4_K row; kq_t1 re-read them for every row through L1). acc[r][t]: this lane's share of row r,
-// token t; reduced over the warp, then over the kw warps through shared memory. Tokens past T repeat token T - 1
-// (read, never written). Contract (host): every segment's rows % MV_R == 0, Q4_K / Q6_K rows, K % 256 == 0.
+// loads serves all of them (float32 activations are ~8x the bytes of a Q4_K row; kq_t1 re-read them for every row
+// through L1). acc[r][t]: this lane's share of row r, token t; reduced over the warp, then over the kw warps through
+// shared memory. Tokens past T repeat token T - 1 (read, never written). Contract (host): every segment's
+// rows % MV_R == 0, Q4_K / Q6_K rows, K % 256 == 0.
 // Grid: (ceil(rows / (MV_R * MV_WARPS / kw)), ceil(T / NT)); block: 32 * MV_WARPS.
 #define MV_WARPS 4
 #define MV_R 2
