@@ -299,11 +299,12 @@ def test_decode_matvec_matches_float64(mv_lib, kw):
     assert rel < BOUND, f"max |Y - Y64| / (|X| |W|) = {rel:.2e}"
 
 
-@pytest.mark.parametrize("tg, tu", [(GGMLType.Q4_K, GGMLType.Q4_K), (GGMLType.Q4_K, GGMLType.Q6_K)],
-                         ids=lambda t: t.name)
+@pytest.mark.parametrize("tg, tu", [(GGMLType.Q4_K, GGMLType.Q4_K), (GGMLType.Q6_K, GGMLType.Q6_K),
+                                    (GGMLType.Q4_K, GGMLType.Q6_K)], ids=lambda t: t.name)
 @pytest.mark.parametrize("kw", [1, 4])
 def test_decode_glu_matches_float64(mv_lib, tg, tu, kw):
-    """halo_glu_mv_t1: gate and up rows of one type in one pass, of two types one after the other."""
+    """halo_glu_mv_t1: gate and up rows of one type in one pass (4 Q6_K rows load a trip at a time, 4 Q4_K rows a
+    trip ahead), of two types one after the other."""
     n_ff, K = 24, 1024
     raw_g, raw_u, X, G, U = glu_inputs(np.random.default_rng(50 + kw), tg, tu, n_ff, K, 1)
     want, scale = silu_glu_reference(X, G, U)
