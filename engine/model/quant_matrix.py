@@ -208,6 +208,7 @@ class QuantMatrix:
         object.__setattr__(self, "_dequant", dequant)
         object.__setattr__(self, "_f16", k.F16_TABLE)
         object.__setattr__(self, "_alone", (self.raw,) + (k.NO_ROWS,) * (k.MATVEC_PARTS - 1))
+        object.__setattr__(self, "_serial", serial_product(self.rows * self.cols))   # as QuantLinear's plan
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -235,7 +236,7 @@ class QuantMatrix:
 
     def matvec(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [rows] = W @ x, x [cols] float32 contiguous."""
-        _product(self._matvec, self._alone, x, out, self._f16, serial_product(self.rows * self.cols))
+        _product(self._matvec, self._alone, x, out, self._f16, self._serial)
 
     def matmul_into(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [T, rows] = x [T, cols] @ W.T (out may be a column slice of a wider array)."""
