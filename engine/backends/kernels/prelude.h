@@ -131,9 +131,10 @@ __device__ __forceinline__ void kv_load16(const unsigned short* p, float* v) {
 
 // NVIDIA tensor cores with TF32 operands (sm_80 and newer), for the TF32 matmul tiles (halo_quant.cu). "3xTF32":
 // every operand is split into a TF32 head and a TF32 tail (x = head + tail, both exact in 10 mantissa bits) and a*b
-// is taken as al*bh + ah*bl + ah*bh, about 21 bits: float32 tolerances still hold. Fragment layouts of mma.m16n8k8 (PTX ISA, "mma.m16n8k8 .tf32"), lane =
-// 4 g + q: A (16 x 8, row-major) a0 = A[g][q], a1 = A[g + 8][q], a2 = A[g][q + 4], a3 = A[g + 8][q + 4];
-// B (8 x 8) b0 = B[q][g], b1 = B[q + 4][g]; C (16 x 8) c0 = C[g][2q], c1 = C[g][2q + 1], c2/c3: row g + 8.
+// is taken as al*bh + ah*bl + ah*bh, about 21 bits: float32 tolerances still hold. Fragment layouts of mma.m16n8k8
+// (PTX ISA, "mma.m16n8k8 .tf32"), lane = 4 g + q: A (16 x 8, row-major) a0 = A[g][q], a1 = A[g + 8][q],
+// a2 = A[g][q + 4], a3 = A[g + 8][q + 4]; B (8 x 8) b0 = B[q][g], b1 = B[q + 4][g]; C (16 x 8) c0 = C[g][2q],
+// c1 = C[g][2q + 1], c2/c3: row g + 8.
 // Elsewhere (HIP, older NVIDIA GPUs) HALO_TC is 0: the kernels that need it compile to nothing and the host
 // never launches them.
 // HALO_CPU_SIM_TC: tests/tools/cpu_simt.h runs this code on the CPU, with its own versions of the instructions
