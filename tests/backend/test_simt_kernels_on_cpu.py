@@ -26,10 +26,13 @@ from engine.gpu.forward import (
     MATMUL_WARPS,
     MV_R,
     MV_WARPS,
+    SKV_WARPS,
     TCH_BUILDS,
     TS_ROWS,
     flash_usable,
     kv_suffix,
+    merge_threads,
+    split_kernel,
     split_sum_stride,
     ts_kernel,
 )
@@ -134,6 +137,57 @@ def test_prefill_attention_tiles_keep_wide_float32_ranges(lib, H, Hkv, D, magnit
     got = run(lib, name, (-(-T // (rows // (H // Hkv))), Hkv), threads, T, H, Hkv, D, qkv, kc, vc, positions,
               token_seq, tables, 0, None, tiled=True)
     np.testing.assert_allclose(got, want, atol=2e-5 * vf, rtol=1e-4)
+
+
+SPLIT_TAIL = ["float*", "int*", "const float*", "float*"]         # partials, counters, sinks, out
+MERGE = ["const float*", "int", "int", "int", "const float*", "float*"]
+SPLIT_CASES = [(8, 2, 128, 0, False), (2, 2, 64, 0, False), (9, 3, 64, 0, False), (16, 2, 128, 0, False),
+               (8, 2, 64, 100, False), (32, 4, 64, 50, True), (4, 1, 256, 0, False), (16, 4, 256, 100, True),
+               (4, 1, 96, 0, False)]
+
+
+@pytest.fixture(scope="module")
+def split_lib():
+    names = {"halo_attention_merge": MERGE}
+    for H, Hkv, D, *_ in SPLIT_CASES:
+        for f16, kv in ((False, "float"), (True, "unsigned short")):
+            names[split_kernel(D, H // Hkv, f16)[0]] = HEAD + [f"const {kv}*", f"const {kv}*"] + META + SPLIT_TAIL
+    return cpu_simt.build("halo_layer.cu", names)
+
+
+@pytest.mark.parametrize("H,Hkv,D,window,sinks", SPLIT_CASES)
+@pytest.mark.parametrize("f16", [False, True], ids=["f32-cache", "f16-cache"])
+def test_split_kv_decode_attention_matches_float64(split_lib, H, Hkv, D, window, sinks, f16):
+    """The SIMT split-KV builds (HIP's decode attention at every depth; CUDA's for the float32 cache) and the merge,
+    separate and fused (the last block of a kv head merges; run twice, its counters back at 0 after each): a decode
+    batch of two sequences, one 301 keys deep over 8 chunks (40 keys a chunk: three trips of a warp, the last
+    cut short), the other at 38 and 1 keys (most chunks and walkers see no key)."""
+    rng = np.random.default_rng(H * 31 + D + window)
+    nc, num_blocks = 8, 24
+    tables = np.stack([rng.permutation(num_blocks)[:num_blocks - 4] for _ in range(2)]).astype(np.int32)
+    positions = np.array([300, 130, 37, 0], np.int32)
+    token_seq = np.array([0, 0, 1, 1], np.int32)
+    T = len(positions)
+    qkv = rng.normal(size=(T, (H + 2 * Hkv) * D)).astype(np.float32)
+    kc, vc, k32, v32 = random_caches(rng, num_blocks * BS, Hkv, D, f16)
+    sink = sink_logits(rng, H, sinks)
+    want = reference(qkv[:, :H * D].reshape(T, H, D), k32, v32, positions, token_seq, tables, 1.0 / np.sqrt(D), window,
+                     sink)
+    common = [qkv, np.int32(qkv.shape[1]), kc, vc, positions, token_seq, tables, np.int32(tables.shape[1]),
+              np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D), np.float32(1.0 / np.sqrt(D)), np.int32(window)]
+    name = split_kernel(D, H // Hkv, f16)[0]
+    part = np.full(T * H * nc * (D + 2), np.nan, np.float32)
+    counters = np.zeros(T * Hkv, np.int32)
+    out = np.zeros((T, H * D), np.float32)
+    cpu_simt.launch(split_lib, name, (T, Hkv, nc), 32 * SKV_WARPS, common + [part, None, None, None])
+    cpu_simt.launch(split_lib, "halo_attention_merge", (T, H), merge_threads(D, nc),
+                    [part, np.int32(nc), np.int32(H), np.int32(D), sink, out])
+    np.testing.assert_allclose(out.reshape(T, H, D), want, atol=2e-5, rtol=1e-4, err_msg=f"{name} + merge")
+    for attempt in ("fused", "fused again"):
+        out = np.zeros((T, H * D), np.float32)
+        cpu_simt.launch(split_lib, name, (T, Hkv, nc), 32 * SKV_WARPS, common + [part, counters, sink, out])
+        assert not counters.any()
+        np.testing.assert_allclose(out.reshape(T, H, D), want, atol=2e-5, rtol=1e-4, err_msg=f"{name} {attempt}")
 
 
 MATMUL = ["const unsigned char*", "int", "int", "int"] * 3 + ["const float*", "const float*", "const int*", "int", "int",

@@ -42,6 +42,8 @@ float halo_cpu_shfl(float v, int src_lane);
 inline float __shfl_xor(float v, int lane_mask) { return halo_cpu_shfl_xor(v, lane_mask); }
 inline float __shfl_xor_sync(unsigned, float v, int lane_mask) { return halo_cpu_shfl_xor(v, lane_mask); }
 inline float __shfl_sync(unsigned, float v, int src_lane) { return halo_cpu_shfl(v, src_lane); }
+inline float __shfl(float v, int src_lane) { return halo_cpu_shfl(v, src_lane); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
 int __any_sync(unsigned, int p);
 template <typename T> inline T __ldg(const T* p) { return *p; }
 unsigned __byte_perm(unsigned a, unsigned b, unsigned s);
