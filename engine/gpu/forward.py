@@ -434,6 +434,9 @@ class GpuKVCache:
 
     def __init__(self, backend: Backend, config: ModelConfig, num_blocks: int, block_size: int,
                  max_tokens: int, max_seqs: int, stream, state_slots: int = 0, kv_type: str = DEFAULT_KV_CACHE_TYPE):
+        if block_size <= 0 or block_size & (block_size - 1):
+            raise ValueError(f"the GPU KV cache's block size must be a power of two (the kernels shift by it), "
+                             f"not {block_size}")
         self.backend, self.num_blocks, self.block_size = backend, num_blocks, block_size
         self.kv_type = kv_cache_type(kv_type, "gpu")
         self.f16 = self.kv_type == "f16"

@@ -160,7 +160,7 @@ def split_lib():
 def test_split_kv_decode_attention_matches_float64(split_lib, H, Hkv, D, window, sinks, f16):
     """The SIMT split-KV builds (HIP's decode attention at every depth; CUDA's for the float32 cache) and the merge,
     separate and fused (the last block of a kv head merges; run twice, its counters back at 0 after each): a decode
-    batch of two sequences, one 301 keys deep over 8 chunks (40 keys a chunk: three trips of a warp, the last
+    batch of two sequences, one 301 keys deep over 8 chunks (40 keys a chunk: several trips of a warp, the last
     cut short), the other at 38 and 1 keys (most chunks and walkers see no key)."""
     rng = np.random.default_rng(H * 31 + D + window)
     nc, num_blocks = 8, 24

@@ -100,3 +100,14 @@ def test_simt_prefill_tile_shapes_and_builds_match_the_host():
     builds = set(re.findall(r"^ATTENTION_TS_ENTRY\((\w+), (?:float|unsigned short), (\d+)\)", text, re.M))
     want = {(fwd.ts_kernel(d, f16), str(d)) for d in fwd.TS_ROWS for f16 in (False, True)}
     assert builds == want
+
+
+def test_the_kv_block_size_is_a_power_of_two_and_the_gpu_cache_refuses_others():
+    """halo_layer.cu's kv_slot divides positions by the block size with a shift: the engine's BLOCK_SIZE must be a
+    power of two, and GpuKVCache turns away any other size before it allocates anything."""
+    from engine.gpu.forward import GpuKVCache
+    from engine.model.arch import BLOCK_SIZE
+    assert BLOCK_SIZE > 0 and BLOCK_SIZE & (BLOCK_SIZE - 1) == 0
+    for bad in (0, 12, 24):
+        with pytest.raises(ValueError, match="power of two"):
+            GpuKVCache(None, None, 4, bad, 8, 1, None)

@@ -3,9 +3,10 @@
 // from device memory, so a captured graph replays any step of the same token count.
 
 // The paged KV cache [slots, Hkv, D]: position j of a sequence lives in slot table[j / bs] * bs + j % bs of its block
-// table; kv_row is the element offset of kv head hk's row there.
+// table; kv_row is the element offset of kv head hk's row there. bs is a power of two (GpuKVCache refuses others):
+// j / bs by a shift, where a division by a kernel argument cost ~15 instructions per key in the decode walkers.
 __device__ __forceinline__ size_t kv_slot(const i32* table, int j, int bs) {
-    return (size_t)table[j / bs] * bs + j % bs;
+    return (size_t)table[j >> (__ffs(bs) - 1)] * bs + (j & (bs - 1));
 }
 __device__ __forceinline__ size_t kv_row(const i32* table, int j, int bs, int Hkv, int hk, int D) {
     return (kv_slot(table, j, bs) * Hkv + hk) * D;
@@ -264,12 +265,39 @@ HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, c
 #define SKV_MAX_GROUP 8
 #define SKV_MIN_KEYS 16         // shortest chunk: one trip of every warp
 
-template <int LPK>
-__device__ __forceinline__ float lanes_sum(float v) {          // over the LPK lanes of this lane's walker
+// The N values v of each of a walker's LPK lanes summed over those lanes, spread out: each halving step sends one
+// half of the values still held to the partner lane and keeps the other half, so lane sl ends with
+// LANES_SPREAD_KEPT(N, LPK) = max(1, N / LPK) sums in v[0 ..]: the sums of values n = i + sl N / LPK (N >= LPK), or
+// of n = sl N / LPK (N < LPK; the steps left over sum the single value in place, so LPK / N lanes hold each sum).
+// lanes_sum_owner says where value n ended up. Against a shuffle tree per value (N log2 LPK shuffles) it takes
+// N - 1 + log2(LPK / N) (for N <= LPK), and two selects per value sent.
+#define LANES_SPREAD_KEPT(N, LPK) ((N) >= (LPK) ? (N) / (LPK) : 1)
+template <int LPK, int N>
+__device__ __forceinline__ void lanes_sum_spread(float (&v)[N], int sl) {
+    int held = N;
     #pragma unroll
-    for (int o = LPK / 2; o > 0; o >>= 1) v += SHFL_XOR(v, o);
-    return v;
+    for (int o = LPK / 2; o > 0; o >>= 1) {
+        if (held > 1) {
+            int half = held / 2;
+            bool upper = sl & o;                               // keeps the upper half, sends the lower
+            #pragma unroll
+            for (int i = 0; i < N / 2; i++) {
+                if (i >= half) break;
+                float send = upper ? v[i] : v[i + half], keep = upper ? v[i + half] : v[i];
+                v[i] = keep + SHFL_XOR(send, o);
+            }
+            held = half;
+        } else {
+            v[0] += SHFL_XOR(v[0], o);
+        }
+    }
 }
+
+// (sub-lane, slot) of a walker holding the sum of value n after lanes_sum_spread<LPK, N>.
+template <int LPK, int N>
+__device__ __forceinline__ int lanes_sum_owner(int n) { return N >= LPK ? n / (N / LPK) : n * (LPK / N); }
+template <int LPK, int N>
+__device__ __forceinline__ int lanes_sum_slot(int n) { return N >= LPK ? n % (N / LPK) : 0; }
 
 // The head dim a walker's lane holds as its i-th value: vector i / EPV, element i % EPV (sub-lane sl of LPK).
 template <int LPK, int EPV>
@@ -381,29 +409,48 @@ __device__ void attention_split(const float* qkv, i32 ld, const KV* kcache, cons
         // The trip's UNROLL keys per head at once: their scores are independent (the shuffles of all of them in
         // flight together), then one rescale of acc by the new maximum. Folding key by key chained every key's
         // shuffles, max and exp behind the previous key's: walkers were bound by that latency, not by memory.
+        // Every head's and key's dot over this lane's dims (value g UNROLL + u; heads past G have q = 0), summed
+        // over the walker's lanes spread out, each sum then read from its lane when its head is folded in: a sum
+        // per (head, key) by its own shuffle tree took 5 shuffles each, the most issued instruction at depth.
+        constexpr int N = GMAX * UNROLL;
+        float dots[N];
+        #pragma unroll
+        for (int g = 0; g < GMAX; g++)
+            #pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                float p = 0.0f;
+                #pragma unroll
+                for (int i = 0; i < PER; i++) p += qr[g][i] * kk[u][i];
+                dots[g * UNROLL + u] = p;
+            }
+        lanes_sum_spread<LPK, N>(dots, sl);                   // every lane calls: the shuffles need all 32
+        const int walker_lane0 = lane - sl;
         #pragma unroll
         for (int g = 0; g < GMAX; g++) {
             if (g >= G) break;
             float sc[UNROLL];
             #pragma unroll
             for (int u = 0; u < UNROLL; u++) {
-                float p = 0.0f;
+                constexpr int KEPT = LANES_SPREAD_KEPT(N, LPK);
+                float mine = dots[0];
                 #pragma unroll
-                for (int i = 0; i < PER; i++) p += qr[g][i] * kk[u][i];
-                sc[u] = lanes_sum<LPK>(p);                    // every lane calls: the shuffles need all 32
+                for (int r = 1; r < KEPT; r++)
+                    if (r == lanes_sum_slot<LPK, N>(g * UNROLL + u)) mine = dots[r];
+                int owner = walker_lane0 + lanes_sum_owner<LPK, N>(g * UNROLL + u);
+                float s = SHFL_FROM(mine, owner);
+                sc[u] = jb + u * SW + sub < j1 ? s : NEG_INF;   // this walker's keys past the chunk: weight 0
             }
             float mx = m[g];
             #pragma unroll
-            for (int u = 0; u < UNROLL; u++)
-                if (jb + u * SW + sub < j1) mx = fmaxf(mx, sc[u]);   // this walker's keys inside the chunk
-            if (mx == NEG_INF) continue;                      // no key for this walker yet
+            for (int u = 0; u < UNROLL; u++) mx = fmaxf(mx, sc[u]);
+            if (mx == NEG_INF) continue;                      // no key for this walker yet (the next head's
+                                                              // shuffles are reached by every lane all the same)
             float corr = __expf(m[g] - mx);                   // 0 on the walker's first keys (m = -inf)
             l[g] *= corr;
             #pragma unroll
             for (int i = 0; i < PER; i++) acc[g][i] *= corr;
             #pragma unroll
-            for (int u = 0; u < UNROLL; u++) {
-                if (jb + u * SW + sub >= j1) continue;
+            for (int u = 0; u < UNROLL; u++) {                // selected, not branched: keys past the chunk add 0
                 float e = __expf(sc[u] - mx);
                 l[g] += e;
                 #pragma unroll
@@ -450,10 +497,12 @@ SKV_ENTRY(NAME##_g2, KV, LPK, NV, UNROLL, 2, PREFETCH)                          
 SKV_ENTRY(NAME##_g4, KV, LPK, NV, UNROLL, 4, PREFETCH)                                                              \
 SKV_ENTRY(NAME##_g8, KV, LPK, NV, UNROLL, 8, PREFETCH)
 // UNROLL and PREFETCH per build: the fastest of 2-3 variants each at depths 4k and 16k (tests/gpu/bench_attention.py,
-// H200): prefetching costs registers, which the f16 builds (8 values per lane and vector) cannot spare.
+// H200): prefetching costs registers, which the f16 builds (8 values per lane and vector) cannot spare. d128 float32
+// (the Qwen3-4B shapes) at UNROLL 2 once the sums were spread over lanes: 95 registers, 5 blocks an SM, where UNROLL 4
+// held 128 (4 blocks): 16k 2,038 -> 1,694 us a step, 4k 884 -> 736 (run 22; UNROLL 8 was slower still).
 //         name                           element         LPK NV UNROLL PREFETCH
 SKV_GROUPS(halo_attention_split_d64,      float,          16, 1, 4,     true)
-SKV_GROUPS(halo_attention_split_d128,     float,          32, 1, 4,     true)
+SKV_GROUPS(halo_attention_split_d128,     float,          32, 1, 2,     true)
 SKV_GROUPS(halo_attention_split_d256,     float,          32, 2, 4,     false)
 SKV_GROUPS(halo_attention_split_d64_f16,  unsigned short, 8,  1, 4,     false)
 SKV_GROUPS(halo_attention_split_d128_f16, unsigned short, 16, 1, 1,     true)

@@ -35,8 +35,10 @@ __device__ __forceinline__ void prefetch_l2(const void*) {}
 // these and the kernels' lane arithmetic revisited.
 #if defined(__HIPCC_RTC__) || defined(__HIP__) || defined(HALO_CPU_SIM)     // HALO_CPU_SIM: tests/tools/cpu_simt.h
 #define SHFL_XOR(v, o) __shfl_xor(v, o)
+#define SHFL_FROM(v, src) __shfl(v, src)
 #else
 #define SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, v, o)
+#define SHFL_FROM(v, src) __shfl_sync(0xffffffffu, v, src)
 #endif
 #define NEG_INF __int_as_float((int)0xff800000u)
 
