@@ -274,6 +274,7 @@ HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, c
 #define LANES_SPREAD_KEPT(N, LPK) ((N) >= (LPK) ? (N) / (LPK) : 1)
 template <int LPK, int N>
 __device__ __forceinline__ void lanes_sum_spread(float (&v)[N], int sl) {
+    static_assert((N & (N - 1)) == 0 && (LPK & (LPK - 1)) == 0, "halving needs powers of two");
     int held = N;
     #pragma unroll
     for (int o = LPK / 2; o > 0; o >>= 1) {
