@@ -2,12 +2,8 @@
 // Float32 throughout. Step metadata (positions, slots, token -> sequence, seq_lens, block tables) is read
 // from device memory, so a captured graph replays any step of the same token count.
 
-// The paged KV cache [slots, Hkv, D]: position j of a sequence lives in slot table[j / bs] * bs + j % bs of its block
-// table; kv_row is the element offset of kv head hk's row there. bs is a power of two (GpuKVCache refuses others):
-// j / bs by a shift, where a division by a kernel argument cost ~15 instructions per key in the decode walkers.
-__device__ __forceinline__ size_t kv_slot(const i32* table, int j, int bs) {
-    return (size_t)table[j >> (__ffs(bs) - 1)] * bs + (j & (bs - 1));
-}
+// The paged KV cache [slots, Hkv, D]: position j of a sequence lives in slot kv_slot(table, j, bs) (prelude.h);
+// kv_row is the element offset of kv head hk's row there.
 __device__ __forceinline__ size_t kv_row(const i32* table, int j, int bs, int Hkv, int hk, int D) {
     return (kv_slot(table, j, bs) * Hkv + hk) * D;
 }
@@ -267,11 +263,10 @@ HALO_KERNEL void halo_attention_merge(const float* part, i32 nc, i32 H, i32 D, c
 
 // The N values v of each of a walker's LPK lanes summed over those lanes, spread out: each halving step sends one
 // half of the values still held to the partner lane and keeps the other half, so lane sl ends with
-// LANES_SPREAD_KEPT(N, LPK) = max(1, N / LPK) sums in v[0 ..]: the sums of values n = i + sl N / LPK (N >= LPK), or
-// of n = sl N / LPK (N < LPK; the steps left over sum the single value in place, so LPK / N lanes hold each sum).
-// lanes_sum_owner says where value n ended up. Against a shuffle tree per value (N log2 LPK shuffles) it takes
+// max(1, N / LPK) sums in v[0 ..]: the sums of values n = i + sl N / LPK (N >= LPK), or of n = sl N / LPK (N < LPK;
+// the steps left over sum the single value in place, so LPK / N lanes hold each sum). lanes_sum_owner /
+// lanes_sum_slot say where value n ended up. Against a shuffle tree per value (N log2 LPK shuffles) it takes
 // N - 1 + log2(LPK / N) (for N <= LPK), and two selects per value sent.
-#define LANES_SPREAD_KEPT(N, LPK) ((N) >= (LPK) ? (N) / (LPK) : 1)
 template <int LPK, int N>
 __device__ __forceinline__ void lanes_sum_spread(float (&v)[N], int sl) {
     static_assert((N & (N - 1)) == 0 && (LPK & (LPK - 1)) == 0, "halving needs powers of two");
@@ -432,13 +427,9 @@ __device__ void attention_split(const float* qkv, i32 ld, const KV* kcache, cons
             float sc[UNROLL];
             #pragma unroll
             for (int u = 0; u < UNROLL; u++) {
-                constexpr int KEPT = LANES_SPREAD_KEPT(N, LPK);
-                float mine = dots[0];
-                #pragma unroll
-                for (int r = 1; r < KEPT; r++)
-                    if (r == lanes_sum_slot<LPK, N>(g * UNROLL + u)) mine = dots[r];
                 int owner = walker_lane0 + lanes_sum_owner<LPK, N>(g * UNROLL + u);
-                float s = SHFL_FROM(mine, owner);
+                int slot = lanes_sum_slot<LPK, N>(g * UNROLL + u);          // unrolled: a constant, dots a register
+                float s = SHFL_FROM(dots[slot], owner);
                 sc[u] = jb + u * SW + sub < j1 ? s : NEG_INF;   // this walker's keys past the chunk: weight 0
             }
             float mx = m[g];

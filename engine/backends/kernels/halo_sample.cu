@@ -94,7 +94,7 @@ HALO_KERNEL void halo_sample(float* logits, i32 V, const i32* samp_i, const floa
         for (int w = threadIdx.x; w < W; w += blockDim.x) bits[w] = 0u;
         __syncthreads();
         for (int p = threadIdx.x; p < len; p += blockDim.x) {
-            int id = token_at_slot[(size_t)table[p / block_size] * block_size + p % block_size];
+            int id = token_at_slot[kv_slot(table, p, block_size)];
             if (id < 0 || id >= V) continue;
             u32 bit = 1u << (id & 31);
             if (atomicOr(bits + (id >> 5), bit) & bit) continue;       // another position has it: once only

@@ -71,6 +71,13 @@ __device__ float block_reduce(float v, float* red) {
 __device__ __forceinline__ float block_sum(float v, float* red) { return block_reduce<false>(v, red); }
 __device__ __forceinline__ float block_max(float v, float* red) { return block_reduce<true>(v, red); }
 
+// The paged KV cache's slot of a sequence's position j: slot table[j / bs] * bs + j % bs of its block table (the
+// attention kernels' rows, the sampler's token history). bs is a power of two (GpuKVCache refuses others): j / bs
+// by a shift, where a division by a kernel argument cost ~15 instructions per key in the decode walkers.
+__device__ __forceinline__ size_t kv_slot(const i32* table, int j, int bs) {
+    return (size_t)table[j >> (__ffs(bs) - 1)] * bs + (j & (bs - 1));
+}
+
 // The KV cache's f16 elements (the _f16 builds of the attention kernels): IEEE half bits in an unsigned short,
 // converted by the hardware (round to nearest even on the way in).
 #if defined(__HIPCC_RTC__) || defined(__HIP__) || defined(HALO_CPU_SIM)
