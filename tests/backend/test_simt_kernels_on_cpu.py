@@ -55,8 +55,13 @@ HEAD = ["const float*", "int"]
 META = ["const int*", "const int*", "const int*", "int", "int", "int", "int", "int", "float", "int"]
 
 
+def _cache_args(kv: str) -> list[str]:
+    """The C types every attention kernel opens with: q|k|v, the caches of `kv` elements, the step's metadata."""
+    return HEAD + [f"const {kv}*", f"const {kv}*"] + META
+
+
 def _args(kv: str, tiled: bool) -> list[str]:
-    return HEAD + [f"const {kv}*", f"const {kv}*"] + META + (["int"] if tiled else []) + ["const float*", "float*"]
+    return _cache_args(kv) + (["int"] if tiled else []) + ["const float*", "float*"]
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +88,15 @@ def mixed_step(rng, H, Hkv, D, f16, prompt, chunk, depth):
     return T, qkv, kc, vc, k32, v32, positions, token_seq, tables
 
 
+def cache_args(qkv, kc, vc, positions, token_seq, tables, H, Hkv, D, window) -> list:
+    """The values of _cache_args' parameters, the scale 1 / sqrt(D)."""
+    return [qkv, np.int32(qkv.shape[1]), kc, vc, positions, token_seq, tables, np.int32(tables.shape[1]),
+            np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D), np.float32(1.0 / np.sqrt(D)), np.int32(window)]
+
+
 def run(lib, name, grid, threads, T, H, Hkv, D, qkv, kc, vc, positions, token_seq, tables, window, sinks, tiled):
     out = np.zeros((T, H * D), np.float32)
-    args = [qkv, np.int32(qkv.shape[1]), kc, vc, positions, token_seq, tables, np.int32(tables.shape[1]),
-            np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D), np.float32(1.0 / np.sqrt(D)), np.int32(window)]
+    args = cache_args(qkv, kc, vc, positions, token_seq, tables, H, Hkv, D, window)
     cpu_simt.launch(lib, name, grid, threads, args + ([np.int32(T)] if tiled else []) + [sinks, out])
     return out.reshape(T, H, D)
 
@@ -151,7 +161,7 @@ def split_lib():
     names = {"halo_attention_merge": MERGE}
     for H, Hkv, D, *_ in SPLIT_CASES:
         for f16, kv in ((False, "float"), (True, "unsigned short")):
-            names[split_kernel(D, H // Hkv, f16)[0]] = HEAD + [f"const {kv}*", f"const {kv}*"] + META + SPLIT_TAIL
+            names[split_kernel(D, H // Hkv, f16)[0]] = _cache_args(kv) + SPLIT_TAIL
     return cpu_simt.build("halo_layer.cu", names)
 
 
@@ -173,8 +183,7 @@ def test_split_kv_decode_attention_matches_float64(split_lib, H, Hkv, D, window,
     sink = sink_logits(rng, H, sinks)
     want = reference(qkv[:, :H * D].reshape(T, H, D), k32, v32, positions, token_seq, tables, 1.0 / np.sqrt(D), window,
                      sink)
-    common = [qkv, np.int32(qkv.shape[1]), kc, vc, positions, token_seq, tables, np.int32(tables.shape[1]),
-              np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D), np.float32(1.0 / np.sqrt(D)), np.int32(window)]
+    common = cache_args(qkv, kc, vc, positions, token_seq, tables, H, Hkv, D, window)
     name = split_kernel(D, H // Hkv, f16)[0]
     part = np.full(T * H * nc * (D + 2), np.nan, np.float32)
     counters = np.zeros(T * Hkv, np.int32)
