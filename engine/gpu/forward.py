@@ -695,7 +695,9 @@ class GpuForward:
         return facts
 
     def _matmul(self, mats: list[DeviceMatrix], X: DeviceBuffer, T: int, Y: DeviceBuffer, ldy: int,
-                bias=None, xrow=None) -> None:
+                bias=None, xrow=None, prefetch: bool = True) -> None:
+        """Y = X W^T (+ bias) over the stacked matrices. prefetch False: a single-token launch (mv_t1) behind one that
+        fills every slot skips its rows' L2 prefetch before the wait (halo_quant.cu's decode matvec notes)."""
         m = self.matrices(mats)
         rows, K = m.rows, m.K
         R, NT, suffix = self._tile(T, m.rows_div4, m.tile_ok, m.bq_ok, m.tn_ok)
@@ -703,7 +705,7 @@ class GpuForward:
         if suffix[:2] == "mv":
             kw = mv_split_warps(K)
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // (R * MV_WARPS // kw)), -(-T // NT)),
-                         32 * MV_WARPS, args + (np.int32(kw),))
+                         32 * MV_WARPS, args + (np.int32(kw), np.int32(prefetch)))
             return
         if suffix[:2] == "tn":
             block_rows = TN_ROWS * TN_WARPS
@@ -904,7 +906,7 @@ class GpuForward:
             enqueue_moe_ffn(self, L.moe, self.moe, T, self.h, self.o)
         else:
             self._glu(L.w_gate, L.w_up, self.h, T, self.act)
-            self._matmul([L.w_down], self.act, T, self.o, E)
+            self._matmul([L.w_down], self.act, T, self.o, E, prefetch=False)    # behind the GLU
         nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.output_norm
         self._add_norm(T, self.o, L.post_ffn_norm, nxt)
 

@@ -325,7 +325,7 @@ def test_tensor_core_glu_tile_matches_float64(tc_quant_lib, build, tg, tu):
 
 
 MV = ["const unsigned char*", "int", "int", "int"] * 3 + ["const float*", "const float*", "const int*", "int", "int",
-                                                         "float*", "int", "int"]
+                                                         "float*", "int", "int", "int"]
 MV_GLU = ["const unsigned char*", "int", "const unsigned char*", "int", "int", "int", "int", "int", "const float*", "int",
           "int", "float*", "int"]
 
@@ -333,7 +333,7 @@ MV_GLU = ["const unsigned char*", "int", "const unsigned char*", "int", "int", "
 @pytest.fixture(scope="module")
 def mv_lib():
     return cpu_simt.build("halo_quant.cu", {"halo_matmul_mv_t1": MV, "halo_glu_mv_t1": MV_GLU,
-                                            "halo_matmul_kq_t1": MV[:-1]})
+                                            "halo_matmul_kq_t1": MV[:-2]})
 
 
 @pytest.mark.parametrize("kw", [1, 2, 4, "kq_t1"])
@@ -357,7 +357,7 @@ def test_decode_matvec_matches_float64(mv_lib, kw):
         cpu_simt.launch(mv_lib, "halo_matmul_kq_t1", (-(-sum(counts) // MATMUL_WARPS), 1), 32 * MATMUL_WARPS, args)
     else:
         cpu_simt.launch(mv_lib, "halo_matmul_mv_t1", (-(-sum(counts) // (MV_R * MV_WARPS // kw)), 1), 32 * MV_WARPS,
-                        args + [np.int32(kw)])
+                        args + [np.int32(kw), np.int32(1)])
     rel = float(np.max(np.abs(Y - want) / bound))
     assert rel < BOUND, f"max |Y - Y64| / (|X| |W|) = {rel:.2e}"
 

@@ -678,6 +678,11 @@ KQ_GLU_ENTRY(halo_glu_kq_t16, 16)
 // through L1). acc[r][t]: this lane's share of row r, token t; reduced over the warp, then over the kw warps through
 // shared memory. Tokens past T repeat token T - 1 (read, never written). Contract (host): every segment's
 // rows % MV_R == 0, Q4_K / Q6_K rows, K % 256 == 0.
+// Before waiting on the previous kernel (programmatic dependent launch) a block prefetches its rows into L2, which
+// pays where its blocks start early, behind a norm or the attention (H100, run 23: without it gate/up 617 -> 712 us a
+// decode step, q|k|v 380 -> 406, wo 214 -> 223). The matmul's `prefetch` 0 skips it for a launch behind one that
+// fills every slot (the FFN down projection behind the GLU: its blocks start no earlier than they load, and the
+// prefetch only added work: down 609 -> 577 us a step without it, Qwen3-4B decode 368.1 -> 370.2 tok/s).
 // Grid: (ceil(rows / (MV_R * MV_WARPS / kw)), ceil(T / NT)); block: 32 * MV_WARPS.
 #define MV_WARPS 4
 #define MV_R 2
@@ -847,7 +852,8 @@ __device__ __forceinline__ void mv_x_rows(const float* X, const i32* xrow, int K
 template <int NT>
 __device__ void matmul_mv(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
                           i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
-                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 kw) {
+                          const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 kw,
+                          i32 prefetch) {
     __shared__ float red[MV_WARPS * MV_R * NT];
     int warp = threadIdx.x >> 5, kc = warp % kw, tok0 = blockIdx.y * NT;
     int row0 = (blockIdx.x * (MV_WARPS / kw) + warp / kw) * MV_R;
@@ -860,11 +866,7 @@ __device__ void matmul_mv(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, con
     const unsigned char* rp[MV_R];
     #pragma unroll
     for (int r = 0; r < MV_R; r++) rp[r] = base + (size_t)(local + r) * rb;
-    // Rows spread over 4 warps (kw 4: the FFN down projection, K = n_ff) are not prefetched: that launch follows the
-    // GLU, which fills every slot, so its blocks start no earlier than they load, and the prefetch only added work
-    // (H100, run 23: down 609 -> 577 us a step, Qwen3-4B decode 368.1 -> 370.2 tok/s; the GLU, q|k|v and wo, whose
-    // blocks start during a norm or the attention, lost 95 / 25 / 9 us without theirs).
-    if (kw < 4) prefetch_rows_l2(rp[0], MV_R * rb, kc, kw);
+    if (prefetch) prefetch_rows_l2(rp[0], MV_R * rb, kc, kw);
     grid_dependency_wait();
     const float* xr[NT];
     mv_x_rows<NT>(X, xrow, K, tok0, T, xr);
@@ -931,9 +933,9 @@ __device__ void glu_mv(const unsigned char* wg, i32 tg, const unsigned char* wu,
 HALO_KERNEL void halo_matmul_mv_t1(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1,
                                    i32 t1, i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2,
                                    const float* bias, const float* X, const i32* xrow, i32 K, i32 T, float* Y,
-                                   i32 ldy, i32 kw) {
+                                   i32 ldy, i32 kw, i32 prefetch) {
     GRID_DEPENDENCY_LATER();
-    matmul_mv<1>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw);   // waits
+    matmul_mv<1>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw, prefetch);
 }
 
 HALO_KERNEL void halo_glu_mv_t1(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
