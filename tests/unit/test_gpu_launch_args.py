@@ -66,3 +66,25 @@ def test_each_kv_cache_gets_its_own_layer_arguments(recorded):
     finally:
         first.free()
         second.free()
+
+
+def test_only_the_down_projections_skip_the_rows_prefetch(recorded):
+    """A decode step's single-token matvecs (halo_matmul_mv_t1, last argument `prefetch`): the launch right after
+    each GLU (the down projection, whose blocks cannot start before the GLU's leave) skips its rows' L2 prefetch;
+    q|k|v and wo, behind a norm or the attention, keep theirs."""
+    m, launched = recorded
+    kv = m.new_kv_cache(4, 16)
+    try:
+        pos = np.array([5], np.int32)
+        m.forward(StepInput(token_ids=np.array([3], np.int32), positions=pos, slot_mapping=pos.astype(np.int64),
+                            query_start_loc=np.array([0, 1], np.int32), seq_lens=np.array([6], np.int32),
+                            block_tables=np.arange(4, dtype=np.int32)[None, :]), kv)
+        names = [name for name, _ in launched]
+        mv = [(i, int(args[-1])) for i, (name, args) in enumerate(launched) if name == "halo_matmul_mv_t1"]
+        after_glu = {i for i, _ in mv if names[i - 1].startswith("halo_glu_")}
+        assert len(after_glu) == m.config.n_layers
+        assert [p for i, p in mv if i in after_glu] == [0] * m.config.n_layers
+        assert [p for i, p in mv if i not in after_glu] == [1] * (len(mv) - m.config.n_layers)
+        assert len(mv) - m.config.n_layers == 2 * m.config.n_layers   # q|k|v, wo (the LM head's 355 rows: kq_t1)
+    finally:
+        kv.free()
