@@ -935,7 +935,8 @@ HALO_KERNEL void halo_matmul_mv_t1(const unsigned char* w0, i32 t0, i32 n0, i32 
                                    const float* bias, const float* X, const i32* xrow, i32 K, i32 T, float* Y,
                                    i32 ldy, i32 kw, i32 prefetch) {
     GRID_DEPENDENCY_LATER();
-    matmul_mv<1>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw, prefetch);
+    matmul_mv<1>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw,
+                 prefetch);                                                                         // waits
 }
 
 HALO_KERNEL void halo_glu_mv_t1(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
