@@ -16,11 +16,16 @@ from engine.model.step import StepInput
 DATA = Path(__file__).resolve().parents[1] / "golden" / "data"
 
 
-def _prefill(T: int) -> StepInput:
-    pos = np.arange(T, dtype=np.int32)
-    return StepInput(token_ids=pos % 7, positions=pos, slot_mapping=pos.astype(np.int64),
-                     query_start_loc=np.array([0, T], np.int32), seq_lens=np.array([T], np.int32),
+def _step(ids: np.ndarray, start: int) -> StepInput:
+    """One sequence's step of tokens `ids` from position `start`, over blocks 0-3."""
+    pos = np.arange(start, start + len(ids), dtype=np.int32)
+    return StepInput(token_ids=ids.astype(np.int32), positions=pos, slot_mapping=pos.astype(np.int64),
+                     query_start_loc=np.array([0, len(ids)], np.int32), seq_lens=np.array([start + len(ids)], np.int32),
                      block_tables=np.arange(4, dtype=np.int32)[None, :])
+
+
+def _prefill(T: int) -> StepInput:
+    return _step(np.arange(T) % 7, 0)
 
 
 @pytest.fixture()
@@ -75,10 +80,7 @@ def test_only_the_down_projections_skip_the_rows_prefetch(recorded):
     m, launched = recorded
     kv = m.new_kv_cache(4, 16)
     try:
-        pos = np.array([5], np.int32)
-        m.forward(StepInput(token_ids=np.array([3], np.int32), positions=pos, slot_mapping=pos.astype(np.int64),
-                            query_start_loc=np.array([0, 1], np.int32), seq_lens=np.array([6], np.int32),
-                            block_tables=np.arange(4, dtype=np.int32)[None, :]), kv)
+        m.forward(_step(np.array([3]), 5), kv)
         names = [name for name, _ in launched]
         mv = [(i, int(args[-1])) for i, (name, args) in enumerate(launched) if name == "halo_matmul_mv_t1"]
         after_glu = {i for i, _ in mv if names[i - 1].startswith("halo_glu_")}

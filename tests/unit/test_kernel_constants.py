@@ -103,7 +103,7 @@ def test_simt_prefill_tile_shapes_and_builds_match_the_host():
 
 
 def test_the_kv_block_size_is_a_power_of_two_and_the_gpu_cache_refuses_others():
-    """halo_layer.cu's kv_slot divides positions by the block size with a shift: the engine's BLOCK_SIZE must be a
+    """prelude.h's kv_slot divides positions by the block size with a shift: the engine's BLOCK_SIZE must be a
     power of two, and GpuKVCache turns away any other size before it allocates anything."""
     from engine.gpu.forward import GpuKVCache
     from engine.model.arch import BLOCK_SIZE
