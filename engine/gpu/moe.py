@@ -6,6 +6,8 @@ Per step of T tokens (kernels in halo_quant.cu):
     halo_moe_glu:   A [T*k, F] = glu(gate_e h + bg_e, up_e h + bu_e)   one warp per (expert row, token-slot pair);
                     glu: SwiGLU, or gpt-oss's clamped variant (engine.model.moe.swiglu_oai)
     halo_moe_down:  o [T, E] = sum_j w_j (down_e(A_j) + bd_e)          the weighted sum in the same pass
+(a decode step of Q4_K / Q6_K experts takes halo_moe_glu_mv_t1 / halo_moe_down_mv_t1: the same products on the
+dense decode matvecs' scheme, several rows per warp with their loads in flight together)
 The expert ids never leave the device, so decode stays graph-capturable: it reads exactly the k routed
 experts. Prefill (T > 1) groups the (token, slot) pairs by expert first (halo_moe_sort, a counting sort on
 the device), so each expert row is decoded once per 8 of its tokens: halo_moe_glu_grouped, then
@@ -25,6 +27,10 @@ from engine.model.moe import OAI_ALPHA, OAI_LIMIT
 
 MOE_PER_LANE = 8            # halo_moe_route: a warp holds up to 32 * 8 router logits
 MOE_WARPS = 4
+MOE_DOWN_WARPS = 8          # halo_moe_down_mv_t1's block: a warp per routed expert, at most this many (then some take two)
+# Every kernel this module launches (GpuForward compiles them with the model)
+MOE_KERNELS = ("halo_moe_route", "halo_moe_glu", "halo_moe_down", "halo_moe_glu_mv_t1", "halo_moe_down_mv_t1",
+               "halo_moe_sort", "halo_moe_glu_grouped", "halo_moe_down_grouped", "halo_moe_combine")
 # halo_moe_glu*'s `act` per (dense activation, expert activation): 0 SwiGLU, 2 gpt-oss's clamped SwiGLU (its
 # alpha and limit are engine.model.moe's, passed at launch)
 EXPERT_ACT = {"swiglu": 0, "swiglu_oai": 2}
@@ -105,6 +111,18 @@ def enqueue_moe_ffn(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer,
     if T > 1:
         _grouped(fwd, moe, s, T, X, Y, act, glu_tail)
         return
+    if _decode_mv(fwd, moe, T):
+        # deferred: engine.gpu.forward imports this module; the dense matvecs' block shape is its fact
+        from engine.gpu.forward import MV_R, MV_WARPS, mv_split_warps
+        kw = mv_split_warps(E)
+        fwd._launch("halo_quant.cu", "halo_moe_glu_mv_t1", (-(-F // (MV_R * MV_WARPS // kw)), T * k), 32 * MV_WARPS,
+                    (g.buf, np.int32(g.ggml_type), u.buf, np.int32(u.ggml_type), np.int32(g.row_bytes),
+                     np.int32(u.row_bytes), np.int32(F), np.int32(act), X, np.int32(E), s.ids, np.int32(k))
+                    + glu_tail + (s.act, np.int32(kw)))
+        fwd._launch("halo_quant.cu", "halo_moe_down_mv_t1", (E // MV_R, T), 32 * min(k, MOE_DOWN_WARPS),
+                    (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.ids,
+                     s.weights, np.int32(k), _opt(moe.down_bias), Y))
+        return
     fwd._launch("halo_quant.cu", "halo_moe_glu", (-(-F // MOE_WARPS), T * k), 32 * MOE_WARPS,
                 (g.buf, np.int32(g.ggml_type), u.buf, np.int32(u.ggml_type), np.int32(g.row_bytes),
                  np.int32(u.row_bytes), np.int32(F), np.int32(act), X, np.int32(E), s.ids, np.int32(k))
@@ -112,6 +130,13 @@ def enqueue_moe_ffn(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer,
     fwd._launch("halo_quant.cu", "halo_moe_down", (-(-E // MOE_WARPS), T), 32 * MOE_WARPS,
                 (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.ids,
                  s.weights, np.int32(k), _opt(moe.down_bias), Y))
+
+
+def _decode_mv(fwd, moe: DeviceMoe, T: int) -> bool:
+    """Whether this step's expert products take halo_moe_*_mv_t1: where a dense product of the same matrices would
+    take the decode matvec (fwd's choice of kernel: one token, Q4_K / Q6_K rows, K % 256 == 0, rows % 4 == 0)."""
+    return all(fwd._tile(T, m.rows_div4, m.tile_ok, m.bq_ok, m.tn_ok)[2] == "mv_t1"
+               for m in (fwd.matrices((moe.gate, moe.up)), fwd.matrices((moe.down,))))
 
 
 def _opt(buf: DeviceBuffer | None):

@@ -47,7 +47,14 @@ from tests.gpu.test_gpu_attention import (
 )
 from tests.gpu.test_gpu_delta_net import CFGS as DELTA_CFGS
 from tests.gpu.test_gpu_delta_net import check_rounds
-from tests.gpu.test_gpu_prefill_tiles import BOUND, glu_inputs, random_matrix, silu_glu_reference
+from tests.gpu.test_gpu_prefill_tiles import (
+    BOUND,
+    glu_inputs,
+    moe_inputs,
+    moe_reference,
+    random_matrix,
+    silu_glu_reference,
+)
 from tests.tools import cpu_simt
 
 pytestmark = pytest.mark.skipif(cpu_simt.compiler() is None, reason="no C++ compiler for the CPU kernel harness")
@@ -330,10 +337,17 @@ MV_GLU = ["const unsigned char*", "int", "const unsigned char*", "int", "int", "
           "int", "float*", "int"]
 
 
+MOE_GLU = ["const unsigned char*", "int", "const unsigned char*", "int", "int", "int", "int", "int", "const float*", "int",
+           "const int*", "int", "const float*", "const float*", "float", "float", "float*", "int"]
+MOE_DOWN = ["const unsigned char*", "int", "int", "int", "const float*", "int", "const int*", "const float*", "int",
+            "const float*", "float*"]
+
+
 @pytest.fixture(scope="module")
 def mv_lib():
     return cpu_simt.build("halo_quant.cu", {"halo_matmul_mv_t1": MV, "halo_glu_mv_t1": MV_GLU,
-                                            "halo_matmul_kq_t1": MV[:-2]})
+                                            "halo_matmul_kq_t1": MV[:-2], "halo_moe_glu_mv_t1": MOE_GLU,
+                                            "halo_moe_down_mv_t1": MOE_DOWN})
 
 
 @pytest.mark.parametrize("kw", [1, 2, 4, "kq_t1"])
@@ -377,6 +391,31 @@ def test_decode_glu_matches_float64(mv_lib, tg, tu, kw):
                      np.int32(n_ff), np.int32(0), X, np.int32(K), np.int32(1), A, np.int32(kw)])
     rel = float(np.max(np.abs(A - want) / scale))
     assert rel < BOUND, f"max |A - A64| / scale = {rel:.2e}"
+
+
+@pytest.mark.parametrize("k,warps,kw,types,biases", [(4, 4, 1, ("Q4_K", "Q6_K"), True), (6, 4, 2, ("Q6_K", "Q4_K"), False),
+                                                     (3, 3, 4, ("Q4_K", "Q4_K"), True)])
+def test_moe_decode_matvecs_match_float64(mv_lib, k, warps, kw, types, biases):
+    """halo_moe_glu_mv_t1 then halo_moe_down_mv_t1, a decode step's expert products, on given ids and weights: each
+    pair's gate / up rows found from its expert id in the stacks (biases too), K over kw warps, the down rows of
+    every slot weighted and summed, with more slots than the down block's warps (6 over 4: two warps take a second)
+    and as many."""
+    E, F, n_expert = 512, 768, 8
+    tg, td = GGMLType[types[0]], GGMLType[types[1]]
+    m = moe_inputs(np.random.default_rng(60 + k), n_expert, k, E, F, tg, td, biases)
+    want, scale = moe_reference(m)
+    g, u, d = (m["raw"][n] for n in ("gate", "up", "down"))
+    A = np.full((k, F), np.nan, np.float32)
+    cpu_simt.launch(mv_lib, "halo_moe_glu_mv_t1", (-(-F // (MV_R * MV_WARPS // kw)), k), 32 * MV_WARPS,
+                    [g, np.int32(tg), u, np.int32(tg), np.int32(g.shape[1]), np.int32(u.shape[1]), np.int32(F),
+                     np.int32(0), m["X"], np.int32(E), m["ids"], np.int32(k), m["bg"], m["bu"], np.float32(0),
+                     np.float32(0), A, np.int32(kw)])
+    Y = np.full((1, E), np.nan, np.float32)
+    cpu_simt.launch(mv_lib, "halo_moe_down_mv_t1", (E // MV_R, 1), 32 * warps,
+                    [d, np.int32(td), np.int32(d.shape[1]), np.int32(E), A, np.int32(F), m["ids"], m["w"], np.int32(k),
+                     m["bd"], Y])
+    rel = float(np.max(np.abs(Y - want) / scale))
+    assert rel < 4 * BOUND, f"max |Y - Y64| / scale = {rel:.2e}"
 
 
 @pytest.mark.parametrize("K", [2, 4, 8])

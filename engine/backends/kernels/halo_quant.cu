@@ -885,6 +885,28 @@ __device__ void matmul_mv(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, con
             if (tok0 + t < T) Y[(size_t)(tok0 + t) * ldy + row0 + r] = acc[r][t] + (bias ? bias[row0 + r] : 0.0f);
 }
 
+// acc[r] = gate row rg[r] . x, acc[MV_R + r] = up row ru[r] . x (r < MV_R), this warp column's share summed over the
+// warp and the kw warps of its row group (complete in warp column 0; red: MV_WARPS * 2 MV_R * NT floats)
+template <int NT>
+__device__ __forceinline__ void glu_mv_dots(int tg, const unsigned char* const* rg, int tu, const unsigned char* const* ru,
+                                            int K, const float* const* xr, int kc, int kw, float (*acc)[NT],
+                                            float* red) {
+    #pragma unroll
+    for (int r = 0; r < 2 * MV_R; r++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    if (tg == tu) {                             // one pass: the 2 MV_R rows' loads in flight together
+        const unsigned char* both[2 * MV_R];
+        #pragma unroll
+        for (int r = 0; r < MV_R; r++) { both[r] = rg[r]; both[MV_R + r] = ru[r]; }
+        mv_dot<2 * MV_R, NT>(tg, both, K, xr, kc, kw, acc);
+    } else {
+        mv_dot<MV_R, NT>(tg, rg, K, xr, kc, kw, acc);
+        mv_dot<MV_R, NT>(tu, ru, K, xr, kc, kw, acc + MV_R);
+    }
+    mv_reduce<2 * MV_R, NT>(acc, kw, red);
+}
+
 // A[t, r] = act(gate_r . x_t) * (up_r . x_t) for MV_R rows r per warp column; contract: n_ff % MV_R == 0.
 template <int NT>
 __device__ void glu_mv(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
@@ -907,20 +929,7 @@ __device__ void glu_mv(const unsigned char* wg, i32 tg, const unsigned char* wu,
     const float* xr[NT];
     mv_x_rows<NT>(X, 0, K, tok0, T, xr);
     float acc[2 * MV_R][NT];                    // gate rows, then up rows
-    #pragma unroll
-    for (int r = 0; r < 2 * MV_R; r++)
-        #pragma unroll
-        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
-    if (tg == tu) {                             // one pass: the 2 MV_R rows' loads in flight together
-        const unsigned char* both[2 * MV_R];
-        #pragma unroll
-        for (int r = 0; r < MV_R; r++) { both[r] = rg[r]; both[MV_R + r] = ru[r]; }
-        mv_dot<2 * MV_R, NT>(tg, both, K, xr, kc, kw, acc);
-    } else {
-        mv_dot<MV_R, NT>(tg, rg, K, xr, kc, kw, acc);
-        mv_dot<MV_R, NT>(tu, ru, K, xr, kc, kw, acc + MV_R);
-    }
-    mv_reduce<2 * MV_R, NT>(acc, kw, red);
+    glu_mv_dots<NT>(tg, rg, tu, ru, K, xr, kc, kw, acc, red);
     if (!valid || kc || (threadIdx.x & 31)) return;
     #pragma unroll
     for (int r = 0; r < MV_R; r++)
@@ -3040,6 +3049,74 @@ HALO_KERNEL void halo_moe_down(const unsigned char* wd, i32 td, i32 rb_d, i32 n_
         acc += w[p] * (warp_sum(row_dot_fast(td, wd + row * rb_d, F, A + p * F)) + (bd ? bd[row] : 0.0f));
     }
     if ((threadIdx.x & 31) == 0) Y[(size_t)t * n_embd + r] = acc;
+}
+
+// Single-token decode steps of Q4_K / Q6_K experts (engine.gpu.moe takes these where the dense matvecs' contract holds
+// for every expert matrix; other steps keep halo_moe_glu / _down above): the decode matvecs' scheme, MV_R rows per
+// warp with their loads in flight together and a trip ahead, each activation load serving all of a warp's rows.
+// halo_moe_glu / _down gave each row a warp of its own, reading its super-blocks in turn (down: one expert after
+// another), so a warp waited a full memory latency per trip. Unlike the dense matvecs, no L2 prefetch before the
+// wait: which rows to read comes from the router's ids, written by the kernel before.
+
+// halo_moe_glu's A [T * k, n_ff] for pair p = blockIdx.y: expert ids[p]'s gate and up rows as glu_mv's, K split over
+// kw warps. Grid: (ceil(n_ff / (MV_R * MV_WARPS / kw)), T * k); block: 32 * MV_WARPS. Contract: n_ff % MV_R == 0.
+HALO_KERNEL void halo_moe_glu_mv_t1(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
+                                    i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, const i32* ids, i32 k,
+                                    const float* bg, const float* bu, float alpha, float limit, float* A, i32 kw) {
+    GRID_DEPENDENCY_SYNC();
+    __shared__ float red[MV_WARPS * 2 * MV_R];
+    int warp = threadIdx.x >> 5, kc = warp % kw, p = blockIdx.y;
+    int row0 = (blockIdx.x * (MV_WARPS / kw) + warp / kw) * MV_R;
+    bool valid = row0 < n_ff;
+    size_t e0 = (size_t)ids[p] * n_ff + (valid ? row0 : 0);     // row row0 of expert ids[p] in the stacks
+    const unsigned char* rg[MV_R];
+    const unsigned char* ru[MV_R];
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++) {
+        rg[r] = wg + (e0 + r) * rb_g;
+        ru[r] = wu + (e0 + r) * rb_u;
+    }
+    const float* xr[1] = {X + (size_t)(p / k) * K};
+    float acc[2 * MV_R][1];
+    glu_mv_dots<1>(tg, rg, tu, ru, K, xr, kc, kw, acc, red);
+    if (!valid || kc || (threadIdx.x & 31)) return;
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++)
+        A[(size_t)p * n_ff + row0 + r] = expert_glu(acc[r][0] + (bg ? bg[e0 + r] : 0.0f),
+                                                    acc[MV_R + r][0] + (bu ? bu[e0 + r] : 0.0f), act, alpha, limit);
+}
+
+// halo_moe_down's Y [T, n_embd] for token t = blockIdx.y: the block's MV_R rows of every routed expert, warp w taking
+// the slots j = w, w + warps, .. (each a one-warp mv_dot of expert ids[t * k + j]'s rows with that pair's A row),
+// then the weighted sum over the slots in a fixed order (each warp's slots in turn, then the warps in turn: the same
+// sum every run). Grid: (n_embd / MV_R, T); block: 32 x 1..32 warps. Contract: n_embd % MV_R == 0.
+HALO_KERNEL void halo_moe_down_mv_t1(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A, i32 F,
+                                     const i32* ids, const float* w, i32 k, const float* bd, float* Y) {
+    GRID_DEPENDENCY_SYNC();
+    __shared__ float red[32 * MV_R];
+    int warp = threadIdx.x >> 5, warps = blockDim.x >> 5, t = blockIdx.y, row0 = blockIdx.x * MV_R;
+    float sum[MV_R];
+    #pragma unroll
+    for (int r = 0; r < MV_R; r++) sum[r] = 0.0f;
+    for (int j = warp; j < k; j += warps) {
+        size_t p = (size_t)t * k + j, e0 = (size_t)ids[p] * n_embd + row0;
+        const unsigned char* rp[MV_R];
+        float acc[MV_R][1];
+        #pragma unroll
+        for (int r = 0; r < MV_R; r++) { rp[r] = wd + (e0 + r) * rb_d; acc[r][0] = 0.0f; }
+        const float* xr[1] = {A + p * F};
+        mv_dot<MV_R, 1>(td, rp, F, xr, 0, 1, acc);
+        #pragma unroll
+        for (int r = 0; r < MV_R; r++) sum[r] += w[p] * (warp_sum(acc[r][0]) + (bd ? bd[e0 + r] : 0.0f));
+    }
+    if ((threadIdx.x & 31) == 0)
+        #pragma unroll
+        for (int r = 0; r < MV_R; r++) red[warp * MV_R + r] = sum[r];
+    __syncthreads();
+    if (threadIdx.x >= MV_R) return;
+    float y = 0.0f;
+    for (int v = 0; v < warps; v++) y += red[v * MV_R + threadIdx.x];
+    Y[(size_t)t * n_embd + row0 + threadIdx.x] = y;
 }
 
 // Prefill (T > 1): the (token, slot) pairs grouped by expert, so each expert row is decoded once per 8 of its
