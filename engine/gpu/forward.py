@@ -29,7 +29,7 @@ from engine.gpu.hybrid import (
     enqueue_linear_attention,
     enqueue_output_gate,
 )
-from engine.gpu.moe import MOE_KERNELS, MoeScratch, enqueue_moe_ffn
+from engine.gpu.moe import MOE_KERNELS, MOE_TC_KERNELS, MoeScratch, enqueue_moe_ffn
 from engine.gpu.stepmeta import MetaLayout, SamplingRow
 from engine.gpu.weights import ADD_NORM_MAX_THREADS, DeviceMatrix, DeviceWeights, layer_matrices
 from engine.model.arch import DEFAULT_KV_CACHE_TYPE, kv_cache_type, rope_attention_factor
@@ -615,7 +615,7 @@ class GpuForward:
             for name in HYBRID_KERNELS:
                 kern("halo_delta_net.cu", name)
         if self.moe:
-            for name in MOE_KERNELS:
+            for name in MOE_KERNELS + (MOE_TC_KERNELS if self.use_tc else ()):
                 kern("halo_quant.cu", name)
 
     def _launch(self, file, name, grid, block, args, shared=0):

@@ -12,7 +12,9 @@ The expert ids never leave the device, so decode stays graph-capturable: it read
 experts. Prefill (T > 1) groups the (token, slot) pairs by expert first (halo_moe_sort, a counting sort on
 the device), so each expert row is decoded once per 8 of its tokens: halo_moe_glu_grouped, then
 halo_moe_down_grouped into per-pair rows D [T*k, E], then halo_moe_combine sums each token's k rows in slot
-order (deterministic). Grids are fixed by T and n_expert, never by the routing, so prefill is capturable too.
+order (deterministic). On tensor cores (CUDA sm_80+, Q4_K / Q6_K experts) the sort also cuts each expert's pairs
+into tiles of 8 or 16, and halo_moe_glu_tn_tN / halo_moe_down_tn_tN run a block per (128 rows, tile) on the tn
+kernels' k loop. Grids are fixed by T and n_expert, never by the routing, so prefill is capturable too.
 """
 from __future__ import annotations
 
@@ -28,9 +30,13 @@ from engine.model.moe import OAI_ALPHA, OAI_LIMIT
 MOE_PER_LANE = 8            # halo_moe_route: a warp holds up to 32 * 8 router logits
 MOE_WARPS = 4
 MOE_DOWN_WARPS = 8          # halo_moe_down_mv_t1's block: a warp per routed expert, at most this many (then some take two)
-# Every kernel this module launches (GpuForward compiles them with the model)
+# Steps of several tokens on tensor cores (halo_moe_*_tn_tN): tiles of 8 or 16 of an expert's pairs; 16 once the
+# step averages that many pairs an expert (a tile's weights are read once for all its pairs)
+MOE_TN_TILES = (8, 16)
+# Every kernel this module launches (GpuForward compiles them with the model; the tensor-core ones where it has them)
 MOE_KERNELS = ("halo_moe_route", "halo_moe_glu", "halo_moe_down", "halo_moe_glu_mv_t1", "halo_moe_down_mv_t1",
                "halo_moe_sort", "halo_moe_glu_grouped", "halo_moe_down_grouped", "halo_moe_combine")
+MOE_TC_KERNELS = tuple(f"halo_moe_{p}_tn_t{n}" for n in MOE_TN_TILES for p in ("glu", "down"))
 # halo_moe_glu*'s `act` per (dense activation, expert activation): 0 SwiGLU, 2 gpt-oss's clamped SwiGLU (its
 # alpha and limit are engine.model.moe's, passed at launch)
 EXPERT_ACT = {"swiglu": 0, "swiglu_oai": 2}
@@ -87,15 +93,22 @@ class MoeScratch:
         self.offsets = backend.alloc(c.n_expert + 1, np.int32)
         self.order = backend.alloc(T * k, np.int32)
         self.order_tok = backend.alloc(T * k, np.int32)
+        self.tiles = backend.alloc(2 * max_tiles(T * k, c.n_expert, MOE_TN_TILES[0]), np.int32)
         self.buffers = [self.logits, self.ids, self.weights, self.act, self.down, self.offsets, self.order,
-                        self.order_tok]
+                        self.order_tok, self.tiles]
 
     @staticmethod
     def nbytes(c: ModelConfig, max_tokens: int) -> int:
-        """For the pre-flight: logits, ids, weights and the experts' hidden activations."""
+        """For the pre-flight: logits, ids, weights, the experts' hidden activations and the sort's lists."""
         k = c.n_expert_used
         per_token = c.n_expert + 2 * k + k * c.n_ff_exp + k * c.n_embd + 2 * k
-        return 4 * (max_tokens * per_token + c.n_expert + 1) if c.ffn_kind == "moe" else 0
+        tiles = 2 * max_tiles(max_tokens * k, c.n_expert, MOE_TN_TILES[0])
+        return 4 * (max_tokens * per_token + c.n_expert + 1 + tiles) if c.ffn_kind == "moe" else 0
+
+
+def max_tiles(pairs: int, n_expert: int, nt: int) -> int:
+    """The most tiles of nt pairs that `pairs` routed pairs can make: every expert may leave one tile part full."""
+    return -(-pairs // nt) + n_expert
 
 
 def enqueue_moe_ffn(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: DeviceBuffer) -> None:
@@ -139,8 +152,18 @@ def _decode_mv(fwd, moe: DeviceMoe, T: int) -> bool:
                for m in (fwd.matrices((moe.gate, moe.up)), fwd.matrices((moe.down,))))
 
 
+def _prefill_tn(fwd, moe: DeviceMoe) -> bool:
+    """Whether a step of several tokens takes the tensor-core grouped kernels: the GPU has the tn kernels (CUDA
+    sm_80+) and every expert matrix meets their contract (Q4_K / Q6_K, K % 256 == 0, rows % 16 == 0)."""
+    return fwd.use_tc and all(m.bq_ok and m.tn_ok for m in (fwd.matrices((moe.gate, moe.up)),
+                                                            fwd.matrices((moe.down,))))
+
+
 def _opt(buf: DeviceBuffer | None):
-    return np.uint64(0) if buf is None else buf          # a null pointer argument
+    return NULL_PTR if buf is None else buf
+
+
+NULL_PTR = np.uint64(0)                                  # a null pointer argument
 
 
 def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: DeviceBuffer, act: int,
@@ -148,15 +171,28 @@ def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: Dev
     c = fwd.config
     k, F, E, n = c.n_expert_used, c.n_ff_exp, c.n_embd, c.n_expert
     g, u, d = moe.gate, moe.up, moe.down
+    tn = _prefill_tn(fwd, moe)
+    nt = (MOE_TN_TILES[-1] if T * k >= MOE_TN_TILES[-1] * n else MOE_TN_TILES[0]) if tn else 0
+    tiles = max_tiles(T * k, n, nt) if tn else 0
     fwd._launch("halo_quant.cu", "halo_moe_sort", 1, 256,
-                (s.ids, np.int32(T * k), np.int32(k), np.int32(n), s.offsets, s.order, s.order_tok))
-    fwd._launch("halo_quant.cu", "halo_moe_glu_grouped", (-(-F // MOE_WARPS), n), 32 * MOE_WARPS,
-                (g.buf, np.int32(g.ggml_type), u.buf, np.int32(u.ggml_type), np.int32(g.row_bytes),
-                 np.int32(u.row_bytes), np.int32(F), np.int32(act), X, np.int32(E), s.offsets, s.order,
-                 s.order_tok) + glu_tail + (s.act,))
-    fwd._launch("halo_quant.cu", "halo_moe_down_grouped", (-(-E // MOE_WARPS), n), 32 * MOE_WARPS,
-                (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.offsets,
-                 s.order, _opt(moe.down_bias), s.down))
+                (s.ids, np.int32(T * k), np.int32(k), np.int32(n), s.offsets, s.order, s.order_tok, np.int32(nt),
+                 s.tiles if tn else NULL_PTR, np.int32(tiles)))
+    glu = (g.buf, np.int32(g.ggml_type), u.buf, np.int32(u.ggml_type), np.int32(g.row_bytes), np.int32(u.row_bytes),
+           np.int32(F), np.int32(act), X, np.int32(E), s.offsets, s.order, s.order_tok)
+    down = (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.offsets, s.order)
+    if tn:
+        # deferred: engine.gpu.forward imports this module; the tn kernels' block shape is its fact
+        from engine.gpu.forward import TN_ROWS, TN_WARPS
+        rows = TN_ROWS * TN_WARPS
+        fwd._launch("halo_quant.cu", f"halo_moe_glu_tn_t{nt}", (-(-F // rows), tiles), 32 * TN_WARPS,
+                    glu + (s.tiles,) + glu_tail + (s.act,))
+        fwd._launch("halo_quant.cu", f"halo_moe_down_tn_t{nt}", (-(-E // rows), tiles), 32 * TN_WARPS,
+                    down + (s.tiles, _opt(moe.down_bias), s.down))
+    else:
+        fwd._launch("halo_quant.cu", "halo_moe_glu_grouped", (-(-F // MOE_WARPS), n), 32 * MOE_WARPS,
+                    glu + glu_tail + (s.act,))
+        fwd._launch("halo_quant.cu", "halo_moe_down_grouped", (-(-E // MOE_WARPS), n), 32 * MOE_WARPS,
+                    down + (_opt(moe.down_bias), s.down))
     fwd._launch("halo_quant.cu", "halo_moe_combine", -(-T * E // 256), 256,
                 (s.down, s.weights, np.int32(k), np.int32(T), np.int32(E), Y))
 

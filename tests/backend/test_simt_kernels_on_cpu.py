@@ -28,6 +28,8 @@ from engine.gpu.forward import (
     MV_WARPS,
     SKV_WARPS,
     TCH_BUILDS,
+    TN_ROWS,
+    TN_WARPS,
     TS_ROWS,
     flash_usable,
     kv_suffix,
@@ -36,6 +38,7 @@ from engine.gpu.forward import (
     split_sum_stride,
     ts_kernel,
 )
+from engine.gpu.moe import MOE_TN_TILES, max_tiles
 from tests.gpu.test_gpu_attention import (
     BS,
     MAGNITUDES,
@@ -414,6 +417,57 @@ def test_moe_decode_matvecs_match_float64(mv_lib, k, warps, kw, types, biases):
     cpu_simt.launch(mv_lib, "halo_moe_down_mv_t1", (E // MV_R, 1), 32 * warps,
                     [d, np.int32(td), np.int32(d.shape[1]), np.int32(E), A, np.int32(F), m["ids"], m["w"], np.int32(k),
                      m["bd"], Y])
+    rel = float(np.max(np.abs(Y - want) / scale))
+    assert rel < 4 * BOUND, f"max |Y - Y64| / scale = {rel:.2e}"
+
+
+MOE_SORT = ["const int*", "int", "int", "int", "int*", "int*", "int*", "int", "int*", "int"]
+MOE_GLU_TN = MOE_GLU[:10] + ["const int*"] * 4 + ["const float*", "const float*", "float", "float", "float*"]
+MOE_DOWN_TN = MOE_DOWN[:6] + ["const int*"] * 3 + ["const float*", "float*"]
+
+
+@pytest.fixture(scope="module")
+def moe_tc_lib():
+    kernels = {"halo_moe_sort": MOE_SORT, "halo_moe_combine": ["const float*", "const float*", "int", "int", "int", "float*"]}
+    for nt in MOE_TN_TILES:
+        kernels[f"halo_moe_glu_tn_t{nt}"], kernels[f"halo_moe_down_tn_t{nt}"] = MOE_GLU_TN, MOE_DOWN_TN
+    return cpu_simt.build("halo_quant.cu", kernels, tensor_cores=True)
+
+
+@pytest.mark.parametrize("T,k,nt,types,biases", [(5, 3, 8, ("Q4_K", "Q6_K"), True), (24, 4, 16, ("Q6_K", "Q4_K"), False)])
+def test_moe_grouped_tensor_core_kernels_match_float64(moe_tc_lib, T, k, nt, types, biases):
+    """A step of T tokens' expert products on tensor cores: halo_moe_sort cuts each expert's pairs into tiles of nt
+    (some experts get none, some several), halo_moe_glu_tn_tN / halo_moe_down_tn_tN take a block per (128 rows,
+    tile) and write each pair's rows, tile entries past the last exit, and halo_moe_combine sums a token's slots;
+    against float64 at the tile tests' bound."""
+    E, F, n_expert = 512, 768, 6
+    tg, td = GGMLType[types[0]], GGMLType[types[1]]
+    m = moe_inputs(np.random.default_rng(70 + T), n_expert, k, E, F, tg, td, biases, T)
+    want, scale = moe_reference(m)
+    g, u, d = (m["raw"][n] for n in ("gate", "up", "down"))
+    P, tiles = T * k, max_tiles(T * k, n_expert, nt)
+    offsets, order, order_tok = np.zeros(n_expert + 1, np.int32), np.zeros(P, np.int32), np.zeros(P, np.int32)
+    tile_list = np.full(2 * tiles, 7777, np.int32)
+    cpu_simt.launch(moe_tc_lib, "halo_moe_sort", (1,), 256, [m["ids"], np.int32(P), np.int32(k), np.int32(n_expert),
+                                                             offsets, order, order_tok, np.int32(nt), tile_list,
+                                                             np.int32(tiles)])
+    counts = np.bincount(m["ids"].reshape(-1), minlength=n_expert)
+    used = int(np.sum(-(-counts // nt)))
+    assert used < tiles and (tile_list[0:2 * used:2] == np.repeat(np.arange(n_expert), -(-counts // nt))).all()
+    assert (tile_list[2 * used::2] == -1).all()
+    rows = TN_ROWS * TN_WARPS
+    A = np.full((P, F), np.nan, np.float32)
+    cpu_simt.launch(moe_tc_lib, f"halo_moe_glu_tn_t{nt}", (-(-F // rows), tiles), 32 * TN_WARPS,
+                    [g, np.int32(tg), u, np.int32(tg), np.int32(g.shape[1]), np.int32(u.shape[1]), np.int32(F),
+                     np.int32(0), m["X"], np.int32(E), offsets, order, order_tok, tile_list, m["bg"], m["bu"],
+                     np.float32(0), np.float32(0), A])
+    D = np.full((P, E), np.nan, np.float32)
+    cpu_simt.launch(moe_tc_lib, f"halo_moe_down_tn_t{nt}", (-(-E // rows), tiles), 32 * TN_WARPS,
+                    [d, np.int32(td), np.int32(d.shape[1]), np.int32(E), A, np.int32(F), offsets, order, tile_list,
+                     m["bd"], D])
+    Y = np.full((T, E), np.nan, np.float32)
+    cpu_simt.launch(moe_tc_lib, "halo_moe_combine", (-(-T * E // 256),), 256,
+                    [D, m["w"], np.int32(k), np.int32(T), np.int32(E), Y])
     rel = float(np.max(np.abs(Y - want) / scale))
     assert rel < 4 * BOUND, f"max |Y - Y64| / scale = {rel:.2e}"
 

@@ -427,56 +427,60 @@ def test_tch_scales_every_token_on_its_own(fwd, ggml_type, wide, monkeypatch):
             fwd.backend.free(b)
 
 
-def moe_inputs(rng, n_expert: int, k: int, E: int, F: int, tg: GGMLType, td: GGMLType, biases: bool = False) -> dict:
-    """One token's MoE FFN inputs: stacked experts as GGUF stores them (gate and up of type tg, [n_expert * F, E];
-    down of type td, [n_expert * E, F]), an activation row X [1, E], k distinct expert ids (best first) with softmax
-    weights, biases or None; the stacks also as float64 (G, U: [n_expert, F, E], D: [n_expert, E, F])."""
+def moe_inputs(rng, n_expert: int, k: int, E: int, F: int, tg: GGMLType, td: GGMLType, biases: bool = False,
+               T: int = 1) -> dict:
+    """T tokens' MoE FFN inputs: stacked experts as GGUF stores them (gate and up of type tg, [n_expert * F, E];
+    down of type td, [n_expert * E, F]), activation rows X [T, E], per token k distinct expert ids (best first) with
+    softmax weights, biases or None; the stacks also as float64 (G, U: [n_expert, F, E], D: [n_expert, E, F])."""
     raw = {n: random_matrix(rng, t, n_expert * rows, cols)
            for n, t, rows, cols in (("gate", tg, F, E), ("up", tg, F, E), ("down", td, E, F))}
     f64 = {n: dequantize(r.reshape(-1), t, r.shape[0] * cols).astype(np.float64).reshape(n_expert, -1, cols)
            for (n, r), t, cols in zip(raw.items(), (tg, tg, td), (E, E, F), strict=True)}
-    top = np.sort(rng.standard_normal(k))[::-1]
-    w = np.exp(top - top[0])
+    top = -np.sort(-rng.standard_normal((T, k)), axis=1)
+    w = np.exp(top - top[:, :1])
     bias = (lambda n: rng.standard_normal(n).astype(np.float32)) if biases else (lambda n: None)
-    return dict(raw=raw, G=f64["gate"], U=f64["up"], D=f64["down"], X=rng.standard_normal((1, E)).astype(np.float32),
-                ids=rng.permutation(n_expert)[:k].astype(np.int32).reshape(1, k),
-                w=(w / w.sum()).astype(np.float32).reshape(1, k), bg=bias(n_expert * F), bu=bias(n_expert * F),
+    return dict(raw=raw, G=f64["gate"], U=f64["up"], D=f64["down"], X=rng.standard_normal((T, E)).astype(np.float32),
+                ids=np.stack([rng.permutation(n_expert)[:k] for _ in range(T)]).astype(np.int32),
+                w=(w / w.sum(axis=1, keepdims=True)).astype(np.float32), bg=bias(n_expert * F), bu=bias(n_expert * F),
                 bd=bias(n_expert * E))
 
 
 def moe_reference(m: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Y [1, E] = sum_j w_j (down_e silu(gate_e x + bg_e) (up_e x + bu_e) + bd_e), e = ids[0, j], in float64, and
-    each output's float32-level scale: the hidden activation's own scale (silu_glu_reference's) carried through
-    the down product, plus the products' and biases' magnitudes."""
-    x, ax = m["X"][0].astype(np.float64), np.abs(m["X"][0]).astype(np.float64)
+    """Y [T, E]: per token, sum_j w_j (down_e silu(gate_e x + bg_e) (up_e x + bu_e) + bd_e), e = ids[t, j], in
+    float64, and each output's float32-level scale: the hidden activation's own scale (silu_glu_reference's) carried
+    through the down product, plus the products' and biases' magnitudes."""
     F, E = m["G"].shape[1], m["D"].shape[1]
-    Y, S = np.zeros(E), np.zeros(E)
-    for e, w in zip(m["ids"][0], m["w"][0].astype(np.float64), strict=True):
-        part = {n: (0.0 if m[n] is None else m[n].reshape(-1, rows)[e].astype(np.float64))
-                for n, rows in (("bg", F), ("bu", F), ("bd", E))}
-        g, u = m["G"][e] @ x + part["bg"], m["U"][e] @ x + part["bu"]
-        a = g * (0.5 + 0.5 * np.tanh(0.5 * g)) * u             # silu without exp overflow
-        sa = np.abs(u) * (np.abs(m["G"][e]) @ ax + np.abs(part["bg"])) + (np.abs(g) + 1) * (np.abs(m["U"][e]) @ ax
-                                                                                            + np.abs(part["bu"]))
-        Y += w * (m["D"][e] @ a + part["bd"])
-        S += w * (np.abs(m["D"][e]) @ (np.abs(a) + sa) + np.abs(part["bd"]))
-    return Y.reshape(1, E), S.reshape(1, E)
+    Y, S = np.zeros((len(m["X"]), E)), np.zeros((len(m["X"]), E))
+    for t, row in enumerate(m["X"].astype(np.float64)):
+        ax = np.abs(row)
+        for e, w in zip(m["ids"][t], m["w"][t].astype(np.float64), strict=True):
+            part = {n: (0.0 if m[n] is None else m[n].reshape(-1, rows)[e].astype(np.float64))
+                    for n, rows in (("bg", F), ("bu", F), ("bd", E))}
+            g, u = m["G"][e] @ row + part["bg"], m["U"][e] @ row + part["bu"]
+            a = g * (0.5 + 0.5 * np.tanh(0.5 * g)) * u             # silu without exp overflow
+            sa = np.abs(u) * (np.abs(m["G"][e]) @ ax + np.abs(part["bg"])) + (np.abs(g) + 1) * (
+                np.abs(m["U"][e]) @ ax + np.abs(part["bu"]))
+            Y[t] += w * (m["D"][e] @ a + part["bd"])
+            S[t] += w * (np.abs(m["D"][e]) @ (np.abs(a) + sa) + np.abs(part["bd"]))
+    return Y, S
 
 
-@pytest.mark.parametrize("n_expert,k,types", [(16, 4, ("Q4_K", "Q6_K")), (24, 10, ("Q4_K", "Q4_K")),
-                                              (8, 8, ("Q6_K", "Q6_K"))])
-def test_moe_decode_matvecs_match_float64(fwd, n_expert, k, types, monkeypatch):
-    """A decode step's MoE FFN (engine.gpu.moe.enqueue_moe_ffn, one token) on Q4_K / Q6_K experts: the router's
-    matmul, top k on the device, then halo_moe_glu_mv_t1 and halo_moe_down_mv_t1 (K = 768 leaves a lane group of
-    the down rows idle; 10 slots make some warps take two); the ids must be float64's top k, the output float32-level
-    accurate. The same step with the decode matvecs off runs the kernels they replaced (halo_moe_glu / _down), held to
-    the same bound."""
+@pytest.mark.parametrize("n_expert,k,types,T", [(16, 4, ("Q4_K", "Q6_K"), 1), (24, 10, ("Q4_K", "Q4_K"), 1),
+                                                (8, 8, ("Q6_K", "Q6_K"), 1), (16, 4, ("Q4_K", "Q6_K"), 37),
+                                                (8, 6, ("Q4_K", "Q4_K"), 40), (24, 8, ("Q6_K", "Q4_K"), 3)])
+def test_moe_ffn_matches_float64(fwd, n_expert, k, types, T, monkeypatch):
+    """A step's MoE FFN (engine.gpu.moe.enqueue_moe_ffn) on Q4_K / Q6_K experts: the router's matmul and top k on the
+    device, then one token's expert products on halo_moe_glu_mv_t1 / halo_moe_down_mv_t1 (K = 768 leaves a lane group
+    of the down rows idle; 10 slots make some warps take two), or several tokens' on tensor cores, grouped by expert in
+    tiles (halo_moe_*_tn_t8; t16 where the step averages 16 pairs an expert: 40 x 6 over 8): the ids must be float64's
+    top k, the output float32-level accurate. The same step on the kernels these replaced (the decode matvecs off:
+    halo_moe_glu / _down; no tensor cores: halo_moe_*_grouped) is held to the same bound."""
     from engine.gpu.moe import DeviceExperts, DeviceMoe, MoeScratch, enqueue_moe_ffn
     from engine.model.moe import route
     E, F = 512, 768
     tg, td = GGMLType[types[0]], GGMLType[types[1]]
-    rng = np.random.default_rng(n_expert * 100 + k)
-    m = moe_inputs(rng, n_expert, k, E, F, tg, td)
+    rng = np.random.default_rng(n_expert * 100 + k + T)
+    m = moe_inputs(rng, n_expert, k, E, F, tg, td, T=T)
     router = rng.standard_normal((n_expert, E)).astype(np.float32)
     ids, w = route(m["X"].astype(np.float64) @ router.T.astype(np.float64), k)
     m.update(ids=ids.astype(np.int32), w=w)
@@ -485,23 +489,30 @@ def test_moe_decode_matvecs_match_float64(fwd, n_expert, k, types, monkeypatch):
                               expert_activation="swiglu")
     monkeypatch.setattr(fwd, "config", cfg)
     devs = {n: upload(fwd, r) for n, r in m["raw"].items()}
-    rd, xd, yd = upload(fwd, router), upload(fwd, m["X"]), fwd.backend.alloc((1, E), np.float32)
+    rd, xd, yd = upload(fwd, router), upload(fwd, m["X"]), fwd.backend.alloc((T, E), np.float32)
     moe = DeviceMoe(DeviceMatrix(rd, int(GGMLType.F32), n_expert, E), DeviceExperts(devs["gate"], int(tg), n_expert, F, E),
                     DeviceExperts(devs["up"], int(tg), n_expert, F, E), DeviceExperts(devs["down"], int(td), n_expert, E, F))
-    scratch = MoeScratch(fwd.backend, cfg, 1)
+    scratch = MoeScratch(fwd.backend, cfg, T)
     launched = record_launches(fwd, monkeypatch)
+    use_tc = fwd.use_tc
+    nt = 16 if T * k >= 16 * n_expert else 8
+    fast = (["halo_moe_glu_mv_t1", "halo_moe_down_mv_t1"] if T == 1 else
+            [f"halo_moe_glu_tn_t{nt}", f"halo_moe_down_tn_t{nt}"] if use_tc else
+            ["halo_moe_glu_grouped", "halo_moe_down_grouped"])
+    slow = ["halo_moe_glu", "halo_moe_down"] if T == 1 else ["halo_moe_glu_grouped", "halo_moe_down_grouped"]
     try:
-        for mv in (True, False):
-            monkeypatch.setattr(fwd_mod, "MV_MAX_T", 1 if mv else 0)
+        for first in (True, False):
+            monkeypatch.setattr(fwd_mod, "MV_MAX_T", 1 if first else 0)
+            monkeypatch.setattr(fwd, "use_tc", use_tc and first)
             launched.clear()
             fwd.backend.memset_async(yd, 0xFF, fwd.stream)
-            enqueue_moe_ffn(fwd, moe, scratch, 1, xd, yd)
-            got = download(fwd, yd, (1, E))
-            np.testing.assert_array_equal(download(fwd, scratch.ids, (1, k)).view(np.int32), m["ids"])
+            enqueue_moe_ffn(fwd, moe, scratch, T, xd, yd)
+            got = download(fwd, yd, (T, E))
+            np.testing.assert_array_equal(download(fwd, scratch.ids, (T, k)).view(np.int32), m["ids"])
             experts = [n for n in launched if n.startswith(("halo_moe_glu", "halo_moe_down"))]
-            assert experts == (["halo_moe_glu_mv_t1", "halo_moe_down_mv_t1"] if mv else ["halo_moe_glu", "halo_moe_down"])
+            assert experts == (fast if first else slow)
             rel = float(np.max(np.abs(got - want) / scale))
-            print(f"\nMoE decode {types} n_expert={n_expert} k={k} {'mv' if mv else 'warp per row'}: max rel err {rel:.2e}")
+            print(f"\nMoE FFN {types} n_expert={n_expert} k={k} T={T} {experts[0]}: max rel err {rel:.2e}")
             assert rel < 4 * BOUND
     finally:
         for b in [*devs.values(), rd, xd, yd, *scratch.buffers]:

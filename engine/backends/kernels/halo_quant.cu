@@ -3119,25 +3119,44 @@ HALO_KERNEL void halo_moe_down_mv_t1(const unsigned char* wd, i32 td, i32 rb_d, 
     Y[(size_t)t * n_embd + row0 + threadIdx.x] = y;
 }
 
-// Prefill (T > 1): the (token, slot) pairs grouped by expert, so each expert row is decoded once per 8 of its
-// tokens instead of once per pair. halo_moe_sort: a counting sort of the P = T * k pairs by expert id:
-// offsets[e] .. offsets[e + 1] index `order` (pair ids of expert e) and `order_tok` (their tokens).
+// Steps of several tokens (prefill, decode batches): the (token, slot) pairs grouped by expert, so each expert row
+// is decoded once per tile of its tokens instead of once per pair. halo_moe_sort: a counting sort of the P = T * k
+// pairs by expert id: offsets[e] .. offsets[e + 1] index `order` (pair ids of expert e) and `order_tok` (their
+// tokens). With `tiles` (the tensor-core kernels below): each expert's pairs cut into tiles of nt, tile i as
+// (expert, first index into order) at tiles[2 i], tiles[2 i + 1], experts in order; entries from the last tile to
+// max_tiles get expert -1 (the launch's grid has max_tiles, fixed by T, so a captured graph replays any routing).
 // Grid: 1; block: 256 (n_expert <= 256). Order inside an expert is arbitrary; every result is per pair.
 HALO_KERNEL void halo_moe_sort(const i32* ids, i32 P, i32 k, i32 n_expert, i32* offsets, i32* order,
-                               i32* order_tok) {
+                               i32* order_tok, i32 nt, i32* tiles, i32 max_tiles) {
     GRID_DEPENDENCY_SYNC();
     __shared__ int count[256];
     __shared__ int cursor[256];
+    __shared__ int start[257];                    // expert e's first pair in order (start[n_expert]: P) ...
+    __shared__ int first[257];                    // ... and its first tile (first[n_expert]: the tiles in all)
     for (int e = threadIdx.x; e < 256; e += blockDim.x) count[e] = 0;
     __syncthreads();
     for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&count[ids[p]], 1);
     __syncthreads();
     if (threadIdx.x == 0) {
-        int run = 0;
-        for (int e = 0; e < n_expert; e++) { offsets[e] = run; cursor[e] = run; run += count[e]; }
-        offsets[n_expert] = run;
+        int run = 0, tile = 0;
+        for (int e = 0; e < n_expert; e++) {
+            offsets[e] = start[e] = cursor[e] = run;
+            first[e] = tile;
+            run += count[e];
+            if (tiles) tile += (count[e] + nt - 1) / nt;
+        }
+        offsets[n_expert] = start[n_expert] = run;
+        first[n_expert] = tile;
     }
     __syncthreads();
+    if (tiles) {
+        for (int e = threadIdx.x; e < n_expert; e += blockDim.x)
+            for (int i = first[e]; i < first[e + 1]; i++) {
+                tiles[2 * i] = e;
+                tiles[2 * i + 1] = start[e] + (i - first[e]) * nt;
+            }
+        for (int i = first[n_expert] + threadIdx.x; i < max_tiles; i += blockDim.x) tiles[2 * i] = -1;
+    }
     for (int p = threadIdx.x; p < P; p += blockDim.x) {
         int at = atomicAdd(&cursor[ids[p]], 1);
         order[at] = p;
@@ -3209,3 +3228,103 @@ HALO_KERNEL void halo_moe_combine(const float* D, const float* w, i32 k, i32 T, 
     for (int j = 0; j < k; j++) acc += w[t * k + j] * D[((size_t)t * k + j) * n_embd + r];
     Y[i] = acc;
 }
+
+// The grouped products on NVIDIA tensor cores (CUDA sm_80+; engine.gpu.moe takes them where every expert matrix meets
+// the tn kernels' contract: Q4_K / Q6_K, K % 256 == 0, rows % 16 == 0): the tn kernels' k loop, each warp's 16 rows
+// the A operand of TF32 MMAs (weights exact, activations head + tail) and each super-block's activations staged in
+// shared memory once for the block's 8 warps, over a tile of up to 8 NJ pairs of one expert (halo_moe_sort's
+// tiles; blocks of tile entries past the last exit). The SIMT kernels above give each expert row a warp that re-reads
+// its tokens' activations through L1 (90% of a Qwen3-30B-A3B-shaped prefill step). Outputs as theirs: A and D rows per
+// pair. Grid: (ceil(rows / (16 TN_WARPS)), max_tiles); block: 32 * TN_WARPS. HIP: compiles to nothing.
+#if HALO_TC
+// This warp's rows (row0 ..: rp[i] = rows g, g + 8 of stack `w` at expert e) and whether it has any
+__device__ __forceinline__ bool moe_tn_rows(const unsigned char* w, int rb, int rows, int e, int row0,
+                                            const unsigned char** rp) {
+    int g = (threadIdx.x & 31) >> 2;
+    bool busy = row0 < rows;
+    size_t r = (size_t)e * rows + (busy ? row0 : 0);
+    rp[0] = w + (r + g) * rb;
+    rp[1] = w + (r + g + 8) * rb;
+    return busy;
+}
+
+template <int NJ>
+__device__ void moe_glu_tn(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+                           i32 n_ff, i32 act, const float* X, i32 K, const i32* offsets, const i32* order,
+                           const i32* order_tok, const i32* tiles, const float* bg, const float* bu, float alpha,
+                           float limit, float* A) {
+    int e = tiles[2 * blockIdx.y], c0 = tiles[2 * blockIdx.y + 1];
+    if (e < 0) return;                                  // the whole block: past the last tile
+    int n = min(8 * NJ, offsets[e + 1] - c0), row0 = (blockIdx.x * TN_WARPS + (threadIdx.x >> 5)) * TN_ROWS;
+    const unsigned char *rg[2], *ru[2];
+    bool busy = moe_tn_rows(wg, rb_g, n_ff, e, row0, rg);
+    moe_tn_rows(wu, rb_u, n_ff, e, row0, ru);
+    float acc[2][NJ][4];
+    #pragma unroll
+    for (int s = 0; s < 2; s++)
+        #pragma unroll
+        for (int j = 0; j < NJ; j++)
+            #pragma unroll
+            for (int v = 0; v < 4; v++) acc[s][j][v] = 0.0f;
+    __shared__ __align__(16) u32 Xh[8 * NJ * TN_LDX], Xl[8 * NJ * TN_LDX];
+    __shared__ float Sx[8 * NJ * 8];
+    const float* x = tn_x_row<NJ>(X, order_tok + c0, K, 0, n);
+    tn_loop<NJ>(tg, rg, busy, x, 0, K >> 8, Xh, Xl, Sx, acc[0]);
+    tn_loop<NJ>(tu, ru, busy, x, 0, K >> 8, Xh, Xl, Sx, acc[1]);
+    if (!busy) return;
+    #pragma unroll
+    for (int j = 0; j < NJ; j++)
+        #pragma unroll
+        for (int v = 0; v < 4; v++) {
+            int row = row0 + tp_row(0, v), tok = tp_tok(0, j, v);
+            if (tok >= n) continue;
+            size_t er = (size_t)e * n_ff + row;
+            A[(size_t)order[c0 + tok] * n_ff + row] = expert_glu(acc[0][j][v] + (bg ? bg[er] : 0.0f),
+                                                                 acc[1][j][v] + (bu ? bu[er] : 0.0f), act, alpha, limit);
+        }
+}
+
+template <int NJ>
+__device__ void moe_down_tn(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A, i32 F,
+                            const i32* offsets, const i32* order, const i32* tiles, const float* bd, float* D) {
+    int e = tiles[2 * blockIdx.y], c0 = tiles[2 * blockIdx.y + 1];
+    if (e < 0) return;
+    int n = min(8 * NJ, offsets[e + 1] - c0), row0 = (blockIdx.x * TN_WARPS + (threadIdx.x >> 5)) * TN_ROWS;
+    const unsigned char* rd[2];
+    bool busy = moe_tn_rows(wd, rb_d, n_embd, e, row0, rd);
+    float acc[NJ][4];
+    #pragma unroll
+    for (int j = 0; j < NJ; j++)
+        #pragma unroll
+        for (int v = 0; v < 4; v++) acc[j][v] = 0.0f;
+    __shared__ __align__(16) u32 Xh[8 * NJ * TN_LDX], Xl[8 * NJ * TN_LDX];
+    __shared__ float Sx[8 * NJ * 8];
+    tn_loop<NJ>(td, rd, busy, tn_x_row<NJ>(A, order + c0, F, 0, n), 0, F >> 8, Xh, Xl, Sx, acc);
+    if (!busy) return;
+    #pragma unroll
+    for (int j = 0; j < NJ; j++)
+        #pragma unroll
+        for (int v = 0; v < 4; v++) {
+            int row = row0 + tp_row(0, v), tok = tp_tok(0, j, v);
+            if (tok >= n) continue;
+            D[(size_t)order[c0 + tok] * n_embd + row] = acc[j][v] + (bd ? bd[(size_t)e * n_embd + row] : 0.0f);
+        }
+}
+#endif
+
+#define MOE_TN_ENTRIES(GLU, DOWN, NJ)                                                                       \
+HALO_KERNEL __launch_bounds__(32 * TN_WARPS, 2) void GLU(const unsigned char* wg, i32 tg, const unsigned char* wu, \
+        i32 tu, i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, const i32* offsets,            \
+        const i32* order, const i32* order_tok, const i32* tiles, const float* bg, const float* bu,          \
+        float alpha, float limit, float* A) {                                                               \
+    GRID_DEPENDENCY_SYNC();                                                                                 \
+    TN_BODY(moe_glu_tn<NJ>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, offsets, order, order_tok, tiles, bg, bu, \
+                           alpha, limit, A));                                                               \
+}                                                                                                           \
+HALO_KERNEL __launch_bounds__(32 * TN_WARPS, 2) void DOWN(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, \
+        const float* A, i32 F, const i32* offsets, const i32* order, const i32* tiles, const float* bd, float* D) { \
+    GRID_DEPENDENCY_SYNC();                                                                                 \
+    TN_BODY(moe_down_tn<NJ>(wd, td, rb_d, n_embd, A, F, offsets, order, tiles, bd, D));                     \
+}
+MOE_TN_ENTRIES(halo_moe_glu_tn_t8, halo_moe_down_tn_t8, 1)
+MOE_TN_ENTRIES(halo_moe_glu_tn_t16, halo_moe_down_tn_t16, 2)
