@@ -2847,6 +2847,37 @@ __device__ __forceinline__ const float* tn_x_row(const float* X, const i32* xrow
     return X + (size_t)(xrow ? xrow[tt] : tt) * K;
 }
 
+// acc = rows rp . x over super-blocks [sb0, sb1), zeroed first; the staging buffers live here (declared once per
+// kernel that inlines this)
+template <int NJ>
+__device__ __forceinline__ void tn_rows_acc(int type, const unsigned char* const* rp, bool busy, const float* x,
+                                            int sb0, int sb1, float (*acc)[4]) {
+    #pragma unroll
+    for (int j = 0; j < NJ; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;
+    __shared__ __align__(16) u32 Xh[8 * NJ * TN_LDX], Xl[8 * NJ * TN_LDX];
+    __shared__ float Sx[8 * NJ * 8];
+    tn_loop<NJ>(type, rp, busy, x, sb0, sb1, Xh, Xl, Sx, acc);
+}
+
+// The GLU's: acc[0] = gate rows rg . x, acc[1] = up rows ru . x, gate then up (one pass over both would hold two row
+// sets' raw words: 255 registers and spills at 16 tokens)
+template <int NJ>
+__device__ __forceinline__ void tn_glu_acc(int tg, const unsigned char* const* rg, int tu, const unsigned char* const* ru,
+                                           bool busy, const float* x, int sb0, int sb1, float (*acc)[NJ][4]) {
+    #pragma unroll
+    for (int s = 0; s < 2; s++)
+        #pragma unroll
+        for (int j = 0; j < NJ; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) acc[s][j][e] = 0.0f;
+    __shared__ __align__(16) u32 Xh[8 * NJ * TN_LDX], Xl[8 * NJ * TN_LDX];
+    __shared__ float Sx[8 * NJ * 8];
+    tn_loop<NJ>(tg, rg, busy, x, sb0, sb1, Xh, Xl, Sx, acc[0]);
+    tn_loop<NJ>(tu, ru, busy, x, sb0, sb1, Xh, Xl, Sx, acc[1]);
+}
+
 template <int NJ>
 __device__ void matmul_tn(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
                           i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
@@ -2861,14 +2892,8 @@ __device__ void matmul_tn(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, con
     else { base = w2; type = t2_; rb = rb2; local = rr - n0 - n1; }
     const unsigned char* rp[2] = {base + (size_t)(local + g) * rb, base + (size_t)(local + g + 8) * rb};
     float acc[NJ][4];
-    #pragma unroll
-    for (int j = 0; j < NJ; j++)
-        #pragma unroll
-        for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;
-    __shared__ __align__(16) u32 Xh[8 * NJ * TN_LDX], Xl[8 * NJ * TN_LDX];
-    __shared__ float Sx[8 * NJ * 8];
     int nsb = K >> 8, sb0 = min(z * ksb, nsb), sb1 = min(sb0 + ksb, nsb);
-    tn_loop<NJ>(type, rp, busy, tn_x_row<NJ>(X, xrow, K, tok0, T), sb0, sb1, Xh, Xl, Sx, acc);
+    tn_rows_acc<NJ>(type, rp, busy, tn_x_row<NJ>(X, xrow, K, tok0, T), sb0, sb1, acc);
     if (!busy) return;
     #pragma unroll
     for (int j = 0; j < NJ; j++)
@@ -2891,19 +2916,8 @@ __device__ void glu_tn(const unsigned char* wg, i32 tg, const unsigned char* wu,
     const unsigned char* rp[2][2] = {{wg + (size_t)(rr + g) * rb_g, wg + (size_t)(rr + g + 8) * rb_g},
                                      {wu + (size_t)(rr + g) * rb_u, wu + (size_t)(rr + g + 8) * rb_u}};
     float acc[2][NJ][4];
-    #pragma unroll
-    for (int s = 0; s < 2; s++)
-        #pragma unroll
-        for (int j = 0; j < NJ; j++)
-            #pragma unroll
-            for (int e = 0; e < 4; e++) acc[s][j][e] = 0.0f;
     int nsb = K >> 8, sb0 = min(z * ksb, nsb), sb1 = min(sb0 + ksb, nsb);
-    const float* x = tn_x_row<NJ>(X, 0, K, tok0, T);
-    __shared__ __align__(16) u32 Xh[8 * NJ * TN_LDX], Xl[8 * NJ * TN_LDX];
-    __shared__ float Sx[8 * NJ * 8];
-    // gate, then up (one pass over both would hold two row sets' raw words: 255 registers and spills at 16 tokens)
-    tn_loop<NJ>(tg, rp[0], busy, x, sb0, sb1, Xh, Xl, Sx, acc[0]);
-    tn_loop<NJ>(tu, rp[1], busy, x, sb0, sb1, Xh, Xl, Sx, acc[1]);
+    tn_glu_acc<NJ>(tg, rp[0], tu, rp[1], busy, tn_x_row<NJ>(X, 0, K, tok0, T), sb0, sb1, acc);
     if (!busy) return;
     #pragma unroll
     for (int j = 0; j < NJ; j++)
@@ -3260,17 +3274,7 @@ __device__ void moe_glu_tn(const unsigned char* wg, i32 tg, const unsigned char*
     bool busy = moe_tn_rows(wg, rb_g, n_ff, e, row0, rg);
     moe_tn_rows(wu, rb_u, n_ff, e, row0, ru);
     float acc[2][NJ][4];
-    #pragma unroll
-    for (int s = 0; s < 2; s++)
-        #pragma unroll
-        for (int j = 0; j < NJ; j++)
-            #pragma unroll
-            for (int v = 0; v < 4; v++) acc[s][j][v] = 0.0f;
-    __shared__ __align__(16) u32 Xh[8 * NJ * TN_LDX], Xl[8 * NJ * TN_LDX];
-    __shared__ float Sx[8 * NJ * 8];
-    const float* x = tn_x_row<NJ>(X, order_tok + c0, K, 0, n);
-    tn_loop<NJ>(tg, rg, busy, x, 0, K >> 8, Xh, Xl, Sx, acc[0]);
-    tn_loop<NJ>(tu, ru, busy, x, 0, K >> 8, Xh, Xl, Sx, acc[1]);
+    tn_glu_acc<NJ>(tg, rg, tu, ru, busy, tn_x_row<NJ>(X, order_tok + c0, K, 0, n), 0, K >> 8, acc);
     if (!busy) return;
     #pragma unroll
     for (int j = 0; j < NJ; j++)
@@ -3293,13 +3297,7 @@ __device__ void moe_down_tn(const unsigned char* wd, i32 td, i32 rb_d, i32 n_emb
     const unsigned char* rd[2];
     bool busy = moe_tn_rows(wd, rb_d, n_embd, e, row0, rd);
     float acc[NJ][4];
-    #pragma unroll
-    for (int j = 0; j < NJ; j++)
-        #pragma unroll
-        for (int v = 0; v < 4; v++) acc[j][v] = 0.0f;
-    __shared__ __align__(16) u32 Xh[8 * NJ * TN_LDX], Xl[8 * NJ * TN_LDX];
-    __shared__ float Sx[8 * NJ * 8];
-    tn_loop<NJ>(td, rd, busy, tn_x_row<NJ>(A, order + c0, F, 0, n), 0, F >> 8, Xh, Xl, Sx, acc);
+    tn_rows_acc<NJ>(td, rd, busy, tn_x_row<NJ>(A, order + c0, F, 0, n), 0, F >> 8, acc);
     if (!busy) return;
     #pragma unroll
     for (int j = 0; j < NJ; j++)
