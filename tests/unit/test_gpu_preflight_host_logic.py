@@ -95,6 +95,26 @@ def test_the_gpu_kv_cache_allocates_what_the_one_formula_estimates(name, kv_type
         m.close()
 
 
+@pytest.mark.parametrize("name", [n for n in NAMES if "moe" in n or "gptoss" in n])
+@pytest.mark.parametrize("max_tokens", [1, 7, 512])
+def test_the_moe_scratch_allocates_what_the_preflight_counts(name, max_tokens):
+    """MoeScratch.nbytes (the load's pre-flight) is exactly what MoeScratch allocates for `max_tokens`, its tile
+    list included (engine.gpu.moe.max_tiles, the tensor-core kernels' bound on tiles of a step)."""
+    from engine.gguf.file import open_gguf
+    from engine.gpu.moe import MoeScratch
+    from engine.model.config import ModelConfig
+
+    backend = registry.create("cpu")
+    with open_gguf(DATA / f"{name}.gguf") as gguf:
+        config = ModelConfig.from_metadata(gguf.metadata)
+    scratch = MoeScratch(backend, config, max_tokens)
+    try:
+        assert sum(b.nbytes for b in scratch.buffers) == MoeScratch.nbytes(config, max_tokens)
+    finally:
+        for b in scratch.buffers:
+            backend.free(b)
+
+
 def test_the_engines_gpu_builder_allocates_and_runs_the_kv_type_it_is_given(monkeypatch):
     """engine.gpu.executor.build_gpu_model (what Engine.load runs for a GPU backend) on the CPU backend, kernels
     recorded: the pre-flight and the cache are f16, a step launches the f16 builds, ModelInfo says "f16", and
