@@ -58,6 +58,14 @@ class DeviceBuffer:
         return f"DeviceBuffer({self.backend.name}, {self.shape}, {self.dtype}, ptr={self.ptr:#x})"
 
 
+NULL_POINTER = np.uint64(0)                  # a null pointer among a launch's args
+
+
+def pointer_or_null(buf: DeviceBuffer | None):
+    """The launch argument for an optional buffer: the buffer itself, or a null pointer."""
+    return NULL_POINTER if buf is None else buf
+
+
 class PinnedHostBuffer:
     """Page-locked host memory the device copies into; `array` is its numpy view (valid until freed).
 

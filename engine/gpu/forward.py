@@ -17,7 +17,7 @@ import numpy as np
 
 from engine.api import TOP_LOGITS_MAX
 from engine.backends.async_output import AsyncOutput, ReadbackPool
-from engine.backends.base import Backend, DeviceBuffer, PinnedHostBuffer
+from engine.backends.base import NULL_POINTER, Backend, DeviceBuffer, PinnedHostBuffer, pointer_or_null
 from engine.backends.gpu import device_attribute
 from engine.gguf.types import GGMLType
 from engine.gpu.hybrid import KERNELS as HYBRID_KERNELS
@@ -36,7 +36,6 @@ from engine.model.arch import DEFAULT_KV_CACHE_TYPE, kv_cache_type, rope_attenti
 from engine.model.config import ModelConfig
 from engine.model.step import StepInput
 
-NULL = np.uint64(0)
 MATMUL_WARPS = 4
 GT_ROWS, GT_TOKENS, GT_K = 32, 64, 64      # halo_*_gt prefill tile: rows x tokens per block, k step
 KQ_TOKENS = (4, 8, 16)                     # halo_*_kq_tN: batched decode, weights decoded once for N tokens
@@ -171,10 +170,6 @@ def view(buf: DeviceBuffer, offset: int, n: int, dtype=None) -> DeviceBuffer:
     if storage is not None:
         storage = storage[start:start + n * dtype.itemsize]
     return DeviceBuffer(buf.backend, buf.ptr + start, (n,), dtype, storage=storage)
-
-
-def _ptr(buf: DeviceBuffer | None):
-    return NULL if buf is None else buf
 
 
 def tensor_cores_usable(backend: Backend) -> bool:
@@ -401,7 +396,7 @@ class Matrices:
     bq_ok: bool               # Q4_K / Q6_K only and K % 256 == 0: bq, mv, tn
     tn_ok: bool               # rows % TN_ROWS == 0 each: tn
     tcp_ok: bool              # rows % TCP_ROWS == 0 each: the pipelined tensor-core tiles
-    segments: tuple           # halo_matmul_*'s 3 x (weights, type, rows, row bytes), unused segments NULL / 0
+    segments: tuple           # halo_matmul_*'s 3 x (weights, type, rows, row bytes), unused segments NULL_POINTER / 0
     K32: np.int32
 
     @staticmethod
@@ -410,7 +405,7 @@ class Matrices:
         segments = []
         for m in mats:
             segments += [m.buf, np.int32(m.ggml_type), np.int32(m.rows), np.int32(m.row_bytes)]
-        segments += [NULL, np.int32(0), np.int32(0), np.int32(0)] * (3 - len(mats))
+        segments += [NULL_POINTER, np.int32(0), np.int32(0), np.int32(0)] * (3 - len(mats))
         return Matrices(sum(m.rows for m in mats), K, frozenset(m.ggml_type for m in mats),
                         all(m.rows % 4 == 0 for m in mats), all(m.rows % GT_ROWS == 0 for m in mats) and K % GT_K == 0,
                         all(m.ggml_type in BQ_TYPES for m in mats) and K % 256 == 0,
@@ -645,7 +640,7 @@ class GpuForward:
         parts = (view(b, 0, T * K, np.uint16), view(b, T * K // 2, T * K, np.uint16),
                  view(b, T * K, (K // 32) * ls), view(b, T * K + (K // 32) * ls, T, np.int32), np.int32(ls))
         self._launch("halo_quant.cu", "halo_split_f16", T, 256,
-                     (X, _ptr(xrow), np.int32(K), np.int32(T)) + parts[4:] + parts[:4])
+                     (X, pointer_or_null(xrow), np.int32(K), np.int32(T)) + parts[4:] + parts[:4])
         return parts
 
     def _tile(self, T: int, rows_all_div4: bool, tile_ok: bool = False, bq_ok: bool = False,
@@ -700,7 +695,7 @@ class GpuForward:
         m = self.matrices(mats)
         rows, K = m.rows, m.K
         R, NT, suffix = self._tile(T, m.rows_div4, m.tile_ok, m.bq_ok, m.tn_ok)
-        args = m.segments + (_ptr(bias), X, _ptr(xrow), m.K32, np.int32(T), Y, np.int32(ldy))
+        args = m.segments + (pointer_or_null(bias), X, pointer_or_null(xrow), m.K32, np.int32(T), Y, np.int32(ldy))
         if suffix[:2] == "mv":
             kw = mv_split_warps(K)
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // (R * MV_WARPS // kw)), -(-T // NT)),
@@ -732,7 +727,7 @@ class GpuForward:
                 suffix, NT = _tch_build(T)
                 threads = 2 * NT
                 xh, xl, xs, xe, ls = self._split_f16(X, xrow, T, K)
-                args = m.segments + (_ptr(bias), xh, xl, xs, xe, m.K32, np.int32(T), ls, Y, np.int32(ldy))
+                args = m.segments + (pointer_or_null(bias), xh, xl, xs, xe, m.K32, np.int32(T), ls, Y, np.int32(ldy))
             splits = self._splits(rows, T, K, 1, R, NT)
             self._launch("halo_quant.cu", "halo_matmul_" + suffix, (rows // R, -(-T // NT), splits), threads,
                          args + (np.int32(K // splits), self.partial))
@@ -788,12 +783,12 @@ class GpuForward:
 
     def _splitk_sum(self, splits: int, T: int, rows: int, bias, act: int, Y, ldy: int) -> None:
         self._launch("halo_quant.cu", "halo_splitk_sum", -(-T * rows // 256), 256,
-                     (self.partial, np.int32(splits), np.int32(T), np.int32(rows), _ptr(bias), np.int32(act), Y,
-                      np.int32(ldy)))
+                     (self.partial, np.int32(splits), np.int32(T), np.int32(rows), pointer_or_null(bias),
+                      np.int32(act), Y, np.int32(ldy)))
 
     def _add_norm(self, T: int, o, post_w, next_w) -> None:
         self._launch("halo_layer.cu", "halo_add_norm", T, self._norm_threads,
-                     (self.x, _ptr(o), _ptr(post_w), next_w) + self._norm_args + (self.h,))
+                     (self.x, pointer_or_null(o), pointer_or_null(post_w), next_w) + self._norm_args + (self.h,))
 
     def layer_args(self, kv: GpuKVCache) -> list[LayerArgs | None]:
         """Per layer, the arguments of its launches that stay the same from step to step with `kv` (None for
@@ -813,7 +808,8 @@ class GpuForward:
         c = self.config
         half = c.rope_dim // 2
         rope_scale = np.float64(rope_attention_factor(c))         # YaRN's cos/sin factor, else 1 (as the CPU)
-        rope = (self.qkv, np.int32(self.qkv_width), kv.positions, kv.slots, _ptr(L.q_norm), _ptr(L.k_norm),
+        rope = (self.qkv, np.int32(self.qkv_width), kv.positions, kv.slots, pointer_or_null(L.q_norm),
+                pointer_or_null(L.k_norm),
                 np.float32(c.norm_eps), np.int32(c.n_head), np.int32(c.n_head_kv), np.int32(c.head_dim),
                 np.int32(c.rope_dim), np.int32(c.rope_style == "neox"), view(self.w.rope_inv_freq, i * half, half),
                 rope_scale, kv.k[i], kv.v[i])
@@ -837,26 +833,28 @@ class GpuForward:
             nc = skv_chunks(T)
             self._launch("halo_layer.cu", split_kernel(D, H // Hkv, kv.f16, self.use_tc)[0], (T, Hkv, nc),
                          32 * SKV_WARPS,
-                         common + (self.attn_part, self.attn_count if SKV_FUSED else NULL, _ptr(sinks), self.attn),
+                         common + (self.attn_part, self.attn_count if SKV_FUSED else NULL_POINTER,
+                                   pointer_or_null(sinks), self.attn),
                          shared=split_shared_bytes(D, H // Hkv, kv.f16, self.use_tc))
             if not SKV_FUSED:
                 self._launch("halo_layer.cu", "halo_attention_merge", (T, H), merge_threads(D, nc),
-                             (self.attn_part, np.int32(nc), np.int32(H), np.int32(D), _ptr(sinks), self.attn))
+                             (self.attn_part, np.int32(nc), np.int32(H), np.int32(D), pointer_or_null(sinks),
+                              self.attn))
             return
         if self.flash and T > SKV_MAX_T:
             rows = fa_block_rows(T, H // Hkv, Hkv, self.multiprocessors)
             rows_tokens = rows // (H // Hkv)                   # tokens per block: x the group's heads = rows
             self._launch("halo_layer.cu", "halo_attention_tc" + kv_suffix(kv.f16), (-(-T // rows_tokens), Hkv),
-                         2 * rows, common + (np.int32(T), _ptr(sinks), self.attn))
+                         2 * rows, common + (np.int32(T), pointer_or_null(sinks), self.attn))
             return
         keys = min(kv.context, self.window(i) or kv.context)    # the most keys one query of this layer sees
         if self.ts and T > SKV_MAX_T and keys >= self.ts_min_context:
             rows_tokens = TS_ROWS[ts_class(D)] // (H // Hkv)
             self._launch("halo_layer.cu", ts_kernel(D, kv.f16), (-(-T // rows_tokens), Hkv), 128,
-                         common + (np.int32(T), _ptr(sinks), self.attn))
+                         common + (np.int32(T), pointer_or_null(sinks), self.attn))
             return
         self._launch("halo_layer.cu", "halo_attention" + kv_suffix(kv.f16), (T, H), 32 * ATTN_WARPS,
-                     common + (_ptr(sinks), self.attn),
+                     common + (pointer_or_null(sinks), self.attn),
                      shared=4 * ATTN_WARPS * (D + 2))
 
     # the step body: everything after the metadata upload; graph-capturable ---------------------------
@@ -893,7 +891,7 @@ class GpuForward:
         if sample:
             self._launch("halo_sample.cu", "halo_sample", n_out, 1024,
                          (self.logits, np.int32(c.vocab_size), kv.samp_i, kv.samp_f, self.sampled,
-                          kv.ids if feed_next else NULL, kv.logits_idx, kv.token_seq, kv.seq_lens,
+                          kv.ids if feed_next else NULL_POINTER, kv.logits_idx, kv.token_seq, kv.seq_lens,
                           kv.block_tables, np.int32(kv.num_blocks), np.int32(kv.block_size), kv.token_at_slot,
                           self.seen, self.top_ids, self.top_vals, np.int32(TOP_LOGITS_MAX)))
 

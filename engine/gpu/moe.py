@@ -22,14 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.backends.base import Backend, DeviceBuffer
+from engine.backends.base import NULL_POINTER, Backend, DeviceBuffer, pointer_or_null
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
 from engine.model.config import ModelConfig
 from engine.model.moe import OAI_ALPHA, OAI_LIMIT
 
 MOE_PER_LANE = 8            # halo_moe_route: a warp holds up to 32 * 8 router logits
 MOE_WARPS = 4
-MOE_DOWN_WARPS = 8          # halo_moe_down_mv_t1's block: a warp per routed expert, at most this many (then some take two)
+MOE_DOWN_WARPS = 8          # halo_moe_down_mv_t1's block: a warp per routed expert, at most (more: some take two)
 # Steps of several tokens on tensor cores (halo_moe_*_tn_tN): tiles of 8 or 16 of an expert's pairs; 16 once the
 # step averages that many pairs an expert (a tile's weights are read once for all its pairs)
 MOE_TN_TILES = (8, 16)
@@ -120,7 +120,7 @@ def enqueue_moe_ffn(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer,
                 (s.logits, np.int32(c.n_expert), np.int32(k), s.ids, s.weights))
     act = EXPERT_ACT[c.expert_activation]
     g, u, d = moe.gate, moe.up, moe.down
-    glu_tail = (_opt(moe.gate_bias), _opt(moe.up_bias), OAI_ALPHA, OAI_LIMIT)
+    glu_tail = (pointer_or_null(moe.gate_bias), pointer_or_null(moe.up_bias), OAI_ALPHA, OAI_LIMIT)
     if T > 1:
         _grouped(fwd, moe, s, T, X, Y, act, glu_tail)
         return
@@ -134,7 +134,7 @@ def enqueue_moe_ffn(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer,
                     + glu_tail + (s.act, np.int32(kw)))
         fwd._launch("halo_quant.cu", "halo_moe_down_mv_t1", (E // MV_R, T), 32 * min(k, MOE_DOWN_WARPS),
                     (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.ids,
-                     s.weights, np.int32(k), _opt(moe.down_bias), Y))
+                     s.weights, np.int32(k), pointer_or_null(moe.down_bias), Y))
         return
     fwd._launch("halo_quant.cu", "halo_moe_glu", (-(-F // MOE_WARPS), T * k), 32 * MOE_WARPS,
                 (g.buf, np.int32(g.ggml_type), u.buf, np.int32(u.ggml_type), np.int32(g.row_bytes),
@@ -142,28 +142,24 @@ def enqueue_moe_ffn(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer,
                 + glu_tail + (s.act,))
     fwd._launch("halo_quant.cu", "halo_moe_down", (-(-E // MOE_WARPS), T), 32 * MOE_WARPS,
                 (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.ids,
-                 s.weights, np.int32(k), _opt(moe.down_bias), Y))
+                 s.weights, np.int32(k), pointer_or_null(moe.down_bias), Y))
 
 
 def _decode_mv(fwd, moe: DeviceMoe, T: int) -> bool:
     """Whether this step's expert products take halo_moe_*_mv_t1: where a dense product of the same matrices would
     take the decode matvec (fwd's choice of kernel: one token, Q4_K / Q6_K rows, K % 256 == 0, rows % 4 == 0)."""
-    return all(fwd._tile(T, m.rows_div4, m.tile_ok, m.bq_ok, m.tn_ok)[2] == "mv_t1"
-               for m in (fwd.matrices((moe.gate, moe.up)), fwd.matrices((moe.down,))))
+    return all(fwd._tile(T, m.rows_div4, m.tile_ok, m.bq_ok, m.tn_ok)[2] == "mv_t1" for m in _facts(fwd, moe))
 
 
 def _prefill_tn(fwd, moe: DeviceMoe) -> bool:
     """Whether a step of several tokens takes the tensor-core grouped kernels: the GPU has the tn kernels (CUDA
     sm_80+) and every expert matrix meets their contract (Q4_K / Q6_K, K % 256 == 0, rows % 16 == 0)."""
-    return fwd.use_tc and all(m.bq_ok and m.tn_ok for m in (fwd.matrices((moe.gate, moe.up)),
-                                                            fwd.matrices((moe.down,))))
+    return fwd.use_tc and all(m.bq_ok and m.tn_ok for m in _facts(fwd, moe))
 
 
-def _opt(buf: DeviceBuffer | None):
-    return NULL_PTR if buf is None else buf
-
-
-NULL_PTR = np.uint64(0)                                  # a null pointer argument
+def _facts(fwd, moe: DeviceMoe) -> tuple:
+    """GpuForward's launch facts (forward.Matrices) of the experts' gate | up and of their down matrices."""
+    return fwd.matrices((moe.gate, moe.up)), fwd.matrices((moe.down,))
 
 
 def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: DeviceBuffer, act: int,
@@ -176,7 +172,7 @@ def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: Dev
     tiles = max_tiles(T * k, n, nt) if tn else 0
     fwd._launch("halo_quant.cu", "halo_moe_sort", 1, 256,
                 (s.ids, np.int32(T * k), np.int32(k), np.int32(n), s.offsets, s.order, s.order_tok, np.int32(nt),
-                 s.tiles if tn else NULL_PTR, np.int32(tiles)))
+                 s.tiles if tn else NULL_POINTER, np.int32(tiles)))
     glu = (g.buf, np.int32(g.ggml_type), u.buf, np.int32(u.ggml_type), np.int32(g.row_bytes), np.int32(u.row_bytes),
            np.int32(F), np.int32(act), X, np.int32(E), s.offsets, s.order, s.order_tok)
     down = (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.offsets, s.order)
@@ -187,12 +183,12 @@ def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: Dev
         fwd._launch("halo_quant.cu", f"halo_moe_glu_tn_t{nt}", (-(-F // rows), tiles), 32 * TN_WARPS,
                     glu + (s.tiles,) + glu_tail + (s.act,))
         fwd._launch("halo_quant.cu", f"halo_moe_down_tn_t{nt}", (-(-E // rows), tiles), 32 * TN_WARPS,
-                    down + (s.tiles, _opt(moe.down_bias), s.down))
+                    down + (s.tiles, pointer_or_null(moe.down_bias), s.down))
     else:
         fwd._launch("halo_quant.cu", "halo_moe_glu_grouped", (-(-F // MOE_WARPS), n), 32 * MOE_WARPS,
                     glu + glu_tail + (s.act,))
         fwd._launch("halo_quant.cu", "halo_moe_down_grouped", (-(-E // MOE_WARPS), n), 32 * MOE_WARPS,
-                    down + (_opt(moe.down_bias), s.down))
+                    down + (pointer_or_null(moe.down_bias), s.down))
     fwd._launch("halo_quant.cu", "halo_moe_combine", -(-T * E // 256), 256,
                 (s.down, s.weights, np.int32(k), np.int32(T), np.int32(E), Y))
 

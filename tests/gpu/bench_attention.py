@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from engine.backends import registry  # noqa: E402
+from engine.backends.base import NULL_POINTER as NULL  # noqa: E402
 from engine.gpu.forward import (  # noqa: E402
-    NULL,
     SKV_WARPS,
     merge_threads,
     skv_chunks,

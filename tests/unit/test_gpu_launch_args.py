@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from engine.backends import registry
-from engine.backends.base import DeviceBuffer, Kernel
-from engine.gpu.forward import NULL, Matrices
+from engine.backends.base import NULL_POINTER, DeviceBuffer, Kernel
+from engine.gpu.forward import Matrices
 from engine.gpu.model import GpuModel
 from engine.model.step import StepInput
 
@@ -47,7 +47,7 @@ def test_matrices_hold_each_segments_arguments_and_pad_to_three(recorded):
     assert qkv.segments[4:8] == (L.wk.buf, L.wk.ggml_type, L.wk.rows, L.wk.row_bytes)
     assert all(type(a) is np.int32 for a in qkv.segments[9:12])          # widths explicit: int32 each
     wo = Matrices.of((L.wo,))
-    assert wo.segments[0] is L.wo.buf and wo.segments[4:] == (NULL, 0, 0, 0, NULL, 0, 0, 0)
+    assert wo.segments[0] is L.wo.buf and wo.segments[4:] == (NULL_POINTER, 0, 0, 0, NULL_POINTER, 0, 0, 0)
     assert m.fwd.matrices([L.wo]) is m.fwd.matrices((L.wo,))            # made once, then kept
 
 
