@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from engine.backends import registry  # noqa: E402
-from engine.backends.base import NULL_POINTER as NULL  # noqa: E402
+from engine.backends.base import NULL_POINTER  # noqa: E402
 from engine.gpu.forward import (  # noqa: E402
     SKV_WARPS,
     merge_threads,
@@ -139,9 +139,10 @@ def bench_shape(backend, stream, shape, depth: int, T: int, kernels: list[str], 
                 layer_args = [(qkv, np.int32(ld), view(caches, 2 * i * per_layer, per_layer),
                                view(caches, (2 * i + 1) * per_layer, per_layer), pos_d, seq_d, tab_d,
                                np.int32(blocks), np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D),
-                               np.float32(1.0), np.int32(0), part, NULL, NULL, out) for i in range(layers)]
+                               np.float32(1.0), np.int32(0), part, NULL_POINTER, NULL_POINTER, out)
+                              for i in range(layers)]
                 launch = Launches(backend, stream, kern, (T, Hkv, nc), shared.get(kname, shared[simt]), layer_args,
-                                  (T, H), (part, np.int32(nc), np.int32(H), np.int32(D), NULL, out))
+                                  (T, H), (part, np.int32(nc), np.int32(H), np.int32(D), NULL_POINTER, out))
                 split_us = time_graph(backend, stream, launch.split)
                 us = time_graph(backend, stream, launch.split_and_merge)
                 fused_us = time_graph(backend, stream, functools.partial(launch.fused, counters))

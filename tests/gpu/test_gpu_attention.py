@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from engine.backends.base import NULL_POINTER
 from engine.gpu.forward import (
     ATTN_WARPS,
     FA_ROWS,
-    NULL,
     SKV_CHUNKS,
     SKV_WARPS,
     TS_ROWS,
@@ -94,7 +94,7 @@ def sink_logits(rng, H: int, on: bool):
 
 def _up_sinks(backend, stream, sinks, bufs):
     if sinks is None:
-        return NULL
+        return NULL_POINTER
     bufs.append(upload(backend, stream, sinks))
     return bufs[-1]
 
@@ -140,7 +140,8 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks, f16)
         for tc in sorted({False, tensor_cores_usable(backend)}):
             shared = split_shared_bytes(D, H // Hkv, f16, tc)
             split = split_kernel(D, H // Hkv, f16, tc)[0]
-            launch(split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS, common + (part, NULL, NULL, NULL), shared)
+            launch(split, (T, Hkv, SKV_CHUNKS), 32 * SKV_WARPS,
+                   common + (part, NULL_POINTER, NULL_POINTER, NULL_POINTER), shared)
             launch("halo_attention_merge", (T, H), merge_threads(D, SKV_CHUNKS),
                    (part, np.int32(SKV_CHUNKS), np.int32(H), np.int32(D), sink_d, outs[1]))
             for out in outs[2:]:        # the fused merge, twice: its counters must be back at 0 after a step
