@@ -14,10 +14,12 @@ the device), so each expert row is decoded once per 8 of its tokens: halo_moe_gl
 halo_moe_down_grouped into per-pair rows D [T*k, E], then halo_moe_combine sums each token's k rows in slot
 order (deterministic). On tensor cores (CUDA sm_80+, Q4_K / Q6_K experts) the sort also cuts each expert's pairs
 into tiles of 8 or 16, and halo_moe_glu_tn_tN / halo_moe_down_tn_tN run a block per (128 rows, tile) on the tn
-kernels' k loop. Grids are fixed by T and n_expert, never by the routing, so prefill is capturable too.
+kernels' k loop; elsewhere (HIP) halo_moe_*_bq_tN do the same on the batched-decode bq kernels' scheme (a block per
+16 rows and tile). Grids are fixed by T and n_expert, never by the routing, so prefill is capturable too.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,13 +32,15 @@ from engine.model.moe import OAI_ALPHA, OAI_LIMIT
 MOE_PER_LANE = 8            # halo_moe_route: a warp holds up to 32 * 8 router logits
 MOE_WARPS = 4
 MOE_DOWN_WARPS = 8          # halo_moe_down_mv_t1's block: a warp per routed expert, at most (more: some take two)
-# Steps of several tokens on tensor cores (halo_moe_*_tn_tN): tiles of 8 or 16 of an expert's pairs; 16 once the
-# step averages that many pairs an expert (a tile's weights are read once for all its pairs)
-MOE_TN_TILES = (8, 16)
+# Steps of several tokens in tiles (halo_moe_*_tn_tN on tensor cores, halo_moe_*_bq_tN on the SIMT path): tiles of 8
+# or 16 of an expert's pairs; 16 once the step averages that many pairs an expert (a tile's weights are read once
+# for all its pairs)
+MOE_TILES = (8, 16)
 # Every kernel this module launches (GpuForward compiles them with the model; the tensor-core ones where it has them)
 MOE_KERNELS = ("halo_moe_route", "halo_moe_glu", "halo_moe_down", "halo_moe_glu_mv_t1", "halo_moe_down_mv_t1",
-               "halo_moe_sort", "halo_moe_glu_grouped", "halo_moe_down_grouped", "halo_moe_combine")
-MOE_TC_KERNELS = tuple(f"halo_moe_{p}_tn_t{n}" for n in MOE_TN_TILES for p in ("glu", "down"))
+               "halo_moe_sort", "halo_moe_glu_grouped", "halo_moe_down_grouped", "halo_moe_combine") + tuple(
+    f"halo_moe_{p}_bq_t{n}" for n in MOE_TILES for p in ("glu", "down"))
+MOE_TC_KERNELS = tuple(f"halo_moe_{p}_tn_t{n}" for n in MOE_TILES for p in ("glu", "down"))
 # halo_moe_glu*'s `act` per (dense activation, expert activation): 0 SwiGLU, 2 gpt-oss's clamped SwiGLU (its
 # alpha and limit are engine.model.moe's, passed at launch)
 EXPERT_ACT = {"swiglu": 0, "swiglu_oai": 2}
@@ -93,7 +97,7 @@ class MoeScratch:
         self.offsets = backend.alloc(c.n_expert + 1, np.int32)
         self.order = backend.alloc(T * k, np.int32)
         self.order_tok = backend.alloc(T * k, np.int32)
-        self.tiles = backend.alloc(2 * max_tiles(T * k, c.n_expert, MOE_TN_TILES[0]), np.int32)
+        self.tiles = backend.alloc(2 * max_tiles(T * k, c.n_expert, MOE_TILES[0]), np.int32)
         self.buffers = [self.logits, self.ids, self.weights, self.act, self.down, self.offsets, self.order,
                         self.order_tok, self.tiles]
 
@@ -102,7 +106,7 @@ class MoeScratch:
         """For the pre-flight: logits, ids, weights, the experts' hidden activations and the sort's lists."""
         k = c.n_expert_used
         per_token = c.n_expert + 2 * k + k * c.n_ff_exp + k * c.n_embd + 2 * k
-        tiles = 2 * max_tiles(max_tokens * k, c.n_expert, MOE_TN_TILES[0])
+        tiles = 2 * max_tiles(max_tokens * k, c.n_expert, MOE_TILES[0])
         return 4 * (max_tokens * per_token + c.n_expert + 1 + tiles) if c.ffn_kind == "moe" else 0
 
 
@@ -151,10 +155,18 @@ def _decode_mv(fwd, moe: DeviceMoe, T: int) -> bool:
     return all(fwd._tile(T, m.rows_div4, m.tile_ok, m.bq_ok, m.tn_ok)[2] == "mv_t1" for m in _facts(fwd, moe))
 
 
-def _prefill_tn(fwd, moe: DeviceMoe) -> bool:
-    """Whether a step of several tokens takes the tensor-core grouped kernels: the GPU has the tn kernels (CUDA
-    sm_80+) and every expert matrix meets their contract (Q4_K / Q6_K, K % 256 == 0, rows % 16 == 0)."""
-    return fwd.use_tc and all(m.bq_ok and m.tn_ok for m in _facts(fwd, moe))
+def _prefill_kind(fwd, moe: DeviceMoe) -> str:
+    """The expert kernels of a step of several tokens: "tn" (tiles on tensor cores) where the GPU has the tn kernels
+    (CUDA sm_80+) and every expert matrix meets their contract (Q4_K / Q6_K, K % 256 == 0, rows % 16 == 0); "bq"
+    (tiles on the SIMT path: HIP) for Q4_K / Q6_K with K % 256 == 0; else "grouped". HALO_GPU_MOE_PREFILL names one
+    for comparisons (where its contract holds)."""
+    mats = _facts(fwd, moe)
+    fits = {"grouped": True, "bq": all(m.bq_ok for m in mats),
+            "tn": fwd.use_tc and all(m.bq_ok and m.tn_ok for m in mats)}
+    asked = os.environ.get("HALO_GPU_MOE_PREFILL")
+    if asked in fits and fits[asked]:
+        return asked
+    return next(kind for kind in ("tn", "bq", "grouped") if fits[kind])
 
 
 def _facts(fwd, moe: DeviceMoe) -> tuple:
@@ -167,22 +179,23 @@ def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: Dev
     c = fwd.config
     k, F, E, n = c.n_expert_used, c.n_ff_exp, c.n_embd, c.n_expert
     g, u, d = moe.gate, moe.up, moe.down
-    tn = _prefill_tn(fwd, moe)
-    nt = (MOE_TN_TILES[-1] if T * k >= MOE_TN_TILES[-1] * n else MOE_TN_TILES[0]) if tn else 0
-    tiles = max_tiles(T * k, n, nt) if tn else 0
+    kind = _prefill_kind(fwd, moe)
+    tiled = kind != "grouped"
+    nt = (MOE_TILES[-1] if T * k >= MOE_TILES[-1] * n else MOE_TILES[0]) if tiled else 0
+    tiles = max_tiles(T * k, n, nt) if tiled else 0
     fwd._launch("halo_quant.cu", "halo_moe_sort", 1, 256,
                 (s.ids, np.int32(T * k), np.int32(k), np.int32(n), s.offsets, s.order, s.order_tok, np.int32(nt),
-                 s.tiles if tn else NULL_POINTER, np.int32(tiles)))
+                 s.tiles if tiled else NULL_POINTER, np.int32(tiles)))
     glu = (g.buf, np.int32(g.ggml_type), u.buf, np.int32(u.ggml_type), np.int32(g.row_bytes), np.int32(u.row_bytes),
            np.int32(F), np.int32(act), X, np.int32(E), s.offsets, s.order, s.order_tok)
     down = (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.offsets, s.order)
-    if tn:
-        # deferred: engine.gpu.forward imports this module; the tn kernels' block shape is its fact
-        from engine.gpu.forward import TN_ROWS, TN_WARPS
-        rows = TN_ROWS * TN_WARPS
-        fwd._launch("halo_quant.cu", f"halo_moe_glu_tn_t{nt}", (-(-F // rows), tiles), 32 * TN_WARPS,
+    if tiled:
+        # deferred: engine.gpu.forward imports this module; the tn / bq kernels' block shapes are its facts
+        from engine.gpu.forward import BQ_ROWS, MATMUL_WARPS, TN_ROWS, TN_WARPS
+        rows, warps = (TN_ROWS * TN_WARPS, TN_WARPS) if kind == "tn" else (BQ_ROWS, MATMUL_WARPS)
+        fwd._launch("halo_quant.cu", f"halo_moe_glu_{kind}_t{nt}", (-(-F // rows), tiles), 32 * warps,
                     glu + (s.tiles,) + glu_tail + (s.act,))
-        fwd._launch("halo_quant.cu", f"halo_moe_down_tn_t{nt}", (-(-E // rows), tiles), 32 * TN_WARPS,
+        fwd._launch("halo_quant.cu", f"halo_moe_down_{kind}_t{nt}", (-(-E // rows), tiles), 32 * warps,
                     down + (s.tiles, pointer_or_null(moe.down_bias), s.down))
     else:
         fwd._launch("halo_quant.cu", "halo_moe_glu_grouped", (-(-F // MOE_WARPS), n), 32 * MOE_WARPS,

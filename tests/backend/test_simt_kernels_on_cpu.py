@@ -23,6 +23,7 @@ from engine.gguf.dequant import dequantize
 from engine.gguf.types import GGMLType
 from engine.gpu.forward import (
     ATTN_WARPS,
+    BQ_ROWS,
     MATMUL_WARPS,
     MV_R,
     MV_WARPS,
@@ -38,7 +39,7 @@ from engine.gpu.forward import (
     split_sum_stride,
     ts_kernel,
 )
-from engine.gpu.moe import MOE_TN_TILES, max_tiles
+from engine.gpu.moe import MOE_TILES, max_tiles
 from tests.gpu.test_gpu_attention import (
     BS,
     MAGNITUDES,
@@ -429,17 +430,19 @@ MOE_DOWN_TN = MOE_DOWN[:6] + ["const int*"] * 3 + ["const float*", "float*"]
 @pytest.fixture(scope="module")
 def moe_tc_lib():
     kernels = {"halo_moe_sort": MOE_SORT, "halo_moe_combine": ["const float*", "const float*", "int", "int", "int", "float*"]}
-    for nt in MOE_TN_TILES:
-        kernels[f"halo_moe_glu_tn_t{nt}"], kernels[f"halo_moe_down_tn_t{nt}"] = MOE_GLU_TN, MOE_DOWN_TN
+    for nt in MOE_TILES:
+        for kind in ("tn", "bq"):
+            kernels[f"halo_moe_glu_{kind}_t{nt}"], kernels[f"halo_moe_down_{kind}_t{nt}"] = MOE_GLU_TN, MOE_DOWN_TN
     return cpu_simt.build("halo_quant.cu", kernels, tensor_cores=True)
 
 
+@pytest.mark.parametrize("kind", ["tn", "bq"])
 @pytest.mark.parametrize("T,k,nt,types,biases", [(5, 3, 8, ("Q4_K", "Q6_K"), True), (24, 4, 16, ("Q6_K", "Q4_K"), False)])
-def test_moe_grouped_tensor_core_kernels_match_float64(moe_tc_lib, T, k, nt, types, biases):
-    """A step of T tokens' expert products on tensor cores: halo_moe_sort cuts each expert's pairs into tiles of nt
-    (some experts get none, some several), halo_moe_glu_tn_tN / halo_moe_down_tn_tN take a block per (128 rows,
-    tile) and write each pair's rows, tile entries past the last exit, and halo_moe_combine sums a token's slots;
-    against float64 at the tile tests' bound."""
+def test_moe_grouped_tile_kernels_match_float64(moe_tc_lib, T, k, nt, types, biases, kind):
+    """A step of T tokens' expert products in tiles: halo_moe_sort cuts each expert's pairs into tiles of nt (some
+    experts get none, some several), halo_moe_glu_{tn,bq}_tN / halo_moe_down_{tn,bq}_tN (tensor cores: 128 rows a
+    block; the SIMT path, HIP's: 16) take a block per (rows, tile) and write each pair's rows, tile entries past the
+    last exit, and halo_moe_combine sums a token's slots; against float64 at the tile tests' bound."""
     E, F, n_expert = 512, 768, 6
     tg, td = GGMLType[types[0]], GGMLType[types[1]]
     m = moe_inputs(np.random.default_rng(70 + T), n_expert, k, E, F, tg, td, biases, T)
@@ -455,14 +458,14 @@ def test_moe_grouped_tensor_core_kernels_match_float64(moe_tc_lib, T, k, nt, typ
     used = int(np.sum(-(-counts // nt)))
     assert used < tiles and (tile_list[0:2 * used:2] == np.repeat(np.arange(n_expert), -(-counts // nt))).all()
     assert (tile_list[2 * used::2] == -1).all()
-    rows = TN_ROWS * TN_WARPS
+    rows, warps = (TN_ROWS * TN_WARPS, TN_WARPS) if kind == "tn" else (BQ_ROWS, MATMUL_WARPS)
     A = np.full((P, F), np.nan, np.float32)
-    cpu_simt.launch(moe_tc_lib, f"halo_moe_glu_tn_t{nt}", (-(-F // rows), tiles), 32 * TN_WARPS,
+    cpu_simt.launch(moe_tc_lib, f"halo_moe_glu_{kind}_t{nt}", (-(-F // rows), tiles), 32 * warps,
                     [g, np.int32(tg), u, np.int32(tg), np.int32(g.shape[1]), np.int32(u.shape[1]), np.int32(F),
                      np.int32(0), m["X"], np.int32(E), offsets, order, order_tok, tile_list, m["bg"], m["bu"],
                      np.float32(0), np.float32(0), A])
     D = np.full((P, E), np.nan, np.float32)
-    cpu_simt.launch(moe_tc_lib, f"halo_moe_down_tn_t{nt}", (-(-E // rows), tiles), 32 * TN_WARPS,
+    cpu_simt.launch(moe_tc_lib, f"halo_moe_down_{kind}_t{nt}", (-(-E // rows), tiles), 32 * warps,
                     [d, np.int32(td), np.int32(d.shape[1]), np.int32(E), A, np.int32(F), offsets, order, tile_list,
                      m["bd"], D])
     Y = np.full((T, E), np.nan, np.float32)

@@ -471,10 +471,11 @@ def moe_reference(m: dict) -> tuple[np.ndarray, np.ndarray]:
 def test_moe_ffn_matches_float64(fwd, n_expert, k, types, T, monkeypatch):
     """A step's MoE FFN (engine.gpu.moe.enqueue_moe_ffn) on Q4_K / Q6_K experts: the router's matmul and top k on the
     device, then one token's expert products on halo_moe_glu_mv_t1 / halo_moe_down_mv_t1 (K = 768 leaves a lane group
-    of the down rows idle; 10 slots make some warps take two), or several tokens' on tensor cores, grouped by expert in
-    tiles (halo_moe_*_tn_t8; t16 where the step averages 16 pairs an expert: 40 x 6 over 8): the ids must be float64's
-    top k, the output float32-level accurate. The same step on the kernels these replaced (the decode matvecs off:
-    halo_moe_glu / _down; no tensor cores: halo_moe_*_grouped) is held to the same bound."""
+    of the down rows idle; 10 slots make some warps take two), or several tokens' grouped by expert in tiles, on
+    tensor cores (halo_moe_*_tn_t8; t16 where the step averages 16 pairs an expert: 40 x 6 over 8) and on the SIMT
+    path (halo_moe_*_bq_tN, HIP's): the ids must be float64's top k, the output float32-level accurate. The same
+    step on the kernels these replaced (the decode matvecs off: halo_moe_glu / _down; halo_moe_*_grouped) is held to
+    the same bound."""
     from engine.gpu.moe import DeviceExperts, DeviceMoe, MoeScratch, enqueue_moe_ffn
     from engine.model.moe import route
     E, F = 512, 768
@@ -494,25 +495,27 @@ def test_moe_ffn_matches_float64(fwd, n_expert, k, types, T, monkeypatch):
                     DeviceExperts(devs["up"], int(tg), n_expert, F, E), DeviceExperts(devs["down"], int(td), n_expert, E, F))
     scratch = MoeScratch(fwd.backend, cfg, T)
     launched = record_launches(fwd, monkeypatch)
-    use_tc = fwd.use_tc
     nt = 16 if T * k >= 16 * n_expert else 8
-    fast = (["halo_moe_glu_mv_t1", "halo_moe_down_mv_t1"] if T == 1 else
-            [f"halo_moe_glu_tn_t{nt}", f"halo_moe_down_tn_t{nt}"] if use_tc else
-            ["halo_moe_glu_grouped", "halo_moe_down_grouped"])
-    slow = ["halo_moe_glu", "halo_moe_down"] if T == 1 else ["halo_moe_glu_grouped", "halo_moe_down_grouped"]
+    if T == 1:                                        # (MV_MAX_T, the expert kernels it launches)
+        runs = [(1, ["halo_moe_glu_mv_t1", "halo_moe_down_mv_t1"]), (0, ["halo_moe_glu", "halo_moe_down"])]
+    else:                                             # (HALO_GPU_MOE_PREFILL, ...), the default first
+        kinds = (["tn"] if fwd.use_tc else []) + ["bq"]
+        runs = [(kind, [f"halo_moe_glu_{kind}_t{nt}", f"halo_moe_down_{kind}_t{nt}"]) for kind in kinds]
+        runs.append(("grouped", ["halo_moe_glu_grouped", "halo_moe_down_grouped"]))
     try:
-        for first in (True, False):
-            monkeypatch.setattr(fwd_mod, "MV_MAX_T", 1 if first else 0)
-            monkeypatch.setattr(fwd, "use_tc", use_tc and first)
+        for setting, kernels in runs:
+            if T == 1:
+                monkeypatch.setattr(fwd_mod, "MV_MAX_T", setting)
+            elif setting != runs[0][0]:
+                monkeypatch.setenv("HALO_GPU_MOE_PREFILL", setting)
             launched.clear()
             fwd.backend.memset_async(yd, 0xFF, fwd.stream)
             enqueue_moe_ffn(fwd, moe, scratch, T, xd, yd)
             got = download(fwd, yd, (T, E))
             np.testing.assert_array_equal(download(fwd, scratch.ids, (T, k)).view(np.int32), m["ids"])
-            experts = [n for n in launched if n.startswith(("halo_moe_glu", "halo_moe_down"))]
-            assert experts == (fast if first else slow)
+            assert [n for n in launched if n.startswith(("halo_moe_glu", "halo_moe_down"))] == kernels
             rel = float(np.max(np.abs(got - want) / scale))
-            print(f"\nMoE FFN {types} n_expert={n_expert} k={k} T={T} {experts[0]}: max rel err {rel:.2e}")
+            print(f"\nMoE FFN {types} n_expert={n_expert} k={k} T={T} {kernels[0]}: max rel err {rel:.2e}")
             assert rel < 4 * BOUND
     finally:
         for b in [*devs.values(), rd, xd, yd, *scratch.buffers]:

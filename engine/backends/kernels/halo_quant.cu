@@ -3310,6 +3310,90 @@ __device__ void moe_down_tn(const unsigned char* wd, i32 td, i32 rb_d, i32 n_emb
 }
 #endif
 
+// The grouped products on the SIMT path (HIP; CUDA without tensor cores), over the same tiles: the batched-decode bq
+// kernels' scheme, a block of BQ_ROWS rows of expert e (8 lanes a row, wide K-quant loads) with each super-block's
+// activations of the tile's pairs staged in shared memory once for all of them, where halo_moe_*_grouped give each
+// row a warp that re-reads its tokens' activations through L1. Q4_K / Q6_K rows, K % 256 == 0.
+// Grid: (ceil(rows / BQ_ROWS), max_tiles); block: 32 * BQ_WARPS.
+template <int NT>
+__device__ void moe_glu_bq(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+                           i32 n_ff, i32 act, const float* X, i32 K, const i32* offsets, const i32* order,
+                           const i32* order_tok, const i32* tiles, const float* bg, const float* bu, float alpha,
+                           float limit, float* A) {
+    __shared__ __align__(16) float xs[NT * BQ_XLD];
+    int e = tiles[2 * blockIdx.y], c0 = tiles[2 * blockIdx.y + 1];
+    if (e < 0) return;                                  // the whole block: past the last tile
+    int n = min(NT, offsets[e + 1] - c0), lane = threadIdx.x & 31, m = lane & 7;
+    int r = blockIdx.x * BQ_ROWS + 4 * (threadIdx.x >> 5) + (lane >> 3);
+    bool valid = r < n_ff;
+    size_t er = (size_t)e * n_ff + (valid ? r : 0);
+    const unsigned char* rg = wg + er * rb_g;
+    const unsigned char* ru = wu + er * rb_u;
+    float g[NT], u[NT];
+    #pragma unroll
+    for (int t = 0; t < NT; t++) { g[t] = 0.0f; u[t] = 0.0f; }
+    for (int sb = 0; sb < (K >> 8); sb++) {
+        __syncthreads();
+        bq_stage<NT>(X, order_tok + c0, K, n, 0, sb, xs);
+        __syncthreads();
+        if (valid) {
+            bq_sb<NT>(tg, rg, sb, m, xs, g);
+            bq_sb<NT>(tu, ru, sb, m, xs, u);
+        }
+    }
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float gs = group8_sum(g[t]), us = group8_sum(u[t]);
+        if (valid && m == 0 && t < n)
+            A[(size_t)order[c0 + t] * n_ff + r] = expert_glu(gs + (bg ? bg[er] : 0.0f), us + (bu ? bu[er] : 0.0f), act,
+                                                             alpha, limit);
+    }
+}
+
+template <int NT>
+__device__ void moe_down_bq(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A, i32 F,
+                            const i32* offsets, const i32* order, const i32* tiles, const float* bd, float* D) {
+    __shared__ __align__(16) float xs[NT * BQ_XLD];
+    int e = tiles[2 * blockIdx.y], c0 = tiles[2 * blockIdx.y + 1];
+    if (e < 0) return;
+    int n = min(NT, offsets[e + 1] - c0), lane = threadIdx.x & 31, m = lane & 7;
+    int r = blockIdx.x * BQ_ROWS + 4 * (threadIdx.x >> 5) + (lane >> 3);
+    bool valid = r < n_embd;
+    size_t er = (size_t)e * n_embd + (valid ? r : 0);
+    const unsigned char* rd = wd + er * rb_d;
+    float acc[NT];
+    #pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    for (int sb = 0; sb < (F >> 8); sb++) {
+        __syncthreads();
+        bq_stage<NT>(A, order + c0, F, n, 0, sb, xs);
+        __syncthreads();
+        if (valid) bq_sb<NT>(td, rd, sb, m, xs, acc);
+    }
+    #pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float v = group8_sum(acc[t]);
+        if (valid && m == 0 && t < n) D[(size_t)order[c0 + t] * n_embd + r] = v + (bd ? bd[er] : 0.0f);
+    }
+}
+
+#define MOE_BQ_ENTRIES(GLU, DOWN, NT)                                                                       \
+HALO_KERNEL void GLU(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,   \
+                     i32 n_ff, i32 act, const float* X, i32 K, const i32* offsets, const i32* order,         \
+                     const i32* order_tok, const i32* tiles, const float* bg, const float* bu, float alpha,  \
+                     float limit, float* A) {                                                               \
+    GRID_DEPENDENCY_SYNC();                                                                                 \
+    moe_glu_bq<NT>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, X, K, offsets, order, order_tok, tiles, bg, bu, alpha, \
+                   limit, A);                                                                               \
+}                                                                                                           \
+HALO_KERNEL void DOWN(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A, i32 F,         \
+                      const i32* offsets, const i32* order, const i32* tiles, const float* bd, float* D) {   \
+    GRID_DEPENDENCY_SYNC();                                                                                 \
+    moe_down_bq<NT>(wd, td, rb_d, n_embd, A, F, offsets, order, tiles, bd, D);                              \
+}
+MOE_BQ_ENTRIES(halo_moe_glu_bq_t8, halo_moe_down_bq_t8, 8)
+MOE_BQ_ENTRIES(halo_moe_glu_bq_t16, halo_moe_down_bq_t16, 16)
+
 #define MOE_TN_ENTRIES(GLU, DOWN, NJ)                                                                       \
 HALO_KERNEL __launch_bounds__(32 * TN_WARPS, 2) void GLU(const unsigned char* wg, i32 tg, const unsigned char* wu, \
         i32 tu, i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, const i32* offsets,            \
