@@ -29,7 +29,7 @@ from engine.gpu.hybrid import (
     enqueue_linear_attention,
     enqueue_output_gate,
 )
-from engine.gpu.moe import MOE_KERNELS, MOE_TC_KERNELS, MoeScratch, enqueue_moe_ffn
+from engine.gpu.moe import MOE_KERNELS, MOE_TC_KERNELS, MoeScratch, enqueue_moe_ffn, th_split_floats
 from engine.gpu.stepmeta import MetaLayout, SamplingRow
 from engine.gpu.weights import ADD_NORM_MAX_THREADS, DeviceMatrix, DeviceWeights, layer_matrices
 from engine.model.arch import DEFAULT_KV_CACHE_TYPE, kv_cache_type, rope_attention_factor
@@ -237,8 +237,10 @@ def split_f16_floats(T: int, K: int) -> int:
 
 
 def split_f16_scratch(config: ModelConfig, max_tokens: int) -> int:
-    """halo_split_f16's scratch for any product input of this model (split_f16_floats of its widest)."""
-    return split_f16_floats(max_tokens, max(config.n_embd, config.q_dim, config.n_ff))
+    """halo_split_f16's scratch for any product input of this model (split_f16_floats of its widest), or of its
+    MoE experts' th tiles (engine.gpu.moe.th_split_floats) where those are larger."""
+    return max(split_f16_floats(max_tokens, max(config.n_embd, config.q_dim, config.n_ff)),
+               th_split_floats(config, max_tokens))
 
 
 def tch_possible(types) -> bool:

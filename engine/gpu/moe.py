@@ -15,7 +15,10 @@ halo_moe_down_grouped into per-pair rows D [T*k, E], then halo_moe_combine sums 
 order (deterministic). On tensor cores (CUDA sm_80+, Q4_K / Q6_K experts) the sort also cuts each expert's pairs
 into tiles of 8 or 16, and halo_moe_glu_tn_tN / halo_moe_down_tn_tN run a block per (128 rows, tile) on the tn
 kernels' k loop; elsewhere (HIP) halo_moe_*_bq_tN do the same on the batched-decode bq kernels' scheme (a block per
-16 rows and tile). Grids are fixed by T and n_expert, never by the routing, so prefill is capturable too.
+16 rows and tile). Steps wide enough to average 32 pairs an expert take tiles of 32 or 64 on tch's f16 tile
+(halo_moe_*_th_tN): halo_moe_tile_rows lists each tile's tokens and pairs, halo_split_f16 gathers the inputs' rows
+in tile order through those lists, and a block runs tch's k loop over 64 rows of the tile's expert. Grids are fixed
+by T and n_expert, never by the routing, so prefill is capturable too.
 """
 from __future__ import annotations
 
@@ -36,11 +39,14 @@ MOE_DOWN_WARPS = 8          # halo_moe_down_mv_t1's block: a warp per routed exp
 # or 16 of an expert's pairs; 16 once the step averages that many pairs an expert (a tile's weights are read once
 # for all its pairs)
 MOE_TILES = (8, 16)
+# ... and of 32 or 64 on tch's f16 tile (halo_moe_*_th_tN, CUDA sm_80+), once the step averages that many
+MOE_TH_TILES = (32, 64)
 # Every kernel this module launches (GpuForward compiles them with the model; the tensor-core ones where it has them)
 MOE_KERNELS = ("halo_moe_route", "halo_moe_glu", "halo_moe_down", "halo_moe_glu_mv_t1", "halo_moe_down_mv_t1",
                "halo_moe_sort", "halo_moe_glu_grouped", "halo_moe_down_grouped", "halo_moe_combine") + tuple(
     f"halo_moe_{p}_bq_t{n}" for n in MOE_TILES for p in ("glu", "down"))
-MOE_TC_KERNELS = tuple(f"halo_moe_{p}_tn_t{n}" for n in MOE_TILES for p in ("glu", "down"))
+MOE_TC_KERNELS = tuple(f"halo_moe_{p}_tn_t{n}" for n in MOE_TILES for p in ("glu", "down")) + tuple(
+    f"halo_moe_{p}_th_t{n}" for n in MOE_TH_TILES for p in ("glu", "down")) + ("halo_moe_tile_rows",)
 # halo_moe_glu*'s `act` per (dense activation, expert activation): 0 SwiGLU, 2 gpt-oss's clamped SwiGLU (its
 # alpha and limit are engine.model.moe's, passed at launch)
 EXPERT_ACT = {"swiglu": 0, "swiglu_oai": 2}
@@ -98,21 +104,44 @@ class MoeScratch:
         self.order = backend.alloc(T * k, np.int32)
         self.order_tok = backend.alloc(T * k, np.int32)
         self.tiles = backend.alloc(2 * max_tiles(T * k, c.n_expert, MOE_TILES[0]), np.int32)
+        self.tile_tok = backend.alloc(th_rows(T * k), np.int32)          # halo_moe_tile_rows' lists (th tiles)
+        self.tile_pair = backend.alloc(th_rows(T * k), np.int32)
         self.buffers = [self.logits, self.ids, self.weights, self.act, self.down, self.offsets, self.order,
-                        self.order_tok, self.tiles]
+                        self.order_tok, self.tiles, self.tile_tok, self.tile_pair]
 
     @staticmethod
     def nbytes(c: ModelConfig, max_tokens: int) -> int:
         """For the pre-flight: logits, ids, weights, the experts' hidden activations and the sort's lists."""
         k = c.n_expert_used
         per_token = c.n_expert + 2 * k + k * c.n_ff_exp + k * c.n_embd + 2 * k
-        tiles = 2 * max_tiles(max_tokens * k, c.n_expert, MOE_TILES[0])
+        tiles = 2 * max_tiles(max_tokens * k, c.n_expert, MOE_TILES[0]) + 2 * th_rows(max_tokens * k)
         return 4 * (max_tokens * per_token + c.n_expert + 1 + tiles) if c.ffn_kind == "moe" else 0
 
 
 def max_tiles(pairs: int, n_expert: int, nt: int) -> int:
     """The most tiles of nt pairs that `pairs` routed pairs can make: every expert may leave one tile part full."""
     return -(-pairs // nt) + n_expert
+
+
+def tile_size(sizes: tuple, pairs: int, n_expert: int) -> int:
+    """The widest of `sizes` that a step of `pairs` routed pairs averages per expert (else the narrowest)."""
+    return max((nt for nt in sizes if pairs >= nt * n_expert), default=sizes[0])
+
+
+def th_rows(pairs: int) -> int:
+    """Rows of the th tiles' gathered inputs (max_tiles x nt) for any step of up to `pairs` pairs: a tile of nt
+    runs only where the step averages nt pairs an expert (pairs >= nt n_expert), so it is at most
+    pairs + nt + nt n_expert <= 2 pairs + nt."""
+    return 2 * pairs + MOE_TH_TILES[-1]
+
+
+def th_split_floats(c: ModelConfig, max_tokens: int) -> int:
+    """halo_split_f16's scratch (forward.split_f16_floats) for the th tiles' inputs: th_rows of the expert inputs'
+    width (the GLU's n_embd, the down product's n_ff_exp); 0 for a model without MoE."""
+    if c.ffn_kind != "moe":
+        return 0
+    from engine.gpu.forward import split_f16_floats  # deferred: engine.gpu.forward imports this module
+    return split_f16_floats(th_rows(max_tokens * c.n_expert_used), max(c.n_embd, c.n_ff_exp))
 
 
 def enqueue_moe_ffn(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: DeviceBuffer) -> None:
@@ -155,18 +184,24 @@ def _decode_mv(fwd, moe: DeviceMoe, T: int) -> bool:
     return all(fwd._tile(T, m.rows_div4, m.tile_ok, m.bq_ok, m.tn_ok)[2] == "mv_t1" for m in _facts(fwd, moe))
 
 
-def _prefill_kind(fwd, moe: DeviceMoe) -> str:
-    """The expert kernels of a step of several tokens: "tn" (tiles on tensor cores) where the GPU has the tn kernels
-    (CUDA sm_80+) and every expert matrix meets their contract (Q4_K / Q6_K, K % 256 == 0, rows % 16 == 0); "bq"
-    (tiles on the SIMT path: HIP) for Q4_K / Q6_K with K % 256 == 0; else "grouped". HALO_GPU_MOE_PREFILL names one
-    for comparisons (where its contract holds)."""
+def _prefill_kind(fwd, moe: DeviceMoe, pairs: int) -> str:
+    """The expert kernels of a step of several tokens: "th" (tiles of 32 / 64 on tch's f16 tile) where the step
+    averages MOE_TH_TILES[0] pairs an expert and the tn contract holds with rows for th's blocks (n_ff % 32,
+    n_embd % 64); "tn" (tiles of 8 / 16 on tensor cores) where the GPU has the tn kernels (CUDA sm_80+) and every
+    expert matrix meets their contract (Q4_K / Q6_K, K % 256 == 0, rows % 16 == 0); "bq" (tiles on the SIMT path:
+    HIP) for Q4_K / Q6_K with K % 256 == 0; else "grouped". HALO_GPU_MOE_PREFILL names one for comparisons (where
+    it applies: th's scratch, th_rows, holds only steps that wide)."""
+    from engine.gpu.forward import TC_ROWS, TCP_ROWS  # deferred: engine.gpu.forward imports this module
+    c = fwd.config
     mats = _facts(fwd, moe)
     fits = {"grouped": True, "bq": all(m.bq_ok for m in mats),
             "tn": fwd.use_tc and all(m.bq_ok and m.tn_ok for m in mats)}
+    fits["th"] = (fits["tn"] and c.n_ff_exp % TC_ROWS == 0 and c.n_embd % TCP_ROWS == 0
+                  and pairs >= MOE_TH_TILES[0] * c.n_expert)
     asked = os.environ.get("HALO_GPU_MOE_PREFILL")
     if asked in fits and fits[asked]:
         return asked
-    return next(kind for kind in ("tn", "bq", "grouped") if fits[kind])
+    return next(kind for kind in ("th", "tn", "bq", "grouped") if fits[kind])
 
 
 def _facts(fwd, moe: DeviceMoe) -> tuple:
@@ -179,9 +214,11 @@ def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: Dev
     c = fwd.config
     k, F, E, n = c.n_expert_used, c.n_ff_exp, c.n_embd, c.n_expert
     g, u, d = moe.gate, moe.up, moe.down
-    kind = _prefill_kind(fwd, moe)
+    # deferred: engine.gpu.forward imports this module; the tile kernels' block shapes are its facts
+    from engine.gpu.forward import BQ_ROWS, MATMUL_WARPS, TC_ROWS, TCP_ROWS, TN_ROWS, TN_WARPS
+    kind = _prefill_kind(fwd, moe, T * k)
     tiled = kind != "grouped"
-    nt = (MOE_TILES[-1] if T * k >= MOE_TILES[-1] * n else MOE_TILES[0]) if tiled else 0
+    nt = tile_size(MOE_TH_TILES if kind == "th" else MOE_TILES, T * k, n) if tiled else 0
     tiles = max_tiles(T * k, n, nt) if tiled else 0
     fwd._launch("halo_quant.cu", "halo_moe_sort", 1, 256,
                 (s.ids, np.int32(T * k), np.int32(k), np.int32(n), s.offsets, s.order, s.order_tok, np.int32(nt),
@@ -189,9 +226,18 @@ def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: Dev
     glu = (g.buf, np.int32(g.ggml_type), u.buf, np.int32(u.ggml_type), np.int32(g.row_bytes), np.int32(u.row_bytes),
            np.int32(F), np.int32(act), X, np.int32(E), s.offsets, s.order, s.order_tok)
     down = (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.offsets, s.order)
-    if tiled:
-        # deferred: engine.gpu.forward imports this module; the tn / bq kernels' block shapes are its facts
-        from engine.gpu.forward import BQ_ROWS, MATMUL_WARPS, TN_ROWS, TN_WARPS
+    if kind == "th":
+        # the inputs' rows gathered in tile order (tile y's pairs at rows y nt ..), each split once for its product
+        fwd._launch("halo_quant.cu", "halo_moe_tile_rows", tiles, nt,
+                    (s.offsets, s.order, s.order_tok, s.tiles, s.tile_tok, s.tile_pair))
+        xh, xl, xs, xe, ls = fwd._split_f16(X, s.tile_tok, tiles * nt, E)
+        fwd._launch("halo_quant.cu", f"halo_moe_glu_th_t{nt}", (F // TC_ROWS, tiles), 2 * nt,
+                    glu[:8] + (xh, xl, xs, xe, np.int32(E), ls, s.offsets, s.order, s.tiles) + glu_tail + (s.act,))
+        xh, xl, xs, xe, ls = fwd._split_f16(s.act, s.tile_pair, tiles * nt, F)
+        fwd._launch("halo_quant.cu", f"halo_moe_down_th_t{nt}", (E // TCP_ROWS, tiles), 2 * nt,
+                    down[:4] + (xh, xl, xs, xe, np.int32(F), ls, s.offsets, s.order, s.tiles,
+                                pointer_or_null(moe.down_bias), s.down))
+    elif tiled:
         rows, warps = (TN_ROWS * TN_WARPS, TN_WARPS) if kind == "tn" else (BQ_ROWS, MATMUL_WARPS)
         fwd._launch("halo_quant.cu", f"halo_moe_glu_{kind}_t{nt}", (-(-F // rows), tiles), 32 * warps,
                     glu + (s.tiles,) + glu_tail + (s.act,))

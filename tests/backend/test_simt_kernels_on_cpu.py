@@ -39,7 +39,7 @@ from engine.gpu.forward import (
     split_sum_stride,
     ts_kernel,
 )
-from engine.gpu.moe import MOE_TILES, max_tiles
+from engine.gpu.moe import MOE_TH_TILES, MOE_TILES, max_tiles
 from tests.gpu.test_gpu_attention import (
     BS,
     MAGNITUDES,
@@ -427,13 +427,37 @@ MOE_GLU_TN = MOE_GLU[:10] + ["const int*"] * 4 + ["const float*", "const float*"
 MOE_DOWN_TN = MOE_DOWN[:6] + ["const int*"] * 3 + ["const float*", "float*"]
 
 
+MOE_GLU_TH = MOE_GLU[:8] + ["const unsigned short*", "const unsigned short*", "const float*", "const int*", "int",
+                             "int"] + ["const int*"] * 3 + ["const float*", "const float*", "float", "float", "float*"]
+MOE_DOWN_TH = MOE_DOWN[:4] + MOE_GLU_TH[8:14] + ["const int*"] * 3 + ["const float*", "float*"]
+
+
 @pytest.fixture(scope="module")
 def moe_tc_lib():
-    kernels = {"halo_moe_sort": MOE_SORT, "halo_moe_combine": ["const float*", "const float*", "int", "int", "int", "float*"]}
+    kernels = {"halo_moe_sort": MOE_SORT, "halo_moe_combine": ["const float*", "const float*", "int", "int", "int", "float*"],
+               "halo_moe_tile_rows": ["const int*"] * 4 + ["int*", "int*"], "halo_split_f16": SPLIT}
     for nt in MOE_TILES:
         for kind in ("tn", "bq"):
             kernels[f"halo_moe_glu_{kind}_t{nt}"], kernels[f"halo_moe_down_{kind}_t{nt}"] = MOE_GLU_TN, MOE_DOWN_TN
+    for nt in MOE_TH_TILES:
+        kernels[f"halo_moe_glu_th_t{nt}"], kernels[f"halo_moe_down_th_t{nt}"] = MOE_GLU_TH, MOE_DOWN_TH
     return cpu_simt.build("halo_quant.cu", kernels, tensor_cores=True)
+
+
+def moe_sorted_tiles(lib, ids: np.ndarray, k: int, n_expert: int, nt: int) -> tuple:
+    """halo_moe_sort of a step's expert ids in tiles of nt: (offsets, order, order_tok, tile list, max tiles), the
+    tile list checked: each expert's ceil(pairs / nt) tiles in expert order, then -1 up to max_tiles."""
+    P = ids.size
+    tiles = max_tiles(P, n_expert, nt)
+    offsets, order, order_tok = np.zeros(n_expert + 1, np.int32), np.zeros(P, np.int32), np.zeros(P, np.int32)
+    tile_list = np.full(2 * tiles, 7777, np.int32)
+    cpu_simt.launch(lib, "halo_moe_sort", (1,), 256, [ids, np.int32(P), np.int32(k), np.int32(n_expert), offsets,
+                                                      order, order_tok, np.int32(nt), tile_list, np.int32(tiles)])
+    counts = np.bincount(ids.reshape(-1), minlength=n_expert)
+    used = int(np.sum(-(-counts // nt)))
+    assert used < tiles and (tile_list[0:2 * used:2] == np.repeat(np.arange(n_expert), -(-counts // nt))).all()
+    assert (tile_list[2 * used::2] == -1).all()
+    return offsets, order, order_tok, tile_list, tiles
 
 
 @pytest.mark.parametrize("kind", ["tn", "bq"])
@@ -448,16 +472,8 @@ def test_moe_grouped_tile_kernels_match_float64(moe_tc_lib, T, k, nt, types, bia
     m = moe_inputs(np.random.default_rng(70 + T), n_expert, k, E, F, tg, td, biases, T)
     want, scale = moe_reference(m)
     g, u, d = (m["raw"][n] for n in ("gate", "up", "down"))
-    P, tiles = T * k, max_tiles(T * k, n_expert, nt)
-    offsets, order, order_tok = np.zeros(n_expert + 1, np.int32), np.zeros(P, np.int32), np.zeros(P, np.int32)
-    tile_list = np.full(2 * tiles, 7777, np.int32)
-    cpu_simt.launch(moe_tc_lib, "halo_moe_sort", (1,), 256, [m["ids"], np.int32(P), np.int32(k), np.int32(n_expert),
-                                                             offsets, order, order_tok, np.int32(nt), tile_list,
-                                                             np.int32(tiles)])
-    counts = np.bincount(m["ids"].reshape(-1), minlength=n_expert)
-    used = int(np.sum(-(-counts // nt)))
-    assert used < tiles and (tile_list[0:2 * used:2] == np.repeat(np.arange(n_expert), -(-counts // nt))).all()
-    assert (tile_list[2 * used::2] == -1).all()
+    P = T * k
+    offsets, order, order_tok, tile_list, tiles = moe_sorted_tiles(moe_tc_lib, m["ids"], k, n_expert, nt)
     rows, warps = (TN_ROWS * TN_WARPS, TN_WARPS) if kind == "tn" else (BQ_ROWS, MATMUL_WARPS)
     A = np.full((P, F), np.nan, np.float32)
     cpu_simt.launch(moe_tc_lib, f"halo_moe_glu_{kind}_t{nt}", (-(-F // rows), tiles), 32 * warps,
@@ -468,6 +484,59 @@ def test_moe_grouped_tile_kernels_match_float64(moe_tc_lib, T, k, nt, types, bia
     cpu_simt.launch(moe_tc_lib, f"halo_moe_down_{kind}_t{nt}", (-(-E // rows), tiles), 32 * warps,
                     [d, np.int32(td), np.int32(d.shape[1]), np.int32(E), A, np.int32(F), offsets, order, tile_list,
                      m["bd"], D])
+    Y = np.full((T, E), np.nan, np.float32)
+    cpu_simt.launch(moe_tc_lib, "halo_moe_combine", (-(-T * E // 256),), 256,
+                    [D, m["w"], np.int32(k), np.int32(T), np.int32(E), Y])
+    rel = float(np.max(np.abs(Y - want) / scale))
+    assert rel < 4 * BOUND, f"max |Y - Y64| / scale = {rel:.2e}"
+
+
+@pytest.mark.parametrize("T,k,n_expert,nt,types,biases", [(70, 2, 4, 32, ("Q4_K", "Q6_K"), True),
+                                                         (100, 2, 3, 64, ("Q6_K", "Q4_K"), False)])
+def test_moe_th_tiles_match_float64(moe_tc_lib, T, k, n_expert, nt, types, biases):
+    """A wide step's expert products on tch's f16 tile: halo_moe_tile_rows lists each tile's tokens and pair ids at
+    rows y nt .. (-1 past its pairs), halo_split_f16 gathers X's rows (then A's) in that order (a -1 row: zero sums
+    and exponent), and halo_moe_glu_th_tN / halo_moe_down_th_tN (64 rows of the tile's expert a block, 2 nt threads)
+    write each pair's rows; tiles of 32 and 64 with experts holding one or two (T k / n_expert: 35, 67 pairs)."""
+    E, F = 512, 768
+    tg, td = GGMLType[types[0]], GGMLType[types[1]]
+    m = moe_inputs(np.random.default_rng(90 + T), n_expert, k, E, F, tg, td, biases, T)
+    m["X"][3] *= 300.0                                  # one token's own exponent in the split
+    want, scale = moe_reference(m)
+    g, u, d = (m["raw"][n] for n in ("gate", "up", "down"))
+    P = T * k
+    offsets, order, order_tok, tile_list, tiles = moe_sorted_tiles(moe_tc_lib, m["ids"], k, n_expert, nt)
+    tok, pair = np.full(tiles * nt, 7777, np.int32), np.full(tiles * nt, 7777, np.int32)
+    cpu_simt.launch(moe_tc_lib, "halo_moe_tile_rows", (tiles,), nt, [offsets, order, order_tok, tile_list, tok, pair])
+    want_pair = np.full((tiles, nt), -1)
+    for y in range(tiles):
+        e, c0 = tile_list[2 * y], tile_list[2 * y + 1]
+        if e >= 0:
+            n = min(nt, offsets[e + 1] - c0)
+            want_pair[y, :n] = order[c0:c0 + n]
+    np.testing.assert_array_equal(pair, want_pair.reshape(-1))
+    np.testing.assert_array_equal(tok, np.where(want_pair >= 0, want_pair // k, -1).reshape(-1))
+
+    def split(X, rows_of, K):
+        R = len(rows_of)
+        ls = split_sum_stride(R)
+        xh, xl = np.zeros((R, K), np.uint16), np.zeros((R, K), np.uint16)
+        sums, exps = np.full((K // 32) * ls, np.nan, np.float32), np.full(R, 99, np.int32)
+        cpu_simt.launch(moe_tc_lib, "halo_split_f16", (R, 1), 256, [X, rows_of, np.int32(K), np.int32(R), np.int32(ls),
+                                                                    xh, xl, sums, exps])
+        pad = rows_of < 0
+        assert (exps[pad] == 0).all() and (sums.reshape(K // 32, ls)[:, :R][:, pad] == 0).all()
+        return [xh, xl, sums, exps, np.int32(K), np.int32(ls)]
+
+    A = np.full((P, F), np.nan, np.float32)
+    cpu_simt.launch(moe_tc_lib, f"halo_moe_glu_th_t{nt}", (F // 32, tiles), 2 * nt,
+                    [g, np.int32(tg), u, np.int32(tg), np.int32(g.shape[1]), np.int32(u.shape[1]), np.int32(F),
+                     np.int32(0)] + split(m["X"], tok, E) + [offsets, order, tile_list, m["bg"], m["bu"],
+                                                               np.float32(0), np.float32(0), A])
+    D = np.full((P, E), np.nan, np.float32)
+    cpu_simt.launch(moe_tc_lib, f"halo_moe_down_th_t{nt}", (E // 64, tiles), 2 * nt,
+                    [d, np.int32(td), np.int32(d.shape[1]), np.int32(E)] + split(A, pair, F)
+                    + [offsets, order, tile_list, m["bd"], D])
     Y = np.full((T, E), np.nan, np.float32)
     cpu_simt.launch(moe_tc_lib, "halo_moe_combine", (-(-T * E // 256),), 256,
                     [D, m["w"], np.int32(k), np.int32(T), np.int32(E), Y])

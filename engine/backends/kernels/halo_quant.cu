@@ -2223,9 +2223,14 @@ HALO_KERNEL void halo_split_f16(const float* X, const i32* xrow, i32 K, i32 T, i
                                 unsigned short* Xl, float* S, i32* E) {
     GRID_DEPENDENCY_SYNC();
     __shared__ float red[32];
-    int t = blockIdx.x;
-    const float4* x = (const float4*)(X + (size_t)(xrow ? xrow[t] : t) * K);
+    int t = blockIdx.x, src = xrow ? xrow[t] : t;
     int n4 = K >> 2;                                  // K % 32 == 0
+    if (src < 0) {                                    // a row of no input (the MoE tiles' padding): zero sums
+        if (threadIdx.x == 0) E[t] = 0;
+        for (int i = threadIdx.x; i < (K >> 5); i += blockDim.x) S[(size_t)i * ls + t] = 0.0f;
+        return;
+    }
+    const float4* x = (const float4*)(X + (size_t)src * K);
     float mx = 0.0f;
     #pragma unroll 4
     for (int i = threadIdx.x; i < n4; i += blockDim.x) {
@@ -3410,3 +3415,131 @@ HALO_KERNEL __launch_bounds__(32 * TN_WARPS, 2) void DOWN(const unsigned char* w
 }
 MOE_TN_ENTRIES(halo_moe_glu_tn_t8, halo_moe_down_tn_t8, 1)
 MOE_TN_ENTRIES(halo_moe_glu_tn_t16, halo_moe_down_tn_t16, 2)
+
+// Wide steps on tch's f16 tile, "th" (CUDA sm_80+; engine.gpu.moe takes them once a step averages NB pairs an
+// expert, e.g. 512 tokens of Qwen3-30B-A3B: 32). The tn kernels above issue two TF32 MMAs per product and read an
+// expert's weights once per 16 pairs; here a block runs th_run, tch's k loop (f16 MMAs, integer weight codes exact,
+// activations f16 head + tail), over 64 rows of the tile's expert and its up to NB pairs. th_run reads NB consecutive
+// rows of halo_split_f16's output, so the pre-pass gathers them: halo_moe_tile_rows lists, per tile y, the tokens
+// (GLU input) and pair ids (down input) of its pairs at y NB .. y NB + NB - 1 (-1 past them), and halo_split_f16 of
+// X (or A) through those lists writes the rows in tile order (a -1 row: zero sums, never read otherwise). Outputs as
+// the tn kernels: A and D rows per pair. Contract (host): Q4_K / Q6_K experts, K % 256 == 0, n_ff % 32 == 0,
+// n_embd % 64 == 0. Grid: (n_ff / 32 | n_embd / 64, max_tiles); block: 2 NB.
+
+// Entry y nt + i of tok / pair: tile y's pair i's token and pair id (-1 past the tile's pairs, or for a tile entry
+// past the last). Grid: max_tiles; block: nt.
+HALO_KERNEL void halo_moe_tile_rows(const i32* offsets, const i32* order, const i32* order_tok, const i32* tiles,
+                                    i32* tok, i32* pair) {
+    GRID_DEPENDENCY_SYNC();
+    int y = blockIdx.x, e = tiles[2 * y], at = y * blockDim.x + threadIdx.x;
+    int c = e < 0 ? 0 : tiles[2 * y + 1] + threadIdx.x;
+    bool in = e >= 0 && c < offsets[e + 1];
+    tok[at] = in ? order_tok[c] : -1;
+    pair[at] = in ? order[c] : -1;
+}
+
+#if HALO_TC
+// The tile's expert, first index into order and pairs (n), or false for a tile entry past the last
+__device__ __forceinline__ bool moe_th_tile(const i32* offsets, const i32* tiles, int nt, int* e, int* c0, int* n) {
+    *e = tiles[2 * blockIdx.y];
+    if (*e < 0) return false;
+    *c0 = tiles[2 * blockIdx.y + 1];
+    *n = min(nt, offsets[*e + 1] - *c0);
+    return true;
+}
+
+template <int NB>
+__device__ void moe_glu_th(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+                           i32 n_ff, i32 act, const unsigned short* Xh, const unsigned short* Xl, const float* S,
+                           const i32* E, i32 K, i32 ls, const i32* offsets, const i32* order, const i32* tiles,
+                           const float* bg, const float* bu, float alpha, float limit, float* A) {
+    int e, c0, n;
+    if (!moe_th_tile(offsets, tiles, NB, &e, &c0, &n)) return;     // the whole block
+    constexpr int RT = 128 / NB;                       // th_run's rows a thread: tile rows t / 4 + NB / 2 i
+    int row0 = blockIdx.x * (TP_BM / 2), tok0 = blockIdx.y * NB;
+    int warp = threadIdx.x >> 5, mr0 = 16 * (warp & 1), nw = 32 * (warp >> 1);
+    const unsigned char* rp[RT];
+    bool up[RT];
+    #pragma unroll
+    for (int i = 0; i < RT; i++) {                    // tile rows 0-31: gate rows row0 .., 32-63: up rows row0 ..
+        int r = (threadIdx.x >> 2) + (NB / 2) * i;
+        up[i] = r >= 32;
+        size_t er = (size_t)e * n_ff + row0 + (r & 31);
+        rp[i] = up[i] ? wu + er * rb_u : wg + er * rb_g;
+    }
+    __shared__ ThShared<NB> sm;
+    float acc[2][4][4];
+    bool g4 = tg == T_Q4_K, u4 = tu == T_Q4_K;
+    int T = tok0 + n;
+    if (g4 && u4) th_run<NB, true, true>(sm, rp, up, Xh, Xl, S, K, T, ls, tok0, 0, K, mr0, mr0 + 32, nw, acc);
+    else if (g4) th_run<NB, true, false>(sm, rp, up, Xh, Xl, S, K, T, ls, tok0, 0, K, mr0, mr0 + 32, nw, acc);
+    else if (u4) th_run<NB, false, true>(sm, rp, up, Xh, Xl, S, K, T, ls, tok0, 0, K, mr0, mr0 + 32, nw, acc);
+    else th_run<NB, false, false>(sm, rp, up, Xh, Xl, S, K, T, ls, tok0, 0, K, mr0, mr0 + 32, nw, acc);
+    #pragma unroll
+    for (int j = 0; j < 4; j++)
+        #pragma unroll
+        for (int v = 0; v < 4; v++) {
+            int i = tp_tok(nw, j, v), row = row0 + tp_row(mr0, v);
+            if (i >= n) continue;
+            int sh = E[tok0 + i];
+            size_t er = (size_t)e * n_ff + row;
+            A[(size_t)order[c0 + i] * n_ff + row] = expert_glu(ldexpf(acc[0][j][v], sh) + (bg ? bg[er] : 0.0f),
+                                                               ldexpf(acc[1][j][v], sh) + (bu ? bu[er] : 0.0f), act,
+                                                               alpha, limit);
+        }
+}
+
+template <int NB>
+__device__ void moe_down_th(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const unsigned short* Xh,
+                            const unsigned short* Xl, const float* S, const i32* E, i32 F, i32 ls, const i32* offsets,
+                            const i32* order, const i32* tiles, const float* bd, float* D) {
+    int e, c0, n;
+    if (!moe_th_tile(offsets, tiles, NB, &e, &c0, &n)) return;
+    constexpr int RT = 128 / NB;
+    int row0 = blockIdx.x * TP_BM, tok0 = blockIdx.y * NB;
+    int warp = threadIdx.x >> 5, mr0 = 32 * (warp & 1), nw = 32 * (warp >> 1);
+    const unsigned char* rp[RT];
+    const bool up[RT] = {};
+    #pragma unroll
+    for (int i = 0; i < RT; i++)
+        rp[i] = wd + ((size_t)e * n_embd + row0 + (threadIdx.x >> 2) + (NB / 2) * i) * rb_d;
+    __shared__ ThShared<NB> sm;
+    float acc[2][4][4];
+    int T = tok0 + n;
+    if (td == T_Q4_K) th_run<NB, true, true>(sm, rp, up, Xh, Xl, S, F, T, ls, tok0, 0, F, mr0, mr0 + 16, nw, acc);
+    else th_run<NB, false, false>(sm, rp, up, Xh, Xl, S, F, T, ls, tok0, 0, F, mr0, mr0 + 16, nw, acc);
+    #pragma unroll
+    for (int j = 0; j < 4; j++)
+        #pragma unroll
+        for (int v = 0; v < 4; v++) {
+            int i = tp_tok(nw, j, v);
+            if (i >= n) continue;
+            int sh = E[tok0 + i];
+            #pragma unroll
+            for (int m = 0; m < 2; m++) {
+                int row = row0 + tp_row(mr0 + 16 * m, v);
+                D[(size_t)order[c0 + i] * n_embd + row] = ldexpf(acc[m][j][v], sh)
+                                                          + (bd ? bd[(size_t)e * n_embd + row] : 0.0f);
+            }
+        }
+}
+#endif
+
+// NB pairs a tile, 2 NB threads, BLOCKS blocks an SM (at most 128 registers, as tch)
+#define MOE_TH_ENTRIES(GLU, DOWN, NB, BLOCKS)                                                               \
+HALO_KERNEL __launch_bounds__(2 * NB, BLOCKS) void GLU(const unsigned char* wg, i32 tg, const unsigned char* wu, \
+        i32 tu, i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const unsigned short* Xh, const unsigned short* Xl,    \
+        const float* S, const i32* E, i32 K, i32 ls, const i32* offsets, const i32* order, const i32* tiles,  \
+        const float* bg, const float* bu, float alpha, float limit, float* A) {                             \
+    GRID_DEPENDENCY_SYNC();                                                                                 \
+    TH_BODY(moe_glu_th<NB>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, Xh, Xl, S, E, K, ls, offsets, order, tiles, bg, \
+                           bu, alpha, limit, A));                                                           \
+}                                                                                                           \
+HALO_KERNEL __launch_bounds__(2 * NB, BLOCKS) void DOWN(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, \
+        const unsigned short* Xh, const unsigned short* Xl, const float* S, const i32* E, i32 F, i32 ls,      \
+        const i32* offsets, const i32* order, const i32* tiles, const float* bd, float* D) {                \
+    GRID_DEPENDENCY_SYNC();                                                                                 \
+    TH_BODY(moe_down_th<NB>(wd, td, rb_d, n_embd, Xh, Xl, S, E, F, ls, offsets, order, tiles, bd, D));      \
+}
+MOE_TH_ENTRIES(halo_moe_glu_th_t32, halo_moe_down_th_t32, 32, 8)
+MOE_TH_ENTRIES(halo_moe_glu_th_t64, halo_moe_down_th_t64, 64, 4)
