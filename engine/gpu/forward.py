@@ -564,6 +564,8 @@ class GpuForward:
         self._logits_ready = backend.create_event()
         self._split_buf: DeviceBuffer | None = None        # halo_split_f16's output (_split_f16)
         types = {m.ggml_type for m in layer_matrices(weights.layers)} | {weights.output.ggml_type}
+        types |= {e.ggml_type for L in weights.layers if getattr(L, "moe", None) for e in (L.moe.gate, L.moe.up,
+                                                                                         L.moe.down)}
         if self.use_tc and tch_possible(types):
             self._grow_split(split_f16_scratch(c, max_tokens))
 

@@ -191,12 +191,15 @@ def _prefill_kind(fwd, moe: DeviceMoe, pairs: int) -> str:
     expert matrix meets their contract (Q4_K / Q6_K, K % 256 == 0, rows % 16 == 0); "bq" (tiles on the SIMT path:
     HIP) for Q4_K / Q6_K with K % 256 == 0; else "grouped". HALO_GPU_MOE_PREFILL names one for comparisons (where
     it applies: th's scratch, th_rows, holds only steps that wide)."""
-    from engine.gpu.forward import TC_ROWS, TCP_ROWS  # deferred: engine.gpu.forward imports this module
+    # deferred: engine.gpu.forward imports this module
+    from engine.gpu.forward import TC_ROWS, TCP_ROWS, tch_possible
     c = fwd.config
     mats = _facts(fwd, moe)
     fits = {"grouped": True, "bq": all(m.bq_ok for m in mats),
             "tn": fwd.use_tc and all(m.bq_ok and m.tn_ok for m in mats)}
-    fits["th"] = (fits["tn"] and c.n_ff_exp % TC_ROWS == 0 and c.n_embd % TCP_ROWS == 0
+    # th also needs the split scratch that GpuForward keeps from the start where tch_possible (its experts' types)
+    fits["th"] = (fits["tn"] and tch_possible({moe.gate.ggml_type, moe.up.ggml_type, moe.down.ggml_type})
+                  and c.n_ff_exp % TC_ROWS == 0 and c.n_embd % TCP_ROWS == 0
                   and pairs >= MOE_TH_TILES[0] * c.n_expert)
     asked = os.environ.get("HALO_GPU_MOE_PREFILL")
     if asked in fits and fits[asked]:

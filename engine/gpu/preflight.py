@@ -82,7 +82,7 @@ def plan_memory(config: ModelConfig, tensors, num_blocks: int, block_size: int, 
                 max_seqs: int, kv_type: str = arch.DEFAULT_KV_CACHE_TYPE) -> MemoryPlan:
     est = arch.blocks_memory_estimate(config, num_blocks, block_size, "gpu", tensors, max_seqs, kv_type)
     w, kv = est.weights, est.kv_cache + est.recurrent_state
-    tch = tch_possible(t.ggml_type for t in tensors if len(t.shape) == 2)
+    tch = tch_possible(t.ggml_type for t in tensors if len(t.shape) >= 2)     # matrices and stacked experts
     scratch = scratch_bytes(config, max_tokens, max_seqs, num_blocks, tch)
     reserve = FIXED_RESERVE + int(RESERVE_FRACTION * (w + kv + scratch))
     return MemoryPlan(w, kv, scratch, reserve)

@@ -113,3 +113,24 @@ def test_qwen35_runs_on_the_gpu_unless_its_delta_net_sizes_exceed_the_kernels():
     long = gpu_refusal(dataclasses.replace(c, ssm_conv_kernel=CONV_MAX_K + 1))
     assert wide and f"{RECURRENT_MAX_DK + 1}" in wide and "runs on the CPU" in wide
     assert long and f"{CONV_MAX_K + 1}" in long and "runs on the CPU" in long
+
+
+def test_moe_experts_alone_can_need_the_f16_split_scratch():
+    """The MoE th tiles (engine.gpu.moe) split their inputs into the tch tile's scratch: a file whose stacked experts
+    are K-quants needs it counted even when none of its 2-D matrices is (here the attention is Q8_0), sized for the
+    experts' gathered rows (th_split_floats)."""
+    import dataclasses
+
+    from engine.gguf.types import GGMLType
+    from engine.gpu.forward import split_f16_scratch
+    from engine.gpu.moe import th_split_floats
+
+    g, c = _open("tiny-qwen3moe-q8_0.gguf")
+    with g:
+        tensors = list(g.tensors.values())
+    as_q4k = [dataclasses.replace(t, ggml_type=GGMLType.Q4_K) if len(t.shape) == 3 else t for t in tensors]
+    assert not {t.ggml_type for t in tensors if len(t.shape) == 2} & {GGMLType.Q4_K, GGMLType.Q6_K}
+    without = preflight.plan_memory(c, tensors, 8, 16, 512, 4).scratch
+    with_experts = preflight.plan_memory(c, as_q4k, 8, 16, 512, 4).scratch
+    assert split_f16_scratch(c, 512) == th_split_floats(c, 512) > 0        # the experts' rows are the widest need
+    assert with_experts - without >= 4 * split_f16_scratch(c, 512)
