@@ -3319,9 +3319,11 @@ __device__ void moe_down_tn(const unsigned char* wd, i32 td, i32 rb_d, i32 n_emb
 // kernels' scheme, a block of BQ_ROWS rows of expert e (8 lanes a row, wide K-quant loads) with each super-block's
 // activations of the tile's pairs staged in shared memory once for all of them, where halo_moe_*_grouped give each
 // row a warp that re-reads its tokens' activations through L1. Q4_K / Q6_K rows, K % 256 == 0.
-// Grid: (ceil(rows / BQ_ROWS), max_tiles); block: 32 * BQ_WARPS.
+// Grid: (ceil(rows / BQ_ROWS), max_tiles); block: 32 * BQ_WARPS. Inlined into their entries: hiprtc (ROCm 5's LLVM)
+// gives the shared arrays of functions it keeps out of line to every kernel of the module, and with these two the
+// sum passed the 64 KB of LDS (78,400 bytes in 15 kernels for gfx1030).
 template <int NT>
-__device__ void moe_glu_bq(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
+__device__ __forceinline__ void moe_glu_bq(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
                            i32 n_ff, i32 act, const float* X, i32 K, const i32* offsets, const i32* order,
                            const i32* order_tok, const i32* tiles, const float* bg, const float* bu, float alpha,
                            float limit, float* A) {
@@ -3356,7 +3358,7 @@ __device__ void moe_glu_bq(const unsigned char* wg, i32 tg, const unsigned char*
 }
 
 template <int NT>
-__device__ void moe_down_bq(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A, i32 F,
+__device__ __forceinline__ void moe_down_bq(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A, i32 F,
                             const i32* offsets, const i32* order, const i32* tiles, const float* bd, float* D) {
     __shared__ __align__(16) float xs[NT * BQ_XLD];
     int e = tiles[2 * blockIdx.y], c0 = tiles[2 * blockIdx.y + 1];
