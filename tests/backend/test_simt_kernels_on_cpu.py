@@ -335,6 +335,43 @@ def test_tensor_core_glu_tile_matches_float64(tc_quant_lib, build, tg, tu):
     assert rel < BOUND, f"max |A - A64| / scale = {rel:.2e}"
 
 
+BQ = ["const unsigned char*", "int", "int", "int"] * 3 + ["const float*", "const float*", "const int*", "int", "int",
+                                                         "float*", "int", "int", "float*"]
+BQ_GLU = ["const unsigned char*", "int", "const unsigned char*", "int", "int", "int", "int", "int", "const float*", "int",
+          "int", "float*"]
+
+
+@pytest.mark.parametrize("splits", [1, 2])
+def test_batched_decode_bq_kernels_match_float64(splits):
+    """halo_matmul_bq_t16 / halo_glu_bq_t16, HIP's batched decode of 9..16 tokens (BQ_ROWS rows a block, each
+    super-block's activations staged once for the block; the MoE bq tiles share their k loops): 11 tokens (a tile
+    part full), Q4_K and Q6_K rows, the matmul's K split over blocks (partial sums, added by halo_splitk_sum)."""
+    lib = cpu_simt.build("halo_quant.cu", {"halo_matmul_bq_t16": BQ, "halo_glu_bq_t16": BQ_GLU})
+    rng = np.random.default_rng(40 + splits)
+    rows, K, T = 32, 768, 11
+    for ggml_type in (GGMLType.Q4_K, GGMLType.Q6_K):
+        raw = random_matrix(rng, ggml_type, rows, K)
+        W = dequantize(raw.reshape(-1), ggml_type, rows * K).reshape(rows, K).astype(np.float64)
+        X = rng.standard_normal((T, K)).astype(np.float32)
+        want, bound = X.astype(np.float64) @ W.T, np.abs(X).astype(np.float64) @ np.abs(W).T
+        Y, P = np.full((T, rows), np.nan, np.float32), np.full((splits, T, rows), np.nan, np.float32)
+        ksb = -(-(K // 256) // splits)
+        cpu_simt.launch(lib, "halo_matmul_bq_t16", (rows // BQ_ROWS, 1, splits), 32 * MATMUL_WARPS,
+                        one_matrix(raw, ggml_type, rows) + [None, X, None, np.int32(K), np.int32(T), Y, np.int32(rows),
+                                                             np.int32(ksb), P])
+        got = Y if splits == 1 else P.sum(axis=0)
+        rel = float(np.max(np.abs(got - want) / bound))
+        assert rel < BOUND, f"{ggml_type.name}: max |Y - Y64| / (|X| |W|) = {rel:.2e}"
+    raw_g, raw_u, X, G, U = glu_inputs(rng, GGMLType.Q4_K, GGMLType.Q6_K, rows, K, T)
+    want, scale = silu_glu_reference(X, G, U)
+    A = np.full((T, rows), np.nan, np.float32)
+    cpu_simt.launch(lib, "halo_glu_bq_t16", (rows // BQ_ROWS, 1), 32 * MATMUL_WARPS,
+                    [raw_g, np.int32(GGMLType.Q4_K), raw_u, np.int32(GGMLType.Q6_K), np.int32(raw_g.shape[1]),
+                     np.int32(raw_u.shape[1]), np.int32(rows), np.int32(0), X, np.int32(K), np.int32(T), A])
+    rel = float(np.max(np.abs(A - want) / scale))
+    assert rel < BOUND, f"glu: max |A - A64| / scale = {rel:.2e}"
+
+
 MV = ["const unsigned char*", "int", "int", "int"] * 3 + ["const float*", "const float*", "const int*", "int", "int",
                                                          "float*", "int", "int", "int"]
 MV_GLU = ["const unsigned char*", "int", "const unsigned char*", "int", "int", "int", "int", "int", "const float*", "int",

@@ -1040,6 +1040,41 @@ __device__ __forceinline__ float group8_sum(float v) {
     return v;
 }
 
+// The bq kernels' k loop over super-blocks [sb0, sb1): each super-block's activations of the tile's tokens (bq_stage's
+// xrow, T, tok0) staged in xs once for the block, then this lane's share of its row's dots into acc[NT] (zeroed
+// here; valid: the lane has a row, the barriers are every thread's)
+template <int NT>
+__device__ __forceinline__ void bq_rows_acc(int type, const unsigned char* rp, bool valid, const float* X,
+                                            const i32* xrow, int K, int T, int tok0, int sb0, int sb1, float* xs,
+                                            float* acc) {
+    #pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    for (int sb = sb0; sb < sb1; sb++) {
+        __syncthreads();
+        bq_stage<NT>(X, xrow, K, T, tok0, sb, xs);
+        __syncthreads();
+        if (valid) bq_sb<NT>(type, rp, sb, threadIdx.x & 7, xs, acc);
+    }
+}
+
+// ... and the GLU's: its gate and up rows' dots into g and u, over every super-block
+template <int NT>
+__device__ __forceinline__ void bq_glu_acc(int tg, const unsigned char* rg, int tu, const unsigned char* ru,
+                                           bool valid, const float* X, const i32* xrow, int K, int T, int tok0,
+                                           float* xs, float* g, float* u) {
+    #pragma unroll
+    for (int t = 0; t < NT; t++) { g[t] = 0.0f; u[t] = 0.0f; }
+    for (int sb = 0; sb < (K >> 8); sb++) {
+        __syncthreads();
+        bq_stage<NT>(X, xrow, K, T, tok0, sb, xs);
+        __syncthreads();
+        if (valid) {
+            bq_sb<NT>(tg, rg, sb, threadIdx.x & 7, xs, g);
+            bq_sb<NT>(tu, ru, sb, threadIdx.x & 7, xs, u);
+        }
+    }
+}
+
 // Split K (gridDim.z > 1; the host splits matrices of few rows, a 4B model's down and wo, which gave 160 blocks
 // for 132 SMs): block z takes super-blocks [z ksb, (z + 1) ksb) and writes its partial sums to
 // P[z][t][row], added in z order by halo_splitk_sum.
@@ -1057,15 +1092,8 @@ __device__ void matmul_bq(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, con
     else { base = w2; type = t2_; rb = rb2; local = row - n0 - n1; }
     const unsigned char* rp = valid ? base + (size_t)local * rb : 0;
     float acc[NT];
-    #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-    int sb1 = min(K >> 8, (int)(blockIdx.z + 1) * ksb);
-    for (int sb = blockIdx.z * ksb; sb < sb1; sb++) {
-        __syncthreads();
-        bq_stage<NT>(X, xrow, K, T, tok0, sb, xs);
-        __syncthreads();
-        if (valid) bq_sb<NT>(type, rp, sb, m, xs, acc);
-    }
+    bq_rows_acc<NT>(type, rp, valid, X, xrow, K, T, tok0, blockIdx.z * ksb, min(K >> 8, (int)(blockIdx.z + 1) * ksb),
+                    xs, acc);
     int rows = n0 + n1 + n2;
     #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -1087,17 +1115,7 @@ __device__ void glu_bq(const unsigned char* wg, i32 tg, const unsigned char* wu,
     const unsigned char* rg = valid ? wg + (size_t)r * rb_g : 0;
     const unsigned char* ru = valid ? wu + (size_t)r * rb_u : 0;
     float g[NT], u[NT];
-    #pragma unroll
-    for (int t = 0; t < NT; t++) { g[t] = 0.0f; u[t] = 0.0f; }
-    for (int sb = 0; sb < (K >> 8); sb++) {
-        __syncthreads();
-        bq_stage<NT>(X, 0, K, T, tok0, sb, xs);
-        __syncthreads();
-        if (valid) {
-            bq_sb<NT>(tg, rg, sb, m, xs, g);
-            bq_sb<NT>(tu, ru, sb, m, xs, u);
-        }
-    }
+    bq_glu_acc<NT>(tg, rg, tu, ru, valid, X, 0, K, T, tok0, xs, g, u);
     #pragma unroll
     for (int t = 0; t < NT; t++) {
         float gs = group8_sum(g[t]), us = group8_sum(u[t]);
@@ -3337,17 +3355,7 @@ __device__ __forceinline__ void moe_glu_bq(const unsigned char* wg, i32 tg, cons
     const unsigned char* rg = wg + er * rb_g;
     const unsigned char* ru = wu + er * rb_u;
     float g[NT], u[NT];
-    #pragma unroll
-    for (int t = 0; t < NT; t++) { g[t] = 0.0f; u[t] = 0.0f; }
-    for (int sb = 0; sb < (K >> 8); sb++) {
-        __syncthreads();
-        bq_stage<NT>(X, order_tok + c0, K, n, 0, sb, xs);
-        __syncthreads();
-        if (valid) {
-            bq_sb<NT>(tg, rg, sb, m, xs, g);
-            bq_sb<NT>(tu, ru, sb, m, xs, u);
-        }
-    }
+    bq_glu_acc<NT>(tg, rg, tu, ru, valid, X, order_tok + c0, K, n, 0, xs, g, u);
     #pragma unroll
     for (int t = 0; t < NT; t++) {
         float gs = group8_sum(g[t]), us = group8_sum(u[t]);
@@ -3369,14 +3377,7 @@ __device__ __forceinline__ void moe_down_bq(const unsigned char* wd, i32 td, i32
     size_t er = (size_t)e * n_embd + (valid ? r : 0);
     const unsigned char* rd = wd + er * rb_d;
     float acc[NT];
-    #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-    for (int sb = 0; sb < (F >> 8); sb++) {
-        __syncthreads();
-        bq_stage<NT>(A, order + c0, F, n, 0, sb, xs);
-        __syncthreads();
-        if (valid) bq_sb<NT>(td, rd, sb, m, xs, acc);
-    }
+    bq_rows_acc<NT>(td, rd, valid, A, order + c0, F, n, 0, 0, F >> 8, xs, acc);
     #pragma unroll
     for (int t = 0; t < NT; t++) {
         float v = group8_sum(acc[t]);
