@@ -16,9 +16,9 @@ order (deterministic). On tensor cores (CUDA sm_80+, Q4_K / Q6_K experts) the so
 into tiles of 8 or 16, and halo_moe_glu_tn_tN / halo_moe_down_tn_tN run a block per (128 rows, tile) on the tn
 kernels' k loop; elsewhere (HIP) halo_moe_*_bq_tN do the same on the batched-decode bq kernels' scheme (a block per
 16 rows and tile). Steps wide enough to average 32 pairs an expert take tiles of 32 or 64 on tch's f16 tile
-(halo_moe_*_th_tN): halo_moe_tile_rows lists each tile's tokens and pairs, halo_split_f16 gathers the inputs' rows
-in tile order through those lists, and a block runs tch's k loop over 64 rows of the tile's expert. Grids are fixed
-by T and n_expert, never by the routing, so prefill is capturable too.
+(halo_moe_*_th_tN): halo_moe_tile_rows lists each tile's tokens and pairs, a block runs tch's k loop over 64 rows of
+the tile's expert, the GLU reading X's split through the token list and the down product A's rows gathered in tile
+order by their split. Grids are fixed by T and n_expert, never by the routing, so prefill is capturable too.
 """
 from __future__ import annotations
 
@@ -136,12 +136,13 @@ def th_rows(pairs: int) -> int:
 
 
 def th_split_floats(c: ModelConfig, max_tokens: int) -> int:
-    """halo_split_f16's scratch (forward.split_f16_floats) for the th tiles' inputs: th_rows of the expert inputs'
-    width (the GLU's n_embd, the down product's n_ff_exp); 0 for a model without MoE."""
+    """halo_split_f16's scratch (forward.split_f16_floats) for the th tiles' down-product input: th_rows rows of
+    n_ff_exp, gathered in tile order (the GLU reads X's split of the step's tokens, a dense product's); 0 for a model
+    without MoE."""
     if c.ffn_kind != "moe":
         return 0
     from engine.gpu.forward import split_f16_floats  # deferred: engine.gpu.forward imports this module
-    return split_f16_floats(th_rows(max_tokens * c.n_expert_used), max(c.n_embd, c.n_ff_exp))
+    return split_f16_floats(th_rows(max_tokens * c.n_expert_used), c.n_ff_exp)
 
 
 def enqueue_moe_ffn(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: DeviceBuffer) -> None:
@@ -230,12 +231,14 @@ def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: Dev
            np.int32(F), np.int32(act), X, np.int32(E), s.offsets, s.order, s.order_tok)
     down = (d.buf, np.int32(d.ggml_type), np.int32(d.row_bytes), np.int32(E), s.act, np.int32(F), s.offsets, s.order)
     if kind == "th":
-        # the inputs' rows gathered in tile order (tile y's pairs at rows y nt ..), each split once for its product
+        # tile y's pairs at rows y nt ..: the GLU reads X's split through their tokens, the down product's input is
+        # split in that order
         fwd._launch("halo_quant.cu", "halo_moe_tile_rows", tiles, nt,
                     (s.offsets, s.order, s.order_tok, s.tiles, s.tile_tok, s.tile_pair))
-        xh, xl, xs, xe, ls = fwd._split_f16(X, s.tile_tok, tiles * nt, E)
+        xh, xl, xs, xe, ls = fwd._split_f16(X, None, T, E)
         fwd._launch("halo_quant.cu", f"halo_moe_glu_th_t{nt}", (F // TC_ROWS, tiles), 2 * nt,
-                    glu[:8] + (xh, xl, xs, xe, np.int32(E), ls, s.offsets, s.order, s.tiles) + glu_tail + (s.act,))
+                    glu[:8] + (xh, xl, xs, xe, np.int32(E), ls, s.tile_tok, s.offsets, s.order, s.tiles) + glu_tail
+                    + (s.act,))
         xh, xl, xs, xe, ls = fwd._split_f16(s.act, s.tile_pair, tiles * nt, F)
         fwd._launch("halo_quant.cu", f"halo_moe_down_th_t{nt}", (E // TCP_ROWS, tiles), 2 * nt,
                     down[:4] + (xh, xl, xs, xe, np.int32(F), ls, s.offsets, s.order, s.tiles,

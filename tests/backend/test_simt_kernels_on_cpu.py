@@ -464,9 +464,9 @@ MOE_GLU_TN = MOE_GLU[:10] + ["const int*"] * 4 + ["const float*", "const float*"
 MOE_DOWN_TN = MOE_DOWN[:6] + ["const int*"] * 3 + ["const float*", "float*"]
 
 
-MOE_GLU_TH = MOE_GLU[:8] + ["const unsigned short*", "const unsigned short*", "const float*", "const int*", "int",
-                             "int"] + ["const int*"] * 3 + ["const float*", "const float*", "float", "float", "float*"]
-MOE_DOWN_TH = MOE_DOWN[:4] + MOE_GLU_TH[8:14] + ["const int*"] * 3 + ["const float*", "float*"]
+MOE_SPLIT = ["const unsigned short*", "const unsigned short*", "const float*", "const int*", "int", "int"]
+MOE_GLU_TH = MOE_GLU[:8] + MOE_SPLIT + ["const int*"] * 4 + ["const float*", "const float*", "float", "float", "float*"]
+MOE_DOWN_TH = MOE_DOWN[:4] + MOE_SPLIT + ["const int*"] * 3 + ["const float*", "float*"]
 
 
 @pytest.fixture(scope="module")
@@ -532,9 +532,10 @@ def test_moe_grouped_tile_kernels_match_float64(moe_tc_lib, T, k, nt, types, bia
                                                          (100, 2, 3, 64, ("Q6_K", "Q4_K"), False)])
 def test_moe_th_tiles_match_float64(moe_tc_lib, T, k, n_expert, nt, types, biases):
     """A wide step's expert products on tch's f16 tile: halo_moe_tile_rows lists each tile's tokens and pair ids at
-    rows y nt .. (-1 past its pairs), halo_split_f16 gathers X's rows (then A's) in that order (a -1 row: zero sums
-    and exponent), and halo_moe_glu_th_tN / halo_moe_down_th_tN (64 rows of the tile's expert a block, 2 nt threads)
-    write each pair's rows; tiles of 32 and 64 with experts holding one or two (T k / n_expert: 35, 67 pairs)."""
+    rows y nt .. (-1 past its pairs); halo_moe_glu_th_tN reads halo_split_f16 of X's T rows through the token list,
+    and the split of A's rows in tile order through the pair list (a -1 row: zero sums and exponent) feeds
+    halo_moe_down_th_tN (both 64 rows of the tile's expert a block, 2 nt threads), each writing its pairs' rows;
+    tiles of 32 and 64 with experts holding one or two (T k / n_expert: 35, 67 pairs)."""
     E, F = 512, 768
     tg, td = GGMLType[types[0]], GGMLType[types[1]]
     m = moe_inputs(np.random.default_rng(90 + T), n_expert, k, E, F, tg, td, biases, T)
@@ -568,8 +569,8 @@ def test_moe_th_tiles_match_float64(moe_tc_lib, T, k, n_expert, nt, types, biase
     A = np.full((P, F), np.nan, np.float32)
     cpu_simt.launch(moe_tc_lib, f"halo_moe_glu_th_t{nt}", (F // 32, tiles), 2 * nt,
                     [g, np.int32(tg), u, np.int32(tg), np.int32(g.shape[1]), np.int32(u.shape[1]), np.int32(F),
-                     np.int32(0)] + split(m["X"], tok, E) + [offsets, order, tile_list, m["bg"], m["bu"],
-                                                               np.float32(0), np.float32(0), A])
+                     np.int32(0)] + split(m["X"], np.arange(T, dtype=np.int32), E)
+                    + [tok, offsets, order, tile_list, m["bg"], m["bu"], np.float32(0), np.float32(0), A])
     D = np.full((P, E), np.nan, np.float32)
     cpu_simt.launch(moe_tc_lib, f"halo_moe_down_th_t{nt}", (E // 64, tiles), 2 * nt,
                     [d, np.int32(td), np.int32(d.shape[1]), np.int32(E)] + split(A, pair, F)

@@ -78,5 +78,9 @@ void ldmatrix_x4_trans(unsigned* r, const void* row);
 typedef char* saddr;                          // prelude.h's shared-window address: here a plain pointer
 inline saddr shared_addr(const void* p) { return (char*)p; }
 inline void cp_async16_at(saddr dst, const void* src, int bytes) { cp_async16(dst, src, bytes); }
+inline void cp_async4_at(saddr dst, const void* src, int bytes) {                    // bytes 0: a zero
+    float v = bytes ? *(const float*)src : 0.0f;
+    *(float*)dst = v;
+}
 inline void ldmatrix_x4_at(unsigned* r, saddr row) { ldmatrix_x4(r, row); }
 #endif

@@ -118,7 +118,7 @@ def test_qwen35_runs_on_the_gpu_unless_its_delta_net_sizes_exceed_the_kernels():
 def test_moe_experts_alone_can_need_the_f16_split_scratch():
     """The MoE th tiles (engine.gpu.moe) split their inputs into the tch tile's scratch: a file whose stacked experts
     are K-quants needs it counted even when none of its 2-D matrices is (here the attention is Q8_0), sized for the
-    experts' gathered rows (th_split_floats)."""
+    experts' gathered inputs too (th_split_floats)."""
     import dataclasses
 
     from engine.gguf.types import GGMLType
@@ -132,5 +132,5 @@ def test_moe_experts_alone_can_need_the_f16_split_scratch():
     assert not {t.ggml_type for t in tensors if len(t.shape) == 2} & {GGMLType.Q4_K, GGMLType.Q6_K}
     without = preflight.plan_memory(c, tensors, 8, 16, 512, 4).scratch
     with_experts = preflight.plan_memory(c, as_q4k, 8, 16, 512, 4).scratch
-    assert split_f16_scratch(c, 512) == th_split_floats(c, 512) > 0        # the experts' rows are the widest need
+    assert split_f16_scratch(c, 512) >= th_split_floats(c, 512) > 0
     assert with_experts - without >= 4 * split_f16_scratch(c, 512)

@@ -2295,20 +2295,25 @@ __device__ __forceinline__ int th_sw(int n, int c) { return 32 * n + 8 * (c ^ ((
 
 // Stage at k0 of the token tile into xs ([head | tail][NB tokens][32] f16, swizzled) and the stage's sums into
 // ss (NB floats): thread t copies chunk t % 4 of tokens t / 4 + NB / 2 j of heads and tails; threads 0 .. NB / 4 - 1
-// the sums
-template <int NB>
+// the sums. GATHER (the MoE th tiles): the tile's token n is row src of the split instead, src[j] for this thread's
+// two tokens and src[2] for token t's sum (threads 0 .. NB - 1, 4 bytes each: th_run_rows)
+template <int NB, bool GATHER>
 __device__ __forceinline__ void th_load_x(const unsigned short* Xh, const unsigned short* Xl, const float* S, int K,
-                                          int T, int ls, int tok0, int k0, saddr xs, saddr ss) {
+                                          int T, int ls, int tok0, int k0, saddr xs, saddr ss, const int* src) {
     int t = threadIdx.x, c = t & 3;
     #pragma unroll
     for (int j = 0; j < 2; j++) {
         int n = (t >> 2) + (NB / 2) * j, tok = tok0 + n;
         bool in = tok < T;
-        size_t o = in ? (size_t)tok * K + k0 + 8 * c : 0;
+        size_t o = in ? (size_t)(GATHER ? src[j] : tok) * K + k0 + 8 * c : 0;
         cp_async16_at(xs + 2 * th_sw(n, c), Xh + o, in ? 16 : 0);
         cp_async16_at(xs + 2 * (NB * 32 + th_sw(n, c)), Xl + o, in ? 16 : 0);
     }
-    if (t < NB / 4) cp_async16_at(ss + 16 * t, S + (size_t)(k0 >> 5) * ls + tok0 + 4 * t, 16);
+    if constexpr (GATHER) {
+        if (t < NB) cp_async4_at(ss + 4 * t, S + (size_t)(k0 >> 5) * ls + src[2], tok0 + t < T ? 4 : 0);
+    } else if (t < NB / 4) {
+        cp_async16_at(ss + 16 * t, S + (size_t)(k0 >> 5) * ls + tok0 + 4 * t, 16);
+    }
 }
 
 // 0x6400 | byte i of v, per f16 lane: pairs (b0, b1) and (b2, b3) as f16 1024 + b, then minus off (f16x2)
@@ -2479,11 +2484,11 @@ struct ThShared {
 // tk_run for tch: weight codes, scales, activations and sums double-buffered, one barrier per stage. Thread t decodes
 // group t % 4 of tile rows t / 4 + NB / 2 i, i < 128 / NB (rp[i]; of th_mma's m = 1 rows where up[i], else of m = 0's:
 // warp-uniform). Each row's type follows from ONE0 / ONE1 at compile time (a constant where they agree)
-template <int NB, bool ONE0, bool ONE1>
+template <int NB, bool ONE0, bool ONE1, bool GATHER = false>
 __device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* const* rp, const bool* up,
                                        const unsigned short* Xh, const unsigned short* Xl, const float* S, int K,
                                        int T, int ls, int tok0, int kbeg, int kc, int mr0, int mr1, int n0,
-                                       float (*acc)[4][4]) {
+                                       float (*acc)[4][4], const i32* xrows = nullptr) {
     constexpr int RT = 128 / NB;                       // weight rows per thread
     unsigned short (*Ws)[TP_BM * 32] = sm.Ws;
     float (*Sc)[TP_BM * 4] = sm.Sc;
@@ -2506,7 +2511,16 @@ __device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* co
     // buffer b of Ws / Xs / Ss at ws0 / xs0 / ss0 + b x its size (ldmatrix and cp.async take these addresses)
     const saddr ws0 = shared_addr(sm.Ws), xs0 = shared_addr(sm.Xs), ss0 = shared_addr(sm.Ss);
     constexpr int WSZ = sizeof(sm.Ws[0]), XSZ = sizeof(sm.Xs[0]), SSZ = sizeof(sm.Ss[0]);
-    th_load_x<NB>(Xh, Xl, S, K, T, ls, tok0, kbeg, xs0, ss0);
+    int src[3] = {0, 0, 0};                            // GATHER: the split's rows of this thread's tokens (th_load_x)
+    if constexpr (GATHER) {
+        #pragma unroll
+        for (int j = 0; j < 2; j++) {
+            int tok = tok0 + (t >> 2) + (NB / 2) * j;
+            src[j] = tok < T ? xrows[tok] : 0;
+        }
+        src[2] = t < NB && tok0 + t < T ? xrows[tok0 + t] : 0;
+    }
+    th_load_x<NB, GATHER>(Xh, Xl, S, K, T, ls, tok0, kbeg, xs0, ss0, src);
     cp_async_commit();
     #pragma unroll
     for (int i = 0; i < RT; i++) tp_fetch(ty[i], rp[i], kbeg, gi, raw[i]);
@@ -2519,7 +2533,7 @@ __device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* co
         int k1 = kbeg + TP_BK * (s + 1), cur = s & 1;
         bool more = s + 1 < nst;
         if (more) {
-            th_load_x<NB>(Xh, Xl, S, K, T, ls, tok0, k1, xs0 + (cur ^ 1) * XSZ, ss0 + (cur ^ 1) * SSZ);
+            th_load_x<NB, GATHER>(Xh, Xl, S, K, T, ls, tok0, k1, xs0 + (cur ^ 1) * XSZ, ss0 + (cur ^ 1) * SSZ, src);
             #pragma unroll
             for (int i = 0; i < RT; i++) tp_fetch(ty[i], rp[i], k1, gi, raw[i]);
         }
@@ -3341,10 +3355,11 @@ __device__ void moe_down_tn(const unsigned char* wd, i32 td, i32 rb_d, i32 n_emb
 // gives the shared arrays of functions it keeps out of line to every kernel of the module, and with these two the
 // sum passed the 64 KB of LDS (78,400 bytes in 15 kernels for gfx1030).
 template <int NT>
-__device__ __forceinline__ void moe_glu_bq(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
-                           i32 n_ff, i32 act, const float* X, i32 K, const i32* offsets, const i32* order,
-                           const i32* order_tok, const i32* tiles, const float* bg, const float* bu, float alpha,
-                           float limit, float* A) {
+__device__ __forceinline__ void moe_glu_bq(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu,
+                                           i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K,
+                                           const i32* offsets, const i32* order, const i32* order_tok,
+                                           const i32* tiles, const float* bg, const float* bu, float alpha,
+                                           float limit, float* A) {
     __shared__ __align__(16) float xs[NT * BQ_XLD];
     int e = tiles[2 * blockIdx.y], c0 = tiles[2 * blockIdx.y + 1];
     if (e < 0) return;                                  // the whole block: past the last tile
@@ -3366,8 +3381,9 @@ __device__ __forceinline__ void moe_glu_bq(const unsigned char* wg, i32 tg, cons
 }
 
 template <int NT>
-__device__ __forceinline__ void moe_down_bq(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A, i32 F,
-                            const i32* offsets, const i32* order, const i32* tiles, const float* bd, float* D) {
+__device__ __forceinline__ void moe_down_bq(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A,
+                                            i32 F, const i32* offsets, const i32* order, const i32* tiles,
+                                            const float* bd, float* D) {
     __shared__ __align__(16) float xs[NT * BQ_XLD];
     int e = tiles[2 * blockIdx.y], c0 = tiles[2 * blockIdx.y + 1];
     if (e < 0) return;
@@ -3422,12 +3438,12 @@ MOE_TN_ENTRIES(halo_moe_glu_tn_t16, halo_moe_down_tn_t16, 2)
 // Wide steps on tch's f16 tile, "th" (CUDA sm_80+; engine.gpu.moe takes them once a step averages NB pairs an
 // expert, e.g. 512 tokens of Qwen3-30B-A3B: 32). The tn kernels above issue two TF32 MMAs per product and read an
 // expert's weights once per 16 pairs; here a block runs th_run, tch's k loop (f16 MMAs, integer weight codes exact,
-// activations f16 head + tail), over 64 rows of the tile's expert and its up to NB pairs. th_run reads NB consecutive
-// rows of halo_split_f16's output, so the pre-pass gathers them: halo_moe_tile_rows lists, per tile y, the tokens
-// (GLU input) and pair ids (down input) of its pairs at y NB .. y NB + NB - 1 (-1 past them), and halo_split_f16 of
-// X (or A) through those lists writes the rows in tile order (a -1 row: zero sums, never read otherwise). Outputs as
-// the tn kernels: A and D rows per pair. Contract (host): Q4_K / Q6_K experts, K % 256 == 0, n_ff % 32 == 0,
-// n_embd % 64 == 0. Grid: (n_ff / 32 | n_embd / 64, max_tiles); block: 2 NB.
+// activations f16 head + tail), over 64 rows of the tile's expert and its up to NB pairs. halo_moe_tile_rows lists,
+// per tile y, the tokens (GLU input) and pair ids (down input) of its pairs at y NB .. y NB + NB - 1 (-1 past them).
+// The GLU reads X's split (halo_split_f16 of the step's T rows) through the token list (th_run's GATHER); the down
+// product's input, A's rows per pair, is split through the pair list, in tile order (a -1 row: zero sums, never read
+// otherwise). Outputs as the tn kernels: A and D rows per pair. Contract (host): Q4_K / Q6_K experts, K % 256 == 0,
+// n_ff % 32 == 0, n_embd % 64 == 0. Grid: (n_ff / 32 | n_embd / 64, max_tiles); block: 2 NB.
 
 // Entry y nt + i of tok / pair: tile y's pair i's token and pair id (-1 past the tile's pairs, or for a tile entry
 // past the last). Grid: max_tiles; block: nt.
@@ -3454,8 +3470,8 @@ __device__ __forceinline__ bool moe_th_tile(const i32* offsets, const i32* tiles
 template <int NB>
 __device__ void moe_glu_th(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
                            i32 n_ff, i32 act, const unsigned short* Xh, const unsigned short* Xl, const float* S,
-                           const i32* E, i32 K, i32 ls, const i32* offsets, const i32* order, const i32* tiles,
-                           const float* bg, const float* bu, float alpha, float limit, float* A) {
+                           const i32* E, i32 K, i32 ls, const i32* tile_tok, const i32* offsets, const i32* order,
+                           const i32* tiles, const float* bg, const float* bu, float alpha, float limit, float* A) {
     int e, c0, n;
     if (!moe_th_tile(offsets, tiles, NB, &e, &c0, &n)) return;     // the whole block
     constexpr int RT = 128 / NB;                       // th_run's rows a thread: tile rows t / 4 + NB / 2 i
@@ -3474,17 +3490,20 @@ __device__ void moe_glu_th(const unsigned char* wg, i32 tg, const unsigned char*
     float acc[2][4][4];
     bool g4 = tg == T_Q4_K, u4 = tu == T_Q4_K;
     int T = tok0 + n;
-    if (g4 && u4) th_run<NB, true, true>(sm, rp, up, Xh, Xl, S, K, T, ls, tok0, 0, K, mr0, mr0 + 32, nw, acc);
-    else if (g4) th_run<NB, true, false>(sm, rp, up, Xh, Xl, S, K, T, ls, tok0, 0, K, mr0, mr0 + 32, nw, acc);
-    else if (u4) th_run<NB, false, true>(sm, rp, up, Xh, Xl, S, K, T, ls, tok0, 0, K, mr0, mr0 + 32, nw, acc);
-    else th_run<NB, false, false>(sm, rp, up, Xh, Xl, S, K, T, ls, tok0, 0, K, mr0, mr0 + 32, nw, acc);
+#define MOE_TH_GLU_RUN(G4, U4) th_run<NB, G4, U4, true>(sm, rp, up, Xh, Xl, S, K, T, ls, tok0, 0, K, mr0, mr0 + 32, \
+                                                        nw, acc, tile_tok)
+    if (g4 && u4) MOE_TH_GLU_RUN(true, true);
+    else if (g4) MOE_TH_GLU_RUN(true, false);
+    else if (u4) MOE_TH_GLU_RUN(false, true);
+    else MOE_TH_GLU_RUN(false, false);
+#undef MOE_TH_GLU_RUN
     #pragma unroll
     for (int j = 0; j < 4; j++)
         #pragma unroll
         for (int v = 0; v < 4; v++) {
             int i = tp_tok(nw, j, v), row = row0 + tp_row(mr0, v);
             if (i >= n) continue;
-            int sh = E[tok0 + i];
+            int sh = E[tile_tok[tok0 + i]];                // the token's exponent in X's split
             size_t er = (size_t)e * n_ff + row;
             A[(size_t)order[c0 + i] * n_ff + row] = expert_glu(ldexpf(acc[0][j][v], sh) + (bg ? bg[er] : 0.0f),
                                                                ldexpf(acc[1][j][v], sh) + (bu ? bu[er] : 0.0f), act,
@@ -3532,11 +3551,11 @@ __device__ void moe_down_th(const unsigned char* wd, i32 td, i32 rb_d, i32 n_emb
 #define MOE_TH_ENTRIES(GLU, DOWN, NB, BLOCKS)                                                               \
 HALO_KERNEL __launch_bounds__(2 * NB, BLOCKS) void GLU(const unsigned char* wg, i32 tg, const unsigned char* wu, \
         i32 tu, i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const unsigned short* Xh, const unsigned short* Xl,    \
-        const float* S, const i32* E, i32 K, i32 ls, const i32* offsets, const i32* order, const i32* tiles,  \
-        const float* bg, const float* bu, float alpha, float limit, float* A) {                             \
+        const float* S, const i32* E, i32 K, i32 ls, const i32* tile_tok, const i32* offsets, const i32* order, \
+        const i32* tiles, const float* bg, const float* bu, float alpha, float limit, float* A) {           \
     GRID_DEPENDENCY_SYNC();                                                                                 \
-    TH_BODY(moe_glu_th<NB>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, Xh, Xl, S, E, K, ls, offsets, order, tiles, bg, \
-                           bu, alpha, limit, A));                                                           \
+    TH_BODY(moe_glu_th<NB>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, Xh, Xl, S, E, K, ls, tile_tok, offsets, order, \
+                           tiles, bg, bu, alpha, limit, A));                                                \
 }                                                                                                           \
 HALO_KERNEL __launch_bounds__(2 * NB, BLOCKS) void DOWN(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, \
         const unsigned short* Xh, const unsigned short* Xl, const float* S, const i32* E, i32 F, i32 ls,      \

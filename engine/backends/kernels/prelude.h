@@ -224,6 +224,10 @@ __device__ __forceinline__ void cp_async16_at(saddr dst, const void* src, int by
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
     cp_async16_at(smem_addr(dst), src, bytes);
 }
+// 4 bytes global -> shared, asynchronously (through L1: the 4-byte form has only .ca); bytes == 0 writes zeros
+__device__ __forceinline__ void cp_async4_at(saddr dst, const void* src, int bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(dst), "l"(src), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
