@@ -2296,7 +2296,7 @@ __device__ __forceinline__ int th_sw(int n, int c) { return 32 * n + 8 * (c ^ ((
 // Stage at k0 of the token tile into xs ([head | tail][NB tokens][32] f16, swizzled) and the stage's sums into
 // ss (NB floats): thread t copies chunk t % 4 of tokens t / 4 + NB / 2 j of heads and tails; threads 0 .. NB / 4 - 1
 // the sums. GATHER (the MoE th tiles): the tile's token n is row src of the split instead, src[j] for this thread's
-// two tokens and src[2] for token t's sum (threads 0 .. NB - 1, 4 bytes each: th_run_rows)
+// two tokens and src[2] for token t's sum (threads 0 .. NB - 1, 4 bytes each), read once by th_run from its xrows
 template <int NB, bool GATHER>
 __device__ __forceinline__ void th_load_x(const unsigned short* Xh, const unsigned short* Xl, const float* S, int K,
                                           int T, int ls, int tok0, int k0, saddr xs, saddr ss, const int* src) {
