@@ -474,9 +474,10 @@ def test_moe_ffn_matches_float64(fwd, n_expert, k, types, T, monkeypatch):
     device, then one token's expert products on halo_moe_glu_mv_t1 / halo_moe_down_mv_t1 (K = 768 leaves a lane group
     of the down rows idle; 10 slots make some warps take two), or several tokens' grouped by expert in tiles, on
     tensor cores (halo_moe_*_tn_t8; t16 where the step averages 16 pairs an expert: 40 x 6 over 8; tch's f16 tile
-    halo_moe_*_th_t32 / _t64 where it averages 32 / 64: 70 x 2 over 4, 100 x 2 over 3) and on the SIMT path (halo_moe_*_bq_tN, HIP's): the ids must be float64's top k, the output float32-level
-    accurate. The same step on the kernels these replaced (the decode matvecs off: halo_moe_glu / _down;
-    halo_moe_*_grouped) is held to the same bound."""
+    halo_moe_*_th_t32 / _t64 where it averages 32 / 64: 70 x 2 over 4, 100 x 2 over 3) and on the SIMT path
+    (halo_moe_*_bq_tN, HIP's): the ids must be float64's top k, the output float32-level accurate. The same step on
+    the kernels these replaced (the decode matvecs off: halo_moe_glu / _down; halo_moe_*_grouped) is held to the
+    same bound."""
     from engine.gpu.moe import (
         MOE_TH_TILES,
         MOE_TILES,
@@ -510,7 +511,8 @@ def test_moe_ffn_matches_float64(fwd, n_expert, k, types, T, monkeypatch):
         runs = [(1, ["halo_moe_glu_mv_t1", "halo_moe_down_mv_t1"]), (0, ["halo_moe_glu", "halo_moe_down"])]
     else:                                             # (HALO_GPU_MOE_PREFILL, ...), the default first
         tc = ((["th"] if T * k >= MOE_TH_TILES[0] * n_expert else []) + ["tn"]) if fwd.use_tc else []
-        runs = [(kind, [f"halo_moe_glu_{kind}_t{nt[kind]}", f"halo_moe_down_{kind}_t{nt[kind]}"]) for kind in tc + ["bq"]]
+        runs = [(kind, [f"halo_moe_glu_{kind}_t{nt[kind]}", f"halo_moe_down_{kind}_t{nt[kind]}"])
+                for kind in tc + ["bq"]]
         runs.append(("grouped", ["halo_moe_glu_grouped", "halo_moe_down_grouped"]))
     try:
         for setting, kernels in runs:
