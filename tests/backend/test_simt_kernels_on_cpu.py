@@ -281,13 +281,15 @@ def tc_quant_lib():
                                             "halo_matmul_tch128": TCH, "halo_glu_tch128": TCH_GLU}, tensor_cores=True)
 
 
-def split_f16(lib, X, K):
-    """halo_split_f16 of X's rows (as GpuForward._split_f16 lays out its outputs): heads, tails, sums, exponents, ls."""
-    T = len(X)
+def split_f16(lib, X, K, xrow=None, unset=0):
+    """halo_split_f16 of X's rows (through xrow where given: a row of X per entry, -1 none), as GpuForward._split_f16
+    lays out its outputs: heads, tails, sums, exponents, ls. unset: what the sums and exponents hold before the
+    launch (a test of what the kernel writes there sets one it cannot write)."""
+    T = len(X) if xrow is None else len(xrow)
     ls = split_sum_stride(T)
     xh, xl = np.zeros((T, K), np.uint16), np.zeros((T, K), np.uint16)
-    sums, exps = np.zeros((K // 32) * ls, np.float32), np.zeros(T, np.int32)
-    cpu_simt.launch(lib, "halo_split_f16", (T, 1), 256, [X, None, np.int32(K), np.int32(T), np.int32(ls), xh, xl, sums,
+    sums, exps = np.full((K // 32) * ls, unset, np.float32), np.full(T, unset, np.int32)
+    cpu_simt.launch(lib, "halo_split_f16", (T, 1), 256, [X, xrow, np.int32(K), np.int32(T), np.int32(ls), xh, xl, sums,
                                                           exps])
     return xh, xl, sums, exps, ls
 
@@ -556,14 +558,9 @@ def test_moe_th_tiles_match_float64(moe_tc_lib, T, k, n_expert, nt, types, biase
     np.testing.assert_array_equal(tok, np.where(want_pair >= 0, want_pair // k, -1).reshape(-1))
 
     def split(X, rows_of, K):
-        R = len(rows_of)
-        ls = split_sum_stride(R)
-        xh, xl = np.zeros((R, K), np.uint16), np.zeros((R, K), np.uint16)
-        sums, exps = np.full((K // 32) * ls, np.nan, np.float32), np.full(R, 99, np.int32)
-        cpu_simt.launch(moe_tc_lib, "halo_split_f16", (R, 1), 256, [X, rows_of, np.int32(K), np.int32(R), np.int32(ls),
-                                                                    xh, xl, sums, exps])
+        xh, xl, sums, exps, ls = split_f16(moe_tc_lib, X, K, rows_of, unset=99)
         pad = rows_of < 0
-        assert (exps[pad] == 0).all() and (sums.reshape(K // 32, ls)[:, :R][:, pad] == 0).all()
+        assert (exps[pad] == 0).all() and (sums.reshape(K // 32, ls)[:, :len(rows_of)][:, pad] == 0).all()
         return [xh, xl, sums, exps, np.int32(K), np.int32(ls)]
 
     A = np.full((P, F), np.nan, np.float32)
