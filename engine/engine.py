@@ -38,7 +38,6 @@ from engine.prompt import PromptFormat
 from engine.reasoning import reasoning_parser
 
 DEFAULT_MAX_CONTEXT = 8192      # KV cache size cap (tokens); the model's trained context may be larger
-DEFAULT_PREFILL_CHUNK = 256     # prompt tokens per step: bounds attention scratch and abort latency
 
 
 class RequestHandle:
@@ -114,11 +113,12 @@ class Engine:
     name; a GPU choice falls back to the CPU (reason in `backend_reason`) when the GPU forward pass is
     missing. `async_scheduling`: the user's setting; it is on only where the probe also proves a safe
     readback (see `async_reason`). `max_num_seqs`: requests batched together (continuous batching).
+    `prefill_chunk`: prompt tokens per step; None: the chosen device's default (core.setup.DEFAULT_PREFILL_CHUNK).
     `kv_cache_type`: the KV cache's element type, engine.model.arch.KV_CACHE_TYPES: "f32" (default, exact) or
     "f16" (GPU only: half the KV memory); a model on the CPU gets "f32" whatever is asked, and the loaded
     ModelInfo.kv_cache_type says which it got. An unknown name raises ValueError here."""
 
-    def __init__(self, max_context: int = DEFAULT_MAX_CONTEXT, prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+    def __init__(self, max_context: int = DEFAULT_MAX_CONTEXT, prefill_chunk: int | None = None,
                  backend: str = "auto", async_scheduling: bool = True, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
                  kv_cache_tokens: int | None = None, kv_cache_type: str = arch.DEFAULT_KV_CACHE_TYPE):
         arch.kv_cache_type(kv_cache_type, "gpu")          # refuse an unknown name before the thread starts

@@ -16,7 +16,7 @@ from pathlib import Path
 from engine.core.built import BuiltModel, kv_blocks
 from engine.core.engine_core import EngineCore
 from engine.core.runner import ModelRunner
-from engine.core.setup import BackendChoice, make_scheduler
+from engine.core.setup import BackendChoice, device_prefill_chunk, make_scheduler
 from engine.model.arch import BLOCK_SIZE
 from engine.model.arch import kv_cache_type as resolve_kv_cache_type
 from engine.model.config import ModelConfig
@@ -24,13 +24,15 @@ from engine.prompt import PromptFormat
 
 
 def build_cpu(path: Path, choice: BackendChoice, on_progress, *, max_context: int, max_num_seqs: int,
-              prefill_chunk: int, kv_cache_tokens: int | None, kv_cache_type: str) -> BuiltModel:
+              prefill_chunk: int | None, kv_cache_tokens: int | None, kv_cache_type: str) -> BuiltModel:
+    """`prefill_chunk` None: the CPU's default (engine.core.setup.DEFAULT_PREFILL_CHUNK)."""
     from engine.backends.registry import create
     from engine.core.cpu_executor import CpuStepExecutor
     from engine.model.host_memory import check_host_fits, plan_host_memory
     from engine.model.loader import load_model, open_model_file
     from engine.model.step import KVCache
 
+    prefill_chunk = device_prefill_chunk("cpu", prefill_chunk)
     with open_model_file(path) as gguf:      # pre-flight from the header, before anything is dequantized
         config = ModelConfig.from_metadata(gguf.metadata)
         max_context = min(config.context_length, max_context)
@@ -55,7 +57,7 @@ def gpu_forward_available() -> bool:
 
 
 def build_gpu(path: Path, choice: BackendChoice, on_progress, *, max_context: int, max_num_seqs: int,
-              prefill_chunk: int, kv_cache_tokens: int | None, kv_cache_type: str) -> BuiltModel:
+              prefill_chunk: int | None, kv_cache_tokens: int | None, kv_cache_type: str) -> BuiltModel:
     from engine.gpu.executor import build_gpu_model
     return build_gpu_model(path, choice, on_progress, max_context=max_context, max_num_seqs=max_num_seqs,
                            prefill_chunk=prefill_chunk, kv_cache_tokens=kv_cache_tokens, kv_cache_type=kv_cache_type)

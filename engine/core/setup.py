@@ -13,6 +13,25 @@ from engine.core.scheduler import Scheduler
 
 DEFAULT_MAX_NUM_SEQS = 8
 
+# Prompt tokens one step takes, by device ("cpu" / "gpu"), unless the Engine is given its own. The GPU's is
+# llama.cpp's default logical batch (n_batch 2048, which its server also runs as one decode call, other requests'
+# tokens waiting behind it as they do here): on an H100 the Qwen3-4B shapes' 4,096-token prompt prefilled at
+# 10,341 / 10,992 / 11,525 tok/s in steps of 512 / 1,024 / 2,048 (f16 cache; float32 9,082 / 9,564 / 10,055), the
+# products' tiles fuller and split K no longer needed (docs/results/run-26.md). The CPU's bounds its attention
+# scores' scratch (plan_host_memory) and how long a stop waits for the step under way.
+DEFAULT_PREFILL_CHUNK = {"cpu": 256, "gpu": 2048}
+
+
+def device_prefill_chunk(device: str, asked: int | None = None) -> int:
+    """Prompt tokens per step on `device` ("cpu" / "gpu"): `asked` where given, else the device's default."""
+    return asked or DEFAULT_PREFILL_CHUNK[device]
+
+
+def step_tokens(prefill_chunk: int, max_num_seqs: int) -> int:
+    """The token budget of one step: a prefill chunk, or one token of every running sequence if that is more.
+    The scheduler plans within it and the model's scratch is sized for it."""
+    return max(prefill_chunk, max_num_seqs)
+
 
 @dataclass(frozen=True)
 class BackendChoice:
@@ -23,8 +42,8 @@ class BackendChoice:
 
 
 def make_scheduler(num_kv_blocks: int, block_size: int, max_model_len: int, async_scheduling: bool,
-                   max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, max_num_batched_tokens: int = 256) -> Scheduler:
+                   max_num_seqs: int, prefill_chunk: int) -> Scheduler:
     config = SchedulerConfig(max_num_seqs=max_num_seqs,
-                             max_num_batched_tokens=max(max_num_batched_tokens, max_num_seqs),
+                             max_num_batched_tokens=step_tokens(prefill_chunk, max_num_seqs),
                              max_model_len=max_model_len, async_scheduling=async_scheduling)
     return Scheduler(config, KVBlockManager(num_kv_blocks, block_size))

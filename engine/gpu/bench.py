@@ -16,6 +16,7 @@ import numpy as np
 
 from engine.backends import registry
 from engine.backends.async_output import ReadbackPool
+from engine.core.setup import device_prefill_chunk
 from engine.gpu import forward as forward_mod
 from engine.gpu.model import GpuModel
 from engine.model.arch import BLOCK_SIZE, DEFAULT_KV_CACHE_TYPE
@@ -341,7 +342,8 @@ def run_bench(model_path, backend_name: str = "cuda-python", prompt_tokens: int 
 # attention (halo_attention_tc), UNTILED_PREFILL_MAX with halo_attention (a 16k prompt takes minutes there);
 # decode then runs at that depth over a zero-filled cache, which reads exactly the same bytes.
 # Prefills up to COMPARE_PREFILL_MAX also run with the untiled kernel, for the before/after figure.
-LONG_PROMPT, PREFILL_CHUNK, LONG_PREFILL_MAX, UNTILED_PREFILL_MAX, COMPARE_PREFILL_MAX = 512, 512, 16384, 8192, 4096
+LONG_PROMPT, LONG_PREFILL_MAX, UNTILED_PREFILL_MAX, COMPARE_PREFILL_MAX = 512, 16384, 8192, 4096
+PREFILL_CHUNK = device_prefill_chunk("gpu")      # the Engine's step on a GPU
 
 
 def run_long_bench(model_path, backend_name: str, prompt_tokens: int, decode_tokens: int, backend=None,

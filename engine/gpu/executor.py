@@ -25,7 +25,7 @@ from engine.core.built import BuiltModel, kv_blocks
 from engine.core.engine_core import EngineCore
 from engine.core.runner import DeviceTopLogits, ModelRunner
 from engine.core.sched_types import ScheduledSeq
-from engine.core.setup import BackendChoice, make_scheduler
+from engine.core.setup import BackendChoice, device_prefill_chunk, make_scheduler, step_tokens
 from engine.core.step_batch import StepBatch
 from engine.gpu.forward import view
 from engine.gpu.stepmeta import SamplingRow
@@ -95,10 +95,10 @@ def device_label(backend) -> str:
 
 
 def build_gpu_model(path: Path, choice: BackendChoice, on_progress, *, max_context: int, max_num_seqs: int,
-                    prefill_chunk: int, kv_cache_tokens: int | None,
+                    prefill_chunk: int | None, kv_cache_tokens: int | None,
                     kv_cache_type: str = DEFAULT_KV_CACHE_TYPE) -> BuiltModel:
     """`kv_cache_type` (engine.model.arch.KV_CACHE_TYPES): the pre-flight counts, and the cache holds, K and V of
-    that type; the built ModelInfo.kv_cache_type is the cache's own."""
+    that type; the built ModelInfo.kv_cache_type is the cache's own. `prefill_chunk` None: the GPU's default."""
     from engine.backends.registry import create
     from engine.gguf import open_gguf
     from engine.gpu.model import GpuModel
@@ -115,7 +115,8 @@ def build_gpu_model(path: Path, choice: BackendChoice, on_progress, *, max_conte
         prompt_format = worker.submit(PromptFormat.from_metadata, metadata)
         max_context = min(config.context_length, max_context)
         num_blocks = kv_blocks(max_context, kv_cache_tokens)
-        budget = max(prefill_chunk, max_num_seqs)
+        prefill_chunk = device_prefill_chunk("gpu", prefill_chunk)
+        budget = step_tokens(prefill_chunk, max_num_seqs)
         backend = create(choice.name)
         try:
             model = GpuModel.from_gguf(gguf, backend, max_tokens=budget, max_seqs=max_num_seqs, kv_blocks=num_blocks,
@@ -130,7 +131,8 @@ def build_gpu_model(path: Path, choice: BackendChoice, on_progress, *, max_conte
     except BaseException:
         executor.close()
         raise
-    scheduler = make_scheduler(num_blocks, BLOCK_SIZE, max_context, choice.async_scheduling, max_num_seqs, budget)
+    scheduler = make_scheduler(num_blocks, BLOCK_SIZE, max_context, choice.async_scheduling, max_num_seqs,
+                               prefill_chunk)
     core = EngineCore(scheduler, ModelRunner(executor, BLOCK_SIZE, max_num_seqs))
     return BuiltModel(replace(info, backend=device_label(backend), kv_cache_type=kv.kv_type),
                       fmt, config.vocab_size, core, max_context)
