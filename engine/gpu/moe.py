@@ -18,7 +18,9 @@ kernels' k loop; elsewhere (HIP) halo_moe_*_bq_tN do the same on the batched-dec
 16 rows and tile). Steps wide enough to average 32 pairs an expert take tiles of 32 or 64 on tch's f16 tile
 (halo_moe_*_th_tN): halo_moe_tile_rows lists each tile's tokens and pairs, a block runs tch's k loop over 64 rows of
 the tile's expert, the GLU reading X's split through the token list and the down product A's rows gathered in tile
-order by their split. Grids are fixed by T and n_expert, never by the routing, so prefill is capturable too.
+order by their split. Experts of other types (gpt-oss's MXFP4, a Q8_0 or Q4_0 file's) take tiles of 64 on the dense
+prefill tiles' k loops, which read any type: halo_moe_*_tp (tcp's, tensor cores) or halo_moe_*_gt (gt's, SIMT: HIP).
+Grids are fixed by T and n_expert, never by the routing, so prefill is capturable too.
 """
 from __future__ import annotations
 
@@ -41,12 +43,21 @@ MOE_DOWN_WARPS = 8          # halo_moe_down_mv_t1's block: a warp per routed exp
 MOE_TILES = (8, 16)
 # ... and of 32 or 64 on tch's f16 tile (halo_moe_*_th_tN, CUDA sm_80+), once the step averages that many
 MOE_TH_TILES = (32, 64)
+# ... and of MOE_WIDE_NT for experts of any type on the dense prefill tiles' k loops (halo_moe_*_tp on tensor cores,
+# halo_moe_*_gt elsewhere): the experts the tiles above do not take (MXFP4, Q8_0, Q4_0 ...)
+MOE_WIDE_NT = 64
+# ... taken by default where a step averages this many pairs an expert. gpt-oss-20b shapes (32 experts, 4 routed) on
+# an H100, tp against the grouped kernels: 2,048 / 512 / 128 tokens 4,126 / 3,007 / 1,255 against 1,081 / 1,038 / 896
+# tok/s (averages 256 / 64 / 16 pairs), but 64 tokens (8) 685 against 756 and 16 tokens 213 against 360
+MOE_WIDE_MIN = 16
 # Every kernel this module launches (GpuForward compiles them with the model; the tensor-core ones where it has them)
 MOE_KERNELS = ("halo_moe_route", "halo_moe_glu", "halo_moe_down", "halo_moe_glu_mv_t1", "halo_moe_down_mv_t1",
-               "halo_moe_sort", "halo_moe_glu_grouped", "halo_moe_down_grouped", "halo_moe_combine") + tuple(
+               "halo_moe_sort", "halo_moe_glu_grouped", "halo_moe_down_grouped", "halo_moe_combine",
+               "halo_moe_glu_gt", "halo_moe_down_gt") + tuple(
     f"halo_moe_{p}_bq_t{n}" for n in MOE_TILES for p in ("glu", "down"))
 MOE_TC_KERNELS = tuple(f"halo_moe_{p}_tn_t{n}" for n in MOE_TILES for p in ("glu", "down")) + tuple(
-    f"halo_moe_{p}_th_t{n}" for n in MOE_TH_TILES for p in ("glu", "down")) + ("halo_moe_tile_rows",)
+    f"halo_moe_{p}_th_t{n}" for n in MOE_TH_TILES for p in ("glu", "down")) + (
+    "halo_moe_tile_rows", "halo_moe_glu_tp", "halo_moe_down_tp")
 # halo_moe_glu*'s `act` per (dense activation, expert activation): 0 SwiGLU, 2 gpt-oss's clamped SwiGLU (its
 # alpha and limit are engine.model.moe's, passed at launch)
 EXPERT_ACT = {"swiglu": 0, "swiglu_oai": 2}
@@ -128,6 +139,13 @@ def tile_size(sizes: tuple, pairs: int, n_expert: int) -> int:
     return max((nt for nt in sizes if pairs >= nt * n_expert), default=sizes[0])
 
 
+def wide_tile_rows(kind: str) -> tuple[int, int]:
+    """Expert rows a block of halo_moe_glu_{kind} / halo_moe_down_{kind} takes ("tp": tcp's 32 gate + 32 up rows, 64
+    down rows; "gt": gt's 32)."""
+    from engine.gpu.forward import GT_ROWS, TCP_ROWS  # deferred: engine.gpu.forward imports this module
+    return (TCP_ROWS // 2, TCP_ROWS) if kind == "tp" else (GT_ROWS, GT_ROWS)
+
+
 def th_rows(pairs: int) -> int:
     """Rows of the th tiles' gathered inputs (max_tiles x nt) for any step of up to `pairs` pairs: a tile of nt
     runs only where the step averages nt pairs an expert (pairs >= nt n_expert), so it is at most
@@ -190,8 +208,11 @@ def _prefill_kind(fwd, moe: DeviceMoe, pairs: int) -> str:
     averages MOE_TH_TILES[0] pairs an expert and the tn contract holds with rows for th's blocks (n_ff % 32,
     n_embd % 64); "tn" (tiles of 8 / 16 on tensor cores) where the GPU has the tn kernels (CUDA sm_80+) and every
     expert matrix meets their contract (Q4_K / Q6_K, K % 256 == 0, rows % 16 == 0); "bq" (tiles on the SIMT path:
-    HIP) for Q4_K / Q6_K with K % 256 == 0; else "grouped". HALO_GPU_MOE_PREFILL names one for comparisons (where
-    it applies: th's scratch, th_rows, holds only steps that wide)."""
+    HIP) for Q4_K / Q6_K with K % 256 == 0; for other types tiles of MOE_WIDE_NT on the dense tiles' k loops, "tp"
+    (tensor cores) or "gt" (SIMT), where n_embd and n_ff_exp are multiples of 64 and the step averages MOE_WIDE_MIN
+    pairs an expert; else "grouped".
+    HALO_GPU_MOE_PREFILL names one for comparisons (where it applies: th's scratch, th_rows, holds only steps that
+    wide)."""
     # deferred: engine.gpu.forward imports this module
     from engine.gpu.forward import TC_ROWS, TCP_ROWS, tch_possible
     c = fwd.config
@@ -202,10 +223,16 @@ def _prefill_kind(fwd, moe: DeviceMoe, pairs: int) -> str:
     fits["th"] = (fits["tn"] and tch_possible({moe.gate.ggml_type, moe.up.ggml_type, moe.down.ggml_type})
                   and c.n_ff_exp % TC_ROWS == 0 and c.n_embd % TCP_ROWS == 0
                   and pairs >= MOE_TH_TILES[0] * c.n_expert)
+    # tp / gt: any type, K % 64 (gt's k stage, both products), n_ff % 32 (GLU rows), n_embd % 64 (tp's down rows)
+    shapes_fit = c.n_embd % 64 == 0 and c.n_ff_exp % 64 == 0
+    fits["tp"] = fwd.use_tc and shapes_fit
+    fits["gt"] = shapes_fit
     asked = os.environ.get("HALO_GPU_MOE_PREFILL")
     if asked in fits and fits[asked]:
         return asked
-    return next(kind for kind in ("th", "tn", "bq", "grouped") if fits[kind])
+    wide = pairs >= MOE_WIDE_MIN * c.n_expert
+    return next(kind for kind in ("th", "tn", "bq", "tp", "gt", "grouped")
+                if fits[kind] and (wide or kind not in ("tp", "gt")))
 
 
 def _facts(fwd, moe: DeviceMoe) -> tuple:
@@ -222,7 +249,8 @@ def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: Dev
     from engine.gpu.forward import BQ_ROWS, MATMUL_WARPS, TC_ROWS, TCP_ROWS, TN_ROWS, TN_WARPS
     kind = _prefill_kind(fwd, moe, T * k)
     tiled = kind != "grouped"
-    nt = tile_size(MOE_TH_TILES if kind == "th" else MOE_TILES, T * k, n) if tiled else 0
+    sizes = {"th": MOE_TH_TILES, "tp": (MOE_WIDE_NT,), "gt": (MOE_WIDE_NT,)}.get(kind, MOE_TILES)
+    nt = tile_size(sizes, T * k, n) if tiled else 0
     tiles = max_tiles(T * k, n, nt) if tiled else 0
     fwd._launch("halo_quant.cu", "halo_moe_sort", 1, 256,
                 (s.ids, np.int32(T * k), np.int32(k), np.int32(n), s.offsets, s.order, s.order_tok, np.int32(nt),
@@ -243,6 +271,12 @@ def _grouped(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer, Y: Dev
         fwd._launch("halo_quant.cu", f"halo_moe_down_th_t{nt}", (E // TCP_ROWS, tiles), 2 * nt,
                     down[:4] + (xh, xl, xs, xe, np.int32(F), ls, s.offsets, s.order, s.tiles,
                                 pointer_or_null(moe.down_bias), s.down))
+    elif kind in ("tp", "gt"):
+        glu_rows, down_rows = wide_tile_rows(kind)
+        fwd._launch("halo_quant.cu", f"halo_moe_glu_{kind}", (F // glu_rows, tiles), 128,
+                    glu + (s.tiles,) + glu_tail + (s.act,))
+        fwd._launch("halo_quant.cu", f"halo_moe_down_{kind}", (E // down_rows, tiles), 128,
+                    down + (s.tiles, pointer_or_null(moe.down_bias), s.down))
     elif tiled:
         rows, warps = (TN_ROWS * TN_WARPS, TN_WARPS) if kind == "tn" else (BQ_ROWS, MATMUL_WARPS)
         fwd._launch("halo_quant.cu", f"halo_moe_glu_{kind}_t{nt}", (-(-F // rows), tiles), 32 * warps,

@@ -39,7 +39,7 @@ from engine.gpu.forward import (
     split_sum_stride,
     ts_kernel,
 )
-from engine.gpu.moe import MOE_TH_TILES, MOE_TILES, max_tiles
+from engine.gpu.moe import MOE_TH_TILES, MOE_TILES, MOE_WIDE_NT, max_tiles, wide_tile_rows
 from tests.gpu.test_gpu_attention import (
     BS,
     MAGNITUDES,
@@ -480,6 +480,8 @@ def moe_tc_lib():
             kernels[f"halo_moe_glu_{kind}_t{nt}"], kernels[f"halo_moe_down_{kind}_t{nt}"] = MOE_GLU_TN, MOE_DOWN_TN
     for nt in MOE_TH_TILES:
         kernels[f"halo_moe_glu_th_t{nt}"], kernels[f"halo_moe_down_th_t{nt}"] = MOE_GLU_TH, MOE_DOWN_TH
+    for kind in ("tp", "gt"):
+        kernels[f"halo_moe_glu_{kind}"], kernels[f"halo_moe_down_{kind}"] = MOE_GLU_TN, MOE_DOWN_TN
     return cpu_simt.build("halo_quant.cu", kernels, tensor_cores=True)
 
 
@@ -521,6 +523,39 @@ def test_moe_grouped_tile_kernels_match_float64(moe_tc_lib, T, k, nt, types, bia
                      np.float32(0), np.float32(0), A])
     D = np.full((P, E), np.nan, np.float32)
     cpu_simt.launch(moe_tc_lib, f"halo_moe_down_{kind}_t{nt}", (-(-E // rows), tiles), 32 * warps,
+                    [d, np.int32(td), np.int32(d.shape[1]), np.int32(E), A, np.int32(F), offsets, order, tile_list,
+                     m["bd"], D])
+    Y = np.full((T, E), np.nan, np.float32)
+    cpu_simt.launch(moe_tc_lib, "halo_moe_combine", (-(-T * E // 256),), 256,
+                    [D, m["w"], np.int32(k), np.int32(T), np.int32(E), Y])
+    rel = float(np.max(np.abs(Y - want) / scale))
+    assert rel < 4 * BOUND, f"max |Y - Y64| / scale = {rel:.2e}"
+
+
+@pytest.mark.parametrize("kind", ["tp", "gt"])
+@pytest.mark.parametrize("T,k,n_expert,types,biases", [(100, 2, 3, ("MXFP4", "MXFP4"), True),
+                                                       (40, 3, 5, ("Q8_0", "Q4_0"), False)])
+def test_moe_wide_tiles_of_any_type_match_float64(moe_tc_lib, T, k, n_expert, types, biases, kind):
+    """Experts the K-quant tiles do not take (gpt-oss's MXFP4, a Q8_0 / Q4_0 file's) on the dense prefill tiles' k
+    loops: halo_moe_sort cuts each expert's pairs into tiles of MOE_WIDE_NT (the first case gives most experts two),
+    halo_moe_glu_{tp,gt} / halo_moe_down_{tp,gt} (tcp's 3xTF32 loop; gt's FMAs, HIP's) gather the tile's inputs by
+    token and by pair and write each pair's rows, tile entries past the last exit; against float64 at the tile
+    tests' bound."""
+    E, F = 128, 192                      # K % 64 for both products, n_ff % 32, n_embd % 64
+    tg, td = GGMLType[types[0]], GGMLType[types[1]]
+    m = moe_inputs(np.random.default_rng(110 + T), n_expert, k, E, F, tg, td, biases, T)
+    want, scale = moe_reference(m)
+    g, u, d = (m["raw"][n] for n in ("gate", "up", "down"))
+    P = T * k
+    offsets, order, order_tok, tile_list, tiles = moe_sorted_tiles(moe_tc_lib, m["ids"], k, n_expert, MOE_WIDE_NT)
+    glu_rows, down_rows = wide_tile_rows(kind)
+    A = np.full((P, F), np.nan, np.float32)
+    cpu_simt.launch(moe_tc_lib, f"halo_moe_glu_{kind}", (F // glu_rows, tiles), 128,
+                    [g, np.int32(tg), u, np.int32(tg), np.int32(g.shape[1]), np.int32(u.shape[1]), np.int32(F),
+                     np.int32(0), m["X"], np.int32(E), offsets, order, order_tok, tile_list, m["bg"], m["bu"],
+                     np.float32(0), np.float32(0), A])
+    D = np.full((P, E), np.nan, np.float32)
+    cpu_simt.launch(moe_tc_lib, f"halo_moe_down_{kind}", (E // down_rows, tiles), 128,
                     [d, np.int32(td), np.int32(d.shape[1]), np.int32(E), A, np.int32(F), offsets, order, tile_list,
                      m["bd"], D])
     Y = np.full((T, E), np.nan, np.float32)

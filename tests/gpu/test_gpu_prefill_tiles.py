@@ -468,16 +468,18 @@ def moe_reference(m: dict) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("n_expert,k,types,T", [(16, 4, ("Q4_K", "Q6_K"), 1), (24, 10, ("Q4_K", "Q4_K"), 1),
                                                 (8, 8, ("Q6_K", "Q6_K"), 1), (16, 4, ("Q4_K", "Q6_K"), 37),
                                                 (8, 6, ("Q4_K", "Q4_K"), 40), (24, 8, ("Q6_K", "Q4_K"), 3),
-                                                (4, 2, ("Q4_K", "Q6_K"), 70), (3, 2, ("Q6_K", "Q4_K"), 100)])
+                                                (4, 2, ("Q4_K", "Q6_K"), 70), (3, 2, ("Q6_K", "Q4_K"), 100),
+                                                (8, 4, ("MXFP4", "MXFP4"), 40), (3, 2, ("Q8_0", "Q4_0"), 100)])
 def test_moe_ffn_matches_float64(fwd, n_expert, k, types, T, monkeypatch):
     """A step's MoE FFN (engine.gpu.moe.enqueue_moe_ffn) on Q4_K / Q6_K experts: the router's matmul and top k on the
     device, then one token's expert products on halo_moe_glu_mv_t1 / halo_moe_down_mv_t1 (K = 768 leaves a lane group
     of the down rows idle; 10 slots make some warps take two), or several tokens' grouped by expert in tiles, on
     tensor cores (halo_moe_*_tn_t8; t16 where the step averages 16 pairs an expert: 40 x 6 over 8; tch's f16 tile
     halo_moe_*_th_t32 / _t64 where it averages 32 / 64: 70 x 2 over 4, 100 x 2 over 3) and on the SIMT path
-    (halo_moe_*_bq_tN, HIP's): the ids must be float64's top k, the output float32-level accurate. The same step on
-    the kernels these replaced (the decode matvecs off: halo_moe_glu / _down; halo_moe_*_grouped) is held to the
-    same bound."""
+    (halo_moe_*_bq_tN, HIP's); experts of other types (MXFP4, Q8_0 / Q4_0) and, forced, the K-quant ones in tiles of
+    64 on the dense tiles' k loops (halo_moe_*_tp on tensor cores, halo_moe_*_gt on the SIMT path): the ids must be
+    float64's top k, the output float32-level accurate. The same step on the kernels these replaced (the decode
+    matvecs off: halo_moe_glu / _down; halo_moe_*_grouped) is held to the same bound."""
     from engine.gpu.moe import (
         MOE_TH_TILES,
         MOE_TILES,
@@ -510,9 +512,12 @@ def test_moe_ffn_matches_float64(fwd, n_expert, k, types, T, monkeypatch):
     if T == 1:                                        # (MV_MAX_T, the expert kernels it launches)
         runs = [(1, ["halo_moe_glu_mv_t1", "halo_moe_down_mv_t1"]), (0, ["halo_moe_glu", "halo_moe_down"])]
     else:                                             # (HALO_GPU_MOE_PREFILL, ...), the default first
-        tc = ((["th"] if T * k >= MOE_TH_TILES[0] * n_expert else []) + ["tn"]) if fwd.use_tc else []
+        kquants = {tg, td} <= {GGMLType.Q4_K, GGMLType.Q6_K}
+        tc = ((["th"] if T * k >= MOE_TH_TILES[0] * n_expert else []) + ["tn"]) if fwd.use_tc and kquants else []
         runs = [(kind, [f"halo_moe_glu_{kind}_t{nt[kind]}", f"halo_moe_down_{kind}_t{nt[kind]}"])
-                for kind in tc + ["bq"]]
+                for kind in tc + (["bq"] if kquants else [])]
+        runs += [(kind, [f"halo_moe_glu_{kind}", f"halo_moe_down_{kind}"])
+                 for kind in (["tp"] if fwd.use_tc else []) + ["gt"]]
         runs.append(("grouped", ["halo_moe_glu_grouped", "halo_moe_down_grouped"]))
     try:
         for setting, kernels in runs:

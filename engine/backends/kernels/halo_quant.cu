@@ -3457,9 +3457,8 @@ HALO_KERNEL void halo_moe_tile_rows(const i32* offsets, const i32* order, const 
     pair[at] = in ? order[c] : -1;
 }
 
-#if HALO_TC
 // The tile's expert, first index into order and pairs (n), or false for a tile entry past the last
-__device__ __forceinline__ bool moe_th_tile(const i32* offsets, const i32* tiles, int nt, int* e, int* c0, int* n) {
+__device__ __forceinline__ bool moe_tile(const i32* offsets, const i32* tiles, int nt, int* e, int* c0, int* n) {
     *e = tiles[2 * blockIdx.y];
     if (*e < 0) return false;
     *c0 = tiles[2 * blockIdx.y + 1];
@@ -3467,13 +3466,15 @@ __device__ __forceinline__ bool moe_th_tile(const i32* offsets, const i32* tiles
     return true;
 }
 
+#if HALO_TC
+
 template <int NB>
 __device__ void moe_glu_th(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
                            i32 n_ff, i32 act, const unsigned short* Xh, const unsigned short* Xl, const float* S,
                            const i32* E, i32 K, i32 ls, const i32* tile_tok, const i32* offsets, const i32* order,
                            const i32* tiles, const float* bg, const float* bu, float alpha, float limit, float* A) {
     int e, c0, n;
-    if (!moe_th_tile(offsets, tiles, NB, &e, &c0, &n)) return;     // the whole block
+    if (!moe_tile(offsets, tiles, NB, &e, &c0, &n)) return;     // the whole block
     constexpr int RT = 128 / NB;                       // th_run's rows a thread: tile rows t / 4 + NB / 2 i
     int row0 = blockIdx.x * (TP_BM / 2), tok0 = blockIdx.y * NB;
     int warp = threadIdx.x >> 5, mr0 = 16 * (warp & 1), nw = 32 * (warp >> 1);
@@ -3516,7 +3517,7 @@ __device__ void moe_down_th(const unsigned char* wd, i32 td, i32 rb_d, i32 n_emb
                             const unsigned short* Xl, const float* S, const i32* E, i32 F, i32 ls, const i32* offsets,
                             const i32* order, const i32* tiles, const float* bd, float* D) {
     int e, c0, n;
-    if (!moe_th_tile(offsets, tiles, NB, &e, &c0, &n)) return;
+    if (!moe_tile(offsets, tiles, NB, &e, &c0, &n)) return;
     constexpr int RT = 128 / NB;
     int row0 = blockIdx.x * TP_BM, tok0 = blockIdx.y * NB;
     int warp = threadIdx.x >> 5, mr0 = 32 * (warp & 1), nw = 32 * (warp >> 1);
@@ -3565,3 +3566,164 @@ HALO_KERNEL __launch_bounds__(2 * NB, BLOCKS) void DOWN(const unsigned char* wd,
 }
 MOE_TH_ENTRIES(halo_moe_glu_th_t32, halo_moe_down_th_t32, 32, 8)
 MOE_TH_ENTRIES(halo_moe_glu_th_t64, halo_moe_down_th_t64, 64, 4)
+
+// ---------------------------------------------------------------------------------------------------------
+// Expert products of any weight type in tiles of MOE_WIDE_NT pairs: "tp" (CUDA sm_80+) and "gt" (every GPU), for the
+// experts the tiles above do not take (gpt-oss's MXFP4, a Q8_0 or Q4_0 file's). The dense prefill tiles' k loops run
+// over rows of one expert and a tile of its pairs, whose activations are gathered by token (GLU) or by pair (down)
+// through halo_moe_sort's lists, as the dense tiles gather rows through xrow: tp is tcp's (3xTF32, 64 rows, the
+// next stage's loads in flight), gt is gt's (FMAs from shared memory, 32 rows). halo_moe_*_grouped gave every expert
+// row a warp that re-read 8 pairs' activations at a time: 93% of a gpt-oss-20b-shaped 2,048-token step (H100).
+// Outputs as the kernels above: A and D rows per pair. Contract (host): K % 64 == 0 for both products (gt's k
+// stage), n_ff % 32 == 0, n_embd % 64 == 0. Grid: (n_ff / 32 | n_embd / 64 (tp) or / 32 (gt), max_tiles);
+// block: 128.
+#define MOE_WIDE_NT 64
+static_assert(TP_BN == MOE_WIDE_NT && GT_BN == MOE_WIDE_NT, "a tile of pairs is one block's tokens");
+
+HALO_KERNEL __launch_bounds__(128) void halo_moe_glu_tp(const unsigned char* wg, i32 tg, const unsigned char* wu,
+        i32 tu, i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, const i32* offsets, const i32* order,
+        const i32* order_tok, const i32* tiles, const float* bg, const float* bu, float alpha, float limit, float* A) {
+    GRID_DEPENDENCY_SYNC();
+#if HALO_TC
+    __shared__ __align__(16) u32 Ws[TP_BM * TP_LDW];
+    __shared__ __align__(16) float Xs0[TP_BN * TP_LDX];
+    __shared__ __align__(16) float Xs1[TP_BN * TP_LDX];
+    int ex, c0, n;
+    if (!moe_tile(offsets, tiles, MOE_WIDE_NT, &ex, &c0, &n)) return;
+    int row0 = blockIdx.x * (TP_BM / 2);               // tile rows 0-31: gate rows row0 .., 32-63: up rows row0 ..
+    int warp = threadIdx.x >> 5, mr0 = 16 * (warp & 1), nw = 32 * (warp >> 1);
+    int xo[4];
+    tp_x_rows(order_tok + c0, K, n, 0, xo);
+    float acc[2][4][4];                                // [gate | up][n8 tile][fragment]
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+    size_t er = (size_t)ex * n_ff + row0 + (threadIdx.x >> 2);
+    tp_loop(wg + er * rb_g, tg, wu + er * rb_u, tu, X, xo, 0, K, mr0, mr0 + 32, nw, Ws, Xs0, Xs1, acc);
+    #pragma unroll
+    for (int j = 0; j < 4; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = row0 + tp_row(mr0, e), i = tp_tok(nw, j, e);
+            if (i >= n) continue;
+            size_t b = (size_t)ex * n_ff + row;
+            A[(size_t)order[c0 + i] * n_ff + row] = expert_glu(acc[0][j][e] + (bg ? bg[b] : 0.0f),
+                                                               acc[1][j][e] + (bu ? bu[b] : 0.0f), act, alpha, limit);
+        }
+#endif
+}
+
+HALO_KERNEL __launch_bounds__(128) void halo_moe_down_tp(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd,
+        const float* A, i32 F, const i32* offsets, const i32* order, const i32* tiles, const float* bd, float* D) {
+    GRID_DEPENDENCY_SYNC();
+#if HALO_TC
+    __shared__ __align__(16) u32 Ws[TP_BM * TP_LDW];
+    __shared__ __align__(16) float Xs0[TP_BN * TP_LDX];
+    __shared__ __align__(16) float Xs1[TP_BN * TP_LDX];
+    int ex, c0, n;
+    if (!moe_tile(offsets, tiles, MOE_WIDE_NT, &ex, &c0, &n)) return;
+    int row0 = blockIdx.x * TP_BM;
+    int warp = threadIdx.x >> 5, mr0 = 32 * (warp & 1), nw = 32 * (warp >> 1);
+    int xo[4];
+    tp_x_rows(order + c0, F, n, 0, xo);
+    float acc[2][4][4];
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+    const unsigned char* rows = wd + ((size_t)ex * n_embd + row0) * rb_d;
+    int r = threadIdx.x >> 2;
+    tp_loop(rows + (size_t)r * rb_d, td, rows + (size_t)(r + 32) * rb_d, td, A, xo, 0, F, mr0, mr0 + 16, nw,
+            Ws, Xs0, Xs1, acc);
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int row = row0 + tp_row(mr0 + 16 * m, e), i = tp_tok(nw, j, e);
+                if (i >= n) continue;
+                D[(size_t)order[c0 + i] * n_embd + row] = acc[m][j][e] + (bd ? bd[(size_t)ex * n_embd + row] : 0.0f);
+            }
+#endif
+}
+
+HALO_KERNEL void halo_moe_glu_gt(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
+                                 i32 rb_u, i32 n_ff, i32 act, const float* X, i32 K, const i32* offsets,
+                                 const i32* order, const i32* order_tok, const i32* tiles, const float* bg,
+                                 const float* bu, float alpha, float limit, float* A) {
+    GRID_DEPENDENCY_SYNC();
+    __shared__ __align__(16) float Wg[GT_BK * GT_WS];
+    __shared__ __align__(16) float Wu[GT_BK * GT_WS];
+    __shared__ __align__(16) float Xs[GT_BK * GT_XS];
+    int ex, c0, n;
+    if (!moe_tile(offsets, tiles, MOE_WIDE_NT, &ex, &c0, &n)) return;
+    size_t er0 = (size_t)ex * n_ff + blockIdx.x * GT_BM;
+    const unsigned char* rg = wg + er0 * rb_g;
+    const unsigned char* ru = wu + er0 * rb_u;
+    float ag[4][4], au[4][4];
+    #pragma unroll
+    for (int r = 0; r < 4; r++)
+        #pragma unroll
+        for (int t = 0; t < 4; t++) { ag[r][t] = 0.0f; au[r][t] = 0.0f; }
+    for (int k0 = 0; k0 < K; k0 += GT_BK) {
+        __syncthreads();
+        gt_load_w(tg, rg, rb_g, k0, Wg);
+        gt_load_w(tu, ru, rb_u, k0, Wu);
+        gt_load_x(X, order_tok + c0, K, n, 0, k0, Xs);
+        __syncthreads();
+        gt_fma(Wg, Xs, ag);
+        gt_fma(Wu, Xs, au);
+    }
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    #pragma unroll
+    for (int t = 0; t < 4; t++) {
+        int i = 4 * tx + t;
+        if (i >= n) continue;
+        float* out = A + (size_t)order[c0 + i] * n_ff + blockIdx.x * GT_BM;
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            size_t b = er0 + 4 * ty + r;
+            out[4 * ty + r] = expert_glu(ag[r][t] + (bg ? bg[b] : 0.0f), au[r][t] + (bu ? bu[b] : 0.0f), act, alpha,
+                                         limit);
+        }
+    }
+}
+
+HALO_KERNEL void halo_moe_down_gt(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const float* A, i32 F,
+                                  const i32* offsets, const i32* order, const i32* tiles, const float* bd,
+                                  float* D) {
+    GRID_DEPENDENCY_SYNC();
+    __shared__ __align__(16) float Ws[GT_BK * GT_WS];
+    __shared__ __align__(16) float Xs[GT_BK * GT_XS];
+    int ex, c0, n;
+    if (!moe_tile(offsets, tiles, MOE_WIDE_NT, &ex, &c0, &n)) return;
+    size_t er0 = (size_t)ex * n_embd + blockIdx.x * GT_BM;
+    const unsigned char* rows = wd + er0 * rb_d;
+    float acc[4][4];
+    #pragma unroll
+    for (int r = 0; r < 4; r++)
+        #pragma unroll
+        for (int t = 0; t < 4; t++) acc[r][t] = 0.0f;
+    for (int k0 = 0; k0 < F; k0 += GT_BK) {
+        __syncthreads();
+        gt_load_w(td, rows, rb_d, k0, Ws);
+        gt_load_x(A, order + c0, F, n, 0, k0, Xs);
+        __syncthreads();
+        gt_fma(Ws, Xs, acc);
+    }
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    #pragma unroll
+    for (int t = 0; t < 4; t++) {
+        int i = 4 * tx + t;
+        if (i >= n) continue;
+        float* out = D + (size_t)order[c0 + i] * n_embd + blockIdx.x * GT_BM;
+        #pragma unroll
+        for (int r = 0; r < 4; r++) out[4 * ty + r] = acc[r][t] + (bd ? bd[er0 + 4 * ty + r] : 0.0f);
+    }
+}
