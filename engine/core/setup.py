@@ -20,6 +20,9 @@ DEFAULT_MAX_NUM_SEQS = 8
 # products' tiles fuller and split K no longer needed (docs/results/run-26.md). The CPU's bounds its attention
 # scores' scratch (plan_host_memory) and how long a stop waits for the step under way.
 DEFAULT_PREFILL_CHUNK = {"cpu": 256, "gpu": 2048}
+# A GPU whose free memory holds the model only with shorter steps gets them (the GPU's default halved down to this,
+# engine.gpu.preflight.fitting_prefill_chunk: the step before run 26) rather than a refusal
+GPU_PREFILL_CHUNK_FLOOR = 256
 
 
 def device_prefill_chunk(device: str, asked: int | None = None) -> int:

@@ -25,7 +25,7 @@ from engine.core.built import BuiltModel, kv_blocks
 from engine.core.engine_core import EngineCore
 from engine.core.runner import DeviceTopLogits, ModelRunner
 from engine.core.sched_types import ScheduledSeq
-from engine.core.setup import BackendChoice, device_prefill_chunk, make_scheduler, step_tokens
+from engine.core.setup import BackendChoice, make_scheduler, step_tokens
 from engine.core.step_batch import StepBatch
 from engine.gpu.forward import view
 from engine.gpu.stepmeta import SamplingRow
@@ -98,10 +98,12 @@ def build_gpu_model(path: Path, choice: BackendChoice, on_progress, *, max_conte
                     prefill_chunk: int | None, kv_cache_tokens: int | None,
                     kv_cache_type: str = DEFAULT_KV_CACHE_TYPE) -> BuiltModel:
     """`kv_cache_type` (engine.model.arch.KV_CACHE_TYPES): the pre-flight counts, and the cache holds, K and V of
-    that type; the built ModelInfo.kv_cache_type is the cache's own. `prefill_chunk` None: the GPU's default."""
+    that type; the built ModelInfo.kv_cache_type is the cache's own. `prefill_chunk` None: the GPU's default, or a
+    shorter step where only that fits (preflight.fitting_prefill_chunk)."""
     from engine.backends.registry import create
     from engine.gguf import open_gguf
     from engine.gpu.model import GpuModel
+    from engine.gpu.preflight import fitting_prefill_chunk
     from engine.model.config import ModelConfig
     from engine.model.loader import model_info
     from engine.prompt import PromptFormat
@@ -115,10 +117,12 @@ def build_gpu_model(path: Path, choice: BackendChoice, on_progress, *, max_conte
         prompt_format = worker.submit(PromptFormat.from_metadata, metadata)
         max_context = min(config.context_length, max_context)
         num_blocks = kv_blocks(max_context, kv_cache_tokens)
-        prefill_chunk = device_prefill_chunk("gpu", prefill_chunk)
-        budget = step_tokens(prefill_chunk, max_num_seqs)
         backend = create(choice.name)
         try:
+            prefill_chunk = fitting_prefill_chunk(config, list(gguf.tensors.values()), num_blocks, BLOCK_SIZE,
+                                                  max_num_seqs, kv_cache_type, backend.memory_info().free,
+                                                  prefill_chunk)
+            budget = step_tokens(prefill_chunk, max_num_seqs)
             model = GpuModel.from_gguf(gguf, backend, max_tokens=budget, max_seqs=max_num_seqs, kv_blocks=num_blocks,
                                        block_size=BLOCK_SIZE, progress=on_progress, kv_type=kv_cache_type)
             kv = model.new_kv_cache(num_blocks, BLOCK_SIZE)

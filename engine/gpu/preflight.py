@@ -113,6 +113,22 @@ def check_fits(plan: MemoryPlan, free: int, total: int, what: str = "the model",
     raise err
 
 
+def fitting_prefill_chunk(config: ModelConfig, tensors, num_blocks: int, block_size: int, max_seqs: int,
+                          kv_type: str, free: int, asked: int | None = None) -> int:
+    """Prompt tokens per step for a model on this GPU: `asked` where given; else the GPU's default
+    (engine.core.setup.DEFAULT_PREFILL_CHUNK), halved while the plan for it would not fit `free` bytes, down to
+    GPU_PREFILL_CHUNK_FLOOR (whose plan the load then checks as any other): the step's scratch grows with it (~0.4 GB
+    from 256 to 2,048 tokens for Qwen3-30B-A3B), and a model that fits with shorter steps loads with them."""
+    from engine.core.setup import GPU_PREFILL_CHUNK_FLOOR, device_prefill_chunk, step_tokens
+    if asked:
+        return asked
+    chunk = device_prefill_chunk("gpu")
+    while chunk > GPU_PREFILL_CHUNK_FLOOR and plan_memory(config, tensors, num_blocks, block_size,
+                                                          step_tokens(chunk, max_seqs), max_seqs, kv_type).total > free:
+        chunk //= 2
+    return chunk
+
+
 def max_kv_blocks(config: ModelConfig, tensors, block_size: int, max_tokens: int, max_seqs: int,
                   free: int, fraction: float = 0.9, kv_type: str = arch.DEFAULT_KV_CACHE_TYPE) -> int:
     """The most KV blocks that fit in `fraction` of `free` next to the weights and scratch (0 if none)."""

@@ -82,11 +82,17 @@ def current_machine() -> Machine:
 def planned_needs(config: ModelConfig, tensors, context: int,
                   kv_type: str = DEFAULT_KV_CACHE_TYPE) -> tuple[int, int]:
     """(GPU, CPU) bytes the load pre-flights plan for a `context`-token cache of `kv_type` (the CPU keeps f32)
-    with the Engine's defaults (the batch of sequences and the prefill chunk it is built with)."""
-    from engine.core.setup import DEFAULT_MAX_NUM_SEQS, device_prefill_chunk, step_tokens
+    with the Engine's defaults (the batch of sequences; the CPU's prefill chunk, and the GPU's shortest, which a load
+    takes where only it fits)."""
+    from engine.core.setup import (
+        DEFAULT_MAX_NUM_SEQS,
+        GPU_PREFILL_CHUNK_FLOOR,
+        device_prefill_chunk,
+        step_tokens,
+    )
 
     blocks = context_blocks(config, context)
-    gpu = plan_memory(config, tensors, blocks, BLOCK_SIZE, step_tokens(device_prefill_chunk("gpu"), DEFAULT_MAX_NUM_SEQS),
+    gpu = plan_memory(config, tensors, blocks, BLOCK_SIZE, step_tokens(GPU_PREFILL_CHUNK_FLOOR, DEFAULT_MAX_NUM_SEQS),
                       DEFAULT_MAX_NUM_SEQS, kv_type).total
     cpu = plan_host_memory(config, tensors, blocks, BLOCK_SIZE, device_prefill_chunk("cpu"), DEFAULT_MAX_NUM_SEQS).total
     return gpu, cpu

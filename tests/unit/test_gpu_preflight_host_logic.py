@@ -152,3 +152,42 @@ def test_the_engines_gpu_builder_allocates_and_runs_the_kv_type_it_is_given(monk
             built.core.close()
     slots = -(-200 // 16) * 16
     assert sizes["f32"] - sizes["f16"] == slots * (2 * m.config.kv_dim * 2)      # one attention layer's K and V
+
+
+def test_a_gpu_that_holds_the_model_only_with_shorter_prefill_steps_gets_them(monkeypatch):
+    """build_gpu_model without a prefill chunk (the Engine's default) on a device whose free memory is set: the GPU's
+    default step where its plan fits, else the step halved until it fits (down to GPU_PREFILL_CHUNK_FLOOR), the
+    scheduler's budget and the model's scratch both planned for that step; below the floor's plan, the refusal that
+    names the figures, as before the step grew."""
+    from engine.backends.base import MemoryInfo
+    from engine.backends.cpu import CpuBackend
+    from engine.core.setup import DEFAULT_PREFILL_CHUNK, GPU_PREFILL_CHUNK_FLOOR, BackendChoice
+    from engine.errors import OutOfDeviceMemoryError
+    from engine.gguf import open_gguf
+    from engine.gpu.executor import build_gpu_model
+    from engine.gpu.preflight import plan_memory
+    from engine.model.config import ModelConfig
+
+    monkeypatch.setattr(CpuBackend, "kernel", lambda self, file, function: Kernel(function, None))
+    monkeypatch.setattr(CpuBackend, "launch", lambda self, kernel, *a, **k: None)
+    path, seqs, blocks = DATA / "tiny-llama-q4_1.gguf", 2, -(-200 // 16)
+    with open_gguf(path) as gguf:
+        config, tensors = ModelConfig.from_metadata(gguf.metadata), list(gguf.tensors.values())
+    plan = {c: plan_memory(config, tensors, blocks, 16, c, seqs) for c in (2048, 1024, 512, 256)}
+    assert DEFAULT_PREFILL_CHUNK["gpu"] == 2048 and GPU_PREFILL_CHUNK_FLOOR == 256
+    assert plan[2048].total > plan[1024].total > plan[256].total          # the scratch grows with the step
+
+    def build(free: int):
+        monkeypatch.setattr(CpuBackend, "memory_info", lambda self: MemoryInfo(free, 1 << 40))
+        return build_gpu_model(path, BackendChoice("cpu", "test", False, "test"), None, max_context=200,
+                               max_num_seqs=seqs, prefill_chunk=None, kv_cache_tokens=None)
+
+    for free, step in ((1 << 40, 2048), ((plan[2048].total + plan[1024].total) // 2, 1024), (plan[256].total, 256)):
+        built = build(free)
+        try:
+            assert built.core.scheduler.config.max_num_batched_tokens == step
+            assert built.core.runner.executor.model.plan == plan[step]
+        finally:
+            built.core.close()
+    with pytest.raises(OutOfDeviceMemoryError, match="needs .* MiB of device memory"):
+        build(plan[256].total - 1)
