@@ -501,6 +501,31 @@ def moe_sorted_tiles(lib, ids: np.ndarray, k: int, n_expert: int, nt: int) -> tu
     return offsets, order, order_tok, tile_list, tiles
 
 
+def moe_tile_step_error(lib, m: dict, types: tuple, k: int, n_expert: int, nt: int, glu: str, down: str, rows: tuple,
+                        block: int) -> float:
+    """A step's expert products of moe_inputs `m` (experts of `types`: gate / up, down) in tiles of nt:
+    halo_moe_sort, then the tile kernels `glu` and
+    `down` (a block of `block` threads per (rows[0] | rows[1] expert rows, tile)), each writing its pairs' rows (NaN
+    where none did), and halo_moe_combine; the largest |Y - Y64| / scale against moe_reference."""
+    want, scale = moe_reference(m)
+    g, u, d = (m["raw"][n] for n in ("gate", "up", "down"))
+    (T, E), F = m["X"].shape, m["G"].shape[1]
+    tg, td = (int(GGMLType[t]) for t in types)
+    offsets, order, order_tok, tile_list, tiles = moe_sorted_tiles(lib, m["ids"], k, n_expert, nt)
+    A = np.full((T * k, F), np.nan, np.float32)
+    cpu_simt.launch(lib, glu, (-(-F // rows[0]), tiles), block,
+                    [g, np.int32(tg), u, np.int32(tg), np.int32(g.shape[1]), np.int32(u.shape[1]), np.int32(F),
+                     np.int32(0), m["X"], np.int32(E), offsets, order, order_tok, tile_list, m["bg"], m["bu"],
+                     np.float32(0), np.float32(0), A])
+    D = np.full((T * k, E), np.nan, np.float32)
+    cpu_simt.launch(lib, down, (-(-E // rows[1]), tiles), block,
+                    [d, np.int32(td), np.int32(d.shape[1]), np.int32(E), A, np.int32(F), offsets, order, tile_list,
+                     m["bd"], D])
+    Y = np.full((T, E), np.nan, np.float32)
+    cpu_simt.launch(lib, "halo_moe_combine", (-(-T * E // 256),), 256, [D, m["w"], np.int32(k), np.int32(T), np.int32(E), Y])
+    return float(np.max(np.abs(Y - want) / scale))
+
+
 @pytest.mark.parametrize("kind", ["tn", "bq"])
 @pytest.mark.parametrize("T,k,nt,types,biases", [(5, 3, 8, ("Q4_K", "Q6_K"), True), (24, 4, 16, ("Q6_K", "Q4_K"), False)])
 def test_moe_grouped_tile_kernels_match_float64(moe_tc_lib, T, k, nt, types, biases, kind):
@@ -509,26 +534,10 @@ def test_moe_grouped_tile_kernels_match_float64(moe_tc_lib, T, k, nt, types, bia
     block; the SIMT path, HIP's: 16) take a block per (rows, tile) and write each pair's rows, tile entries past the
     last exit, and halo_moe_combine sums a token's slots; against float64 at the tile tests' bound."""
     E, F, n_expert = 512, 768, 6
-    tg, td = GGMLType[types[0]], GGMLType[types[1]]
-    m = moe_inputs(np.random.default_rng(70 + T), n_expert, k, E, F, tg, td, biases, T)
-    want, scale = moe_reference(m)
-    g, u, d = (m["raw"][n] for n in ("gate", "up", "down"))
-    P = T * k
-    offsets, order, order_tok, tile_list, tiles = moe_sorted_tiles(moe_tc_lib, m["ids"], k, n_expert, nt)
+    m = moe_inputs(np.random.default_rng(70 + T), n_expert, k, E, F, GGMLType[types[0]], GGMLType[types[1]], biases, T)
     rows, warps = (TN_ROWS * TN_WARPS, TN_WARPS) if kind == "tn" else (BQ_ROWS, MATMUL_WARPS)
-    A = np.full((P, F), np.nan, np.float32)
-    cpu_simt.launch(moe_tc_lib, f"halo_moe_glu_{kind}_t{nt}", (-(-F // rows), tiles), 32 * warps,
-                    [g, np.int32(tg), u, np.int32(tg), np.int32(g.shape[1]), np.int32(u.shape[1]), np.int32(F),
-                     np.int32(0), m["X"], np.int32(E), offsets, order, order_tok, tile_list, m["bg"], m["bu"],
-                     np.float32(0), np.float32(0), A])
-    D = np.full((P, E), np.nan, np.float32)
-    cpu_simt.launch(moe_tc_lib, f"halo_moe_down_{kind}_t{nt}", (-(-E // rows), tiles), 32 * warps,
-                    [d, np.int32(td), np.int32(d.shape[1]), np.int32(E), A, np.int32(F), offsets, order, tile_list,
-                     m["bd"], D])
-    Y = np.full((T, E), np.nan, np.float32)
-    cpu_simt.launch(moe_tc_lib, "halo_moe_combine", (-(-T * E // 256),), 256,
-                    [D, m["w"], np.int32(k), np.int32(T), np.int32(E), Y])
-    rel = float(np.max(np.abs(Y - want) / scale))
+    rel = moe_tile_step_error(moe_tc_lib, m, types, k, n_expert, nt, f"halo_moe_glu_{kind}_t{nt}",
+                              f"halo_moe_down_{kind}_t{nt}", (rows, rows), 32 * warps)
     assert rel < 4 * BOUND, f"max |Y - Y64| / scale = {rel:.2e}"
 
 
@@ -542,26 +551,9 @@ def test_moe_wide_tiles_of_any_type_match_float64(moe_tc_lib, T, k, n_expert, ty
     token and by pair and write each pair's rows, tile entries past the last exit; against float64 at the tile
     tests' bound."""
     E, F = 128, 192                      # K % 64 for both products, n_ff % 32, n_embd % 64
-    tg, td = GGMLType[types[0]], GGMLType[types[1]]
-    m = moe_inputs(np.random.default_rng(110 + T), n_expert, k, E, F, tg, td, biases, T)
-    want, scale = moe_reference(m)
-    g, u, d = (m["raw"][n] for n in ("gate", "up", "down"))
-    P = T * k
-    offsets, order, order_tok, tile_list, tiles = moe_sorted_tiles(moe_tc_lib, m["ids"], k, n_expert, MOE_WIDE_NT)
-    glu_rows, down_rows = wide_tile_rows(kind)
-    A = np.full((P, F), np.nan, np.float32)
-    cpu_simt.launch(moe_tc_lib, f"halo_moe_glu_{kind}", (F // glu_rows, tiles), 128,
-                    [g, np.int32(tg), u, np.int32(tg), np.int32(g.shape[1]), np.int32(u.shape[1]), np.int32(F),
-                     np.int32(0), m["X"], np.int32(E), offsets, order, order_tok, tile_list, m["bg"], m["bu"],
-                     np.float32(0), np.float32(0), A])
-    D = np.full((P, E), np.nan, np.float32)
-    cpu_simt.launch(moe_tc_lib, f"halo_moe_down_{kind}", (E // down_rows, tiles), 128,
-                    [d, np.int32(td), np.int32(d.shape[1]), np.int32(E), A, np.int32(F), offsets, order, tile_list,
-                     m["bd"], D])
-    Y = np.full((T, E), np.nan, np.float32)
-    cpu_simt.launch(moe_tc_lib, "halo_moe_combine", (-(-T * E // 256),), 256,
-                    [D, m["w"], np.int32(k), np.int32(T), np.int32(E), Y])
-    rel = float(np.max(np.abs(Y - want) / scale))
+    m = moe_inputs(np.random.default_rng(110 + T), n_expert, k, E, F, GGMLType[types[0]], GGMLType[types[1]], biases, T)
+    rel = moe_tile_step_error(moe_tc_lib, m, types, k, n_expert, MOE_WIDE_NT, f"halo_moe_glu_{kind}",
+                              f"halo_moe_down_{kind}", wide_tile_rows(kind), 128)
     assert rel < 4 * BOUND, f"max |Y - Y64| / scale = {rel:.2e}"
 
 

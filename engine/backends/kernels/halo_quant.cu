@@ -1218,6 +1218,42 @@ __device__ __forceinline__ void gt_fma(const float* Ws, const float* Xs, float (
     }
 }
 
+// The tile's k loop: acc[r][n] = rows 4 ty + r of `rows` (32 rows of `type`, rb bytes apart) . X[xrow(tok0 + 4 tx + n)]
+// over K (ty = t / 16, tx = t % 16), each 64-k stage's weights and activations staged in Ws / Xs
+__device__ __forceinline__ void gt_loop(int type, const unsigned char* rows, int rb, const float* X, const i32* xrow,
+                                        int K, int T, int tok0, float* Ws, float* Xs, float (*acc)[4]) {
+    #pragma unroll
+    for (int r = 0; r < 4; r++)
+        #pragma unroll
+        for (int n = 0; n < 4; n++) acc[r][n] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += GT_BK) {
+        __syncthreads();
+        gt_load_w(type, rows, rb, k0, Ws);
+        gt_load_x(X, xrow, K, T, tok0, k0, Xs);
+        __syncthreads();
+        gt_fma(Ws, Xs, acc);
+    }
+}
+
+// The same for gate rows rg and up rows ru over the same activations, into ag and au
+__device__ __forceinline__ void gt_glu_loop(int tg, const unsigned char* rg, int rb_g, int tu, const unsigned char* ru,
+                                            int rb_u, const float* X, const i32* xrow, int K, int T, int tok0,
+                                            float* Wg, float* Wu, float* Xs, float (*ag)[4], float (*au)[4]) {
+    #pragma unroll
+    for (int r = 0; r < 4; r++)
+        #pragma unroll
+        for (int n = 0; n < 4; n++) { ag[r][n] = 0.0f; au[r][n] = 0.0f; }
+    for (int k0 = 0; k0 < K; k0 += GT_BK) {
+        __syncthreads();
+        gt_load_w(tg, rg, rb_g, k0, Wg);
+        gt_load_w(tu, ru, rb_u, k0, Wu);
+        gt_load_x(X, xrow, K, T, tok0, k0, Xs);
+        __syncthreads();
+        gt_fma(Wg, Xs, ag);
+        gt_fma(Wu, Xs, au);
+    }
+}
+
 HALO_KERNEL void halo_matmul_gt(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,
                                 const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
                                 const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
@@ -1233,17 +1269,7 @@ HALO_KERNEL void halo_matmul_gt(const unsigned char* w0, i32 t0_, i32 n0, i32 rb
     else { base = w2; type = t2_; rb = rb2; local = row0 - n0 - n1; }
     const unsigned char* rows = base + (size_t)local * rb;
     float acc[4][4];
-    #pragma unroll
-    for (int r = 0; r < 4; r++)
-        #pragma unroll
-        for (int n = 0; n < 4; n++) acc[r][n] = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += GT_BK) {
-        __syncthreads();
-        gt_load_w(type, rows, rb, k0, Ws);
-        gt_load_x(X, xrow, K, T, tok0, k0, Xs);
-        __syncthreads();
-        gt_fma(Ws, Xs, acc);
-    }
+    gt_loop(type, rows, rb, X, xrow, K, T, tok0, Ws, Xs, acc);
     int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
     #pragma unroll
     for (int n = 0; n < 4; n++) {
@@ -1268,19 +1294,7 @@ HALO_KERNEL void halo_glu_gt(const unsigned char* wg, i32 tg, const unsigned cha
     const unsigned char* rg = wg + (size_t)row0 * rb_g;
     const unsigned char* ru = wu + (size_t)row0 * rb_u;
     float ag[4][4], au[4][4];
-    #pragma unroll
-    for (int r = 0; r < 4; r++)
-        #pragma unroll
-        for (int n = 0; n < 4; n++) { ag[r][n] = 0.0f; au[r][n] = 0.0f; }
-    for (int k0 = 0; k0 < K; k0 += GT_BK) {
-        __syncthreads();
-        gt_load_w(tg, rg, rb_g, k0, Wg);
-        gt_load_w(tu, ru, rb_u, k0, Wu);
-        gt_load_x(X, 0, K, T, tok0, k0, Xs);
-        __syncthreads();
-        gt_fma(Wg, Xs, ag);
-        gt_fma(Wu, Xs, au);
-    }
+    gt_glu_loop(tg, rg, rb_g, tu, ru, rb_u, X, 0, K, T, tok0, Wg, Wu, Xs, ag, au);
     int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
     #pragma unroll
     for (int n = 0; n < 4; n++) {
@@ -1876,6 +1890,16 @@ __device__ __forceinline__ void tp_loop(const unsigned char* r0p, int ty0, const
 __device__ __forceinline__ int tp_row(int mr, int e) { return mr + ((threadIdx.x & 31) >> 2) + 8 * (e >> 1); }
 __device__ __forceinline__ int tp_tok(int n0, int j, int e) { return n0 + 8 * j + 2 * (threadIdx.x & 3) + (e & 1); }
 
+// tp_loop's accumulators, zeroed: [m16 tile (GLU: gate | up)][n8 tile][fragment]
+__device__ __forceinline__ void tp_zero(float (*acc)[4][4]) {
+    #pragma unroll
+    for (int m = 0; m < 2; m++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+}
+
 // X row offsets of this thread's 4 token rows (tp_load_x), -1 past T
 __device__ __forceinline__ void tp_x_rows(const i32* xrow, int K, int T, int tok0, int* xo) {
     #pragma unroll
@@ -1906,12 +1930,7 @@ HALO_KERNEL __launch_bounds__(128) void halo_matmul_tcp(const unsigned char* w0,
     int xo[4];
     tp_x_rows(xrow, K, T, tok0, xo);
     float acc[2][4][4];
-    #pragma unroll
-    for (int m = 0; m < 2; m++)
-        #pragma unroll
-        for (int j = 0; j < 4; j++)
-            #pragma unroll
-            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+    tp_zero(acc);
     int r = threadIdx.x >> 2;
     tp_loop(rows + (size_t)r * rb, type, rows + (size_t)(r + 32) * rb, type, X, xo, z * kc, kc, mr0, mr0 + 16, nw,
             Ws, Xs0, Xs1, acc);
@@ -1943,12 +1962,7 @@ HALO_KERNEL __launch_bounds__(128) void halo_glu_tcp(const unsigned char* wg, i3
     int xo[4];
     tp_x_rows(0, K, T, tok0, xo);
     float acc[2][4][4];                            // [gate | up][n8 tile][fragment]
-    #pragma unroll
-    for (int m = 0; m < 2; m++)
-        #pragma unroll
-        for (int j = 0; j < 4; j++)
-            #pragma unroll
-            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+    tp_zero(acc);
     int r = row0 + (threadIdx.x >> 2);
     tp_loop(wg + (size_t)r * rb_g, tg, wu + (size_t)r * rb_u, tu, X, xo, z * kc, kc, mr0, mr0 + 32, nw,
             Ws, Xs0, Xs1, acc);
@@ -2135,12 +2149,7 @@ __device__ __forceinline__ void tk_run(const unsigned char* r0p, int ty0, const 
     __shared__ __align__(16) float Sc0[TP_BM * 4];
     __shared__ __align__(16) float Sc1[TP_BM * 4];
     __shared__ __align__(16) float Xs[2 * TP_BN * TP_LDX];
-    #pragma unroll
-    for (int m = 0; m < 2; m++)
-        #pragma unroll
-        for (int j = 0; j < 4; j++)
-            #pragma unroll
-            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+    tp_zero(acc);
     tk_loop(r0p, ty0, r1p, ty1, X, xo, kbeg, kc, mr0, mr1, n0, Ws0, Ws1, Sc0, Sc1, Xs, Xs + TP_BN * TP_LDX, acc);
 }
 
@@ -3595,12 +3604,7 @@ HALO_KERNEL __launch_bounds__(128) void halo_moe_glu_tp(const unsigned char* wg,
     int xo[4];
     tp_x_rows(order_tok + c0, K, n, 0, xo);
     float acc[2][4][4];                                // [gate | up][n8 tile][fragment]
-    #pragma unroll
-    for (int m = 0; m < 2; m++)
-        #pragma unroll
-        for (int j = 0; j < 4; j++)
-            #pragma unroll
-            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+    tp_zero(acc);
     size_t er = (size_t)ex * n_ff + row0 + (threadIdx.x >> 2);
     tp_loop(wg + er * rb_g, tg, wu + er * rb_u, tu, X, xo, 0, K, mr0, mr0 + 32, nw, Ws, Xs0, Xs1, acc);
     #pragma unroll
@@ -3630,12 +3634,7 @@ HALO_KERNEL __launch_bounds__(128) void halo_moe_down_tp(const unsigned char* wd
     int xo[4];
     tp_x_rows(order + c0, F, n, 0, xo);
     float acc[2][4][4];
-    #pragma unroll
-    for (int m = 0; m < 2; m++)
-        #pragma unroll
-        for (int j = 0; j < 4; j++)
-            #pragma unroll
-            for (int e = 0; e < 4; e++) acc[m][j][e] = 0.0f;
+    tp_zero(acc);
     const unsigned char* rows = wd + ((size_t)ex * n_embd + row0) * rb_d;
     int r = threadIdx.x >> 2;
     tp_loop(rows + (size_t)r * rb_d, td, rows + (size_t)(r + 32) * rb_d, td, A, xo, 0, F, mr0, mr0 + 16, nw,
@@ -3667,19 +3666,7 @@ HALO_KERNEL void halo_moe_glu_gt(const unsigned char* wg, i32 tg, const unsigned
     const unsigned char* rg = wg + er0 * rb_g;
     const unsigned char* ru = wu + er0 * rb_u;
     float ag[4][4], au[4][4];
-    #pragma unroll
-    for (int r = 0; r < 4; r++)
-        #pragma unroll
-        for (int t = 0; t < 4; t++) { ag[r][t] = 0.0f; au[r][t] = 0.0f; }
-    for (int k0 = 0; k0 < K; k0 += GT_BK) {
-        __syncthreads();
-        gt_load_w(tg, rg, rb_g, k0, Wg);
-        gt_load_w(tu, ru, rb_u, k0, Wu);
-        gt_load_x(X, order_tok + c0, K, n, 0, k0, Xs);
-        __syncthreads();
-        gt_fma(Wg, Xs, ag);
-        gt_fma(Wu, Xs, au);
-    }
+    gt_glu_loop(tg, rg, rb_g, tu, ru, rb_u, X, order_tok + c0, K, n, 0, Wg, Wu, Xs, ag, au);
     int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
     #pragma unroll
     for (int t = 0; t < 4; t++) {
@@ -3706,17 +3693,7 @@ HALO_KERNEL void halo_moe_down_gt(const unsigned char* wd, i32 td, i32 rb_d, i32
     size_t er0 = (size_t)ex * n_embd + blockIdx.x * GT_BM;
     const unsigned char* rows = wd + er0 * rb_d;
     float acc[4][4];
-    #pragma unroll
-    for (int r = 0; r < 4; r++)
-        #pragma unroll
-        for (int t = 0; t < 4; t++) acc[r][t] = 0.0f;
-    for (int k0 = 0; k0 < F; k0 += GT_BK) {
-        __syncthreads();
-        gt_load_w(td, rows, rb_d, k0, Ws);
-        gt_load_x(A, order + c0, F, n, 0, k0, Xs);
-        __syncthreads();
-        gt_fma(Ws, Xs, acc);
-    }
+    gt_loop(td, rows, rb_d, A, order + c0, F, n, 0, Ws, Xs, acc);
     int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
     #pragma unroll
     for (int t = 0; t < 4; t++) {
