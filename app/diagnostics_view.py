@@ -285,7 +285,11 @@ def _running_html(client) -> str:
     kind = "warn" if backend.startswith("cpu") and getattr(client, "backend", "") in BACKEND_NAMES else "ok"
     kv = loaded_kv_cache_type(client)
     kv_html = f" KV cache {_badge(kv, 'info')}" if kv else ""
-    return f"Running now {_badge(backend, kind)}{kv_html} &nbsp; <span>{_esc(reason)}</span><br>"
+    model = getattr(client, "model", None)
+    steps, note = getattr(model, "prefill_chunk", 0), getattr(model, "prefill_note", "")
+    steps_html = (f" prompt steps {_badge(f'{steps:,} tokens', 'warn' if note else 'info')}"
+                  + (f" <span>({_esc(note)})</span>" if note else "")) if steps else ""
+    return f"Running now {_badge(backend, kind)}{kv_html}{steps_html} &nbsp; <span>{_esc(reason)}</span><br>"
 
 
 def _summary_html(r: DiagnosticsReport) -> str:

@@ -155,6 +155,9 @@ class ModelInfo:
                                   # context_length); 0 when only inspected
     kv_cache_type: str = ""       # the KV cache's element type as loaded, engine.model.arch.KV_CACHE_TYPES
                                   # ("f32", "f16": GPU only); "" when only inspected or served remotely
+    prefill_chunk: int = 0        # prompt tokens one step takes as loaded (engine.core.setup.DEFAULT_PREFILL_CHUNK);
+                                  # 0 when only inspected or served remotely
+    prefill_note: str = ""        # non-empty: why the step is shorter than the device's default (free GPU memory)
 
 
 @dataclass(frozen=True)

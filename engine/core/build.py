@@ -46,7 +46,8 @@ def build_cpu(path: Path, choice: BackendChoice, on_progress, *, max_context: in
     scheduler = make_scheduler(num_blocks, BLOCK_SIZE, max_context, choice.async_scheduling, max_num_seqs,
                                prefill_chunk)
     core = EngineCore(scheduler, ModelRunner(executor, BLOCK_SIZE, max_num_seqs))
-    info = replace(loaded.info, backend="cpu", kv_cache_type=resolve_kv_cache_type(kv_cache_type, "cpu"))
+    info = replace(loaded.info, backend="cpu", kv_cache_type=resolve_kv_cache_type(kv_cache_type, "cpu"),
+                   prefill_chunk=prefill_chunk)
     return BuiltModel(info, PromptFormat.from_metadata(loaded.metadata), loaded.config.vocab_size, core, max_context)
 
 

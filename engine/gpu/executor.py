@@ -25,7 +25,7 @@ from engine.core.built import BuiltModel, kv_blocks
 from engine.core.engine_core import EngineCore
 from engine.core.runner import DeviceTopLogits, ModelRunner
 from engine.core.sched_types import ScheduledSeq
-from engine.core.setup import BackendChoice, make_scheduler, step_tokens
+from engine.core.setup import BackendChoice, device_prefill_chunk, make_scheduler, step_tokens
 from engine.core.step_batch import StepBatch
 from engine.gpu.forward import view
 from engine.gpu.stepmeta import SamplingRow
@@ -119,6 +119,7 @@ def build_gpu_model(path: Path, choice: BackendChoice, on_progress, *, max_conte
         num_blocks = kv_blocks(max_context, kv_cache_tokens)
         backend = create(choice.name)
         try:
+            asked = prefill_chunk
             prefill_chunk = fitting_prefill_chunk(config, list(gguf.tensors.values()), num_blocks, BLOCK_SIZE,
                                                   max_num_seqs, kv_cache_type, backend.memory_info().free,
                                                   prefill_chunk)
@@ -138,5 +139,9 @@ def build_gpu_model(path: Path, choice: BackendChoice, on_progress, *, max_conte
     scheduler = make_scheduler(num_blocks, BLOCK_SIZE, max_context, choice.async_scheduling, max_num_seqs,
                                prefill_chunk)
     core = EngineCore(scheduler, ModelRunner(executor, BLOCK_SIZE, max_num_seqs))
-    return BuiltModel(replace(info, backend=device_label(backend), kv_cache_type=kv.kv_type),
+    default = device_prefill_chunk("gpu")
+    note = (f"shortened from {default:,} tokens: the longer step's scratch did not fit the GPU's free memory"
+            if asked is None and prefill_chunk < default else "")
+    return BuiltModel(replace(info, backend=device_label(backend), kv_cache_type=kv.kv_type,
+                              prefill_chunk=prefill_chunk, prefill_note=note),
                       fmt, config.vocab_size, core, max_context)

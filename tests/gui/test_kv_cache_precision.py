@@ -52,6 +52,7 @@ def test_the_precision_persists_reaches_the_engine_and_the_loaded_type_is_shown(
     view = w._diagnostics
     qtbot.waitUntil(lambda: "Running now" in view.summary.text(), timeout=30_000)
     assert "KV cache" in view.summary.text() and "&nbsp;f32&nbsp;" in view.summary.text()
+    assert "prompt steps" in view.summary.text() and "&nbsp;256 tokens&nbsp;" in view.summary.text()   # the CPU's
 
     restarted = make_window(engine="own")                    # a later start uses the stored setting
     assert restarted.client.kv_cache_type == "f16"
@@ -124,6 +125,7 @@ def test_the_saved_and_copied_diagnostics_report_records_the_kv_cache_type_the_v
     assert w.client.model.kv_cache_type == "f32" and w.status.kv_label.text() == "KV cache: f32"
     view = diagnostics(w)
     assert "KV cache" in view.summary.text() and "&nbsp;f32&nbsp;" in view.summary.text()
+    assert "prompt steps" in view.summary.text() and "&nbsp;256 tokens&nbsp;" in view.summary.text()   # the CPU's
     saved = json.loads(view.save_report(tmp_path / "report.json").read_text(encoding="utf-8"))
     assert saved["kv_cache_type"] == "f32"
     markdown = view.save_report(tmp_path / "report.md").read_text(encoding="utf-8")

@@ -185,8 +185,9 @@ def test_a_gpu_that_holds_the_model_only_with_shorter_prefill_steps_gets_them(mo
     for free, step in ((1 << 40, 2048), ((plan[2048].total + plan[1024].total) // 2, 1024), (plan[256].total, 256)):
         built = build(free)
         try:
-            assert built.core.scheduler.config.max_num_batched_tokens == step
+            assert built.core.scheduler.config.max_num_batched_tokens == built.info.prefill_chunk == step
             assert built.core.runner.executor.model.plan == plan[step]
+            assert ("shortened from 2,048 tokens" in built.info.prefill_note) == (step < 2048)    # the app shows it
         finally:
             built.core.close()
     with pytest.raises(OutOfDeviceMemoryError, match="needs .* MiB of device memory"):
