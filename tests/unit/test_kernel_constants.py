@@ -9,6 +9,7 @@ import pytest
 
 import engine.gpu.forward as fwd
 import engine.gpu.hybrid as hybrid
+import engine.gpu.moe as moe
 import engine.gpu.weights as weights
 from engine.backends import kernels
 
@@ -29,6 +30,11 @@ def defines(file: str) -> dict[str, int]:
     ("halo_quant.cu", "BQ_WARPS", fwd.MATMUL_WARPS),
     ("halo_quant.cu", "TN_WARPS", fwd.TN_WARPS),
     ("halo_quant.cu", "TN_ROWS", fwd.TN_ROWS),
+    ("halo_quant.cu", "GT_BM", fwd.GT_ROWS),
+    ("halo_quant.cu", "GT_BN", fwd.GT_TOKENS),
+    ("halo_quant.cu", "GT_BK", fwd.GT_K),
+    ("halo_quant.cu", "TP_BM", fwd.TCP_ROWS),
+    ("halo_quant.cu", "MOE_WIDE_NT", moe.MOE_WIDE_NT),
     ("halo_delta_net.cu", "CONV_CHANNELS", hybrid.CONV_CHANNELS),
     ("halo_delta_net.cu", "CONV_SPANS", hybrid.CONV_SPANS),
 ])
