@@ -1218,6 +1218,27 @@ __device__ __forceinline__ void gt_fma(const float* Ws, const float* Xs, float (
     }
 }
 
+// Stage k0 of the tile, between barriers: k0 .. k0 + 63 of the 32 weight rows decoded into Ws, of the tokens'
+// activations into Xs (gt's loop and the WMMA tile's)
+__device__ __forceinline__ void gt_stage(int type, const unsigned char* rows, int rb, const float* X, const i32* xrow,
+                                         int K, int T, int tok0, int k0, float* Ws, float* Xs) {
+    __syncthreads();
+    gt_load_w(type, rows, rb, k0, Ws);
+    gt_load_x(X, xrow, K, T, tok0, k0, Xs);
+    __syncthreads();
+}
+
+// The same for a GLU's gate rows (into Wg) and up rows (into Wu) over the same activations
+__device__ __forceinline__ void gt_glu_stage(int tg, const unsigned char* rg, int rb_g, int tu, const unsigned char* ru,
+                                             int rb_u, const float* X, const i32* xrow, int K, int T, int tok0, int k0,
+                                             float* Wg, float* Wu, float* Xs) {
+    __syncthreads();
+    gt_load_w(tg, rg, rb_g, k0, Wg);
+    gt_load_w(tu, ru, rb_u, k0, Wu);
+    gt_load_x(X, xrow, K, T, tok0, k0, Xs);
+    __syncthreads();
+}
+
 // The tile's k loop: acc[r][n] = rows 4 ty + r of `rows` (32 rows of `type`, rb bytes apart) . X[xrow(tok0 + 4 tx + n)]
 // over K (ty = t / 16, tx = t % 16), each 64-k stage's weights and activations staged in Ws / Xs
 __device__ __forceinline__ void gt_loop(int type, const unsigned char* rows, int rb, const float* X, const i32* xrow,
@@ -1227,10 +1248,7 @@ __device__ __forceinline__ void gt_loop(int type, const unsigned char* rows, int
         #pragma unroll
         for (int n = 0; n < 4; n++) acc[r][n] = 0.0f;
     for (int k0 = 0; k0 < K; k0 += GT_BK) {
-        __syncthreads();
-        gt_load_w(type, rows, rb, k0, Ws);
-        gt_load_x(X, xrow, K, T, tok0, k0, Xs);
-        __syncthreads();
+        gt_stage(type, rows, rb, X, xrow, K, T, tok0, k0, Ws, Xs);
         gt_fma(Ws, Xs, acc);
     }
 }
@@ -1244,11 +1262,7 @@ __device__ __forceinline__ void gt_glu_loop(int tg, const unsigned char* rg, int
         #pragma unroll
         for (int n = 0; n < 4; n++) { ag[r][n] = 0.0f; au[r][n] = 0.0f; }
     for (int k0 = 0; k0 < K; k0 += GT_BK) {
-        __syncthreads();
-        gt_load_w(tg, rg, rb_g, k0, Wg);
-        gt_load_w(tu, ru, rb_u, k0, Wu);
-        gt_load_x(X, xrow, K, T, tok0, k0, Xs);
-        __syncthreads();
+        gt_glu_stage(tg, rg, rb_g, tu, ru, rb_u, X, xrow, K, T, tok0, k0, Wg, Wu, Xs);
         gt_fma(Wg, Xs, ag);
         gt_fma(Wu, Xs, au);
     }
@@ -1438,10 +1452,7 @@ HALO_KERNEL void halo_matmul_wm(const unsigned char* w0, i32 t0_, i32 n0, i32 rb
         #pragma unroll
         for (int i = 0; i < 8; i++) acc[j][i] = 0.0f;
     for (int k0 = 0; k0 < K; k0 += GT_BK) {
-        __syncthreads();
-        gt_load_w(type, rows, rb, k0, Ws);
-        gt_load_x(X, xrow, K, T, tok0, k0, Xs);
-        __syncthreads();                      // (block_max_abs syncs again before its shared writes)
+        gt_stage(type, rows, rb, X, xrow, K, T, tok0, k0, Ws, Xs);   // (block_max_abs syncs again before its writes)
         float sw = wm_scale(block_max_abs(wm_local_max_w(Ws), red));
         float sx = wm_scale(block_max_abs(wm_local_max_x(Xs), red));
         wm_mma(Ws, Xs, sw, sx, acc);
@@ -1474,11 +1485,7 @@ HALO_KERNEL void halo_glu_wm(const unsigned char* wg, i32 tg, const unsigned cha
         #pragma unroll
         for (int i = 0; i < 8; i++) { ag[j][i] = 0.0f; au[j][i] = 0.0f; }
     for (int k0 = 0; k0 < K; k0 += GT_BK) {
-        __syncthreads();
-        gt_load_w(tg, rg, rb_g, k0, Wg);
-        gt_load_w(tu, ru, rb_u, k0, Wu);
-        gt_load_x(X, 0, K, T, tok0, k0, Xs);
-        __syncthreads();
+        gt_glu_stage(tg, rg, rb_g, tu, ru, rb_u, X, 0, K, T, tok0, k0, Wg, Wu, Xs);
         float sg = wm_scale(block_max_abs(wm_local_max_w(Wg), red));
         float su = wm_scale(block_max_abs(wm_local_max_w(Wu), red));
         float sx = wm_scale(block_max_abs(wm_local_max_x(Xs), red));
