@@ -45,6 +45,7 @@ inline float __shfl_sync(unsigned, float v, int src_lane) { return halo_cpu_shfl
 inline float __shfl(float v, int src_lane) { return halo_cpu_shfl(v, src_lane); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
 int __any_sync(unsigned, int p);
+inline int __all_sync(unsigned m, int p) { return !__any_sync(m, !p); }
 template <typename T> inline T __ldg(const T* p) { return *p; }
 unsigned __byte_perm(unsigned a, unsigned b, unsigned s);
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
@@ -83,4 +84,8 @@ inline void cp_async4_at(saddr dst, const void* src, int bytes) {               
     *(float*)dst = v;
 }
 inline void ldmatrix_x4_at(unsigned* r, saddr row) { ldmatrix_x4(r, row); }
+inline float exp2_ftz(float x) {                                                   // ex2.approx.ftz.f32
+    float r = std::exp2(x);
+    return std::fpclassify(r) == FP_SUBNORMAL ? 0.0f : r;
+}
 #endif

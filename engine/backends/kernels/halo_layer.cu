@@ -686,6 +686,7 @@ SKV_MMA_ENTRY(halo_attention_split_mma_d128_f16, 128, true)
 #define FA_KEYS 32
 #define FA_MAX_D 128
 #define FA_KLD (FA_MAX_D + 4)      // words per staged float32 row (attention_mma's float32 cache)
+#define FA_LOG2E 1.44269504088896341f   // the tensor-core tile's scores are in log2 units: scale x log2 e
 // Whether a row of sequence rseq at position rpos, first allowed key rlo, may see key j of sequence s (every tiled
 // build's mask: causal, windowed, and its own sequence only; a row past the step's tokens has rseq -1)
 __device__ __forceinline__ bool fa_key_allowed(int rseq, int rlo, int rpos, int s, int j) {
@@ -748,9 +749,19 @@ __device__ __forceinline__ bool fa_warp_sees_tile(const FaRows& R, int s, int j0
     return __any_sync(0xffffffffu, need);
 }
 
-// One tile's step of the online softmax for this lane's two rows (both tiled builds): the tile's maxima mx (this
-// lane's part) over the row's 4 lanes, the new running maxima m, the base each exponent subtracts (0 while a row has
-// seen no allowed key, so every term stays 0) and corr, which rescales l here and the row's O in the caller.
+// Whether every row of this warp may see every key of sequence s in [j0, j0 + FA_KEYS) (the tile needs no mask:
+// all tiles but those on a diagonal, a window's edge or a sequence's end)
+__device__ __forceinline__ bool fa_warp_inside_tile(const FaRows& R, int s, int j0) {
+    bool inside = true;
+    #pragma unroll
+    for (int r = 0; r < 2; r++) inside &= R.rseq[r] == s && R.rlo[r] <= j0 && R.rpos[r] >= j0 + FA_KEYS - 1;
+    return __all_sync(0xffffffffu, inside);
+}
+
+// One tile's step of the online softmax for this lane's two rows (both tiled builds; scores in log2 units): the
+// tile's maxima mx (this lane's part) over the row's 4 lanes, the new running maxima m, the base each exponent
+// subtracts (0 while a row has seen no allowed key, so every term stays 0) and corr, which rescales l here and the
+// row's O in the caller.
 __device__ __forceinline__ void fa_rescale(float* mx, float* m, float* l, float* base, float* corr) {
     #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -758,14 +769,14 @@ __device__ __forceinline__ void fa_rescale(float* mx, float* m, float* l, float*
         mx[r] = fmaxf(mx[r], SHFL_XOR(mx[r], 2));
         float mn = fmaxf(m[r], mx[r]);
         base[r] = mn == NEG_INF ? 0.0f : mn;
-        corr[r] = __expf(m[r] - base[r]);
+        corr[r] = exp2_ftz(m[r] - base[r]);
         m[r] = mn;
         l[r] *= corr[r];
     }
 }
 
 // out rows from the float32 O fragments of[n][0..3] (C layout: dims 8 n + 2q, + 1 of rows g, g + 8), the running
-// maxima m and this lane's parts of the row sums l; a head's sink joins the maximum and the denominator.
+// maxima m (log2 units) and this lane's parts of the row sums l; a head's sink joins the maximum and the denominator.
 __device__ __forceinline__ void fa_write_rows(const FaRows& R, float (&of)[FA_MAX_D / 8][4], const float* m,
                                               float* l, int G, int hk, int H, int D, int tok0, const float* sinks,
                                               float* out) {
@@ -782,8 +793,8 @@ __device__ __forceinline__ void fa_write_rows(const FaRows& R, float (&of)[FA_MA
         float* o = out + (size_t)(tok0 + R.rt[r]) * H * D + (size_t)h * D + 2 * q;
         float inv = 1.0f / l[r];
         if (sinks) {                     // the sink joins the maximum and the denominator (as halo_attention)
-            float S = sinks[h], Mt = fmaxf(m[r], S), sc = __expf(m[r] - Mt);
-            inv = sc / (l[r] * sc + __expf(S - Mt));
+            float S = sinks[h] * FA_LOG2E, Mt = fmaxf(m[r], S), sc = exp2_ftz(m[r] - Mt);
+            inv = sc / (l[r] * sc + exp2_ftz(S - Mt));
         }
         #pragma unroll
         for (int n = 0; n < FA_MAX_D / 8; n++) {
@@ -794,8 +805,9 @@ __device__ __forceinline__ void fa_write_rows(const FaRows& R, float (&of)[FA_MA
 }
 
 // Both caches' build: one template, attention_mma, on mma.m16n8k16 with f16 operands and float32 accumulators.
-// Q (times the softmax scale; for the float32 cache also, per row, the power of two that puts the row's largest |q|
-// in [2^14, 2^15)) and P are f16 head + tail (f16_split2, ~22 bits), so S and P V keep float32-level accuracy:
+// Q (times the softmax scale and log2 e: scores and their maxima are in log2 units; for the float32 cache also, per
+// row, the power of two that puts the row's largest |q| in [2^14, 2^15)) and P are f16 head + tail (f16_split2, ~22
+// bits), so S and P V keep float32-level accuracy:
 // - f16 cache: the cache's values are exact f16 operands; a product is 2 MMAs (Q or P head and tail). K and V
 //   tiles go global -> shared by cp.async, the next tile while this one is computed (double buffer);
 // - float32 cache: each tile's K and V are staged as float32, scaled by a power of two per tile (fa_pow2_for)
@@ -927,10 +939,11 @@ __device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, 
     FaRows R = fa_rows(qkv, ld, positions, token_seq, window, G, hk, D, tok0, ntok, s_pos, s_lo, s_seq);
     // Q's A fragments: rows g, g + 8; dims 16 kc + 2q (+1) | + 8 (+9). x[e]: row (e & 1 ? g + 8 : g), dim
     // 16 kc + 2q + (e >> 1 & 1) + 8 (e >> 2)
+    const float scale2 = scale * FA_LOG2E;       // scores in log2 units: each exponent below is exp2_ftz
     auto q_at = [&](int kc, int e) {
         int d = 16 * kc + 2 * q + ((e >> 1) & 1) + 8 * (e >> 2);
         const float* row = R.qrow[e & 1];
-        return row && d < D ? row[d] * scale : 0.0f;
+        return row && d < D ? row[d] * scale2 : 0.0f;
     };
     float qf[2] = {1.0f, 1.0f}, qinv[2] = {1.0f, 1.0f};   // each row's power of two (float32 cache) and its inverse
     if constexpr (SPLIT) {
@@ -966,9 +979,16 @@ __device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, 
         if (!fa_sequence_keys(i, ntok, s_seq, s_lo, s_pos, &jlo, &jhi)) continue;
         int s = s_seq[i];
         const i32* table = block_tables + (size_t)s * bt_width;
-        auto fetch = [&](int j0, int buf) {      // f16: keys j0 .. j0 + FA_KEYS - 1 into buffer buf (zeros past jhi)
+        // f16: keys j0 .. j0 + FA_KEYS - 1 into buffer buf (zeros past jhi). Unrolled over the most chunks a thread
+        // copies (a block has at least 2 FA_ROWS[0] = 128 threads), so the block-table loads and address arithmetic
+        // of a thread's chunks overlap instead of each chunk waiting for its own.
+        auto fetch = [&](int j0, int buf) {
             if constexpr (!SPLIT) {
-                for (int idx = threadIdx.x; idx < FA_KEYS * (D >> 3); idx += blockDim.x) {
+                constexpr int CHUNKS = FA_KEYS * (DK ? DK : FA_MAX_D) / 8;
+                #pragma unroll
+                for (int i = 0; i < (CHUNKS + 127) / 128; i++) {
+                    int idx = threadIdx.x + i * blockDim.x;
+                    if (idx >= FA_KEYS * (D >> 3)) break;
                     int kr = idx / (D >> 3), c = idx - kr * (D >> 3), j = min(j0 + kr, jhi);
                     size_t off = kv_row(table, j, bs, Hkv, hk, D) + 8 * c;
                     int bytes = j0 + kr <= jhi ? 16 : 0;
@@ -1038,16 +1058,23 @@ __device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, 
                     }
                 }
             }
+            #pragma unroll
+            for (int n = 0; n < FA_KEYS / 8; n++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) sh[n][e] = (sh[n][e] + sl[n][e]) * sf[e >> 1];
+            if (!fa_warp_inside_tile(R, s, j0))  // a key a row may not see: -inf
+                #pragma unroll
+                for (int n = 0; n < FA_KEYS / 8; n++)
+                    #pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int r = e >> 1, j = j0 + 8 * n + 2 * q + (e & 1);
+                        if (!fa_key_allowed(R.rseq[r], R.rlo[r], R.rpos[r], s, j)) sh[n][e] = NEG_INF;
+                    }
             float mx[2] = {NEG_INF, NEG_INF};
             #pragma unroll
             for (int n = 0; n < FA_KEYS / 8; n++)
                 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int r = e >> 1, j = j0 + 8 * n + 2 * q + (e & 1);
-                    bool ok = fa_key_allowed(R.rseq[r], R.rlo[r], R.rpos[r], s, j);
-                    sh[n][e] = ok ? (sh[n][e] + sl[n][e]) * sf[r] : NEG_INF;
-                    mx[r] = fmaxf(mx[r], sh[n][e]);
-                }
+                for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], sh[n][e]);
             float base[2], corr[2];
             fa_rescale(mx, m, l, base, corr);
             // P's A fragments for key chunk kk (n tiles 2 kk, 2 kk + 1): a0 row g keys 2q.., a1 row g + 8, a2 / a3
@@ -1058,8 +1085,8 @@ __device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, 
                 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const float* c = sh[2 * kk + h];
-                    float p0 = __expf(c[0] - base[0]), p1 = __expf(c[1] - base[0]);
-                    float p2 = __expf(c[2] - base[1]), p3 = __expf(c[3] - base[1]);
+                    float p0 = exp2_ftz(c[0] - base[0]), p1 = exp2_ftz(c[1] - base[0]);
+                    float p2 = exp2_ftz(c[2] - base[1]), p3 = exp2_ftz(c[3] - base[1]);
                     l[0] += p0 + p1;
                     l[1] += p2 + p3;
                     f16_split2(p0, p1, &ph[kk][2 * h], &pl[kk][2 * h]);

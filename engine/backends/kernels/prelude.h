@@ -190,6 +190,15 @@ __device__ __forceinline__ void mma_f16(float* c, u32 a0, u32 a1, u32 a2, u32 a3
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// 2^x on the special-function unit, a result below float32's normal range flushed to 0. The tiled attention keeps
+// its scores in log2 units (Q carries log2 e with the softmax scale), so each exponent of its online softmax is one
+// subtraction and this; __expf there was a multiply by log2 e and a fix-up for denormal results as well.
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
 #endif
 #if HALO_TC
 // Two floats as f16 heads and f16 tails packed in pairs (x = head + tail to ~22 bits, like tf32_split; a tail
