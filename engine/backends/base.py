@@ -115,6 +115,9 @@ class MemoryInfo:
     total: int
 
 
+STATIC_SHARED_MAX = 48 * 1024   # the shared memory any CUDA block may take without its function opting in
+
+
 @dataclass(eq=False)
 class Kernel:
     name: str
@@ -123,6 +126,8 @@ class Kernel:
     from_cache: bool = False
     programmatic: bool = False   # GPU: opens with GRID_DEPENDENCY_LATER (kernels.entries), so captured steps
                                  # launch it programmatically where the device has that (GpuBackend.launch)
+    shared_allowed: int = STATIC_SHARED_MAX   # GPU: the dynamic shared memory its launches may ask (GpuBackend.launch
+                                              # raises it, past the static 48 KB, the first time one asks more)
 
 
 class Backend(ABC):

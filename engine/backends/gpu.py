@@ -203,6 +203,9 @@ class GpuBackend(Backend):
             return False
 
     def launch(self, kernel, grid, block, args, stream, shared_bytes=0) -> None:
+        if shared_bytes > kernel.shared_allowed:
+            self.rt.allow_shared(kernel.handle, shared_bytes)
+            kernel.shared_allowed = shared_bytes
         params = self._params.pack(self, args)          # valid until the next launch: the runtime copies the values
         programmatic = kernel.programmatic and self.programmatic and self._capturing
         launch = self.rt.launch_programmatic if programmatic else self.rt.launch

@@ -112,13 +112,17 @@ def _launch_roles(names: list[str], n_layers: int, layer_roles=LAYER_ROLES) -> l
     """The role of each launch of a step body. The i-th main launch has a fixed role (len(layer_roles) per layer
     between the embedding and the LM head + sampler); a split-K sum belongs to the matmul just before it, the
     split-KV merge to the attention before it, the MoE th tiles' row lists (halo_moe_tile_rows) to the sort before
-    them; the tch tile's activation split (halo_split_f16) is its own role."""
+    them; the tch tile's activation split (halo_split_f16) and a float32 cache's key split (halo_kv_split, before
+    the attention that reads it) are roles of their own."""
     roles: list[str] = []
     i, role = -1, ""
     per = len(layer_roles)
     for name in names:
         if name == "halo_split_f16":                  # the tch tile's pre-pass, before the matmul whose input it splits
             roles.append("f16 split")
+            continue
+        if name == "halo_kv_split":                   # the float32 cache's pre-pass, before the attention
+            roles.append("kv split")
             continue
         if name not in ("halo_splitk_sum", "halo_attention_merge", "halo_moe_tile_rows"):
             i += 1

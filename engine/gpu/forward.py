@@ -32,7 +32,13 @@ from engine.gpu.hybrid import (
 from engine.gpu.moe import MOE_KERNELS, MOE_TC_KERNELS, MoeScratch, enqueue_moe_ffn, th_split_floats
 from engine.gpu.stepmeta import MetaLayout, SamplingRow
 from engine.gpu.weights import ADD_NORM_MAX_THREADS, DeviceMatrix, DeviceWeights, layer_matrices
-from engine.model.arch import DEFAULT_KV_CACHE_TYPE, kv_cache_type, rope_attention_factor
+from engine.model.arch import (
+    DEFAULT_KV_CACHE_TYPE,
+    KV_SPLIT_SCALE_KEYS,
+    kv_cache_type,
+    kv_split_bytes_per_token,
+    rope_attention_factor,
+)
 from engine.model.config import ModelConfig
 from engine.model.step import StepInput
 
@@ -143,6 +149,12 @@ SKV_MMA = os.environ.get("HALO_SKV_MMA") != "0"
 # where head_dim % 8 == 0, head_dim <= FA_MAX_D and the GQA group fits the query rows of a block (a block takes
 # rows // group tokens x the group's heads; 2 x rows threads, fa_block_rows picks the rows per step).
 FA_ROWS, FA_MAX_D = (64, 128), 128
+# A float32 cache's prefill steps split their keys once (halo_kv_split, FA_KEYS-key tiles; GpuKVCache holds the
+# copy) for halo_attention_tc_split, whose block takes FA_SPLIT_SHARED_BYTES of dynamic shared memory; the tile
+# halo_attention_tc splits K / V in every block of queries, 64 blocks a kv head in a 2,048-token step (decode
+# graphs keep it: their grid cannot follow the depth). HALO_FA_SPLIT=0: that tile everywhere (comparisons).
+FA_KEYS, FA_SPLIT_SHARED_BYTES = 32, 70144
+FA_SPLIT = os.environ.get("HALO_FA_SPLIT") != "0"
 # Where that tile is not built or does not fit (HIP, Strix Halo included), the SIMT tile halo_attention_ts_d{class}
 # (float32 FMAs): the same blocks with TS_ROWS[class] query rows, builds per head-size class (ts_kernel).
 # HALO_GPU_FLASH: unset, the tensor-core tile where usable, else the SIMT one where usable; "simt": the SIMT tile
@@ -451,6 +463,15 @@ class GpuKVCache:
         self.recurrent = GpuRecurrentState(backend, config, state_slots, stream) if len(attn) < config.n_layers \
             else None
         self.nbytes += self.recurrent.nbytes if self.recurrent else 0
+        # the prefill split copy of one layer's K and V (heads, tails) and its tiles' factors (FA_KEYS above)
+        slots = num_blocks * block_size
+        split = kv_split_bytes_per_token(config, "gpu", self.kv_type) * slots
+        self.split = backend.alloc(max(1, split // 2), np.uint16) if split else None
+        self.split_k = view(self.split, 0, 2 * slots * config.kv_dim) if split else None
+        self.split_v = view(self.split, 2 * slots * config.kv_dim, 2 * slots * config.kv_dim) if split else None
+        scale_floats = slots // KV_SPLIT_SCALE_KEYS * config.n_head_kv * 4
+        self.split_scales = view(self.split, 4 * slots * config.kv_dim, scale_floats, np.float32) if split else None
+        self.nbytes += split
         self.layout = MetaLayout(max_tokens, max_seqs, num_blocks)
         self.meta = backend.alloc(self.layout.words, np.int32)
         backend.memset_async(self.meta, 0, stream)
@@ -500,6 +521,8 @@ class GpuKVCache:
         b.free(self.storage)
         b.free(self.meta)
         b.free(self.token_at_slot)
+        if self.split is not None:
+            b.free(self.split)
         if self.recurrent is not None:
             self.recurrent.free()
         for p in self.staging:
@@ -603,6 +626,9 @@ class GpuForward:
             layer = ("halo_rope_kv", "halo_attention") + (("halo_attention_tc",) if self.flash else ())
             for name in layer:
                 kern("halo_layer.cu", name + kv_suffix(f16))
+            if self.flash and not f16 and FA_SPLIT:
+                for name in ("halo_kv_split", "halo_attention_tc_split"):
+                    kern("halo_layer.cu", name)
             if self.ts:
                 kern("halo_layer.cu", ts_kernel(c.head_dim, f16))
             if split_kv_usable(c):
@@ -823,9 +849,10 @@ class GpuForward:
                      np.int32(c.n_head_kv), np.int32(c.head_dim), np.float32(c.attn_scale), np.int32(window))
         return LayerArgs(rope, attention)
 
-    def _attention(self, kv: GpuKVCache, i: int, T: int, sinks=None) -> None:
+    def _attention(self, kv: GpuKVCache, i: int, T: int, sinks=None, S: int | None = None) -> None:
         """self.attn [T, q_dim] from self.qkv's q heads and layer i's cache: split-KV for decode batches, the
-        tensor-core tile for prefill steps where usable, else the SIMT tile where usable and a query of this layer
+        tensor-core tile for prefill steps where usable (a float32 cache's on the step's split copy where the step
+        has fewer sequences S than tokens, FA_SPLIT), else the SIMT tile where usable and a query of this layer
         sees ts_min_context keys (kv.context, set by the step's upload, capped by the layer's window; a decode graph
         of more than SKV_MAX_T sequences keeps the choice it was captured with, both kernels being exact), else
         halo_attention (see SKV_*, FA_*, TS_*, ATTN_WARPS);
@@ -848,8 +875,19 @@ class GpuForward:
         if self.flash and T > SKV_MAX_T:
             rows = fa_block_rows(T, H // Hkv, Hkv, self.multiprocessors)
             rows_tokens = rows // (H // Hkv)                   # tokens per block: x the group's heads = rows
-            self._launch("halo_layer.cu", "halo_attention_tc" + kv_suffix(kv.f16), (-(-T // rows_tokens), Hkv),
-                         2 * rows, common + (np.int32(T), pointer_or_null(sinks), self.attn))
+            grid = (-(-T // rows_tokens), Hkv)
+            if self._split_step(kv, T, S):
+                self._launch("halo_layer.cu", "halo_kv_split", (-(-kv.context // FA_KEYS), S, Hkv), 128,
+                             (kv.k[i], kv.v[i], kv.seq_lens, kv.block_tables, np.int32(kv.num_blocks),
+                              np.int32(kv.block_size), np.int32(Hkv), np.int32(D), kv.split_k, kv.split_v,
+                              kv.split_scales))
+                self._launch("halo_layer.cu", "halo_attention_tc_split", grid, 2 * rows,
+                             common[:2] + (kv.split_k, kv.split_v) + common[4:]
+                             + (np.int32(T), pointer_or_null(sinks), self.attn, kv.split_scales),
+                             shared=FA_SPLIT_SHARED_BYTES)
+                return
+            self._launch("halo_layer.cu", "halo_attention_tc" + kv_suffix(kv.f16), grid, 2 * rows,
+                         common + (np.int32(T), pointer_or_null(sinks), self.attn))
             return
         keys = min(kv.context, self.window(i) or kv.context)    # the most keys one query of this layer sees
         if self.ts and T > SKV_MAX_T and keys >= self.ts_min_context:
@@ -862,6 +900,14 @@ class GpuForward:
                      shared=4 * ATTN_WARPS * (D + 2))
 
     # the step body: everything after the metadata upload; graph-capturable ---------------------------
+    @staticmethod
+    def _split_step(kv: GpuKVCache, T: int, S: int | None) -> bool:
+        """Whether a tiled-attention step splits its keys once (halo_kv_split): a float32 cache with its split copy,
+        more tokens than sequences (a decode graph's grid could not follow the depth), blocks the factors' index
+        takes (KV_SPLIT_SCALE_KEYS slots or more)."""
+        return (FA_SPLIT and kv.split is not None and S is not None and T > S
+                and kv.block_size >= KV_SPLIT_SCALE_KEYS)
+
     def enqueue_body(self, kv: GpuKVCache, T: int, n_out: int, sample: bool, feed_next: bool,
                      num_seqs: int | None = None) -> None:
         """num_seqs: the step's sequences (default n_out: a graph-captured decode step has one of each)."""
@@ -886,7 +932,7 @@ class GpuForward:
                 self._matmul([L.wq, L.wk, L.wv], self.h, T, self.qkv, self.qkv_width, bias=L.bqkv)
             self._launch("halo_layer.cu", "halo_rope_kv" + kv_suffix(kv.f16), (T, H + Hkv), max(32, -(-D // 32) * 32),
                          layer_args[i].rope)
-            self._attention(kv, i, T, L.sinks)
+            self._attention(kv, i, T, L.sinks, S)
             if c.attn_output_gate:
                 enqueue_output_gate(self, T)
             self._matmul([L.wo], self.attn, T, self.o, E, bias=L.bo)

@@ -141,7 +141,7 @@ class GpuModel:
         for dst, src, n in placeholders:
             self.backend.copy_d2d_async(view(kv.ids, dst, n), view(prev_ids, src, n), self.stream)
         if graph is None:
-            self.fwd.enqueue_body(kv, T, n_out, True, feed_next)
+            self.fwd.enqueue_body(kv, T, n_out, True, feed_next, step.num_seqs)
         else:
             self.rt.graph_launch(graph.exec, self.stream.handle)
 

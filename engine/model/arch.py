@@ -248,10 +248,23 @@ def kv_cache_type(name: str, backend: Backend) -> KvCacheType:
     return name if backend == "gpu" else "f32"            # type: ignore[return-value]
 
 
+# A GPU float32 cache's prefill split copy (engine.gpu.forward.GpuKVCache, halo_layer.cu's halo_kv_split): one
+# attention layer's K and V again as f16 heads and tails (4 bytes an element, as the cache), and a float4 of the
+# tiles' factors per KV_SPLIT_SCALE_KEYS slots and kv head.
+KV_SPLIT_SCALE_KEYS = 16
+
+
+def kv_split_bytes_per_token(config: ModelConfig, backend: Backend, kv_type: str) -> int:
+    if backend != "gpu" or kv_cache_type(kv_type, backend) != "f32" or not n_attention_layers(config):
+        return 0
+    return 2 * config.kv_dim * 4 + config.n_head_kv * 16 // KV_SPLIT_SCALE_KEYS
+
+
 def kv_bytes_per_token(config: ModelConfig, backend: Backend = "cpu", kv_type: str = DEFAULT_KV_CACHE_TYPE) -> int:
-    """Bytes of paged KV cache one token occupies (K and V of every attention layer)."""
+    """Bytes of paged KV cache one token occupies (K and V of every attention layer; on a GPU also the token id
+    at its slot and a float32 cache's prefill split copy)."""
     per = 2 * n_attention_layers(config) * config.kv_dim * KV_CACHE_TYPES[kv_cache_type(kv_type, backend)]
-    return per + (TOKEN_ID_BYTES if backend == "gpu" else 0)
+    return per + (TOKEN_ID_BYTES if backend == "gpu" else 0) + kv_split_bytes_per_token(config, backend, kv_type)
 
 
 def kv_cache_bytes(config: ModelConfig, num_blocks: int, block_size: int = BLOCK_SIZE,

@@ -44,9 +44,11 @@ from tests.gpu.test_gpu_attention import (
     BS,
     MAGNITUDES,
     magnify,
+    owned_tables,
     random_caches,
     reference,
     sink_logits,
+    split_step,
     tile_launch,
 )
 from tests.gpu.test_gpu_delta_net import CFGS as DELTA_CFGS
@@ -83,14 +85,18 @@ def lib():
         names["halo_attention_tc" + kv_suffix(f16)] = _args(kv, True)
         for d in TS_ROWS:
             names[ts_kernel(d, f16)] = _args(kv, True)
+    names["halo_kv_split"] = ["const float*", "const float*", "const int*", "const int*", "int", "int", "int", "int",
+                              "unsigned short*", "unsigned short*", "float4*"]
+    names["halo_attention_tc_split"] = _args("unsigned short", True) + ["const float4*"]
     return cpu_simt.build("halo_layer.cu", names, tensor_cores=True)
 
 
 def mixed_step(rng, H, Hkv, D, f16, prompt, chunk, depth):
     """A `prompt`-token prompt of sequence 1, `chunk` tokens of sequence 0 from position `depth`, then sequence 1's
     next token; caches of random keys and values under scattered block tables."""
-    num_blocks = -(-(depth + chunk) // BS) + 8
-    tables = np.stack([rng.permutation(num_blocks)[:num_blocks - 4] for _ in range(2)]).astype(np.int32)
+    width = -(-(depth + chunk) // BS) + 4
+    num_blocks = 2 * width
+    tables = owned_tables(rng, 2, width)
     positions = np.concatenate([np.arange(prompt), np.arange(depth, depth + chunk), [prompt + 3]]).astype(np.int32)
     token_seq = np.array([1] * prompt + [0] * chunk + [1], np.int32)
     T = len(positions)
@@ -106,9 +112,17 @@ def cache_args(qkv, kc, vc, positions, token_seq, tables, H, Hkv, D, window) -> 
 
 
 def run(lib, name, grid, threads, T, H, Hkv, D, qkv, kc, vc, positions, token_seq, tables, window, sinks, tiled):
+    """One attention kernel's output; halo_attention_tc_split after halo_kv_split made its copy of kc / vc."""
     out = np.zeros((T, H * D), np.float32)
+    tail = []
+    if name == "halo_attention_tc_split":
+        sp = split_step(positions, token_seq, len(tables), kc.shape[0], Hkv, D)
+        cpu_simt.launch(lib, "halo_kv_split", sp.grid, sp.threads,
+                        [kc, vc, sp.seq_lens, tables, np.int32(tables.shape[1]), np.int32(BS), np.int32(Hkv),
+                         np.int32(D), sp.k, sp.v, sp.scales])
+        kc, vc, tail = sp.k, sp.v, [sp.scales]
     args = cache_args(qkv, kc, vc, positions, token_seq, tables, H, Hkv, D, window)
-    cpu_simt.launch(lib, name, grid, threads, args + ([np.int32(T)] if tiled else []) + [sinks, out])
+    cpu_simt.launch(lib, name, grid, threads, args + ([np.int32(T)] if tiled else []) + [sinks, out] + tail)
     return out.reshape(T, H, D)
 
 
@@ -127,12 +141,14 @@ def test_the_harness_reproduces_halo_attention(lib, f16):
                                                    (8, 2, 64, 40, False), (64, 8, 64, 50, True), (4, 1, 256, 30, True),
                                                    (16, 4, 256, 0, False), (4, 1, 96, 0, False)])
 @pytest.mark.parametrize("f16", [False, True], ids=["f32-cache", "f16-cache"])
-@pytest.mark.parametrize("tile", ["ts", "tc", "tc-wide"])
+@pytest.mark.parametrize("tile", ["ts", "tc", "tc-wide", "tc-split", "tc-split-wide"])
 def test_prefill_attention_tiles_match_float64(lib, H, Hkv, D, window, sinks, f16, tile):
     """ts: the SIMT tile (HIP's); tc: the tensor-core tile (CUDA's, where it fits) in blocks of FA_ROWS[0] rows,
-    tc-wide of FA_ROWS[-1]."""
+    tc-wide of FA_ROWS[-1]; tc-split(-wide): the float32 cache's on halo_kv_split's copy."""
     if tile != "ts" and not flash_usable(SimpleNamespace(head_dim=D, n_head=H, n_head_kv=Hkv)):
         pytest.skip("halo_attention_tc takes D % 8 == 0, D <= 128")
+    if f16 and tile.startswith("tc-split"):
+        pytest.skip("the split copy is the float32 cache's")
     rng = np.random.default_rng(H * 7 + D + window)
     T, qkv, kc, vc, k32, v32, positions, token_seq, tables = mixed_step(rng, H, Hkv, D, f16, 21, 45, 90)
     sink = sink_logits(rng, H, sinks)
@@ -146,7 +162,7 @@ def test_prefill_attention_tiles_match_float64(lib, H, Hkv, D, window, sinks, f1
 
 @pytest.mark.parametrize("H,Hkv,D", [(8, 2, 128), (4, 1, 96)])
 @pytest.mark.parametrize("magnitude", [m for m in MAGNITUDES if m != "unit"])
-@pytest.mark.parametrize("tile", ["ts", "tc", "tc-wide"])
+@pytest.mark.parametrize("tile", ["ts", "tc", "tc-wide", "tc-split"])
 def test_prefill_attention_tiles_keep_wide_float32_ranges(lib, H, Hkv, D, magnitude, tile):
     """Float32 keys and values far outside f16's range (2^40 and 2^-40 with the queries scaled back; values 2^-30 and
     2^30): the tc tile's per-tile power-of-two scaling before its f16 head / tail split, and the ts tile as is."""

@@ -1,8 +1,9 @@
 """The tiled prefill attention on its own: one GPU prefill step (engine.core.setup's GPU step, 2,048 tokens) of
-halo_attention_tc over a sequence's keys at several depths, float32 and f16 caches, launched as the forward
-launches it (engine.gpu.forward.fa_block_rows picks the block). Prints microseconds per layer, milliseconds per step
-(x the shape's layers) and the products' rate (TFLOP/s of Q K^T and P V over the keys each query sees). Much
-cheaper than the whole-model long-context benchmark (no GGUF to build), and the place to compare kernel changes:
+halo_attention_tc over a sequence's keys at several depths, float32 and f16 caches, and the float32 cache's split
+path the forward takes (halo_kv_split, then halo_attention_tc_split: "f32 split", both kernels timed), launched as
+the forward launches them (engine.gpu.forward.fa_block_rows picks the block). Prints microseconds per layer,
+milliseconds per step (x the shape's layers) and the products' rate (TFLOP/s of Q K^T and P V over the keys each
+query sees). Much cheaper than the whole-model long-context benchmark (no GGUF to build), and the place to compare kernel changes:
 the whole-model figure follows from these times (NOTES.md's per-kernel tables).
 
     python tests/gpu/bench_prefill_attention.py [BACKEND] [--depths=0,2048,6144,14336] [--shapes=qwen3-4b,...]
@@ -25,7 +26,15 @@ from engine.backends import registry  # noqa: E402
 from engine.backends.base import NULL_POINTER  # noqa: E402
 from engine.backends.gpu import device_attribute  # noqa: E402
 from engine.core.setup import DEFAULT_PREFILL_CHUNK  # noqa: E402
-from engine.gpu.forward import fa_block_rows, flash_usable, kv_suffix, tensor_cores_usable  # noqa: E402
+from engine.gpu.forward import (  # noqa: E402
+    FA_KEYS,
+    FA_SPLIT_SHARED_BYTES,
+    KV_SPLIT_SCALE_KEYS,
+    fa_block_rows,
+    flash_usable,
+    kv_suffix,
+    tensor_cores_usable,
+)
 from tests.gpu.device_arrays import upload  # noqa: E402
 
 BS = 16
@@ -48,9 +57,10 @@ def product_flops(T: int, depth: int, H: int, D: int) -> float:
     return 4.0 * keys * H * D
 
 
-def bench_step(backend, stream, shape, depth: int, T: int, f16: bool, rng) -> None:
+def bench_step(backend, stream, shape, depth: int, T: int, mode: str, rng) -> None:
+    """mode: "f32" (halo_attention_tc), "f32 split" (halo_kv_split + halo_attention_tc_split) or "f16"."""
     name, H, Hkv, D, layers = shape
-    G, keys = H // Hkv, depth + T
+    G, keys, f16 = H // Hkv, depth + T, mode == "f16"
     blocks = -(-keys // BS)
     ld = (H + 2 * Hkv) * D
     dtype = np.float16 if f16 else np.float32
@@ -61,21 +71,39 @@ def bench_step(backend, stream, shape, depth: int, T: int, f16: bool, rng) -> No
     qkv, kc, vc, pos, seq, tab = bufs
     out = backend.alloc((T, H * D), np.float32)
     rows = fa_block_rows(T, G, Hkv, device_attribute(backend, "multiprocessor_count"))
-    kern = backend.kernel("halo_layer.cu", "halo_attention_tc" + kv_suffix(f16))
     grid = (-(-T // (rows // G)), Hkv)
-    args = (qkv, np.int32(ld), kc, vc, pos, seq, tab, np.int32(blocks), np.int32(BS), np.int32(H), np.int32(Hkv),
-            np.int32(D), np.float32(1.0 / np.sqrt(D)), np.int32(0), np.int32(T), NULL_POINTER, out)
+    meta = (pos, seq, tab, np.int32(blocks), np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D),
+            np.float32(1.0 / np.sqrt(D)), np.int32(0), np.int32(T), NULL_POINTER, out)
+    if mode == "f32 split":                          # GpuKVCache's split copy of this layer, as the forward sizes it
+        slots = blocks * BS
+        ks, vs = (backend.alloc((2 * slots * Hkv * D,), np.uint16) for _ in range(2))
+        scales = backend.alloc((slots // KV_SPLIT_SCALE_KEYS * Hkv * 4,), np.float32)
+        lens = upload(backend, stream, np.array([keys], np.int32))
+        bufs += [ks, vs, scales, lens]
+        launches = [(backend.kernel("halo_layer.cu", "halo_kv_split"), (-(-keys // FA_KEYS), 1, Hkv), 128,
+                     (kc, vc, lens, tab, np.int32(blocks), np.int32(BS), np.int32(Hkv), np.int32(D), ks, vs, scales),
+                     0),
+                    (backend.kernel("halo_layer.cu", "halo_attention_tc_split"), grid, 2 * rows,
+                     (qkv, np.int32(ld), ks, vs) + meta + (scales,), FA_SPLIT_SHARED_BYTES)]
+    else:
+        launches = [(backend.kernel("halo_layer.cu", "halo_attention_tc" + kv_suffix(f16)), grid, 2 * rows,
+                     (qkv, np.int32(ld), kc, vc) + meta, 0)]
+
+    def step() -> None:
+        for kern, g, threads, args, shared in launches:
+            backend.launch(kern, g, threads, args, stream, shared)
+
     try:
-        backend.launch(kern, grid, 2 * rows, args, stream)          # loads the kernel; warms the caches
+        step()                                       # loads the kernels; warms the caches
         e0, e1 = backend.create_event(timing=True), backend.create_event(timing=True)
         backend.record_event(e0, stream)
         for _ in range(REPEAT * layers):
-            backend.launch(kern, grid, 2 * rows, args, stream)
+            step()
         backend.record_event(e1, stream)
         backend.synchronize()
         us = backend.elapsed_ms(e0, e1) * 1e3 / (REPEAT * layers)
         rate = product_flops(T, depth, H, D) / us / 1e6
-        print(f"  {name:13s} depth {depth:6d} T {T:5d} {'f16' if f16 else 'f32'} rows {rows:3d} "
+        print(f"  {name:13s} depth {depth:6d} T {T:5d} {mode:9s} rows {rows:3d} "
               f"{us:9.1f} us/layer  {us * layers / 1e3:8.2f} ms/step  {rate:6.1f} TFLOP/s", flush=True)
     finally:
         for b in bufs + [out]:
@@ -98,9 +126,9 @@ def main() -> int:
         if shape[0] not in shapes or not flash_usable(SimpleNamespace(head_dim=shape[3], n_head=shape[1],
                                                                       n_head_kv=shape[2])):
             continue
-        for f16 in (False, True):
+        for mode in ("f32", "f32 split", "f16"):
             for depth in depths:
-                bench_step(backend, stream, shape, depth, T, f16, rng)
+                bench_step(backend, stream, shape, depth, T, mode, rng)
     backend.destroy_stream(stream)
     backend.close()
     return 0

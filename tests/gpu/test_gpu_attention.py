@@ -2,7 +2,8 @@
 per (token, head) kernel and the split-KV pair (halo_attention_split + halo_attention_merge) on the same
 cache, with scattered block tables, two sequences at different depths (one past several chunks), GQA
 groups of 1, 4 and 8, a sliding window and gpt-oss's attention sinks (a per-head logit in the denominator);
-and the tiled prefill kernels (halo_attention_tc on tensor cores; halo_attention_ts on SIMT FMAs, HIP's) on a
+and the tiled prefill kernels (halo_attention_tc on tensor cores, for a float32 cache also on the step's split copy
+by halo_kv_split; halo_attention_ts on SIMT FMAs, HIP's) on a
 mixed prefill step: a whole 37-token prompt, a 150-token chunk deep in another sequence, and a token of the first
 sequence after the chunk (so a block holds two sequences, one of them twice), GQA groups of 1, 3, 4 and 8, sinks
 with gpt-oss's 64/8 heads, heads of 64-256. Every kernel also
@@ -10,6 +11,7 @@ reads an f16 cache (its _f16 build), against the same float64 reference over the
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -17,7 +19,10 @@ import pytest
 from engine.backends.base import NULL_POINTER
 from engine.gpu.forward import (
     ATTN_WARPS,
+    FA_KEYS,
     FA_ROWS,
+    FA_SPLIT_SHARED_BYTES,
+    KV_SPLIT_SCALE_KEYS,
     SKV_CHUNKS,
     SKV_WARPS,
     TS_ROWS,
@@ -36,6 +41,12 @@ from tests.gpu.device_arrays import download, upload
 pytestmark = pytest.mark.gpu
 FILE = "halo_layer.cu"
 BS = 16
+
+
+def owned_tables(rng, n_seqs: int, width: int) -> np.ndarray:
+    """Block tables [n_seqs, width] scattered over n_seqs x width blocks, each block in one row: every slot has one
+    owner, as the engine's allocator gives (engine.core.kv_blocks), which halo_kv_split's copy relies on."""
+    return rng.permutation(n_seqs * width).reshape(n_seqs, width).astype(np.int32)
 
 
 def random_caches(rng, slots: int, Hkv: int, D: int, f16: bool):
@@ -60,11 +71,34 @@ def magnify(qkv, k32, v32, H: int, D: int, magnitude: str):
 
 def tile_launch(tile: str, D: int, f16: bool) -> tuple[int, str, int]:
     """(query rows a block, kernel, threads) of a prefill tile: ts (the SIMT tile), tc / tc-wide (the tensor-core
-    tile in blocks of FA_ROWS[0] / FA_ROWS[-1] rows, 2 threads a row)."""
+    tile in blocks of FA_ROWS[0] / FA_ROWS[-1] rows, 2 threads a row), tc-split / tc-split-wide (the float32 cache's
+    tensor-core tile on halo_kv_split's copy: split_step)."""
     if tile == "ts":
         return TS_ROWS[ts_class(D)], ts_kernel(D, f16), 128
-    rows = FA_ROWS[-1] if tile == "tc-wide" else FA_ROWS[0]
-    return rows, "halo_attention_tc" + kv_suffix(f16), 2 * rows
+    rows = FA_ROWS[-1] if tile.endswith("-wide") else FA_ROWS[0]
+    return rows, ("halo_attention_tc_split" if tile.startswith("tc-split") else "halo_attention_tc" + kv_suffix(f16)), \
+        2 * rows
+
+
+class SplitStep(NamedTuple):
+    """halo_kv_split's arrays for a step over a cache of `slots` slots (GpuKVCache's split copy, zeroed) and its
+    launch: each sequence's keys (its last position + 1, as the step metadata's seq_lens), the K and V copies
+    (f16 heads and tails), the tiles' factors; grid (tiles of the longest sequence, sequences, kv heads)."""
+    seq_lens: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    scales: np.ndarray
+    grid: tuple[int, int, int]
+    threads: int = 128
+    shared: int = FA_SPLIT_SHARED_BYTES        # the attention's, after it
+
+
+def split_step(positions, token_seq, n_seqs: int, slots: int, Hkv: int, D: int) -> SplitStep:
+    seq_lens = np.array([positions[token_seq == s].max() + 1 if (token_seq == s).any() else 0
+                         for s in range(n_seqs)], np.int32)
+    k, v = (np.zeros(2 * slots * Hkv * D, np.uint16) for _ in range(2))
+    scales = np.zeros(slots // KV_SPLIT_SCALE_KEYS * Hkv * 4, np.float32)
+    return SplitStep(seq_lens, k, v, scales, (-(-int(seq_lens.max()) // FA_KEYS), n_seqs, Hkv))
 
 
 def reference(q, kc, vc, positions, token_seq, tables, scale, window, sinks=None):
@@ -162,22 +196,25 @@ def test_attention_kernels_match_float64(backend, H, Hkv, D, window, sinks, f16)
                                                    (64, 8, 64, 128, True), (4, 1, 256, 60, True), (16, 4, 256, 0, False),
                                                    (4, 1, 96, 0, False)])
 @pytest.mark.parametrize("f16", [False, True], ids=["f32-cache", "f16-cache"])
-@pytest.mark.parametrize("tile", ["tc", "tc-wide", "ts"])
+@pytest.mark.parametrize("tile", ["tc", "tc-wide", "tc-split", "tc-split-wide", "ts"])
 @pytest.mark.parametrize("magnitude", list(MAGNITUDES))
 def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sinks, f16, tile, magnitude):
     """tc / tc-wide: the tensor-core tile (CUDA sm_80+, D % 8 == 0, D <= 128) in blocks of FA_ROWS[0] / FA_ROWS[-1]
-    query rows; ts: the SIMT tile HIP runs (any GPU; its head-size classes 64 / 128 / 256, D = 96 inside the 128
-    class). The float32 cache also with keys and values far outside f16's range (the tc tile splits them into f16
-    heads and tails after a power-of-two scaling)."""
+    query rows; tc-split(-wide): the float32 cache's on the step's split copy (halo_kv_split first); ts: the SIMT
+    tile HIP runs (any GPU; its head-size classes 64 / 128 / 256, D = 96 inside the 128 class). The float32 cache
+    also with keys and values far outside f16's range (the tc tiles split them into f16 heads and tails after a
+    power-of-two scaling)."""
     if f16 and magnitude != "unit":
         pytest.skip("an f16 cache holds f16 values")
+    if f16 and tile.startswith("tc-split"):
+        pytest.skip("the split copy is the float32 cache's")
     config = SimpleNamespace(head_dim=D, n_head=H, n_head_kv=Hkv)
     if tile != "ts" and not (tensor_cores_usable(backend) and flash_usable(config)):
         pytest.skip("halo_attention_tc needs CUDA tensor cores (sm_80+) and D % 8 == 0, D <= 128")
     assert tile != "ts" or ts_usable(config)
     rng = np.random.default_rng(H * 7 + D + window)
-    num_blocks = 80
-    tables = np.stack([rng.permutation(num_blocks)[:num_blocks - 8] for _ in range(2)]).astype(np.int32)
+    num_blocks = 144                             # 2 rows of 72 blocks: sequence 0 reaches key 999
+    tables = owned_tables(rng, 2, num_blocks // 2)
     positions = np.concatenate([np.arange(37), np.arange(850, 1000), [40]]).astype(np.int32)
     token_seq = np.array([1] * 37 + [0] * 150 + [1], np.int32)
     T = len(positions)
@@ -199,10 +236,20 @@ def test_tiled_prefill_attention_matches_float64(backend, H, Hkv, D, window, sin
     try:
         rows, name, threads = tile_launch(tile, D, f16)
         tokens_per_block = rows // (H // Hkv)
+        tail, shared = (), 0
+        if tile.startswith("tc-split"):              # the caches' split copy first, as the forward does
+            sp = split_step(positions, token_seq, len(tables), num_blocks * BS, Hkv, D)
+            lens_d, ks_d, vs_d, scales_d = (upload(backend, stream, a) for a in (sp.seq_lens, sp.k, sp.v, sp.scales))
+            bufs += [lens_d, ks_d, vs_d, scales_d]
+            backend.launch(backend.kernel(FILE, "halo_kv_split"), sp.grid, sp.threads,
+                           (kc_d, vc_d, lens_d, tab_d, np.int32(tables.shape[1]), np.int32(BS), np.int32(Hkv),
+                            np.int32(D), ks_d, vs_d, scales_d), stream)
+            kc_d, vc_d = ks_d, vs_d                  # the attention reads the copies
+            tail, shared = (scales_d,), sp.shared
         backend.launch(backend.kernel(FILE, name), (-(-T // tokens_per_block), Hkv), threads,
                        (qkv_d, np.int32(ld), kc_d, vc_d, pos_d, seq_d, tab_d, np.int32(tables.shape[1]),
                         np.int32(BS), np.int32(H), np.int32(Hkv), np.int32(D), np.float32(scale), np.int32(window),
-                        np.int32(T), sink_d, out), stream)
+                        np.int32(T), sink_d, out) + tail, stream, shared)
         got = download(backend, stream, out, (T, H * D)).reshape(T, H, D)
         np.testing.assert_allclose(got, want, atol=2e-5 * vf, rtol=1e-4)
     finally:

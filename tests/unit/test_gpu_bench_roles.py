@@ -1,21 +1,22 @@
 """engine.gpu.bench's per-kernel breakdown: each launch of a step body gets its role by position, the launches that
 belong to another (split-K sum, split-KV merge, the MoE th tiles' row lists) or have their own (the tch tile's
-activation split) do not shift the roles after them."""
+activation split, a float32 cache's key split) do not shift the roles after them."""
 from __future__ import annotations
 
 from engine.gpu.bench import LAYER_ROLES, MOE_PREFILL_ROLES, _launch_roles
 
 
 def test_split_launches_keep_the_layer_roles_in_place():
-    layer = ["halo_split_f16", "halo_matmul_tch", "halo_splitk_sum", "halo_rope_kv", "halo_attention_tc",
-             "halo_split_f16", "halo_matmul_tch", "halo_add_norm", "halo_split_f16", "halo_glu_tch",
+    layer = ["halo_split_f16", "halo_matmul_tch", "halo_splitk_sum", "halo_rope_kv", "halo_kv_split",
+             "halo_attention_tc_split", "halo_split_f16", "halo_matmul_tch", "halo_add_norm", "halo_split_f16",
+             "halo_glu_tch",
              "halo_split_f16", "halo_matmul_tch", "halo_splitk_sum", "halo_add_norm"]
     names = ["halo_embed_norm"] + layer * 2 + ["halo_matmul_tc", "halo_sample"]
     roles = _launch_roles(names, 2, LAYER_ROLES)
     assert roles[0] == "embedding+norm" and roles[-2:] == ["lm head", "sampler"]
     per_layer = roles[1:1 + len(layer)]
     assert per_layer == roles[1 + len(layer):1 + 2 * len(layer)]
-    assert per_layer == ["f16 split", "qkv matmul", "qkv matmul", "rope+kv write", "attention", "f16 split",
+    assert per_layer == ["f16 split", "qkv matmul", "qkv matmul", "rope+kv write", "kv split", "attention", "f16 split",
                          "wo matmul", "add+norm", "f16 split", "gate/up glu", "f16 split", "down matmul",
                          "down matmul", "add+norm"]
 

@@ -37,8 +37,12 @@ def test_weights_stay_quantized_about_the_file_size():
 def test_kv_and_scratch_arithmetic():
     g, c = _open("tiny-llama-f32.gguf")
     g.close()
-    # K and V float32 per layer, and one int32 token id per slot (the repetition penalty's history)
-    assert preflight.kv_bytes(c, 10, 16) == 2 * c.n_layers * 10 * 16 * c.n_head_kv * c.head_dim * 4 + 10 * 16 * 4
+    # K and V float32 per layer, one int32 token id per slot (the repetition penalty's history), and the prefill
+    # split copy: one layer's K and V as f16 heads and tails, a float4 of factors per 16 slots and kv head
+    slots, kv_dim = 10 * 16, c.n_head_kv * c.head_dim
+    assert preflight.kv_bytes(c, 10, 16) == (2 * c.n_layers * slots * kv_dim * 4 + slots * 4
+                                             + 2 * slots * kv_dim * 4 + slots // 16 * c.n_head_kv * 16)
+    assert preflight.kv_bytes(c, 10, 16, "f16") == 2 * c.n_layers * slots * kv_dim * 2 + slots * 4     # no copy
     s1 = preflight.scratch_bytes(c, 64, 4, 10)
     s2 = preflight.scratch_bytes(c, 128, 4, 10)
     assert s2 > s1 >= 4 * 4 * c.vocab_size    # logits rows are part of it

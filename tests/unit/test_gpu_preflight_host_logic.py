@@ -89,7 +89,9 @@ def test_the_gpu_kv_cache_allocates_what_the_one_formula_estimates(name, kv_type
         assert m.plan.kv == kv.nbytes                          # the load's pre-flight counted this type
         recurrent = kv.recurrent.storage.nbytes if kv.recurrent else 0
         assert (recurrent > 0) == m.config.has_recurrent_state
-        assert kv.nbytes == kv.storage.nbytes + kv.token_at_slot.nbytes + recurrent
+        split = kv.split.nbytes if kv.split is not None else 0     # a float32 cache's prefill split copy
+        assert (split > 0) == (kv_type == "f32")
+        assert kv.nbytes == kv.storage.nbytes + kv.token_at_slot.nbytes + recurrent + split
     finally:
         kv.free()
         m.close()
@@ -151,7 +153,10 @@ def test_the_engines_gpu_builder_allocates_and_runs_the_kv_type_it_is_given(monk
         finally:
             built.core.close()
     slots = -(-200 // 16) * 16
-    assert sizes["f32"] - sizes["f16"] == slots * (2 * m.config.kv_dim * 2)      # one attention layer's K and V
+    # one attention layer's K and V at 4 - 2 bytes, and f32's prefill split copy (K and V as f16 heads and tails, a
+    # float4 of factors per 16 slots and kv head)
+    split = 2 * m.config.kv_dim * 4 + m.config.n_head_kv
+    assert sizes["f32"] - sizes["f16"] == slots * (2 * m.config.kv_dim * 2 + split)
 
 
 def test_a_gpu_that_holds_the_model_only_with_shorter_prefill_steps_gets_them(monkeypatch):

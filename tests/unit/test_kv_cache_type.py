@@ -27,14 +27,16 @@ def _config(name: str):
 @pytest.mark.parametrize("name", ["tiny-qwen3-q4_k_m", "tiny-qwen35-q8_0"])
 def test_bytes_per_token_of_each_type_from_the_config(name):
     """K and V of every attention layer (qwen35: 1 of its 4 layers), 4 bytes a value in f32, 2 in f16, plus the
-    GPU's int32 token id per slot; the CPU holds f32 whatever is asked."""
+    GPU's int32 token id per slot and, for f32, the prefill split copy (one layer's K and V as f16 heads and
+    tails, a float4 of factors per 16 slots and kv head); the CPU holds f32 whatever is asked."""
     c, _ = _config(name)
     n_attn = {"tiny-qwen3-q4_k_m": 2, "tiny-qwen35-q8_0": 1}[name]
     kv_values = 2 * n_attn * c.n_head_kv * c.head_dim             # K and V per token
-    assert arch.kv_bytes_per_token(c, "gpu", "f32") == kv_values * 4 + 4
+    split = 2 * c.n_head_kv * c.head_dim * 4 + c.n_head_kv * 16 // 16
+    assert arch.kv_bytes_per_token(c, "gpu", "f32") == kv_values * 4 + 4 + split
     assert arch.kv_bytes_per_token(c, "gpu", "f16") == kv_values * 2 + 4
     assert arch.kv_bytes_per_token(c, "cpu", "f16") == arch.kv_bytes_per_token(c, "cpu", "f32") == kv_values * 4
-    assert arch.kv_bytes_per_token(c, "gpu") == kv_values * 4 + 4                 # the default is exact f32
+    assert arch.kv_bytes_per_token(c, "gpu") == kv_values * 4 + 4 + split         # the default is exact f32
 
 
 def test_the_estimate_and_the_gpu_preflight_count_half_the_kv_in_f16():
@@ -43,7 +45,8 @@ def test_the_estimate_and_the_gpu_preflight_count_half_the_kv_in_f16():
     f16 = arch.memory_estimate(c, 100, "gpu", tensors, num_seqs=3, kv_type="f16")
     slots = 7 * arch.BLOCK_SIZE                                      # ceil(100 / 16) blocks
     kv_values = 2 * 1 * c.n_head_kv * c.head_dim
-    assert f16.kv_cache == slots * (kv_values * 2 + 4) and f32.kv_cache == slots * (kv_values * 4 + 4)
+    split = kv_values * 4 + c.n_head_kv                              # f32's prefill split copy (its one layer)
+    assert f16.kv_cache == slots * (kv_values * 2 + 4) and f32.kv_cache == slots * (kv_values * 4 + 4 + split)
     assert (f16.weights, f16.recurrent_state) == (f32.weights, f32.recurrent_state)   # only K and V shrink
     assert arch.memory_estimate(c, 100, "cpu", tensors, kv_type="f16") == arch.memory_estimate(c, 100, "cpu", tensors)
     # the Engine's pre-flight: the same bytes plus each sequence's recurrent state
@@ -104,7 +107,8 @@ def test_inspect_prints_the_kv_bytes_per_token_of_each_type(capsys):
     assert cli.main(["inspect", str(DATA / "tiny-qwen3-q4_k_m.gguf")]) == 0
     line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("memory (GPU):"))
     kv_values = 2 * 2 * c.n_head_kv * c.head_dim
-    assert f"{kv_values * 4 + 4} B/token f32, {kv_values * 2 + 4} B/token f16" in line
+    split = kv_values // 2 * 4 + c.n_head_kv                         # f32's prefill split copy: one of 2 layers
+    assert f"{kv_values * 4 + 4 + split} B/token f32, {kv_values * 2 + 4} B/token f16" in line
 
 
 def test_the_cpu_bench_says_it_keeps_f32(capsys):

@@ -50,7 +50,7 @@ TABLE = [
     ("strix-128-32ded-win", "30b", "gpu", ["32.0 GiB of RAM is dedicated", "Windows lets it borrow at most half"]),
     ("strix-128-32ded-win", "20b", "gpu", ["Fits on Radeon 8060S"]),
     ("strix-128-05ded-linux-vram-only", "30b", "cpu",
-     ["Does not fit on Radeon 8060S: needs 24.2 GiB", "0.5 GiB of RAM is dedicated", "counts none of the shared system memory",
+     ["Does not fit on Radeon 8060S: needs 24.3 GiB", "0.5 GiB of RAM is dedicated", "counts none of the shared system memory",
       "Raise the dedicated memory in the firmware setup (UMA frame buffer / iGPU memory) or the GTT limit",
       "115.0 GiB are available: it runs on the CPU instead"]),
     # the CPU path holds quantized weights at their file size (engine.model.quant_matrix)
@@ -60,9 +60,9 @@ TABLE = [
     ("strix-128-112ded-no-gpu-runtime", "30b", None,
      ["CPU path needs 26.1 GiB", "12.0 GiB are available", "does not fit",
       "112.0 GiB dedicated to the integrated GPU is invisible to the CPU"]),
-    ("discrete-24gb-ram-64", "30b", "cpu", ["Does not fit on RTX 4090: needs 24.2 GiB", "23.4 GiB free of 23.6 GiB",
+    ("discrete-24gb-ram-64", "30b", "cpu", ["Does not fit on RTX 4090: needs 24.3 GiB", "23.4 GiB free of 23.6 GiB",
                                              "runs on the CPU instead"]),
-    ("discrete-24gb-ram-64", "20b", "gpu", ["Fits on RTX 4090: needs 14.9 GiB"]),
+    ("discrete-24gb-ram-64", "20b", "gpu", ["Fits on RTX 4090: needs 15.1 GiB"]),
     ("h200", "30b", "gpu", ["Fits on NVIDIA H200"]),
     ("h200", "20b", "gpu", ["Fits on NVIDIA H200"]),
 ]

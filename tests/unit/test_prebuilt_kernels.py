@@ -131,7 +131,8 @@ def test_engine_launch_arguments_match_every_objects_metadata(manifest, infos, m
     names = {n for _, n, _ in launches}
     assert {"halo_embed_norm", "halo_rope_kv", "halo_attention", "halo_add_norm", "halo_sample",
             "halo_matmul_mv_t1", "halo_glu_mv_t1", "halo_matmul_gt", "halo_matmul_r1_t1", "halo_write_ids",
-            "halo_attention_tc", "halo_matmul_tc", "halo_glu_tc", "halo_matmul_tcp", "halo_matmul_tck", "halo_glu_tck",
+            "halo_kv_split", "halo_attention_tc_split", "halo_matmul_tc", "halo_glu_tc", "halo_matmul_tcp",
+            "halo_matmul_tck", "halo_glu_tck",
             "halo_matmul_tch", "halo_glu_tch", "halo_split_f16", "halo_matmul_tch128", "halo_glu_tch128",
             "halo_matmul_wm", "halo_glu_wm"} <= names
     assert any(n.startswith("halo_attention_ts_d") for n in names)     # HIP's prefill attention (the SIMT tile)

@@ -687,6 +687,9 @@ SKV_MMA_ENTRY(halo_attention_split_mma_d128_f16, 128, true)
 #define FA_MAX_D 128
 #define FA_KLD (FA_MAX_D + 4)      // words per staged float32 row (attention_mma's float32 cache)
 #define FA_LOG2E 1.44269504088896341f   // the tensor-core tile's scores are in log2 units: scale x log2 e
+#define FA_SCALE_KEYS 16           // halo_kv_split's factors: one pair per FA_SCALE_KEYS slots (the cache's blocks
+                                   // hold >= 16; a tile's first slot / 16 names it alone)
+#define FA_SPLIT_SHARED_BYTES 70144   // halo_attention_tc_split's dynamic shared memory (>= sizeof(FaSmem<FA_SPLIT>))
 // Whether a row of sequence rseq at position rpos, first allowed key rlo, may see key j of sequence s (every tiled
 // build's mask: causal, windowed, and its own sequence only; a row past the step's tokens has rseq -1)
 __device__ __forceinline__ bool fa_key_allowed(int rseq, int rlo, int rpos, int s, int j) {
@@ -829,12 +832,24 @@ struct FaTiles32 {
     __align__(16) float Vs[FA_KEYS * FA_KLD];
     float peak[2][FA_MAX_ROWS / 16];
 };
-template <typename KV> struct FaTilesOf { typedef FaTiles32 T; };
-template <> struct FaTilesOf<unsigned short> { typedef FaTiles16 T; };
+// The float32 cache split once for the step (halo_kv_split): rows of f16 heads and tails as FaTiles32's after its
+// split, double-buffered like FaTiles16, and each tile's (1 / K's factor, 1 / V's) in sc. 67.6 KB: more than a
+// block's static 48 KB, so its entry takes dynamic shared memory (FA_SPLIT_SHARED_BYTES, which the host passes).
+struct FaTilesSplit {
+    __align__(16) unsigned short Ks[2][FA_KEYS * 2 * FA_KLD];
+    __align__(16) unsigned short Vs[2][FA_KEYS * 2 * FA_KLD];
+    float4 sc[2];
+};
+// attention_mma's modes: an f16 cache; a float32 cache split in the block, tile by tile; a float32 cache split for
+// the step by halo_kv_split
+enum { FA_F16 = 0, FA_F32 = 1, FA_SPLIT = 2 };
+template <int MODE> struct FaTilesOf { typedef FaTiles16 T; };
+template <> struct FaTilesOf<FA_F32> { typedef FaTiles32 T; };
+template <> struct FaTilesOf<FA_SPLIT> { typedef FaTilesSplit T; };
 // Declared once in the entry (a __shared__ array inside the template below would exist once per instance; the entry
 // dispatches to one instance per head size)
-template <typename KV> struct FaSmem {
-    typename FaTilesOf<KV>::T t;
+template <int MODE> struct FaSmem {
+    typename FaTilesOf<MODE>::T t;
     i32 s_pos[FA_MAX_ROWS], s_lo[FA_MAX_ROWS], s_seq[FA_MAX_ROWS];
 };
 
@@ -918,24 +933,30 @@ __device__ __forceinline__ void fa_split_rows(float* rows, int D, float f) {
     }
 }
 
-// KV: the cache's element (float or unsigned short, f16). DK: the head size where the entry knows it at compile
-// time (64, 128), else 0 and D_ at run time. With D a constant the loops over head dims lose their `break`s, so a
-// tile's MMA chains sit in one basic block and interleave (run 17's SASS: the P V chains of each 16-dim slice
-// behind a branch of their own).
-template <int DK, typename KV>
-__device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, i32 ld, const KV* kcache,
+// MODE: FA_F16, FA_F32 or FA_SPLIT; KV: what kcache / vcache hold (FA_F32: float; else f16 bits: the cache's, or
+// halo_kv_split's rows of heads then tails, whose tiles start at multiples of FA_KEYS and whose factors are in
+// `scales`). DK: the head size where the entry knows it at compile time (64, 128), else 0 and D_ at run time. With
+// D a constant the loops over head dims lose their `break`s, so a tile's MMA chains sit in one basic block and
+// interleave (run 17's SASS: the P V chains of each 16-dim slice behind a branch of their own).
+template <int DK, int MODE, typename KV>
+__device__ __forceinline__ void attention_mma(FaSmem<MODE>& sm, const float* qkv, i32 ld, const KV* kcache,
         const KV* vcache, const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width, i32 bs,
-        i32 H, i32 Hkv, i32 D_, float scale, i32 window, i32 T, const float* sinks, float* out) {
-    constexpr bool SPLIT = sizeof(KV) == 4;      // float32 cache: K and V as f16 head + tail
+        i32 H, i32 Hkv, i32 D_, float scale, i32 window, i32 T, const float* sinks, float* out,
+        const float4* scales) {
+    constexpr bool SPLIT = MODE != FA_F16;       // float32 cache: K and V as f16 head + tail (3 MMAs a product)
+    constexpr bool ASYNC = MODE != FA_F32;       // tiles copied by cp.async, double-buffered
     constexpr int KC = FA_MAX_D / 16, LD = SPLIT ? 2 * FA_KLD : FH_LD;   // LD: f16 elements per shared row
     const int D = DK ? DK : D_, Dp = (D + 15) & ~15;
     i32* s_pos = sm.s_pos; i32* s_lo = sm.s_lo; i32* s_seq = sm.s_seq;
     int G = H / Hkv, BT = (blockDim.x >> 1) / G, hk = blockIdx.y, tok0 = blockIdx.x * BT;   // BT: tokens a block
     int ntok = min(BT, T - tok0);
     int lane = threadIdx.x & 31, q = lane & 3, mi = lane >> 3;
-    if constexpr (!SPLIT)
+    if constexpr (ASYNC)
         for (int i = threadIdx.x; i < 2 * FA_KEYS; i += blockDim.x)  // K's dims D .. D + 7 of a half-used k chunk
-            for (int d = D; d < Dp; d++) sm.t.Ks[i / FA_KEYS][(i % FA_KEYS) * FH_LD + d] = 0;
+            for (int d = D; d < Dp; d++) {
+                sm.t.Ks[i / FA_KEYS][(i % FA_KEYS) * LD + d] = 0;
+                if constexpr (SPLIT) sm.t.Ks[i / FA_KEYS][(i % FA_KEYS) * LD + Dp + d] = 0;     // and of its tails
+            }
     FaRows R = fa_rows(qkv, ld, positions, token_seq, window, G, hk, D, tok0, ntok, s_pos, s_lo, s_seq);
     // Q's A fragments: rows g, g + 8; dims 16 kc + 2q (+1) | + 8 (+9). x[e]: row (e & 1 ? g + 8 : g), dim
     // 16 kc + 2q + (e >> 1 & 1) + 8 (e >> 2)
@@ -979,30 +1000,37 @@ __device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, 
         if (!fa_sequence_keys(i, ntok, s_seq, s_lo, s_pos, &jlo, &jhi)) continue;
         int s = s_seq[i];
         const i32* table = block_tables + (size_t)s * bt_width;
-        // f16: keys j0 .. j0 + FA_KEYS - 1 into buffer buf (zeros past jhi). Unrolled over the most chunks a thread
-        // copies (a block has at least 2 FA_ROWS[0] = 128 threads), so the block-table loads and address arithmetic
-        // of a thread's chunks overlap instead of each chunk waiting for its own.
+        // f16 cache / split rows: keys j0 .. j0 + FA_KEYS - 1 into buffer buf (zeros past jhi), in chunks of 8 f16
+        // (a split row: D / 8 of heads, then D / 8 of tails, to Dp), and a split tile's factors. Unrolled over the
+        // most chunks a thread copies (a block has at least 2 FA_ROWS[0] = 128 threads), so the block-table loads
+        // and address arithmetic of a thread's chunks overlap instead of each chunk waiting for its own.
         auto fetch = [&](int j0, int buf) {
-            if constexpr (!SPLIT) {
-                constexpr int CHUNKS = FA_KEYS * (DK ? DK : FA_MAX_D) / 8;
+            if constexpr (ASYNC) {
+                constexpr int PARTS = SPLIT ? 2 : 1, CHUNKS = PARTS * FA_KEYS * (DK ? DK : FA_MAX_D) / 8;
+                const int row_chunks = PARTS * (D >> 3);
                 #pragma unroll
                 for (int i = 0; i < (CHUNKS + 127) / 128; i++) {
                     int idx = threadIdx.x + i * blockDim.x;
-                    if (idx >= FA_KEYS * (D >> 3)) break;
-                    int kr = idx / (D >> 3), c = idx - kr * (D >> 3), j = min(j0 + kr, jhi);
-                    size_t off = kv_row(table, j, bs, Hkv, hk, D) + 8 * c;
+                    if (idx >= FA_KEYS * row_chunks) break;
+                    int kr = idx / row_chunks, c = idx - kr * row_chunks, j = min(j0 + kr, jhi);
+                    size_t off = PARTS * kv_row(table, j, bs, Hkv, hk, D) + 8 * c;
+                    int at = kr * LD + (SPLIT && c >= (D >> 3) ? Dp - D : 0) + 8 * c;
                     int bytes = j0 + kr <= jhi ? 16 : 0;
-                    cp_async16(&sm.t.Ks[buf][kr * FH_LD + 8 * c], kcache + off, bytes);
-                    cp_async16(&sm.t.Vs[buf][kr * FH_LD + 8 * c], vcache + off, bytes);
+                    cp_async16(&sm.t.Ks[buf][at], kcache + off, bytes);
+                    cp_async16(&sm.t.Vs[buf][at], vcache + off, bytes);
                 }
+                if constexpr (MODE == FA_SPLIT)
+                    if (threadIdx.x == 0)
+                        cp_async16(&sm.t.sc[buf], scales + (kv_slot(table, j0, bs) / FA_SCALE_KEYS) * Hkv + hk, 16);
                 cp_async_commit();
             }
         };
+        if constexpr (MODE == FA_SPLIT) jlo &= ~(FA_KEYS - 1);   // the split tiles start at multiples of FA_KEYS
         if (jlo <= jhi) fetch(jlo, 0);
         for (int j0 = jlo, buf = 0; j0 <= jhi; j0 += FA_KEYS, buf ^= 1) {
             const unsigned short *Kt, *Vt;       // the tile's f16 rows (float32 cache: heads; tails Dp further)
             float sf[2], vinv = 1.0f;            // S's factor per row; P V's
-            if constexpr (SPLIT) {
+            if constexpr (!ASYNC) {
                 __syncthreads();                 // every warp is done with the last tile
                 fa_stage32(sm.t, kcache, vcache, table, j0, jhi, bs, Hkv, hk, D);
                 __syncthreads();
@@ -1028,8 +1056,13 @@ __device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, 
                 if (j0 + FA_KEYS <= jhi) fetch(j0 + FA_KEYS, buf ^ 1);
                 Kt = sm.t.Ks[buf];
                 Vt = sm.t.Vs[buf];
-                sf[0] = qinv[0];
-                sf[1] = qinv[1];
+                float kinv = 1.0f;
+                if constexpr (MODE == FA_SPLIT) {
+                    kinv = sm.t.sc[buf].x;
+                    vinv = sm.t.sc[buf].y;
+                }
+                sf[0] = qinv[0] * kinv;
+                sf[1] = qinv[1] * kinv;
             }
             if (!fa_warp_sees_tile(R, s, j0)) continue;     // the whole warp masked (past its diagonal)
             // S: 4 n tiles of 8 keys; the head x head products in one chain set, the tail terms in the other
@@ -1122,7 +1155,7 @@ __device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, 
                 }
             }
         }
-        if constexpr (!SPLIT) {
+        if constexpr (ASYNC) {
             cp_async_wait_all();                 // nothing in flight when the next sequence's fetch starts
             __syncthreads();
         }
@@ -1132,26 +1165,84 @@ __device__ __forceinline__ void attention_mma(FaSmem<KV>& sm, const float* qkv, 
 #endif
 
 #define FA_ARGS qkv, ld, kcache, vcache, positions, token_seq, block_tables, bt_width, bs, H, Hkv, D, scale, window, \
-                T, sinks, out
+                T, sinks, out, scales
 // One instance per common head size (64: SmolLM2, Qwen2.5-0.5B; 128: Llama, Qwen3) and one for any other D. Run 18,
 // H100, Qwen3-4B shapes, f16 cache: its part of a 512-token step at depth 4k 14.5 -> 11.8 ms, at 16k 56.9 -> 44.6 ms
 // (the D 128 main loop 895 -> 778 instructions).
 #if HALO_TC
-#define FA_DISPATCH(KV) __shared__ FaSmem<KV> sm;                                                                   \
-    if (D == 128) attention_mma<128>(sm, FA_ARGS); else if (D == 64) attention_mma<64>(sm, FA_ARGS);               \
-    else attention_mma<0>(sm, FA_ARGS);
+#define FA_DISPATCH(MODE, SM)                                                                                        \
+    if (D == 128) attention_mma<128, MODE>(SM, FA_ARGS); else if (D == 64) attention_mma<64, MODE>(SM, FA_ARGS);     \
+    else attention_mma<0, MODE>(SM, FA_ARGS);
+#define FA_STATIC(MODE) const float4* scales = 0; __shared__ FaSmem<MODE> sm; FA_DISPATCH(MODE, sm)
+#define FA_DYNAMIC(MODE) extern __shared__ float sm[];                                                             \
+    static_assert(sizeof(FaSmem<MODE>) <= FA_SPLIT_SHARED_BYTES, "FA_SPLIT_SHARED_BYTES is short");                 \
+    FA_DISPATCH(MODE, *reinterpret_cast<FaSmem<MODE>*>(sm))
 #else
-#define FA_DISPATCH(KV)
+#define FA_STATIC(MODE)
+#define FA_DYNAMIC(MODE)
 #endif
-#define ATTENTION_TC_ENTRY(NAME, KV)                                                                                 \
+#define ATTENTION_TC_ENTRY(NAME, KV, MODE, SMEM, SCALES)                                                             \
 HALO_KERNEL __launch_bounds__(2 * FA_MAX_ROWS) void NAME(const float* qkv, i32 ld, const KV* kcache,               \
         const KV* vcache, const i32* positions, const i32* token_seq, const i32* block_tables, i32 bt_width,        \
-        i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window, i32 T, const float* sinks, float* out) {             \
+        i32 bs, i32 H, i32 Hkv, i32 D, float scale, i32 window, i32 T, const float* sinks, float* out SCALES) {      \
     GRID_DEPENDENCY_SYNC();                                                                                          \
-    FA_DISPATCH(KV)                                                                                                  \
+    SMEM(MODE)                                                                                                       \
 }
-ATTENTION_TC_ENTRY(halo_attention_tc, float)
-ATTENTION_TC_ENTRY(halo_attention_tc_f16, unsigned short)
+#define FA_NO_SCALES
+#define FA_SCALES_ARG , const float4* scales
+ATTENTION_TC_ENTRY(halo_attention_tc, float, FA_F32, FA_STATIC, FA_NO_SCALES)
+ATTENTION_TC_ENTRY(halo_attention_tc_f16, unsigned short, FA_F16, FA_STATIC, FA_NO_SCALES)
+// The float32 cache's tile on halo_kv_split's rows (kcache / vcache: its split copies; scales: its factors), for
+// steps whose blocks of queries would each split the same keys again (prefill; not a graph's decode step)
+ATTENTION_TC_ENTRY(halo_attention_tc_split, unsigned short, FA_SPLIT, FA_DYNAMIC, FA_SCALES_ARG)
+
+// halo_attention_tc_split's operands, once a step: each sequence's keys 0 .. seq_lens[s] - 1 of kv head hk in tiles
+// of FA_KEYS from key 0, split as halo_attention_tc splits a tile (fa_pow2_for of the tile's largest |K|, and of its
+// largest |V|; f16 heads then tails). A key's row goes to its own slot's place (split + 2 kv_row: every slot has
+// one owner, so rows never collide) and the tile's (1 / K's factor, 1 / V's factor, 0, 0) to
+// scales[(slot of its first key / FA_SCALE_KEYS) Hkv + hk]. Memory-bound (a read and a write of each key): ~1% of
+// the attention that follows at depth. Grid (tiles of the longest sequence, sequences, Hkv); 128 threads.
+__device__ __forceinline__ float kv_split_rows(const float* cache, unsigned short* split, const i32* table, int j0,
+                                               int n, int bs, int Hkv, int hk, int D, float* red) {
+#if HALO_TC
+    int D4 = D >> 2;
+    float peak = 0.0f;
+    for (int idx = threadIdx.x; idx < FA_KEYS * D4; idx += blockDim.x) {
+        int kr = idx / D4, j = j0 + kr;
+        if (j < n) peak = fmaxf(peak, max_abs4(*(const float4*)(cache + kv_row(table, j, bs, Hkv, hk, D)
+                                                                 + 4 * (idx - kr * D4))));
+    }
+    float inv, f = fa_pow2_for(block_max(peak, red), &inv);
+    for (int idx = threadIdx.x; idx < FA_KEYS * D4; idx += blockDim.x) {
+        int kr = idx / D4, c = idx - kr * D4, j = j0 + kr;
+        if (j >= n) continue;
+        size_t row = kv_row(table, j, bs, Hkv, hk, D);
+        float4 x = *(const float4*)(cache + row + 4 * c);
+        u32 h01, t01, h23, t23;
+        f16_split2(x.x * f, x.y * f, &h01, &t01);
+        f16_split2(x.z * f, x.w * f, &h23, &t23);
+        *(uint2*)(split + 2 * row + 4 * c) = make_uint2(h01, h23);
+        *(uint2*)(split + 2 * row + D + 4 * c) = make_uint2(t01, t23);
+    }
+    return inv;
+#else
+    return 0.0f;
+#endif
+}
+
+HALO_KERNEL __launch_bounds__(128) void halo_kv_split(const float* kcache, const float* vcache, const i32* seq_lens,
+        const i32* block_tables, i32 bt_width, i32 bs, i32 Hkv, i32 D, unsigned short* ksplit,
+        unsigned short* vsplit, float4* scales) {
+    GRID_DEPENDENCY_SYNC();
+    __shared__ float red[32];
+    int s = blockIdx.y, hk = blockIdx.z, j0 = blockIdx.x * FA_KEYS, n = seq_lens[s];
+    if (j0 >= n) return;
+    const i32* table = block_tables + (size_t)s * bt_width;
+    float kinv = kv_split_rows(kcache, ksplit, table, j0, n, bs, Hkv, hk, D, red);
+    float vinv = kv_split_rows(vcache, vsplit, table, j0, n, bs, Hkv, hk, D, red);
+    if (threadIdx.x == 0)
+        scales[(kv_slot(table, j0, bs) / FA_SCALE_KEYS) * Hkv + hk] = make_float4(kinv, vinv, 0.0f, 0.0f);
+}
 
 // Tiled prefill attention without tensor cores, "ts" (SIMT float32 FMAs; CUDA and HIP alike, the prefill form
 // where halo_attention_tc is not built: HIP, including Strix Halo's gfx1151). halo_attention reads every key and

@@ -104,6 +104,14 @@ class RuntimeBinding(ABC):
                shared_bytes: int, stream: int, params_address: int) -> None:
         """cuLaunchKernel / hipModuleLaunchKernel; `params_address` points at a void*[] of argument addresses."""
 
+    # Dynamic shared memory past 48 KB (a block of halo_attention_tc_split takes ~69 KB). Not abstract: HIP has no
+    # opt-in (a workgroup may take all of its device's LDS, 64 KB on RDNA), so there it is nothing to do.
+    def allow_shared(self, function: object, nbytes: int) -> None:
+        """cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES): later launches of `function` may
+        ask up to `nbytes` of dynamic shared memory (a launch past the device's most fails as the launch's error)."""
+        if self.api != "hip":
+            raise NotImplementedError(f"{self.name}: no dynamic shared memory past 48 KB")
+
     # Programmatic dependent launch (CUDA 12+ on sm_90+; HIP has no counterpart). Not abstract: a binding
     # without it launches everything with launch() (GpuBackend.programmatic says which is used).
     def launch_programmatic(self, function: object, grid: tuple[int, int, int], block: tuple[int, int, int],

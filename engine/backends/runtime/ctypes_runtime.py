@@ -34,6 +34,7 @@ STREAM_NON_BLOCKING = 1     # cudaStreamNonBlocking == hipStreamNonBlocking
 MEM_ATTACH_GLOBAL = 1
 ADVISE_READ_MOSTLY = 1
 CAPTURE_MODE_THREAD_LOCAL = 1   # cudaStreamCaptureModeThreadLocal == hipStreamCaptureModeThreadLocal
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 
 class _MemLocation(ctypes.Structure):      # cudaMemLocation, passed by value to CUDA 13's cudaMemAdvise
@@ -329,6 +330,12 @@ class CtypesRuntime(RuntimeBinding):
         fn = self._launch_name                  # argument types: _declare_launch
         status = getattr(self._mod, fn)(function, *grid, *block, shared_bytes, stream, params_address, None)
         self._check_mod(status, fn)
+
+    def allow_shared(self, function, nbytes: int) -> None:
+        if self.api == "hip":
+            return                              # no opt-in there (RuntimeBinding.allow_shared)
+        attribute = c_int(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+        self._check_mod(self._mod.cuFuncSetAttribute(function, attribute, c_int(nbytes)), "cuFuncSetAttribute")
 
     def launch_programmatic(self, function, grid, block, shared_bytes, stream, params_address) -> None:
         if self.api == "hip":

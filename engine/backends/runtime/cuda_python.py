@@ -176,6 +176,10 @@ class CudaPythonRuntime(TupleBinding):
         self._unwrap(self.drv.cuLaunchKernel(function, *grid, *block, shared_bytes, self._cu_stream(stream),
                                              params_address, 0), "cuLaunchKernel")
 
+    def allow_shared(self, function, nbytes: int) -> None:
+        attribute = self.drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        self._unwrap(self.drv.cuFuncSetAttribute(function, attribute, nbytes), "cuFuncSetAttribute")
+
     def launch_programmatic(self, function, grid, block, shared_bytes, stream, params_address) -> None:
         # one config reused (its attribute is fixed; launches come from one thread: the engine's or a bench's)
         cfg = getattr(self, "_pdl_config", None)
