@@ -155,6 +155,19 @@ FA_ROWS, FA_MAX_D = (64, 128), 128
 # graphs keep it: their grid cannot follow the depth). HALO_FA_SPLIT=0: that tile everywhere (comparisons).
 FA_KEYS, FA_SPLIT_SHARED_BYTES = 32, 70144
 FA_SPLIT = os.environ.get("HALO_FA_SPLIT") != "0"
+# The copy costs about what splitting a sequence's keys in FA_SPLIT_MIN_REUSE more blocks of queries does (a read and
+# a write of each key, and the tile's read of the copy, against the tile's read of the cache): a step takes it where
+# its blocks would split its keys that many times more than once (a prompt's step: dozens; a decode token: never).
+FA_SPLIT_MIN_REUSE = 2
+
+
+def split_pays(tokens: np.ndarray, keys: np.ndarray, block_tokens: int) -> bool:
+    """Whether a step whose sequences have `tokens` tokens and `keys` keys each splits its keys once (halo_kv_split)
+    rather than in every block of `block_tokens` tokens that reads them: the splits it saves (each sequence's keys x
+    its blocks past the first) against FA_SPLIT_MIN_REUSE x the keys it splits."""
+    blocks = -(-np.asarray(tokens, np.int64) // block_tokens)
+    keys = np.asarray(keys, np.int64)
+    return int(np.sum(keys * (blocks - 1))) >= FA_SPLIT_MIN_REUSE * int(np.sum(keys))
 # Where that tile is not built or does not fit (HIP, Strix Halo included), the SIMT tile halo_attention_ts_d{class}
 # (float32 FMAs): the same blocks with TS_ROWS[class] query rows, builds per head-size class (ts_kernel).
 # HALO_GPU_FLASH: unset, the tensor-core tile where usable, else the SIMT one where usable; "simt": the SIMT tile
@@ -439,7 +452,7 @@ class GpuKVCache:
     """Per attention layer K and V, [num_blocks, block_size, n_kv, head_dim] of `kv_type` (float32 or f16:
     engine.model.arch.KV_CACHE_TYPES), in one allocation (None for linear-attention layers, whose recurrent
     state of `state_slots` sequences is `recurrent`), plus the step metadata buffers sized by this cache
-    (block-table width = num_blocks)."""
+    (block-table width = num_blocks) and, for float32, the prefill split copy of one layer (`split`, FA_SPLIT)."""
 
     def __init__(self, backend: Backend, config: ModelConfig, num_blocks: int, block_size: int,
                  max_tokens: int, max_seqs: int, stream, state_slots: int = 0, kv_type: str = DEFAULT_KV_CACHE_TYPE):
@@ -496,6 +509,7 @@ class GpuKVCache:
         self.nbytes += num_blocks * block_size * 4          # counted like arch.kv_bytes_per_token(..., "gpu")
         backend.memset_async(self.token_at_slot, 0xFF, stream)
         self.context = 0                                    # the last uploaded step's longest sequence, in keys
+        self.step_tokens = self.step_keys = np.zeros(0, np.int32)
 
     def upload(self, step: StepInput, sampling: list[SamplingRow] | None, stream, ids_on_device: bool) -> None:
         """Pack `step` into the next pinned staging slot and queue its H2D copy on `stream`."""
@@ -509,6 +523,8 @@ class GpuKVCache:
         host = self.staging[i]
         words = self.layout.pack(step, sampling, host.array)
         self.context = int(step.seq_lens.max()) if step.num_seqs else 0
+        self.step_tokens = np.diff(step.query_start_loc[:step.num_seqs + 1])   # each sequence's tokens and keys
+        self.step_keys = step.seq_lens[:step.num_seqs]
         start = self.layout.positions if ids_on_device else 0
         src = PinnedHostBuffer(self.backend, host.ptr + 4 * start, host.array[start:words])
         self.backend.copy_h2d_async(view(self.meta, start, words - start), src, stream)
@@ -876,7 +892,7 @@ class GpuForward:
             rows = fa_block_rows(T, H // Hkv, Hkv, self.multiprocessors)
             rows_tokens = rows // (H // Hkv)                   # tokens per block: x the group's heads = rows
             grid = (-(-T // rows_tokens), Hkv)
-            if self._split_step(kv, T, S):
+            if self._split_step(kv, T, S, rows_tokens):
                 self._launch("halo_layer.cu", "halo_kv_split", (-(-kv.context // FA_KEYS), S, Hkv), 128,
                              (kv.k[i], kv.v[i], kv.seq_lens, kv.block_tables, np.int32(kv.num_blocks),
                               np.int32(kv.block_size), np.int32(Hkv), np.int32(D), kv.split_k, kv.split_v,
@@ -901,12 +917,12 @@ class GpuForward:
 
     # the step body: everything after the metadata upload; graph-capturable ---------------------------
     @staticmethod
-    def _split_step(kv: GpuKVCache, T: int, S: int | None) -> bool:
+    def _split_step(kv: GpuKVCache, T: int, S: int | None, block_tokens: int) -> bool:
         """Whether a tiled-attention step splits its keys once (halo_kv_split): a float32 cache with its split copy,
         more tokens than sequences (a decode graph's grid could not follow the depth), blocks the factors' index
-        takes (KV_SPLIT_SCALE_KEYS slots or more)."""
+        takes (KV_SPLIT_SCALE_KEYS slots or more), and a step the copy pays for (split_pays, on the step's upload)."""
         return (FA_SPLIT and kv.split is not None and S is not None and T > S
-                and kv.block_size >= KV_SPLIT_SCALE_KEYS)
+                and kv.block_size >= KV_SPLIT_SCALE_KEYS and split_pays(kv.step_tokens, kv.step_keys, block_tokens))
 
     def enqueue_body(self, kv: GpuKVCache, T: int, n_out: int, sample: bool, feed_next: bool,
                      num_seqs: int | None = None) -> None:

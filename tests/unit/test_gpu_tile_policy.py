@@ -273,3 +273,15 @@ def test_tiled_attention_goes_wide_where_the_grid_still_fills_the_sms(T, group, 
     where the runtime cannot say how many SMs there are."""
     assert fwd_mod.fa_block_rows(T, group, n_kv, sms) == rows
 
+
+
+def test_a_prefill_step_splits_its_float32_keys_once_where_the_copy_pays():
+    """fwd_mod.split_pays: the splits a step's blocks of queries would repeat (keys x blocks past the first) against
+    FA_SPLIT_MIN_REUSE x the keys the copy splits once."""
+    assert fwd_mod.FA_SPLIT_MIN_REUSE == 2
+    assert fwd_mod.split_pays([2048], [16384], 32)               # a prompt's step: each key split 64 times
+    assert not fwd_mod.split_pays([1] * 16, [16384] * 16, 32)    # decode tokens: each key split once anyway
+    # a short chunk next to deep decode sequences: copying their keys costs more than the chunk saves
+    assert not fwd_mod.split_pays([64] + [1] * 8, [64] + [16384] * 8, 32)
+    assert fwd_mod.split_pays([2048] + [1] * 4, [16384] * 5, 32)  # a long chunk next to a few pays
+    assert fwd_mod.split_pays([96], [1000], 32) and not fwd_mod.split_pays([64], [1000], 32)   # 3 blocks: even
