@@ -12,6 +12,9 @@ from app.library import human_size, inspect_model
 from app.settings import AppSettings
 from app.widgets.settings_dialog import SettingsDialog
 from engine.api import estimate_memory
+from engine.gguf import open_gguf
+from engine.model.arch import kv_split_bytes_per_token
+from engine.model.config import ModelConfig
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support")]
 
@@ -83,7 +86,10 @@ def test_the_library_estimate_counts_the_chosen_type_for_a_gpu(qtbot, make_windo
     f16 = estimate_memory(str(TINY), ctx, "gpu", kv_cache_type="f16")
     f32 = estimate_memory(str(TINY), ctx, "gpu", kv_cache_type="f32")
     slots = -(-min(ctx, inspect_model(TINY).context_length) // 16) * 16      # whole blocks of 16
-    assert f32.kv_cache - f16.kv_cache == (f32.kv_cache - 4 * slots) // 2      # K and V halve, token ids stay
+    # K and V halve, the token ids stay, f32's prefill split copy (engine.model.arch) goes
+    with open_gguf(TINY) as g:
+        copy = slots * kv_split_bytes_per_token(ModelConfig.from_metadata(g.metadata), "gpu", "f32")
+    assert f32.kv_cache - f16.kv_cache == (f32.kv_cache - 4 * slots - copy) // 2 + copy
     assert kv_text("gpu", "f16") in shown()
     assert human_size(f16.total) in shown()
 
