@@ -35,6 +35,7 @@ from engine.gpu.forward import (  # noqa: E402
     kv_suffix,
     tensor_cores_usable,
 )
+from tests.gpu.bench_attention import _arg  # noqa: E402  (the decode attention bench's --name=a,b options)
 from tests.gpu.device_arrays import upload  # noqa: E402
 
 BS = 16
@@ -42,13 +43,6 @@ BS = 16
 SHAPES = (("qwen3-4b", 32, 8, 128, 36), ("smollm2-135m", 9, 3, 64, 30))
 DEPTHS = (0, 2048, 6144, 14336)
 REPEAT = 5
-
-
-def _arg(name: str, default: str) -> list[str]:
-    for a in sys.argv[1:]:
-        if a.startswith(f"--{name}="):
-            return [x for x in a.split("=", 1)[1].split(",") if x]
-    return [x for x in default.split(",") if x]
 
 
 def product_flops(T: int, depth: int, H: int, D: int) -> float:
