@@ -108,6 +108,11 @@ def copy_bandwidth(backend, nbytes: int = 1 << 30, repeat: int = 5) -> float:
         backend.destroy_stream(s)
 
 
+# pre-passes with roles of their own: the tch tile's activation split (before the matmul whose input it splits),
+# the float32 cache's key split (before the attention that reads it)
+PRE_PASS_ROLES = {"halo_split_f16": "f16 split", "halo_kv_split": "kv split"}
+
+
 def _launch_roles(names: list[str], n_layers: int, layer_roles=LAYER_ROLES) -> list[str]:
     """The role of each launch of a step body. The i-th main launch has a fixed role (len(layer_roles) per layer
     between the embedding and the LM head + sampler); a split-K sum belongs to the matmul just before it, the
@@ -118,11 +123,8 @@ def _launch_roles(names: list[str], n_layers: int, layer_roles=LAYER_ROLES) -> l
     i, role = -1, ""
     per = len(layer_roles)
     for name in names:
-        if name == "halo_split_f16":                  # the tch tile's pre-pass, before the matmul whose input it splits
-            roles.append("f16 split")
-            continue
-        if name == "halo_kv_split":                   # the float32 cache's pre-pass, before the attention
-            roles.append("kv split")
+        if name in PRE_PASS_ROLES:
+            roles.append(PRE_PASS_ROLES[name])
             continue
         if name not in ("halo_splitk_sum", "halo_attention_merge", "halo_moe_tile_rows"):
             i += 1

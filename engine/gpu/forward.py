@@ -479,7 +479,7 @@ class GpuKVCache:
         # the prefill split copy of one layer's K and V (heads, tails) and its tiles' factors (FA_KEYS above)
         slots = num_blocks * block_size
         split = kv_split_bytes_per_token(config, "gpu", self.kv_type) * slots
-        self.split = backend.alloc(max(1, split // 2), np.uint16) if split else None
+        self.split = backend.alloc(split // 2, np.uint16) if split else None
         self.split_k = view(self.split, 0, 2 * slots * config.kv_dim) if split else None
         self.split_v = view(self.split, 2 * slots * config.kv_dim, 2 * slots * config.kv_dim) if split else None
         scale_floats = slots // KV_SPLIT_SCALE_KEYS * config.n_head_kv * 4
@@ -509,7 +509,7 @@ class GpuKVCache:
         self.nbytes += num_blocks * block_size * 4          # counted like arch.kv_bytes_per_token(..., "gpu")
         backend.memset_async(self.token_at_slot, 0xFF, stream)
         self.context = 0                                    # the last uploaded step's longest sequence, in keys
-        self.step_tokens = self.step_keys = np.zeros(0, np.int32)
+        self.step_starts = self.step_keys = np.zeros(0, np.int32)  # the last step's query_start_loc, seq_lens
 
     def upload(self, step: StepInput, sampling: list[SamplingRow] | None, stream, ids_on_device: bool) -> None:
         """Pack `step` into the next pinned staging slot and queue its H2D copy on `stream`."""
@@ -523,8 +523,7 @@ class GpuKVCache:
         host = self.staging[i]
         words = self.layout.pack(step, sampling, host.array)
         self.context = int(step.seq_lens.max()) if step.num_seqs else 0
-        self.step_tokens = np.diff(step.query_start_loc[:step.num_seqs + 1])   # each sequence's tokens and keys
-        self.step_keys = step.seq_lens[:step.num_seqs]
+        self.step_starts, self.step_keys = step.query_start_loc[:step.num_seqs + 1], step.seq_lens[:step.num_seqs]
         start = self.layout.positions if ids_on_device else 0
         src = PinnedHostBuffer(self.backend, host.ptr + 4 * start, host.array[start:words])
         self.backend.copy_h2d_async(view(self.meta, start, words - start), src, stream)
@@ -865,10 +864,10 @@ class GpuForward:
                      np.int32(c.n_head_kv), np.int32(c.head_dim), np.float32(c.attn_scale), np.int32(window))
         return LayerArgs(rope, attention)
 
-    def _attention(self, kv: GpuKVCache, i: int, T: int, sinks=None, S: int | None = None) -> None:
+    def _attention(self, kv: GpuKVCache, i: int, T: int, sinks=None, split_S: int = 0) -> None:
         """self.attn [T, q_dim] from self.qkv's q heads and layer i's cache: split-KV for decode batches, the
-        tensor-core tile for prefill steps where usable (a float32 cache's on the step's split copy where the step
-        has fewer sequences S than tokens, FA_SPLIT), else the SIMT tile where usable and a query of this layer
+        tensor-core tile for prefill steps where usable (a float32 cache's on the step's split copy of its split_S
+        sequences where the step takes one, _split_step), else the SIMT tile where usable and a query of this layer
         sees ts_min_context keys (kv.context, set by the step's upload, capped by the layer's window; a decode graph
         of more than SKV_MAX_T sequences keeps the choice it was captured with, both kernels being exact), else
         halo_attention (see SKV_*, FA_*, TS_*, ATTN_WARPS);
@@ -892,8 +891,8 @@ class GpuForward:
             rows = fa_block_rows(T, H // Hkv, Hkv, self.multiprocessors)
             rows_tokens = rows // (H // Hkv)                   # tokens per block: x the group's heads = rows
             grid = (-(-T // rows_tokens), Hkv)
-            if self._split_step(kv, T, S, rows_tokens):
-                self._launch("halo_layer.cu", "halo_kv_split", (-(-kv.context // FA_KEYS), S, Hkv), 128,
+            if split_S:
+                self._launch("halo_layer.cu", "halo_kv_split", (-(-kv.context // FA_KEYS), split_S, Hkv), 128,
                              (kv.k[i], kv.v[i], kv.seq_lens, kv.block_tables, np.int32(kv.num_blocks),
                               np.int32(kv.block_size), np.int32(Hkv), np.int32(D), kv.split_k, kv.split_v,
                               kv.split_scales))
@@ -916,13 +915,17 @@ class GpuForward:
                      shared=4 * ATTN_WARPS * (D + 2))
 
     # the step body: everything after the metadata upload; graph-capturable ---------------------------
-    @staticmethod
-    def _split_step(kv: GpuKVCache, T: int, S: int | None, block_tokens: int) -> bool:
-        """Whether a tiled-attention step splits its keys once (halo_kv_split): a float32 cache with its split copy,
-        more tokens than sequences (a decode graph's grid could not follow the depth), blocks the factors' index
-        takes (KV_SPLIT_SCALE_KEYS slots or more), and a step the copy pays for (split_pays, on the step's upload)."""
-        return (FA_SPLIT and kv.split is not None and S is not None and T > S
-                and kv.block_size >= KV_SPLIT_SCALE_KEYS and split_pays(kv.step_tokens, kv.step_keys, block_tokens))
+    def _split_step(self, kv: GpuKVCache, T: int, S: int) -> bool:
+        """Whether this step's tiled attention splits its keys once (halo_kv_split), decided once a step: the tile
+        runs (more than SKV_MAX_T tokens) on a float32 cache with its split copy, more tokens than sequences (a decode
+        graph's grid could not follow the depth), blocks the factors' index takes (KV_SPLIT_SCALE_KEYS slots or more),
+        and a step the copy pays for (split_pays over the step's upload, in fa_block_rows' blocks)."""
+        if not (FA_SPLIT and self.flash and T > SKV_MAX_T and kv.split is not None and T > S
+                and kv.block_size >= KV_SPLIT_SCALE_KEYS):
+            return False
+        G = self.config.n_head // self.config.n_head_kv
+        block_tokens = fa_block_rows(T, G, self.config.n_head_kv, self.multiprocessors) // G
+        return split_pays(np.diff(kv.step_starts), kv.step_keys, block_tokens)
 
     def enqueue_body(self, kv: GpuKVCache, T: int, n_out: int, sample: bool, feed_next: bool,
                      num_seqs: int | None = None) -> None:
@@ -937,6 +940,7 @@ class GpuForward:
                       np.float32(c.embed_scale), w.layers[0].attn_norm, np.float32(c.norm_eps), self.x, self.h,
                       kv.slots, kv.token_at_slot))
         layer_args = self.layer_args(kv)
+        split_S = S if self._split_step(kv, T, S) else 0
         for i, L in enumerate(w.layers):
             if isinstance(L, DeviceLinearLayer):
                 enqueue_linear_attention(self, L, kv, T, S, i)
@@ -948,7 +952,7 @@ class GpuForward:
                 self._matmul([L.wq, L.wk, L.wv], self.h, T, self.qkv, self.qkv_width, bias=L.bqkv)
             self._launch("halo_layer.cu", "halo_rope_kv" + kv_suffix(kv.f16), (T, H + Hkv), max(32, -(-D // 32) * 32),
                          layer_args[i].rope)
-            self._attention(kv, i, T, L.sinks, S)
+            self._attention(kv, i, T, L.sinks, split_S)
             if c.attn_output_gate:
                 enqueue_output_gate(self, T)
             self._matmul([L.wo], self.attn, T, self.o, E, bias=L.bo)
