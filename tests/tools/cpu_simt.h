@@ -84,6 +84,7 @@ inline void cp_async4_at(saddr dst, const void* src, int bytes) {               
     *(float*)dst = v;
 }
 inline void ldmatrix_x4_at(unsigned* r, saddr row) { ldmatrix_x4(r, row); }
+inline void ldmatrix_x4_trans_at(unsigned* r, saddr row) { ldmatrix_x4_trans(r, row); }
 inline float exp2_ftz(float x) {                                                   // ex2.approx.ftz.f32
     float r = std::exp2(x);
     return std::fpclassify(r) == FP_SUBNORMAL ? 0.0f : r;

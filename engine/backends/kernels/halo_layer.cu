@@ -778,11 +778,12 @@ __device__ __forceinline__ void fa_rescale(float* mx, float* m, float* l, float*
     }
 }
 
-// out rows from the float32 O fragments of[n][0..3] (C layout: dims 8 n + 2q, + 1 of rows g, g + 8), the running
-// maxima m (log2 units) and this lane's parts of the row sums l; a head's sink joins the maximum and the denominator.
+// out rows from the float32 O fragments of[n][0..3] (C layout: dims 8 n + 2q, + 1 of rows g, g + 8) times
+// `oscale` (a power of two: the units O was kept in), the running maxima m (log2 units) and this lane's parts of
+// the row sums l; a head's sink joins the maximum and the denominator.
 __device__ __forceinline__ void fa_write_rows(const FaRows& R, float (&of)[FA_MAX_D / 8][4], const float* m,
                                               float* l, int G, int hk, int H, int D, int tok0, const float* sinks,
-                                              float* out) {
+                                              float* out, float oscale) {
     int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;
     #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -799,6 +800,7 @@ __device__ __forceinline__ void fa_write_rows(const FaRows& R, float (&of)[FA_MA
             float S = sinks[h] * FA_LOG2E, Mt = fmaxf(m[r], S), sc = exp2_ftz(m[r] - Mt);
             inv = sc / (l[r] * sc + exp2_ftz(S - Mt));
         }
+        inv *= oscale;
         #pragma unroll
         for (int n = 0; n < FA_MAX_D / 8; n++) {
             if (8 * n >= D) break;
@@ -833,8 +835,9 @@ struct FaTiles32 {
     float peak[2][FA_MAX_ROWS / 16];
 };
 // The float32 cache split once for the step (halo_kv_split): rows of f16 heads and tails as FaTiles32's after its
-// split, double-buffered like FaTiles16, and each tile's (1 / K's factor, 1 / V's) in sc. 67.6 KB: more than a
-// block's static 48 KB, so its entry takes dynamic shared memory (FA_SPLIT_SHARED_BYTES, which the host passes).
+// split, double-buffered like FaTiles16, and each tile's (1 / K's factor, 1 / V's, V's factor) in sc. 67.6 KB:
+// more than a block's static 48 KB, so its entry takes dynamic shared memory (FA_SPLIT_SHARED_BYTES, which the host
+// passes).
 struct FaTilesSplit {
     __align__(16) unsigned short Ks[2][FA_KEYS * 2 * FA_KLD];
     __align__(16) unsigned short Vs[2][FA_KEYS * 2 * FA_KLD];
@@ -995,6 +998,14 @@ __device__ __forceinline__ void attention_mma(FaSmem<MODE>& sm, const float* qkv
     #pragma unroll
     for (int n = 0; n < FA_MAX_D / 8; n++) of[n][0] = of[n][1] = of[n][2] = of[n][3] = 0.0f;
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};     // l: this lane's part of the row sum
+    float vsc = 1.0f;                            // O's units: the last tile's V factor (split caches)
+    // Shared memory by 32-bit shared-window byte address (as tch, run 20): each lane's ldmatrix rows taken once, K's
+    // (keys 8 (mi >> 1) + (lane & 7), dims 8 (mi & 1)) and V's (keys 8 (mi & 1) + (lane & 7), dims 8 (mi >> 1));
+    // a tile adds its buffer, and each k chunk / n tile a constant
+    constexpr int BUF_BYTES = ASYNC ? (int)sizeof(sm.t.Ks) / 2 : 0;  // the second of two buffers
+    const saddr k_tiles = shared_addr(sm.t.Ks), v_tiles = shared_addr(sm.t.Vs);
+    const saddr k_lane = k_tiles + 2 * ((8 * (mi >> 1) + (lane & 7)) * LD + 8 * (mi & 1));
+    const saddr v_lane = v_tiles + 2 * ((8 * (mi & 1) + (lane & 7)) * LD + 8 * (mi >> 1));
     for (int i = 0; i < ntok; i++) {             // each sequence of the block once
         int jlo, jhi;
         if (!fa_sequence_keys(i, ntok, s_seq, s_lo, s_pos, &jlo, &jhi)) continue;
@@ -1008,16 +1019,19 @@ __device__ __forceinline__ void attention_mma(FaSmem<MODE>& sm, const float* qkv
             if constexpr (ASYNC) {
                 constexpr int PARTS = SPLIT ? 2 : 1, CHUNKS = PARTS * FA_KEYS * (DK ? DK : FA_MAX_D) / 8;
                 const int row_chunks = PARTS * (D >> 3);
+                const u32 slot_bytes = (u32)(PARTS * Hkv * D * sizeof(KV));   // a slot's rows, every kv head
                 #pragma unroll
                 for (int i = 0; i < (CHUNKS + 127) / 128; i++) {
                     int idx = threadIdx.x + i * blockDim.x;
                     if (idx >= FA_KEYS * row_chunks) break;
                     int kr = idx / row_chunks, c = idx - kr * row_chunks, j = min(j0 + kr, jhi);
-                    size_t off = PARTS * kv_row(table, j, bs, Hkv, hk, D) + 8 * c;
+                    // the chunk's bytes: a 32 x 32-bit wide product onto a base (one IMAD.WIDE.U32 each cache)
+                    size_t off = (size_t)(u32)kv_slot(table, j, bs) * slot_bytes
+                                 + (u32)((PARTS * hk * D + 8 * c) * sizeof(KV));
                     int at = kr * LD + (SPLIT && c >= (D >> 3) ? Dp - D : 0) + 8 * c;
                     int bytes = j0 + kr <= jhi ? 16 : 0;
-                    cp_async16(&sm.t.Ks[buf][at], kcache + off, bytes);
-                    cp_async16(&sm.t.Vs[buf][at], vcache + off, bytes);
+                    cp_async16_at(k_tiles + buf * BUF_BYTES + 2 * at, (const char*)kcache + off, bytes);
+                    cp_async16_at(v_tiles + buf * BUF_BYTES + 2 * at, (const char*)vcache + off, bytes);
                 }
                 if constexpr (MODE == FA_SPLIT)
                     if (threadIdx.x == 0)
@@ -1028,8 +1042,9 @@ __device__ __forceinline__ void attention_mma(FaSmem<MODE>& sm, const float* qkv
         if constexpr (MODE == FA_SPLIT) jlo &= ~(FA_KEYS - 1);   // the split tiles start at multiples of FA_KEYS
         if (jlo <= jhi) fetch(jlo, 0);
         for (int j0 = jlo, buf = 0; j0 <= jhi; j0 += FA_KEYS, buf ^= 1) {
-            const unsigned short *Kt, *Vt;       // the tile's f16 rows (float32 cache: heads; tails Dp further)
-            float sf[2], vinv = 1.0f;            // S's factor per row; P V's
+            // this lane's rows of the tile (f16 rows; float32 cache: heads, tails 2 Dp bytes further)
+            const saddr kt = k_lane + buf * BUF_BYTES, vt = v_lane + buf * BUF_BYTES;
+            float sf[2], vinv = 1.0f, vf = 1.0f;  // S's factor per row (a power of two); P V's and its inverse
             if constexpr (!ASYNC) {
                 __syncthreads();                 // every warp is done with the last tile
                 fa_stage32(sm.t, kcache, vcache, table, j0, jhi, bs, Hkv, hk, D);
@@ -1041,25 +1056,23 @@ __device__ __forceinline__ void attention_mma(FaSmem<MODE>& sm, const float* qkv
                     pk = fmaxf(pk, sm.t.peak[0][w]);
                     pv = fmaxf(pv, sm.t.peak[1][w]);
                 }
-                float kinv, kf = fa_pow2_for(pk, &kinv), vf = fa_pow2_for(pv, &vinv);
+                float kinv, kf = fa_pow2_for(pk, &kinv);
+                vf = fa_pow2_for(pv, &vinv);
                 fa_split_rows(sm.t.Ks, D, kf);
                 fa_split_rows(sm.t.Vs, D, vf);
                 __syncthreads();
                 if (j0 + FA_KEYS <= jhi) fa_prefetch32(kcache, vcache, table, j0 + FA_KEYS, jhi, bs, Hkv, hk, D);
-                Kt = (const unsigned short*)sm.t.Ks;
-                Vt = (const unsigned short*)sm.t.Vs;
                 sf[0] = qinv[0] * kinv;
                 sf[1] = qinv[1] * kinv;
             } else {
                 cp_async_wait_all();
                 __syncthreads();                 // tile j0 is in; every warp is done with the other buffer
                 if (j0 + FA_KEYS <= jhi) fetch(j0 + FA_KEYS, buf ^ 1);
-                Kt = sm.t.Ks[buf];
-                Vt = sm.t.Vs[buf];
                 float kinv = 1.0f;
                 if constexpr (MODE == FA_SPLIT) {
                     kinv = sm.t.sc[buf].x;
                     vinv = sm.t.sc[buf].y;
+                    vf = sm.t.sc[buf].z;
                 }
                 sf[0] = qinv[0] * kinv;
                 sf[1] = qinv[1] * kinv;
@@ -1076,11 +1089,10 @@ __device__ __forceinline__ void attention_mma(FaSmem<MODE>& sm, const float* qkv
                 if (16 * kc >= D) break;
                 #pragma unroll
                 for (int np = 0; np < FA_KEYS / 16; np++) {   // n tiles 2 np, 2 np + 1: matrices (keys, dims) x 4
-                    const unsigned short* kb = Kt + (16 * np + 8 * (mi >> 1) + (lane & 7)) * LD + 16 * kc
-                                               + 8 * (mi & 1);
+                    const saddr kb = kt + 2 * (16 * np * LD + 16 * kc);
                     u32 b[4], bt[4];
-                    ldmatrix_x4(b, kb);
-                    if constexpr (SPLIT) ldmatrix_x4(bt, kb + Dp);
+                    ldmatrix_x4_at(b, kb);
+                    if constexpr (SPLIT) ldmatrix_x4_at(bt, kb + 2 * Dp);
                     #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         float* cl = sl[2 * np + h];
@@ -1094,7 +1106,7 @@ __device__ __forceinline__ void attention_mma(FaSmem<MODE>& sm, const float* qkv
             #pragma unroll
             for (int n = 0; n < FA_KEYS / 8; n++)
                 #pragma unroll
-                for (int e = 0; e < 4; e++) sh[n][e] = (sh[n][e] + sl[n][e]) * sf[e >> 1];
+                for (int e = 0; e < 4; e++) sh[n][e] += sl[n][e];    // x sf[r] in the exponents and maxima below
             if (!fa_warp_inside_tile(R, s, j0))  // a key a row may not see: -inf
                 #pragma unroll
                 for (int n = 0; n < FA_KEYS / 8; n++)
@@ -1108,8 +1120,21 @@ __device__ __forceinline__ void attention_mma(FaSmem<MODE>& sm, const float* qkv
             for (int n = 0; n < FA_KEYS / 8; n++)
                 #pragma unroll
                 for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], sh[n][e]);
+            mx[0] *= sf[0];                      // a power of two: the maximum of the scores times it, exactly
+            mx[1] *= sf[1];
             float base[2], corr[2];
             fa_rescale(mx, m, l, base, corr);
+            // O in units of the last tile's V factor (split caches: O = of x vsc), so a tile's factor joins the
+            // rows' rescale (powers of two, exact) and its P V adds to O without a multiply of its own (run 28: 64
+            // FMULs a tile, -3.5% at depth). Range: of = O x (~2^14 / the last tile's largest |V|) stays finite while
+            // a kv head's largest |V| per tile varies by less than 2^100 over a sequence (an all-zero tile's factor
+            // is 1).
+            float oc[2] = {corr[0], corr[1]};
+            if constexpr (SPLIT) {
+                oc[0] *= vsc * vf;
+                oc[1] *= vsc * vf;
+                vsc = vinv;
+            }
             // P's A fragments for key chunk kk (n tiles 2 kk, 2 kk + 1): a0 row g keys 2q.., a1 row g + 8, a2 / a3
             // + 8 keys
             u32 ph[FA_KEYS / 16][4], pl[FA_KEYS / 16][4];
@@ -1118,8 +1143,8 @@ __device__ __forceinline__ void attention_mma(FaSmem<MODE>& sm, const float* qkv
                 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const float* c = sh[2 * kk + h];
-                    float p0 = exp2_ftz(c[0] - base[0]), p1 = exp2_ftz(c[1] - base[0]);
-                    float p2 = exp2_ftz(c[2] - base[1]), p3 = exp2_ftz(c[3] - base[1]);
+                    float p0 = exp2_ftz(fmaf(c[0], sf[0], -base[0])), p1 = exp2_ftz(fmaf(c[1], sf[0], -base[0]));
+                    float p2 = exp2_ftz(fmaf(c[2], sf[1], -base[1])), p3 = exp2_ftz(fmaf(c[3], sf[1], -base[1]));
                     l[0] += p0 + p1;
                     l[1] += p2 + p3;
                     f16_split2(p0, p1, &ph[kk][2 * h], &pl[kk][2 * h]);
@@ -1132,11 +1157,10 @@ __device__ __forceinline__ void attention_mma(FaSmem<MODE>& sm, const float* qkv
                 #pragma unroll
                 for (int kk = 0; kk < FA_KEYS / 16; kk++) {
                     // matrices (keys 16 kk + 8 (mi & 1) .., dims 16 np + 8 (mi >> 1) ..)
-                    const unsigned short* vb = Vt + (16 * kk + 8 * (mi & 1) + (lane & 7)) * LD + 16 * np
-                                               + 8 * (mi >> 1);
+                    const saddr vb = vt + 2 * (16 * kk * LD + 16 * np);
                     u32 b[4], bt[4];
-                    ldmatrix_x4_trans(b, vb);
-                    if constexpr (SPLIT) ldmatrix_x4_trans(bt, vb + Dp);
+                    ldmatrix_x4_trans_at(b, vb);
+                    if constexpr (SPLIT) ldmatrix_x4_trans_at(bt, vb + 2 * Dp);
                     #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         mma_f16(part[h], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b[2 * h], b[2 * h + 1]);
@@ -1148,10 +1172,10 @@ __device__ __forceinline__ void attention_mma(FaSmem<MODE>& sm, const float* qkv
                 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     float* o = of[2 * np + h];
-                    o[0] = o[0] * corr[0] + part[h][0] * vinv;
-                    o[1] = o[1] * corr[0] + part[h][1] * vinv;
-                    o[2] = o[2] * corr[1] + part[h][2] * vinv;
-                    o[3] = o[3] * corr[1] + part[h][3] * vinv;
+                    o[0] = o[0] * oc[0] + part[h][0];
+                    o[1] = o[1] * oc[0] + part[h][1];
+                    o[2] = o[2] * oc[1] + part[h][2];
+                    o[3] = o[3] * oc[1] + part[h][3];
                 }
             }
         }
@@ -1160,7 +1184,7 @@ __device__ __forceinline__ void attention_mma(FaSmem<MODE>& sm, const float* qkv
             __syncthreads();
         }
     }
-    fa_write_rows(R, of, m, l, G, hk, H, D, tok0, sinks, out);
+    fa_write_rows(R, of, m, l, G, hk, H, D, tok0, sinks, out, vsc);
 }
 #endif
 
@@ -1199,11 +1223,11 @@ ATTENTION_TC_ENTRY(halo_attention_tc_split, unsigned short, FA_SPLIT, FA_DYNAMIC
 // halo_attention_tc_split's operands, once a step: each sequence's keys 0 .. seq_lens[s] - 1 of kv head hk in tiles
 // of FA_KEYS from key 0, split as halo_attention_tc splits a tile (fa_pow2_for of the tile's largest |K|, and of its
 // largest |V|; f16 heads then tails). A key's row goes to its own slot's place (split + 2 kv_row: every slot has
-// one owner, so rows never collide) and the tile's (1 / K's factor, 1 / V's factor, 0, 0) to
+// one owner, so rows never collide) and the tile's (1 / K's factor, 1 / V's factor, V's factor, 0) to
 // scales[(slot of its first key / FA_SCALE_KEYS) Hkv + hk]. Memory-bound (a read and a write of each key): ~1% of
 // the attention that follows at depth. Grid (tiles of the longest sequence, sequences, Hkv); 128 threads.
 __device__ __forceinline__ float kv_split_rows(const float* cache, unsigned short* split, const i32* table, int j0,
-                                               int n, int bs, int Hkv, int hk, int D, float* red) {
+                                               int n, int bs, int Hkv, int hk, int D, float* red, float* f_out) {
 #if HALO_TC
     int D4 = D >> 2;
     float peak = 0.0f;
@@ -1213,6 +1237,7 @@ __device__ __forceinline__ float kv_split_rows(const float* cache, unsigned shor
                                                                  + 4 * (idx - kr * D4))));
     }
     float inv, f = fa_pow2_for(block_max(peak, red), &inv);
+    *f_out = f;
     for (int idx = threadIdx.x; idx < FA_KEYS * D4; idx += blockDim.x) {
         int kr = idx / D4, c = idx - kr * D4, j = j0 + kr;
         if (j >= n) continue;
@@ -1226,6 +1251,7 @@ __device__ __forceinline__ float kv_split_rows(const float* cache, unsigned shor
     }
     return inv;
 #else
+    *f_out = 0.0f;
     return 0.0f;
 #endif
 }
@@ -1238,10 +1264,10 @@ HALO_KERNEL __launch_bounds__(128) void halo_kv_split(const float* kcache, const
     int s = blockIdx.y, hk = blockIdx.z, j0 = blockIdx.x * FA_KEYS, n = seq_lens[s];
     if (j0 >= n) return;
     const i32* table = block_tables + (size_t)s * bt_width;
-    float kinv = kv_split_rows(kcache, ksplit, table, j0, n, bs, Hkv, hk, D, red);
-    float vinv = kv_split_rows(vcache, vsplit, table, j0, n, bs, Hkv, hk, D, red);
+    float kf, vf, kinv = kv_split_rows(kcache, ksplit, table, j0, n, bs, Hkv, hk, D, red, &kf);
+    float vinv = kv_split_rows(vcache, vsplit, table, j0, n, bs, Hkv, hk, D, red, &vf);
     if (threadIdx.x == 0)
-        scales[(kv_slot(table, j0, bs) / FA_SCALE_KEYS) * Hkv + hk] = make_float4(kinv, vinv, 0.0f, 0.0f);
+        scales[(kv_slot(table, j0, bs) / FA_SCALE_KEYS) * Hkv + hk] = make_float4(kinv, vinv, vf, 0.0f);
 }
 
 // Tiled prefill attention without tensor cores, "ts" (SIMT float32 FMAs; CUDA and HIP alike, the prefill form

@@ -247,10 +247,9 @@ __device__ __forceinline__ void ldmatrix_x4_at(u32* r, saddr row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(row) : "memory");
 }
-__device__ __forceinline__ void ldmatrix_x4(u32* r, const void* row) { ldmatrix_x4_at(r, smem_addr(row)); }
-__device__ __forceinline__ void ldmatrix_x4_trans(u32* r, const void* row) {
+__device__ __forceinline__ void ldmatrix_x4_trans_at(u32* r, saddr row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(row)) : "memory");
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(row) : "memory");
 }
 
 // f16x2 arithmetic on packed pairs (the tch tile's integer weight codes: exact)
