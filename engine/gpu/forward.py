@@ -34,7 +34,9 @@ from engine.gpu.stepmeta import MetaLayout, SamplingRow
 from engine.gpu.weights import ADD_NORM_MAX_THREADS, DeviceMatrix, DeviceWeights, layer_matrices
 from engine.model.arch import (
     DEFAULT_KV_CACHE_TYPE,
+    FA_ROWS,
     KV_SPLIT_SCALE_KEYS,
+    flash_usable,
     kv_cache_type,
     kv_split_bytes_per_token,
     rope_attention_factor,
@@ -146,9 +148,8 @@ SKV_FUSED = os.environ.get("HALO_SKV_FUSED") == "1"
 SKV_MMA_WIDTHS = (64, 128)
 SKV_MMA = os.environ.get("HALO_SKV_MMA") != "0"
 # Tiled prefill attention on tensor cores (halo_attention_tc, CUDA sm_80+): steps of more than SKV_MAX_T tokens
-# where head_dim % 8 == 0, head_dim <= FA_MAX_D and the GQA group fits the query rows of a block (a block takes
-# rows // group tokens x the group's heads; 2 x rows threads, fa_block_rows picks the rows per step).
-FA_ROWS, FA_MAX_D = (64, 128), 128
+# of a model whose heads it takes (arch.flash_usable: FA_ROWS, FA_MAX_D); a block takes rows // group tokens x the
+# group's heads, 2 x rows threads, fa_block_rows picks the rows per step.
 # A float32 cache's prefill steps split their keys once (halo_kv_split, FA_KEYS-key tiles; GpuKVCache holds the
 # copy) for halo_attention_tc_split, whose block takes FA_SPLIT_SHARED_BYTES of dynamic shared memory; the tile
 # halo_attention_tc splits K / V in every block of queries, 64 blocks a kv head in a 2,048-token step (decode
@@ -335,12 +336,6 @@ def merge_threads(head_dim: int, chunks: int) -> int:
 def split_shared_bytes(head_dim: int, group: int, f16: bool, tensor_cores: bool = False) -> int:
     """Dynamic shared memory of a halo_attention_split launch: every walker's (acc, m, l) per head."""
     return 4 * SKV_WARPS * split_kernel(head_dim, group, f16, tensor_cores)[1] * group * (head_dim + 2)
-
-
-def flash_usable(config: ModelConfig) -> bool:
-    c = config
-    return (c.head_dim % 8 == 0 and c.head_dim <= FA_MAX_D and c.n_head_kv > 0 and c.n_head % c.n_head_kv == 0
-            and c.n_head // c.n_head_kv <= FA_ROWS[0])
 
 
 def fa_block_rows(T: int, group: int, n_head_kv: int, multiprocessors: int) -> int:

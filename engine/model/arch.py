@@ -248,14 +248,30 @@ def kv_cache_type(name: str, backend: Backend) -> KvCacheType:
     return name if backend == "gpu" else "f32"            # type: ignore[return-value]
 
 
-# A GPU float32 cache's prefill split copy (engine.gpu.forward.GpuKVCache, halo_layer.cu's halo_kv_split): one
-# attention layer's K and V again as f16 heads and tails (4 bytes an element, as the cache), and a float4 of the
-# tiles' factors per KV_SPLIT_SCALE_KEYS slots and kv head.
+# The tensor-core prefill attention tile's heads (halo_layer.cu FA_MAX_D, and FA_MAX_ROWS = FA_ROWS[-1]): a block of
+# FA_ROWS[0] or FA_ROWS[-1] query rows holds whole GQA groups; head dims to FA_MAX_D in steps of 8.
+FA_ROWS, FA_MAX_D = (64, 128), 128
+
+
+def flash_usable(config: ModelConfig) -> bool:
+    """Whether the model's heads fit the tensor-core prefill attention tile (engine.gpu.forward runs it on CUDA
+    sm_80+; wider heads, such as gemma-3's and Qwen3.5's 256, take the SIMT tile or halo_attention)."""
+    c = config
+    return (c.head_dim % 8 == 0 and c.head_dim <= FA_MAX_D and c.n_head_kv > 0 and c.n_head % c.n_head_kv == 0
+            and c.n_head // c.n_head_kv <= FA_ROWS[0])
+
+
+# A GPU float32 cache's prefill split copy (engine.gpu.forward.GpuKVCache, halo_layer.cu's halo_kv_split), for the
+# tensor-core tile's float32 build: one attention layer's K and V again as f16 heads and tails (4 bytes an element,
+# as the cache), and a float4 of the tiles' factors per KV_SPLIT_SCALE_KEYS slots and kv head. None where the model's
+# heads do not fit that tile. Counted on every GPU (an estimate does not know the device): HIP, which runs the SIMT
+# tile, holds the copy without reading it.
 KV_SPLIT_SCALE_KEYS = 16
 
 
 def kv_split_bytes_per_token(config: ModelConfig, backend: Backend, kv_type: str) -> int:
-    if backend != "gpu" or kv_cache_type(kv_type, backend) != "f32" or not n_attention_layers(config):
+    if (backend != "gpu" or kv_cache_type(kv_type, backend) != "f32" or not n_attention_layers(config)
+            or not flash_usable(config)):
         return 0
     return 2 * config.kv_dim * 4 + config.n_head_kv * 16 // KV_SPLIT_SCALE_KEYS
 

@@ -12,6 +12,7 @@ import engine.gpu.hybrid as hybrid
 import engine.gpu.moe as moe
 import engine.gpu.weights as weights
 from engine.backends import kernels
+from engine.model import arch
 
 
 def defines(file: str) -> dict[str, int]:
@@ -23,11 +24,11 @@ def defines(file: str) -> dict[str, int]:
     ("halo_layer.cu", "AN_PER", weights.ADD_NORM_PER_THREAD),
     ("halo_layer.cu", "SKV_WARPS", fwd.SKV_WARPS),
     ("halo_layer.cu", "SKV_MAX_GROUP", fwd.SKV_MAX_GROUP),
-    ("halo_layer.cu", "FA_MAX_ROWS", fwd.FA_ROWS[-1]),
-    ("halo_layer.cu", "FA_MAX_D", fwd.FA_MAX_D),
+    ("halo_layer.cu", "FA_MAX_ROWS", arch.FA_ROWS[-1]),
+    ("halo_layer.cu", "FA_MAX_D", arch.FA_MAX_D),
     ("halo_layer.cu", "FA_KEYS", fwd.FA_KEYS),
     ("halo_layer.cu", "FA_SPLIT_SHARED_BYTES", fwd.FA_SPLIT_SHARED_BYTES),
-    ("halo_layer.cu", "FA_SCALE_KEYS", fwd.KV_SPLIT_SCALE_KEYS),
+    ("halo_layer.cu", "FA_SCALE_KEYS", arch.KV_SPLIT_SCALE_KEYS),
     ("halo_quant.cu", "MV_WARPS", fwd.MV_WARPS),
     ("halo_quant.cu", "MV_R", fwd.MV_R),
     ("halo_quant.cu", "BQ_WARPS", fwd.MATMUL_WARPS),

@@ -4,6 +4,7 @@ CPU keeping float32 whatever is asked and saying so. The GPU cache itself, alloc
 builder on the CPU backend, is in test_gpu_preflight_host_logic.py."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,28 @@ def test_bytes_per_token_of_each_type_from_the_config(name):
     assert arch.kv_bytes_per_token(c, "gpu", "f16") == kv_values * 2 + 4
     assert arch.kv_bytes_per_token(c, "cpu", "f16") == arch.kv_bytes_per_token(c, "cpu", "f32") == kv_values * 4
     assert arch.kv_bytes_per_token(c, "gpu") == kv_values * 4 + 4 + split         # the default is exact f32
+
+
+def test_heads_the_tensor_core_tile_does_not_take_get_no_split_copy():
+    """The float32 cache's prefill split copy serves only the tensor-core attention tile: a model whose heads it
+    does not take (256 wide, as gemma-3's and Qwen3.5's) is estimated and allocated without it (it used to hold
+    a layer's K and V for nothing: an eighth of Qwen3.5's cache)."""
+    from engine.backends import registry
+    from engine.gpu.forward import GpuKVCache
+
+    c, _ = _config("tiny-qwen3-q4_k_m")
+    wide = dataclasses.replace(c, head_dim=256)
+    assert arch.flash_usable(c) and not arch.flash_usable(wide)
+    kv_values = 2 * 2 * wide.n_head_kv * 256                        # K and V of its 2 attention layers
+    assert arch.kv_split_bytes_per_token(wide, "gpu", "f32") == 0 < arch.kv_split_bytes_per_token(c, "gpu", "f32")
+    assert arch.kv_bytes_per_token(wide, "gpu", "f32") == kv_values * 4 + 4
+    backend = registry.create("cpu")
+    kv = GpuKVCache(backend, wide, 4, 16, 32, 2, None, 2, "f32")
+    try:
+        assert kv.split is None and kv.split_k is None and kv.split_scales is None
+        assert kv.nbytes == arch.kv_cache_bytes(wide, 4, 16, "gpu", "f32")
+    finally:
+        kv.free()
 
 
 def test_the_estimate_and_the_gpu_preflight_count_half_the_kv_in_f16():
