@@ -2,10 +2,16 @@
 // Float32 throughout. Step metadata (positions, slots, token -> sequence, seq_lens, block tables) is read
 // from device memory, so a captured graph replays any step of the same token count.
 
-// The paged KV cache [slots, Hkv, D]: position j of a sequence lives in slot kv_slot(table, j, bs) (prelude.h);
-// kv_row is the element offset of kv head hk's row there.
+// The paged KV cache [slots, Hkv, D]: position j of a sequence lives in slot kv_slot(table, j, bs) (prelude.h).
+// kv_row_at: `within` units into kv head hk's row there, for rows `row` units wide (elements, or bytes of a row and
+// its parts), as one 32 x 32-bit wide product onto a 32-bit base (exact: slots and a slot's Hkv rows stay under
+// 2^32 units; run 28 found the tensor-core tile's fetch building each source with 64-bit multiplies).
+// kv_row: the element offset of the row.
+__device__ __forceinline__ size_t kv_row_at(const i32* table, int j, int bs, int Hkv, int hk, u32 row, u32 within) {
+    return (size_t)(u32)kv_slot(table, j, bs) * (u32)(Hkv * row) + (u32)(hk * row + within);
+}
 __device__ __forceinline__ size_t kv_row(const i32* table, int j, int bs, int Hkv, int hk, int D) {
-    return (kv_slot(table, j, bs) * Hkv + hk) * D;
+    return kv_row_at(table, j, bs, Hkv, hk, D, 0);
 }
 
 // qkv [T, ld] holds q (H heads) | k (Hkv) | v (Hkv), each head D wide. For every token t and head:
@@ -1020,15 +1026,12 @@ __device__ __forceinline__ void attention_mma(FaSmem<MODE>& sm, const float* qkv
             if constexpr (ASYNC) {
                 constexpr int PARTS = SPLIT ? 2 : 1, CHUNKS = PARTS * FA_KEYS * (DK ? DK : FA_MAX_D) / 8;
                 const int row_chunks = PARTS * (D >> 3);
-                const u32 slot_bytes = (u32)(PARTS * Hkv * D * sizeof(KV));   // a slot's rows, every kv head
                 #pragma unroll
                 for (int i = 0; i < (CHUNKS + 127) / 128; i++) {
                     int idx = threadIdx.x + i * blockDim.x;
                     if (idx >= FA_KEYS * row_chunks) break;
                     int kr = idx / row_chunks, c = idx - kr * row_chunks, j = min(j0 + kr, jhi);
-                    // the chunk's bytes: a 32 x 32-bit wide product onto a base (one IMAD.WIDE.U32 each cache)
-                    size_t off = (size_t)(u32)kv_slot(table, j, bs) * slot_bytes
-                                 + (u32)((PARTS * hk * D + 8 * c) * sizeof(KV));
+                    size_t off = kv_row_at(table, j, bs, Hkv, hk, PARTS * D * sizeof(KV), 8 * c * sizeof(KV));
                     int at = kr * LD + (SPLIT && c >= (D >> 3) ? Dp - D : 0) + 8 * c;
                     int bytes = j0 + kr <= jhi ? 16 : 0;
                     cp_async16_at(k_tiles + buf * BUF_BYTES + 2 * at, (const char*)kcache + off, bytes);
