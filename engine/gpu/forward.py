@@ -53,7 +53,7 @@ TC_ROWS, TC_TOKENS, TC_K = 32, 64, 32      # halo_*_tc (tensor cores, CUDA sm_80
 # block, same k stage, split-K contract and partial sums as tc; matmul segments need rows % TCP_ROWS == 0.
 # halo_*_tck: tcp for matrices of TCK_TYPES only, integer weights exact in TF32 (2 MMAs per product, not 3).
 # halo_*_tch: tck's rows and split-K contract on f16 MMAs (m16n8k16), the activations split once per input into f16
-# heads and tails by halo_split_f16 (split_f16_floats: its scratch; split_sum_stride: its sum planes' stride); the
+# heads and tails by halo_split_f16 (split_f16_floats: its scratch; split_sum_stride: its sums' token stride); the
 # default for TCK_TYPES products. H200, Qwen3-4B shapes (NOTES.md, run 13, the 64-token tile): pp128 3,852 -> 5,906
 # tok/s over tck. Two builds: tch, 64 tokens per 128-thread block, and tch128, 128 tokens per
 # 256-thread block (each weight tile decoded once per 128 tokens), for steps of at least TCH_WIDE_MIN_T tokens
@@ -249,16 +249,17 @@ def splitk_floats(config: ModelConfig, max_tokens: int) -> int:
 
 
 def split_sum_stride(T: int) -> int:
-    """halo_split_f16's row stride ls of its sum planes for T tokens: T rounded up to a multiple of either tch
-    build's tokens per block (each copies a block's sums with 16-byte loads)."""
+    """halo_split_f16's token stride ls of its sums for T tokens: T rounded up to a multiple of either tch
+    build's tokens per block."""
     widest = max(TCH_BUILDS.values())
     return -(-T // widest) * widest
 
 
 def split_f16_floats(T: int, K: int) -> int:
     """Scratch (in float32 words) of halo_split_f16 for T tokens of K activations: f16 heads and tails (T x K each),
-    the float32 sums of every 32-k sub-block ((K / 32) planes of split_sum_stride(T)) and one
-    exponent per token. _split_f16 lays them out in this order."""
+    the sums of every 32-k sub-block (an f16 head and tail each: 32 bytes per super-block and token, over
+    split_sum_stride(T) tokens, the size of one float32 per sub-block) and one exponent per token. _split_f16 lays
+    them out in this order."""
     return T * K + (K // 32) * split_sum_stride(T) + T
 
 

@@ -281,13 +281,12 @@ def test_wmma_glu_tile_matches_float64(quant_lib):
         assert rel < BOUND, f"{tile}: max |A - A64| / scale = {rel:.2e}"
 
 
-SPLIT = ["const float*", "const int*", "int", "int", "int", "unsigned short*", "unsigned short*", "float*", "int*"]
-TCH = ["const unsigned char*", "int", "int", "int"] * 3 + ["const float*", "const unsigned short*",
-                                                          "const unsigned short*", "const float*", "const int*", "int",
-                                                          "int", "int", "float*", "int", "int", "float*"]
-TCH_GLU = ["const unsigned char*", "int", "const unsigned char*", "int", "int", "int", "int", "int",
-           "const unsigned short*", "const unsigned short*", "const float*", "const int*", "int", "int", "int", "float*",
-           "int", "float*"]
+SPLIT = ["const float*", "const int*", "int", "int", "int", "unsigned short*", "unsigned short*", "unsigned short*",
+         "int*"]
+TCH = ["const unsigned char*", "int", "int", "int"] * 3 + ["const float*"] + ["const unsigned short*"] * 3 + [
+    "const int*", "int", "int", "int", "float*", "int", "int", "float*"]
+TCH_GLU = ["const unsigned char*", "int", "const unsigned char*", "int", "int", "int", "int", "int"] + [
+    "const unsigned short*"] * 3 + ["const int*", "int", "int", "int", "float*", "int", "float*"]
 TCH_ROWS = 64                                         # tch's block: 64 rows (GLU: 32 gate + 32 up) x 64 tokens
 
 
@@ -311,12 +310,14 @@ def split_f16(lib, X, K, xrow=None, unset=0):
 
 
 @pytest.mark.parametrize("ggml_type", [GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
-@pytest.mark.parametrize("splits", [1, 2, 4])
+@pytest.mark.parametrize("K, splits", [(512, 1), (512, 2), (512, 4), (768, 8)])
 @pytest.mark.parametrize("build", ["tch", "tch128"])
-def test_tensor_core_matmul_tile_matches_float64(tc_quant_lib, ggml_type, splits, build):
+def test_tensor_core_matmul_tile_matches_float64(tc_quant_lib, ggml_type, K, splits, build):
+    """K 768 in 8 slices of 3 stages: slices that start and end inside super-blocks, some holding one stage of a
+    super-block (Q4_K's mins and sums of a super-block are written at its first stage and read at its last)."""
     tokens = TCH_BUILDS[build]
     rng = np.random.default_rng(int(ggml_type) + splits)
-    rows, K, T = 128, 512, 70
+    rows, T = 128, 70
     raw = random_matrix(rng, ggml_type, rows, K)
     W = dequantize(raw.reshape(-1), ggml_type, rows * K).reshape(rows, K).astype(np.float64)
     X = rng.standard_normal((T, K)).astype(np.float32)
@@ -482,7 +483,7 @@ MOE_GLU_TN = MOE_GLU[:10] + ["const int*"] * 4 + ["const float*", "const float*"
 MOE_DOWN_TN = MOE_DOWN[:6] + ["const int*"] * 3 + ["const float*", "float*"]
 
 
-MOE_SPLIT = ["const unsigned short*", "const unsigned short*", "const float*", "const int*", "int", "int"]
+MOE_SPLIT = ["const unsigned short*", "const unsigned short*", "const unsigned short*", "const int*", "int", "int"]
 MOE_GLU_TH = MOE_GLU[:8] + MOE_SPLIT + ["const int*"] * 4 + ["const float*", "const float*", "float", "float", "float*"]
 MOE_DOWN_TH = MOE_DOWN[:4] + MOE_SPLIT + ["const int*"] * 3 + ["const float*", "float*"]
 
@@ -603,7 +604,8 @@ def test_moe_th_tiles_match_float64(moe_tc_lib, T, k, n_expert, nt, types, biase
     def split(X, rows_of, K):
         xh, xl, sums, exps, ls = split_f16(moe_tc_lib, X, K, rows_of, unset=99)
         pad = rows_of < 0
-        assert (exps[pad] == 0).all() and (sums.reshape(K // 32, ls)[:, :len(rows_of)][:, pad] == 0).all()
+        per_token = sums.view(np.uint16).reshape(K // 256, ls, 16)       # [super-block][token]: 8 heads, 8 tails
+        assert (exps[pad] == 0).all() and (per_token[:, :len(rows_of)][:, pad] == 0).all()
         return [xh, xl, sums, exps, np.int32(K), np.int32(ls)]
 
     A = np.full((P, F), np.nan, np.float32)

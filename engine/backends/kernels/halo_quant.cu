@@ -339,20 +339,25 @@ __device__ __forceinline__ void scale_min_k4_reg(int j, u32 s0, u32 s1, u32 s2, 
     *sc = (float)s; *mn = (float)m;
 }
 
+// The 6-bit scales and mins of sub-blocks 2c and 2c + 1 of a Q4_K super-block (s0..s2: its 12 scale bytes) as
+// byte pairs: sc / mn hold sub-block 2c's in byte 0 and 2c + 1's in byte 1. As scale_min_k4_reg reads them, both at
+// once and without its branch: their bytes are the half (c & 1) of each scale word; sub-blocks 4..7 take their low
+// 4 bits from s2 and their top 2 from the upper bits of s0 / s1.
+__device__ __forceinline__ void q4k_scale_pairs(u32 s0, u32 s1, u32 s2, int c, u32* sc, u32* mn) {
+    u32 sh = 16u * (u32)(c & 1), a0 = s0 >> sh, a1 = s1 >> sh, a2 = s2 >> sh;
+    bool upper = c >= 2;
+    *sc = upper ? (a2 & 0x0f0fu) | ((a0 >> 2) & 0x3030u) : a0 & 0x3f3fu;
+    *mn = upper ? ((a2 >> 4) & 0x0f0fu) | ((a1 >> 2) & 0x3030u) : a1 & 0x3f3fu;
+}
+
 // Q4_K lane m's scales (c = m / 2: sub-blocks 2c, 2c + 1 of the super-block whose 16-byte header is hdr):
 // the super-block's d and dmin, each sub-block's 6-bit scale and min
 __device__ __forceinline__ void q4k_lane_scales(uint4 hdr, int c, float* d, float* dmin, float* s1, float* m1,
                                                 float* s2, float* m2) {
     *d = half_to_float(hdr.x & 0xffffu);
     *dmin = half_to_float(hdr.x >> 16);
-    // Sub-blocks 2c and 2c + 1 as scale_min_k4_reg reads them, both at once and without its branch (the 8 lanes
-    // of a super-block take both halves of the scale bytes, so the branch diverged): their bytes are the half
-    // (c & 1) of each scale word; sub-blocks 4..7 take their low 4 bits from hdr.w and their top 2 from the upper
-    // bits of hdr.y / hdr.z. sc / mn: the two 6-bit scales / mins in bytes 0 and 1.
-    u32 sh = 16u * (u32)(c & 1), a0 = hdr.y >> sh, a1 = hdr.z >> sh, a2 = hdr.w >> sh;
-    bool upper = c >= 2;
-    u32 sc = upper ? (a2 & 0x0f0fu) | ((a0 >> 2) & 0x3030u) : a0 & 0x3f3fu;
-    u32 mn = upper ? ((a2 >> 4) & 0x0f0fu) | ((a1 >> 2) & 0x3030u) : a1 & 0x3f3fu;
+    u32 sc, mn;                                       // branch-free: the 8 lanes of a super-block take both halves
+    q4k_scale_pairs(hdr.y, hdr.z, hdr.w, c, &sc, &mn);
     *s1 = byte_f(sc, 0); *s2 = byte_f(sc, 1);
     *m1 = byte_f(mn, 0); *m2 = byte_f(mn, 1);
 }
@@ -2236,8 +2241,9 @@ HALO_KERNEL __launch_bounds__(128, 3) void halo_glu_tck(const unsigned char* wg,
 // - halo_split_f16, a pre-pass once per distinct input, writes X (T x K float32, rows through xrow) as f16 heads Xh
 //   and tails Xl of x / 2^e[t]: e[t] per token, a power of two that puts the token's max |x| in [2^14, 2^15) (exact
 //   both ways; heads and tails in f16 range, x / 2^e = head + tail to ~2^-22 of the token's max), and per (32-k
-//   sub-block, token) the float32 sum of x / 2^e (Q4_K's min term), plane-major S[k / 32][t] with row stride ls
-//   (T rounded up to 128, a multiple of either tile's NB: the tile copies NB tokens' sums with 16-byte cp.async);
+//   sub-block, token) the sum of x / 2^e (Q4_K's min term, th_min's B operand) over 32, < 2^15, as an f16 head and
+//   tail: S[super-block][t][16], row stride ls (T rounded up to 128, a multiple of any tile's NB), the 8 sub-blocks'
+//   heads then their tails (32 bytes a token: one 16-byte copy each);
 // - the tile copies Xh / Xl into shared memory with cp.async (double-buffered) and loads its B fragments with
 //   ldmatrix; the weights enter as their integer codes (Q4_K s q with its 6-bit sub-block scale s, Q6_K q - 32:
 //   exact in f16), converted once per block from tp_fetch's raw bytes (two codes per f16x2 op: 0x6400 | q minus 1024
@@ -2245,23 +2251,27 @@ HALO_KERNEL __launch_bounds__(128, 3) void halo_glu_tck(const unsigned char* wg,
 //   32 f16 per row, unpadded, their 16-byte chunks swizzled (th_sw) so ldmatrix is conflict-free.
 // Accuracy as tck: each sub-block's products go into a fresh fragment that is scaled when added to the float32
 // accumulators (Q6_K: 16 k, 2 MMAs, times d sc; Q4_K: 32 k, 4 MMAs, times d, its 6-bit scale folded into the codes),
-// Q4_K's min subtracts (dmin m) times the sub-block's activation sum; the output is scaled back by 2^e[t] (exact).
+// Q4_K's min subtracts dmin x (sum over a super-block's sub-blocks of m x the sub-block's activation sum), one MMA
+// per super-block (th_min); the output is scaled back by 2^e[t] (exact).
 // Rows, split-K contract and partial sums as tck: 64 rows (GLU: 32 gate + 32 up) x NB tokens per block, warps of 32
 // rows x 32 tokens, 32-k stages; kc % 32 == 0, gridDim.z * kc == K, ls % NB == 0 and ls >= T. NB is a template
-// parameter: 64 (halo_*_tch: 128 threads, each decoding two weight rows, four blocks per SM in 27 KB of static
+// parameter: 64 (halo_*_tch: 128 threads, each decoding two weight rows, four blocks per SM in 29 KB of static
 // shared memory) or 128 (halo_*_tch128: 256 threads, one row each, so each weight tile is decoded once per 128
-// tokens; two blocks per SM in 44 KB). Threads 2 NB = NB / 16 warps (2 row groups x NB / 32 token groups); at most
+// tokens; two blocks per SM in 47 KB). Threads 2 NB = NB / 16 warps (2 row groups x NB / 32 token groups); at most
 // 128 registers, no spills.
 
 HALO_KERNEL void halo_split_f16(const float* X, const i32* xrow, i32 K, i32 T, i32 ls, unsigned short* Xh,
-                                unsigned short* Xl, float* S, i32* E) {
+                                unsigned short* Xl, unsigned short* S, i32* E) {
     GRID_DEPENDENCY_SYNC();
     __shared__ float red[32];
     int t = blockIdx.x, src = xrow ? xrow[t] : t;
     int n4 = K >> 2;                                  // K % 32 == 0
     if (src < 0) {                                    // a row of no input (the MoE tiles' padding): zero sums
         if (threadIdx.x == 0) E[t] = 0;
-        for (int i = threadIdx.x; i < (K >> 5); i += blockDim.x) S[(size_t)i * ls + t] = 0.0f;
+        for (int i = threadIdx.x; i < (K >> 8); i += blockDim.x) {
+            uint4* z = (uint4*)(S + 16 * ((size_t)i * ls + t));
+            z[0] = z[1] = make_uint4(0u, 0u, 0u, 0u);
+        }
         return;
     }
     const float4* x = (const float4*)(X + (size_t)src * K);
@@ -2300,7 +2310,13 @@ HALO_KERNEL void halo_split_f16(const float* X, const i32* xrow, i32 K, i32 T, i
         s += SHFL_XOR(s, 1);
         s += SHFL_XOR(s, 2);
         s += SHFL_XOR(s, 4);
-        if (in && (i & 7) == 0) S[(size_t)(i >> 3) * ls + t] = s;
+        if (in && (i & 7) == 0 && (i >> 6) < (K >> 8)) {      // whole super-blocks only (the tiles' K-quants)
+            unsigned short* o = S + 16 * ((size_t)(i >> 6) * ls + t) + ((i >> 3) & 7);
+            float x = s * 0.03125f;                   // as f16_split2 (HALO_TC only; HIP builds this kernel too)
+            unsigned short h = float_to_half(x);
+            o[0] = h;
+            o[8] = float_to_half(x - half_to_float(h));
+        }
     }
 }
 
@@ -2309,13 +2325,12 @@ HALO_KERNEL void halo_split_f16(const float* X, const i32* xrow, i32 K, i32 T, i
 // of the row, so the 8 rows of an ldmatrix matrix (row stride 64 bytes, no padding) hit distinct banks
 __device__ __forceinline__ int th_sw(int n, int c) { return 32 * n + 8 * (c ^ ((n >> 1) & 3)); }
 
-// Stage at k0 of the token tile into xs ([head | tail][NB tokens][32] f16, swizzled) and the stage's sums into
-// ss (NB floats): thread t copies chunk t % 4 of tokens t / 4 + NB / 2 j of heads and tails; threads 0 .. NB / 4 - 1
-// the sums. GATHER (the MoE th tiles): the tile's token n is row src of the split instead, src[j] for this thread's
-// two tokens and src[2] for token t's sum (threads 0 .. NB - 1, 4 bytes each), read once by th_run from its xrows
+// Stage at k0 of the token tile into xs ([head | tail][NB tokens][32] f16, swizzled): thread t copies chunk t % 4 of
+// tokens t / 4 + NB / 2 j of heads and tails. GATHER (the MoE th tiles): the tile's token n is row src[j] of the
+// split instead (this thread's two tokens, read once by th_run from its xrows)
 template <int NB, bool GATHER>
-__device__ __forceinline__ void th_load_x(const unsigned short* Xh, const unsigned short* Xl, const float* S, int K,
-                                          int T, int ls, int tok0, int k0, saddr xs, saddr ss, const int* src) {
+__device__ __forceinline__ void th_load_x(const unsigned short* Xh, const unsigned short* Xl, int K, int T, int tok0,
+                                          int k0, saddr xs, const int* src) {
     int t = threadIdx.x, c = t & 3;
     #pragma unroll
     for (int j = 0; j < 2; j++) {
@@ -2325,11 +2340,20 @@ __device__ __forceinline__ void th_load_x(const unsigned short* Xh, const unsign
         cp_async16_at(xs + 2 * th_sw(n, c), Xh + o, in ? 16 : 0);
         cp_async16_at(xs + 2 * (NB * 32 + th_sw(n, c)), Xl + o, in ? 16 : 0);
     }
-    if constexpr (GATHER) {
-        if (t < NB) cp_async4_at(ss + 4 * t, S + (size_t)(k0 >> 5) * ls + src[2], tok0 + t < T ? 4 : 0);
-    } else if (t < NB / 4) {
-        cp_async16_at(ss + 16 * t, S + (size_t)(k0 >> 5) * ls + tok0 + 4 * t, 16);
-    }
+}
+
+// The activation sums of the super-block at k0 (k0 % 256 == 0; halo_split_f16's S) into sb ([NB tokens][16] f16,
+// token n's 8 heads and 8 tails with the two halves swapped where bit 2 of n is set, so th_min's reads of 8 tokens are
+// conflict-free): thread t copies half t / NB of token t % NB, whose row of the split is `row` (GATHER: from th_run's
+// xrows); a token past T reads as zero. Sub-blocks outside the block's k range keep their sums: th_store_mins zeroes
+// their mins.
+template <int NB>
+__device__ __forceinline__ void th_load_sums(const unsigned short* S, int T, int ls, int tok0, int k0, int row,
+                                             saddr sb) {
+    int t = threadIdx.x, n = t & (NB - 1), half = t / NB;
+    bool in = tok0 + n < T;
+    cp_async16_at(sb + 32 * n + 16 * (half ^ ((n >> 2) & 1)),
+                  in ? S + 16 * ((size_t)(k0 >> 8) * ls + row) + 8 * half : S, in ? 16 : 0);
 }
 
 // 0x6400 | byte i of v, per f16 lane: pairs (b0, b1) and (b2, b3) as f16 1024 + b, then minus off (f16x2)
@@ -2340,8 +2364,9 @@ __device__ __forceinline__ void th_codes(u32 v, u32 off, u32* out) {
 }
 
 // The 8 codes of tp_fetch's raw bytes as 4 f16x2 words at ws, and the row's scales {first 16 k, second 16 k, min}
-// as tk_store (sc4). Q4_K's codes are s q, its 6-bit sub-block scale folded in (<= 63 x 15 = 945: exact in f16), so
-// both scales are the super-block's d and th_mma promotes once per 32-k stage; Q6_K's (int8 scales) are q - 32.
+// (sc4; Q4_K's third is 32 dmin, th_min's factor). Q4_K's codes are s q, its 6-bit sub-block scale folded in
+// (<= 63 x 15 = 945: exact in f16), so both scales are the super-block's d and th_mma promotes once per 32-k stage;
+// Q6_K's (int8 scales) are q - 32.
 __device__ __forceinline__ void th_store(int type, int k0, int gi, const u32* raw, unsigned short* ws, float* sc4) {
     int e = (k0 & 255) + 8 * gi;
     u32 w[4];
@@ -2350,7 +2375,7 @@ __device__ __forceinline__ void th_store(int type, int k0, int gi, const u32* ra
         int h = (e >> 5) & 1;
         float d = half_to_float(raw[0] & 0xffffu), dmin = half_to_float(raw[0] >> 16), s, m;
         scale_min_k4_reg(e >> 5, raw[1], raw[2], raw[3], &s, &m);
-        sc = d; mn = dmin * m;
+        sc = d; mn = 32.0f * dmin;                     // th_min's sums enter as sum / 32 (f16's range)
         th_codes((raw[4] >> (4 * h)) & 0x0f0f0f0fu, 0x64006400u, w);
         th_codes((raw[5] >> (4 * h)) & 0x0f0f0f0fu, 0x64006400u, w + 2);
         u32 s2 = (u32)float_to_half(s) * 0x10001u;
@@ -2372,6 +2397,17 @@ __device__ __forceinline__ void th_store(int type, int k0, int gi, const u32* ra
     if (gi == (type == T_Q4_K ? 0 : 2)) sc4[1] = sc;
 }
 
+// Q4_K: the 6-bit mins of sub-blocks 2 gi and 2 gi + 1 of the row's super-block at k0 (raw: tp_fetch's bytes of any
+// stage in it) as an f16 pair (exact) at mn, a sub-block outside the block's k range [klo, khi) as 0: the four
+// threads of a row write its 8, th_min's A operand
+__device__ __forceinline__ void th_store_mins(int gi, const u32* raw, int k0, int klo, int khi, u32* mn) {
+    u32 sc, m;
+    q4k_scale_pairs(raw[1], raw[2], raw[3], gi, &sc, &m);
+    int k = k0 + 64 * gi;
+    m &= (k >= klo && k < khi ? 0x00ffu : 0u) | (k + 32 >= klo && k + 32 < khi ? 0xff00u : 0u);
+    *mn = f16x2_sub(__byte_perm(m, 0x64u, 0x4140), 0x64006400u);   // f16 1024 + m, minus 1024
+}
+
 // acc += scale x f, f = 0: an MMA fragment's sum (C layout: elements 0-1 of row g, 2-3 of row g + 8, scales s0 / s1)
 // promoted into the float32 accumulator
 __device__ __forceinline__ void th_promote(float* acc, float s0, float s1, float* f) {
@@ -2383,7 +2419,7 @@ __device__ __forceinline__ void th_promote(float* acc, float s0, float s1, float
 }
 
 // One 32-k stage of rows (m ? mr1 : mr0) + 0..15 x tokens n0 + 8 j + 0..7: codes at ws ([64][32] f16), row scales
-// Sc (float4 per row), activations at xs ([head | tail][NB][32] f16), their sums Ss (tiles th_sw-swizzled; an ldmatrix
+// Sc (float4 per row), activations at xs ([head | tail][NB][32] f16) (tiles th_sw-swizzled; an ldmatrix
 // matrix's 8 rows start at multiples of 8, so lane's row bits 1-2 are those of lane & 7). ONE0 / ONE1 (the rows of
 // m = 0 / 1 are Q4_K): the stage's 4 MMAs go on accumulating into sup[m][j], unscaled (every code of a super-block
 // has the same scale d, its sub-block scale folded in: th_store), and th_flush adds d sup to acc once per TH_SUM_K
@@ -2393,8 +2429,8 @@ __device__ __forceinline__ void th_promote(float* acc, float s0, float s1, float
 // alone (run 17's SASS; ncu: issue slots ~53% busy, most stalls on the MMAs' fixed latency). Per j the two m's
 // chains are interleaved, each in its own order.
 template <int NB, bool ONE0, bool ONE1>
-__device__ __forceinline__ void th_mma(saddr ws, const float* Sc, saddr xs, const float* Ss, int mr0, int mr1,
-                                       int n0, float (*acc)[4][4], float (*sup)[4][4]) {
+__device__ __forceinline__ void th_mma(saddr ws, const float* Sc, saddr xs, int mr0, int mr1, int n0,
+                                       float (*acc)[4][4], float (*sup)[4][4]) {
     constexpr bool ONE[2] = {ONE0, ONE1};
     int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, l7 = lane & 7;
     // ldmatrix rows: A matrix i = lane / 8 is (rows + 8 (i & 1), k + 8 (i >> 1)); B matrix i is (head | tail by
@@ -2447,21 +2483,6 @@ __device__ __forceinline__ void th_mma(saddr ws, const float* Sc, saddr xs, cons
             }
         }
     }
-    // Q4_K's min: acc -= mn[row] x the stage's activation sum of the token (Q6_K rows have none)
-    #pragma unroll
-    for (int m = 0; m < 2; m++) {
-        if (!ONE[m]) continue;
-        int r = (m ? mr1 : mr0) + g;
-        float m0 = Sc[4 * r + 2], m1 = Sc[4 * (r + 8) + 2];
-        #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            float2 c = *(const float2*)(Ss + n0 + 8 * j + 2 * q);
-            acc[m][j][0] = fmaf(-m0, c.x, acc[m][j][0]);
-            acc[m][j][1] = fmaf(-m0, c.y, acc[m][j][1]);
-            acc[m][j][2] = fmaf(-m1, c.x, acc[m][j][2]);
-            acc[m][j][3] = fmaf(-m1, c.y, acc[m][j][3]);
-        }
-    }
 }
 
 // acc += d x sup for the Q4_K rows of th_mma (d: the super-block's scale, Sc's second word), sup = 0: every TH_SUM_K
@@ -2480,6 +2501,43 @@ __device__ __forceinline__ void th_flush(const float* Sc, int mr0, int mr1, floa
     }
 }
 
+// Q4_K's min term of one super-block for the Q4_K rows of th_mma: acc -= dmin x sum over its 8 sub-blocks i of
+// m_i(row) x the token's activation sum of sub-block i, as one MMA per (m, j): A holds the rows' mins (Mn, [64][4]
+// f16 pairs; exact), k 0-7 and again k 8-15, and B the tokens' sums / 32 (Sb, th_load_sums) as f16 heads (k 0-7)
+// and tails (k 8-15), so the product is float32-level like the activations' own split; Sc's third word is 32 dmin.
+// Per stage the same term took 32 FFMAs and the sums' loads (run 29's SASS: a tenth of the Q4_K stage).
+template <bool ONE0, bool ONE1>
+__device__ __forceinline__ void th_min(const u32* Mn, const float* Sc, const u32* Sb, int mr0, int mr1, int n0,
+                                       float (*acc)[4][4]) {
+    constexpr bool ONE[2] = {ONE0, ONE1};
+    int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    u32 a[2][2];
+    float dm[2][2];
+    #pragma unroll
+    for (int m = 0; m < 2; m++) {
+        int r = (m ? mr1 : mr0) + g;
+        a[m][0] = ONE[m] ? Mn[4 * r + q] : 0u;
+        a[m][1] = ONE[m] ? Mn[4 * (r + 8) + q] : 0u;
+        dm[m][0] = ONE[m] ? Sc[4 * r + 2] : 0.0f;
+        dm[m][1] = ONE[m] ? Sc[4 * (r + 8) + 2] : 0.0f;
+    }
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const u32* x = Sb + 8 * (n0 + 8 * j + g) + q;     // sub-blocks 2q, 2q + 1 of token g: heads, tails
+        u32 h = x[4 * ((g >> 2) & 1)], t = x[4 * (~g >> 2 & 1)];
+        #pragma unroll
+        for (int m = 0; m < 2; m++) {
+            if (!ONE[m]) continue;
+            float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_f16(f, a[m][0], a[m][1], a[m][0], a[m][1], h, t);
+            acc[m][j][0] = fmaf(-dm[m][0], f[0], acc[m][j][0]);
+            acc[m][j][1] = fmaf(-dm[m][0], f[1], acc[m][j][1]);
+            acc[m][j][2] = fmaf(-dm[m][1], f[2], acc[m][j][2]);
+            acc[m][j][3] = fmaf(-dm[m][1], f[3], acc[m][j][3]);
+        }
+    }
+}
+
 // The k that th_mma's Q4_K chains span before th_flush scales them into acc: a power of two from 32 (a fresh chain
 // per stage) to 256 (a super-block). A chain's MMAs add to a running sum in the tensor core's float32, which drops
 // (truncates) an addend's bits below the sum's, so a longer chain saves FFMAs and loses more. Run 18, H100,
@@ -2494,21 +2552,24 @@ struct ThShared {
     __align__(16) unsigned short Ws[2][TP_BM * 32];
     __align__(16) unsigned short Xs[2][2 * NB * 32];
     __align__(16) float Sc[2][TP_BM * 4];
-    __align__(16) float Ss[2][NB];
+    __align__(16) u32 Sb[NB * 8];                // th_min's sums and mins: one super-block's, written at its first
+    __align__(16) u32 Mn[TP_BM * 4];             // stage, read at its last (NB 128: 47 KB in all, of 48)
 };
 
-// tk_run for tch: weight codes, scales, activations and sums double-buffered, one barrier per stage. Thread t decodes
+// tk_run for tch: weight codes, scales and activations double-buffered, one barrier per stage. Thread t decodes
 // group t % 4 of tile rows t / 4 + NB / 2 i, i < 128 / NB (rp[i]; of th_mma's m = 1 rows where up[i], else of m = 0's:
-// warp-uniform). Each row's type follows from ONE0 / ONE1 at compile time (a constant where they agree)
+// warp-uniform). Each row's type follows from ONE0 / ONE1 at compile time (a constant where they agree). Where a row
+// is Q4_K, each super-block's mins and activation sums are written at its first stage of the block's k range, after
+// the barrier that ends the previous super-block's th_min, and read by th_min at its last stage.
 template <int NB, bool ONE0, bool ONE1, bool GATHER = false>
 __device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* const* rp, const bool* up,
-                                       const unsigned short* Xh, const unsigned short* Xl, const float* S, int K,
-                                       int T, int ls, int tok0, int kbeg, int kc, int mr0, int mr1, int n0,
+                                       const unsigned short* Xh, const unsigned short* Xl, const unsigned short* S,
+                                       int K, int T, int ls, int tok0, int kbeg, int kc, int mr0, int mr1, int n0,
                                        float (*acc)[4][4], const i32* xrows = nullptr) {
     constexpr int RT = 128 / NB;                       // weight rows per thread
+    constexpr bool MIN = ONE0 || ONE1;                 // some rows are Q4_K: th_min's super-block buffers
     unsigned short (*Ws)[TP_BM * 32] = sm.Ws;
     float (*Sc)[TP_BM * 4] = sm.Sc;
-    float (*Ss)[NB] = sm.Ss;
     float sup[2][4][4];                                // Q4_K rows' unscaled chains (th_mma, TH_SUM_K)
     #pragma unroll
     for (int m = 0; m < 2; m++)
@@ -2516,7 +2577,7 @@ __device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* co
         for (int j = 0; j < 4; j++)
             #pragma unroll
             for (int e = 0; e < 4; e++) acc[m][j][e] = sup[m][j][e] = 0.0f;
-    int t = threadIdx.x, gi = t & 3;
+    int t = threadIdx.x, gi = t & 3, kend = kbeg + kc;
     int r[RT], wo[RT], ty[RT];
     #pragma unroll
     for (int i = 0; i < RT; i++) {
@@ -2524,38 +2585,54 @@ __device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* co
         ty[i] = (ONE0 == ONE1 ? ONE0 : up[i] ? ONE1 : ONE0) ? T_Q4_K : T_Q6_K;
     }
     u32 raw[RT][8];
-    // buffer b of Ws / Xs / Ss at ws0 / xs0 / ss0 + b x its size (ldmatrix and cp.async take these addresses)
-    const saddr ws0 = shared_addr(sm.Ws), xs0 = shared_addr(sm.Xs), ss0 = shared_addr(sm.Ss);
-    constexpr int WSZ = sizeof(sm.Ws[0]), XSZ = sizeof(sm.Xs[0]), SSZ = sizeof(sm.Ss[0]);
-    int src[3] = {0, 0, 0};                            // GATHER: the split's rows of this thread's tokens (th_load_x)
-    if constexpr (GATHER) {
+    // buffer b of Ws / Xs at ws0 / xs0 + b x its size (ldmatrix and cp.async take these addresses)
+    const saddr ws0 = shared_addr(sm.Ws), xs0 = shared_addr(sm.Xs), sb0 = shared_addr(sm.Sb);
+    constexpr int WSZ = sizeof(sm.Ws[0]), XSZ = sizeof(sm.Xs[0]);
+    int src[2] = {0, 0}, srow = tok0 + (t & (NB - 1)); // the split's rows of this thread's tokens (th_load_x) and of
+    if constexpr (GATHER) {                            // token t % NB (th_load_sums); GATHER: from xrows
         #pragma unroll
         for (int j = 0; j < 2; j++) {
             int tok = tok0 + (t >> 2) + (NB / 2) * j;
             src[j] = tok < T ? xrows[tok] : 0;
         }
-        src[2] = t < NB && tok0 + t < T ? xrows[tok0 + t] : 0;
+        srow = srow < T ? xrows[srow] : 0;
     }
-    th_load_x<NB, GATHER>(Xh, Xl, S, K, T, ls, tok0, kbeg, xs0, ss0, src);
-    cp_async_commit();
+    // this super-block's sums and mins (the first stage's raw bytes hold its header)
+    auto super_block = [&](int k, const u32 (*rw)[8]) {
+        th_load_sums<NB>(S, T, ls, tok0, k & ~255, srow, sb0);
+        #pragma unroll
+        for (int i = 0; i < RT; i++)
+            if (ty[i] == T_Q4_K) th_store_mins(gi, rw[i], k & ~255, kbeg, kend, sm.Mn + 4 * r[i] + gi);
+    };
+    th_load_x<NB, GATHER>(Xh, Xl, K, T, tok0, kbeg, xs0, src);
     #pragma unroll
     for (int i = 0; i < RT; i++) tp_fetch(ty[i], rp[i], kbeg, gi, raw[i]);
+    if constexpr (MIN) super_block(kbeg, raw);
+    cp_async_commit();
     #pragma unroll
     for (int i = 0; i < RT; i++) th_store(ty[i], kbeg, gi, raw[i], Ws[0] + wo[i], Sc[0] + 4 * r[i]);
     cp_async_wait_all();
     __syncthreads();
     int nst = kc / TP_BK;
     for (int s = 0; s < nst; s++) {
-        int k1 = kbeg + TP_BK * (s + 1), cur = s & 1;
-        bool more = s + 1 < nst;
+        int k = kbeg + TP_BK * s, k1 = k + TP_BK, cur = s & 1;
+        bool more = s + 1 < nst, first = MIN && s > 0 && (k & 255) == 0;
+        if (first) super_block(k, raw);                // raw: this stage's bytes until the fetch below
         if (more) {
-            th_load_x<NB, GATHER>(Xh, Xl, S, K, T, ls, tok0, k1, xs0 + (cur ^ 1) * XSZ, ss0 + (cur ^ 1) * SSZ, src);
+            th_load_x<NB, GATHER>(Xh, Xl, K, T, tok0, k1, xs0 + (cur ^ 1) * XSZ, src);
             #pragma unroll
             for (int i = 0; i < RT; i++) tp_fetch(ty[i], rp[i], k1, gi, raw[i]);
         }
         cp_async_commit();
-        th_mma<NB, ONE0, ONE1>(ws0 + cur * WSZ, Sc[cur], xs0 + cur * XSZ, Ss[cur], mr0, mr1, n0, acc, sup);
+        th_mma<NB, ONE0, ONE1>(ws0 + cur * WSZ, Sc[cur], xs0 + cur * XSZ, mr0, mr1, n0, acc, sup);
         if ((k1 & (TH_SUM_K - 1)) == 0 || !more) th_flush<ONE0, ONE1>(Sc[cur], mr0, mr1, acc, sup);  // k1: next stage's
+        if (MIN && ((k1 & 255) == 0 || !more)) {       // the super-block's last stage in the range
+            if (first) {                               // ... and its first: its buffers were written this stage
+                cp_async_wait_all();
+                __syncthreads();
+            }
+            th_min<ONE0, ONE1>(sm.Mn, Sc[cur], sm.Sb, mr0, mr1, n0, acc);
+        }
         if (more) {                                    // the other buffers: last read before the previous barrier
             #pragma unroll
             for (int i = 0; i < RT; i++) th_store(ty[i], k1, gi, raw[i], Ws[cur ^ 1] + wo[i], Sc[cur ^ 1] + 4 * r[i]);
@@ -2570,8 +2647,8 @@ __device__ __forceinline__ void th_matmul(const unsigned char* w0, i32 t0_, i32 
                                           const unsigned char* w1, i32 t1_, i32 n1, i32 rb1,
                                           const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,
                                           const float* bias, const unsigned short* Xh, const unsigned short* Xl,
-                                          const float* S, const i32* E, i32 K, i32 T, i32 ls, float* Y, i32 ldy,
-                                          i32 kc, float* P) {
+                                          const unsigned short* S, const i32* E, i32 K, i32 T, i32 ls, float* Y,
+                                          i32 ldy, i32 kc, float* P) {
     int row0 = blockIdx.x * TP_BM, tok0 = blockIdx.y * NB, z = blockIdx.z, rows_all = n0 + n1 + n2;
     const unsigned char* base; int type, rb, local;
     if (row0 < n0) { base = w0; type = t0_; rb = rb0; local = row0; }
@@ -2603,7 +2680,7 @@ __device__ __forceinline__ void th_matmul(const unsigned char* w0, i32 t0_, i32 
 template <int NB>
 __device__ __forceinline__ void th_glu(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
                                        i32 rb_u, i32 n_ff, i32 act, const unsigned short* Xh, const unsigned short* Xl,
-                                       const float* S, const i32* E, i32 K, i32 T, i32 ls, float* A, i32 kc,
+                                       const unsigned short* S, const i32* E, i32 K, i32 T, i32 ls, float* A, i32 kc,
                                        float* P) {
     int row0 = blockIdx.x * (TP_BM / 2), tok0 = blockIdx.y * NB, z = blockIdx.z;
     int warp = threadIdx.x >> 5, mr0 = 16 * (warp & 1), nw = 32 * (warp >> 1);
@@ -2640,8 +2717,8 @@ __device__ __forceinline__ void th_glu(const unsigned char* wg, i32 tg, const un
 #define TCH_MATMUL_ENTRY(NAME, NB, BLOCKS)                                                                           \
 HALO_KERNEL __launch_bounds__(2 * NB, BLOCKS) void NAME(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0,           \
         const unsigned char* w1, i32 t1_, i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2,        \
-        const float* bias, const unsigned short* Xh, const unsigned short* Xl, const float* S, const i32* E, i32 K,  \
-        i32 T, i32 ls, float* Y, i32 ldy, i32 kc, float* P) {                                                        \
+        const float* bias, const unsigned short* Xh, const unsigned short* Xl, const unsigned short* S,              \
+        const i32* E, i32 K, i32 T, i32 ls, float* Y, i32 ldy, i32 kc, float* P) {                                   \
     GRID_DEPENDENCY_SYNC();                                                                                          \
     TH_BODY(th_matmul<NB>(w0, t0_, n0, rb0, w1, t1_, n1, rb1, w2, t2_, n2, rb2, bias, Xh, Xl, S, E, K, T, ls, Y, ldy, \
                           kc, P));                                                                                   \
@@ -2649,7 +2726,7 @@ HALO_KERNEL __launch_bounds__(2 * NB, BLOCKS) void NAME(const unsigned char* w0,
 #define TCH_GLU_ENTRY(NAME, NB, BLOCKS)                                                                              \
 HALO_KERNEL __launch_bounds__(2 * NB, BLOCKS) void NAME(const unsigned char* wg, i32 tg, const unsigned char* wu,     \
         i32 tu, i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const unsigned short* Xh, const unsigned short* Xl,           \
-        const float* S, const i32* E, i32 K, i32 T, i32 ls, float* A, i32 kc, float* P) {                            \
+        const unsigned short* S, const i32* E, i32 K, i32 T, i32 ls, float* A, i32 kc, float* P) {                   \
     GRID_DEPENDENCY_SYNC();                                                                                          \
     TH_BODY(th_glu<NB>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, Xh, Xl, S, E, K, T, ls, A, kc, P));                    \
 }
@@ -3486,9 +3563,10 @@ __device__ __forceinline__ bool moe_tile(const i32* offsets, const i32* tiles, i
 
 template <int NB>
 __device__ void moe_glu_th(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g, i32 rb_u,
-                           i32 n_ff, i32 act, const unsigned short* Xh, const unsigned short* Xl, const float* S,
-                           const i32* E, i32 K, i32 ls, const i32* tile_tok, const i32* offsets, const i32* order,
-                           const i32* tiles, const float* bg, const float* bu, float alpha, float limit, float* A) {
+                           i32 n_ff, i32 act, const unsigned short* Xh, const unsigned short* Xl,
+                           const unsigned short* S, const i32* E, i32 K, i32 ls, const i32* tile_tok,
+                           const i32* offsets, const i32* order, const i32* tiles, const float* bg,
+                           const float* bu, float alpha, float limit, float* A) {
     int e, c0, n;
     if (!moe_tile(offsets, tiles, NB, &e, &c0, &n)) return;     // the whole block
     constexpr int RT = 128 / NB;                       // th_run's rows a thread: tile rows t / 4 + NB / 2 i
@@ -3530,8 +3608,8 @@ __device__ void moe_glu_th(const unsigned char* wg, i32 tg, const unsigned char*
 
 template <int NB>
 __device__ void moe_down_th(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, const unsigned short* Xh,
-                            const unsigned short* Xl, const float* S, const i32* E, i32 F, i32 ls, const i32* offsets,
-                            const i32* order, const i32* tiles, const float* bd, float* D) {
+                            const unsigned short* Xl, const unsigned short* S, const i32* E, i32 F, i32 ls,
+                            const i32* offsets, const i32* order, const i32* tiles, const float* bd, float* D) {
     int e, c0, n;
     if (!moe_tile(offsets, tiles, NB, &e, &c0, &n)) return;
     constexpr int RT = 128 / NB;
@@ -3568,15 +3646,16 @@ __device__ void moe_down_th(const unsigned char* wd, i32 td, i32 rb_d, i32 n_emb
 #define MOE_TH_ENTRIES(GLU, DOWN, NB, BLOCKS)                                                               \
 HALO_KERNEL __launch_bounds__(2 * NB, BLOCKS) void GLU(const unsigned char* wg, i32 tg, const unsigned char* wu, \
         i32 tu, i32 rb_g, i32 rb_u, i32 n_ff, i32 act, const unsigned short* Xh, const unsigned short* Xl,    \
-        const float* S, const i32* E, i32 K, i32 ls, const i32* tile_tok, const i32* offsets, const i32* order, \
-        const i32* tiles, const float* bg, const float* bu, float alpha, float limit, float* A) {           \
+        const unsigned short* S, const i32* E, i32 K, i32 ls, const i32* tile_tok, const i32* offsets,      \
+        const i32* order, const i32* tiles, const float* bg, const float* bu, float alpha, float limit,     \
+        float* A) {                                                                                         \
     GRID_DEPENDENCY_SYNC();                                                                                 \
     TH_BODY(moe_glu_th<NB>(wg, tg, wu, tu, rb_g, rb_u, n_ff, act, Xh, Xl, S, E, K, ls, tile_tok, offsets, order, \
                            tiles, bg, bu, alpha, limit, A));                                                \
 }                                                                                                           \
 HALO_KERNEL __launch_bounds__(2 * NB, BLOCKS) void DOWN(const unsigned char* wd, i32 td, i32 rb_d, i32 n_embd, \
-        const unsigned short* Xh, const unsigned short* Xl, const float* S, const i32* E, i32 F, i32 ls,      \
-        const i32* offsets, const i32* order, const i32* tiles, const float* bd, float* D) {                \
+        const unsigned short* Xh, const unsigned short* Xl, const unsigned short* S, const i32* E, i32 F,   \
+        i32 ls, const i32* offsets, const i32* order, const i32* tiles, const float* bd, float* D) {        \
     GRID_DEPENDENCY_SYNC();                                                                                 \
     TH_BODY(moe_down_th<NB>(wd, td, rb_d, n_embd, Xh, Xl, S, E, F, ls, offsets, order, tiles, bd, D));      \
 }
