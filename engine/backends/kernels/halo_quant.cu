@@ -2505,7 +2505,8 @@ __device__ __forceinline__ void th_flush(const float* Sc, int mr0, int mr1, floa
 // m_i(row) x the token's activation sum of sub-block i, as one MMA per (m, j): A holds the rows' mins (Mn, [64][4]
 // f16 pairs; exact), k 0-7 and again k 8-15, and B the tokens' sums / 32 (Sb, th_load_sums) as f16 heads (k 0-7)
 // and tails (k 8-15), so the product is float32-level like the activations' own split; Sc's third word is 32 dmin.
-// Per stage the same term took 32 FFMAs and the sums' loads (run 29's SASS: a tenth of the Q4_K stage).
+// Per stage the same term took 32 FFMAs and the sums' loads (a tenth of the Q4_K stage's SASS). Run 30, H100,
+// Qwen3-4B shapes, a 2,048-token step: gate/up 66.5 -> 63.3 ms, the whole model's 4k prompt +1.9%.
 template <bool ONE0, bool ONE1>
 __device__ __forceinline__ void th_min(const u32* Mn, const float* Sc, const u32* Sb, int mr0, int mr1, int n0,
                                        float (*acc)[4][4]) {
