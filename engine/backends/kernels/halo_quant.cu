@@ -2525,7 +2525,8 @@ __device__ __forceinline__ void th_min(const u32* Mn, const float* Sc, const u32
     #pragma unroll
     for (int j = 0; j < 4; j++) {
         const u32* x = Sb + 8 * (n0 + 8 * j + g) + q;     // sub-blocks 2q, 2q + 1 of token g: heads, tails
-        u32 h = x[4 * ((g >> 2) & 1)], t = x[4 * (~g >> 2 & 1)];
+        int sw = (g >> 2) & 1;                          // th_load_sums' half swap of this token
+        u32 h = x[4 * sw], t = x[4 * (sw ^ 1)];
         #pragma unroll
         for (int m = 0; m < 2; m++) {
             if (!ONE[m]) continue;
