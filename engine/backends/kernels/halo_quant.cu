@@ -2295,13 +2295,7 @@ HALO_KERNEL void halo_split_f16(const float* X, const i32* xrow, i32 K, i32 T, i
         float v[4] = {ldexpf(v4.x, -e), ldexpf(v4.y, -e), ldexpf(v4.z, -e), ldexpf(v4.w, -e)};
         u32 h[2], l[2];
         #pragma unroll
-        for (int p = 0; p < 2; p++) {
-            unsigned short h0 = float_to_half(v[2 * p]), h1 = float_to_half(v[2 * p + 1]);
-            unsigned short l0 = float_to_half(v[2 * p] - half_to_float(h0));
-            unsigned short l1 = float_to_half(v[2 * p + 1] - half_to_float(h1));
-            h[p] = (u32)h0 | ((u32)h1 << 16);
-            l[p] = (u32)l0 | ((u32)l1 << 16);
-        }
+        for (int p = 0; p < 2; p++) f16_split2(v[2 * p], v[2 * p + 1], &h[p], &l[p]);
         if (in) {
             *(uint2*)(Xh + (size_t)t * K + 4 * i) = make_uint2(h[0], h[1]);
             *(uint2*)(Xl + (size_t)t * K + 4 * i) = make_uint2(l[0], l[1]);
@@ -2312,10 +2306,10 @@ HALO_KERNEL void halo_split_f16(const float* X, const i32* xrow, i32 K, i32 T, i
         s += SHFL_XOR(s, 4);
         if (in && (i & 7) == 0 && (i >> 6) < (K >> 8)) {      // whole super-blocks only (the tiles' K-quants)
             unsigned short* o = S + 16 * ((size_t)(i >> 6) * ls + t) + ((i >> 3) & 7);
-            float x = s * 0.03125f;                   // as f16_split2 (HALO_TC only; HIP builds this kernel too)
-            unsigned short h = float_to_half(x);
-            o[0] = h;
-            o[8] = float_to_half(x - half_to_float(h));
+            u32 hs, ts;                               // the low halves: s / 32's head and tail
+            f16_split2(s * 0.03125f, 0.0f, &hs, &ts);
+            o[0] = (unsigned short)hs;
+            o[8] = (unsigned short)ts;
         }
     }
 }
@@ -2432,7 +2426,7 @@ template <int NB, bool ONE0, bool ONE1>
 __device__ __forceinline__ void th_mma(saddr ws, const float* Sc, saddr xs, int mr0, int mr1, int n0,
                                        float (*acc)[4][4], float (*sup)[4][4]) {
     constexpr bool ONE[2] = {ONE0, ONE1};
-    int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, l7 = lane & 7;
+    int lane = threadIdx.x & 31, g = lane >> 2, l7 = lane & 7;
     // ldmatrix rows: A matrix i = lane / 8 is (rows + 8 (i & 1), k + 8 (i >> 1)); B matrix i is (head | tail by
     // i >> 1, k + 8 (i & 1)) of 8 tokens
     int sw = (l7 >> 1) & 3;
@@ -2600,16 +2594,16 @@ __device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* co
         srow = srow < T ? xrows[srow] : 0;
     }
     // this super-block's sums and mins (the first stage's raw bytes hold its header)
-    auto super_block = [&](int k, const u32 (*rw)[8]) {
+    auto super_block = [&](int k) {
         th_load_sums<NB>(S, T, ls, tok0, k & ~255, srow, sb0);
         #pragma unroll
         for (int i = 0; i < RT; i++)
-            if (ty[i] == T_Q4_K) th_store_mins(gi, rw[i], k & ~255, kbeg, kend, sm.Mn + 4 * r[i] + gi);
+            if (ty[i] == T_Q4_K) th_store_mins(gi, raw[i], k & ~255, kbeg, kend, sm.Mn + 4 * r[i] + gi);
     };
     th_load_x<NB, GATHER>(Xh, Xl, K, T, tok0, kbeg, xs0, src);
     #pragma unroll
     for (int i = 0; i < RT; i++) tp_fetch(ty[i], rp[i], kbeg, gi, raw[i]);
-    if constexpr (MIN) super_block(kbeg, raw);
+    if constexpr (MIN) super_block(kbeg);
     cp_async_commit();
     #pragma unroll
     for (int i = 0; i < RT; i++) th_store(ty[i], kbeg, gi, raw[i], Ws[0] + wo[i], Sc[0] + 4 * r[i]);
@@ -2619,7 +2613,7 @@ __device__ __forceinline__ void th_run(ThShared<NB>& sm, const unsigned char* co
     for (int s = 0; s < nst; s++) {
         int k = kbeg + TP_BK * s, k1 = k + TP_BK, cur = s & 1;
         bool more = s + 1 < nst, first = MIN && s > 0 && (k & 255) == 0;
-        if (first) super_block(k, raw);                // raw: this stage's bytes until the fetch below
+        if (first) super_block(k);                     // raw: this stage's bytes until the fetch below
         if (more) {
             th_load_x<NB, GATHER>(Xh, Xl, K, T, tok0, k1, xs0 + (cur ^ 1) * XSZ, src);
             #pragma unroll

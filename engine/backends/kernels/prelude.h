@@ -105,6 +105,16 @@ __device__ __forceinline__ void kv_store(unsigned short* p, float x) { *p = floa
 __device__ __forceinline__ float max_abs4(float4 v) {
     return fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 }
+// Two floats as f16 heads and f16 tails packed in pairs (x = head + tail to ~22 bits, like tf32_split; a tail
+// below f16's normal range still lands within 2^-25 of the rest): the float32-level operand of an f16 MMA that
+// takes exact f16 values on its other side (an f16 KV cache, integer weight codes). Every build has it: HIP builds
+// halo_split_f16, which writes such operands.
+__device__ __forceinline__ void f16_split2(float x0, float x1, u32* head, u32* tail) {
+    unsigned short h0 = float_to_half(x0), h1 = float_to_half(x1);
+    unsigned short t0 = float_to_half(x0 - half_to_float(h0)), t1 = float_to_half(x1 - half_to_float(h1));
+    *head = (u32)h0 | ((u32)h1 << 16);
+    *tail = (u32)t0 | ((u32)t1 << 16);
+}
 // The exponent e that puts peak / 2^e in [2^14, 2^15) (peak > 0; 0 otherwise): the scaling of every f16 head + tail
 // split (halo_split_f16's tokens, the WMMA tile's tiles, the prefill attention tile's K / V tiles and Q rows), so
 // each value keeps 11 bits in its f16 head, ~22 with its tail, and none overflows f16.
@@ -197,18 +207,6 @@ __device__ __forceinline__ float exp2_ftz(float x) {
     float r;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
     return r;
-}
-
-#endif
-#if HALO_TC
-// Two floats as f16 heads and f16 tails packed in pairs (x = head + tail to ~22 bits, like tf32_split; a tail
-// below f16's normal range still lands within 2^-25 of the rest): the float32-level operand of an f16 MMA that
-// takes exact f16 values on its other side (an f16 KV cache, integer weight codes).
-__device__ __forceinline__ void f16_split2(float x0, float x1, u32* head, u32* tail) {
-    unsigned short h0 = float_to_half(x0), h1 = float_to_half(x1);
-    unsigned short t0 = float_to_half(x0 - half_to_float(h0)), t1 = float_to_half(x1 - half_to_float(h1));
-    *head = (u32)h0 | ((u32)h1 << 16);
-    *tail = (u32)t0 | ((u32)t1 << 16);
 }
 
 #endif
