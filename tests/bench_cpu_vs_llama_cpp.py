@@ -1,0 +1,72 @@
+"""The CPU path beside llama.cpp on this machine, in alternating rounds (the reference figures in
+../shared/reference/README.md come from another machine; a ratio is only fair within the same minutes).
+
+    python tests/bench_cpu_vs_llama_cpp.py [MODEL.gguf ...] [--rounds N]
+Models default to the two fetched references (`python -m engine fetch --all`). Needs llama-cpp-python, which is
+not a dependency: `pip install llama-cpp-python` builds llama.cpp from source (cmake and a C++ compiler, ~5 min on
+2 cores). Both engines: 2 threads, the same text's first 128 tokens as the prompt (each engine's own tokenizer),
+then 64 greedy decode steps; the best of 3 per round, as `python -m engine bench --repeat 3` reports it.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine import model_store  # noqa: E402
+from engine.bench import _TEXT, run_bench  # noqa: E402
+
+PROMPT, DECODE, REPEAT, THREADS = 128, 64, 3, 2
+
+
+def llama_cpp_run(path: Path) -> tuple[float, float]:
+    """(prefill tok/s, decode tok/s), the best of REPEAT, through llama-cpp-python."""
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(path), n_threads=THREADS, n_threads_batch=THREADS, n_ctx=512, n_batch=512,
+                verbose=False)
+    ids = llm.tokenize(_TEXT.encode() * (1 + PROMPT // 20))[:PROMPT]
+    best_prefill = best_decode = 0.0
+    for _ in range(REPEAT):
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(ids)
+        prefill_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for _ in range(DECODE):
+            llm.eval([llm.sample(temp=0.0)])
+        decode_s = time.perf_counter() - t0
+        best_prefill, best_decode = max(best_prefill, PROMPT / prefill_s), max(best_decode, DECODE / decode_s)
+    llm.close()
+    return best_prefill, best_decode
+
+
+def main() -> int:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        print("llama-cpp-python is not installed: pip install llama-cpp-python (builds llama.cpp; see the docstring)")
+        return 1
+    args = sys.argv[1:]
+    rounds = int(args[args.index("--rounds") + 1]) if "--rounds" in args else 2
+    paths = [Path(a) for a in args if a.endswith(".gguf")]
+    if not paths:
+        paths = [model_store.local_path(m) for m in model_store.KNOWN_MODELS.values()]
+    for path in paths:
+        if not path.exists():
+            print(f"skip: no {path} (python -m engine fetch --all)")
+            continue
+        for _ in range(rounds):
+            ours = run_bench(path, PROMPT, DECODE, REPEAT)
+            prefill, decode = llama_cpp_run(path)
+            print(f"{path.name}: prefill ours {ours.prefill_tok_s:.1f} / llama.cpp {prefill:.1f} tok/s "
+                  f"({ours.prefill_tok_s / prefill:.2f}x), decode ours {ours.decode_tok_s:.1f} / llama.cpp "
+                  f"{decode:.1f} tok/s ({ours.decode_tok_s / decode:.2f}x)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
