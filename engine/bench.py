@@ -119,9 +119,13 @@ def _windows_working_set_mb(peak: bool) -> float | None:
     return (counters.PeakWorkingSetSize if peak else counters.WorkingSetSize) / 2**20
 
 
+def prompt_text(n: int) -> str:
+    """The bench's prompt text, long enough for n tokens in any tokenizer (cut to n after encoding)."""
+    return _TEXT * (1 + n // 20)
+
+
 def prompt_ids(prompt_format: PromptFormat, n: int) -> list[int]:
-    ids = prompt_format.encode_raw(_TEXT * (1 + n // 20))
-    return ids[:n]
+    return prompt_format.encode_raw(prompt_text(n))[:n]
 
 
 def run_bench(path: Path, prompt_tokens: int = 128, decode_tokens: int = 64, repeat: int = 1) -> BenchResult:

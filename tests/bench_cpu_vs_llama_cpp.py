@@ -4,8 +4,9 @@
     python tests/bench_cpu_vs_llama_cpp.py [MODEL.gguf ...] [--rounds N]
 Models default to the two fetched references (`python -m engine fetch --all`). Needs llama-cpp-python, which is
 not a dependency: `pip install llama-cpp-python` builds llama.cpp from source (cmake and a C++ compiler, ~5 min on
-2 cores). Both engines: 2 threads, the same text's first 128 tokens as the prompt (each engine's own tokenizer),
-then 64 greedy decode steps; the best of 3 per round, as `python -m engine bench --repeat 3` reports it.
+2 cores). Both engines run on the compiled products' thread count (numba's: the cores, or NUMBA_NUM_THREADS), take
+the same text's first 128 tokens as the prompt (each engine's own tokenizer), then decode 64 greedy steps; the best
+of 3 per round, as `python -m engine bench --repeat 3` reports it.
 """
 from __future__ import annotations
 
@@ -17,18 +18,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine import model_store  # noqa: E402
-from engine.bench import _TEXT, run_bench  # noqa: E402
+from engine.bench import prompt_text, run_bench  # noqa: E402
+from engine.model.quant_matrix import kernel_threads  # noqa: E402
 
-PROMPT, DECODE, REPEAT, THREADS = 128, 64, 3, 2
+PROMPT, DECODE, REPEAT = 128, 64, 3
 
 
-def llama_cpp_run(path: Path) -> tuple[float, float]:
-    """(prefill tok/s, decode tok/s), the best of REPEAT, through llama-cpp-python."""
+def llama_cpp_run(path: Path, threads: int) -> tuple[float, float]:
+    """(prefill tok/s, decode tok/s), the best of REPEAT, through llama-cpp-python on `threads` threads."""
     from llama_cpp import Llama
 
-    llm = Llama(model_path=str(path), n_threads=THREADS, n_threads_batch=THREADS, n_ctx=512, n_batch=512,
+    llm = Llama(model_path=str(path), n_threads=threads, n_threads_batch=threads, n_ctx=512, n_batch=512,
                 verbose=False)
-    ids = llm.tokenize(_TEXT.encode() * (1 + PROMPT // 20))[:PROMPT]
+    ids = llm.tokenize(prompt_text(PROMPT).encode())[:PROMPT]
     best_prefill = best_decode = 0.0
     for _ in range(REPEAT):
         llm.reset()
@@ -50,6 +52,11 @@ def main() -> int:
     except ImportError:
         print("llama-cpp-python is not installed: pip install llama-cpp-python (builds llama.cpp; see the docstring)")
         return 1
+    threads = kernel_threads()
+    if threads is None:
+        print("the CPU path runs numpy's float32 products here (numba missing or HALO_CPU_KERNELS=numpy): "
+              "nothing to compare")
+        return 1
     args = sys.argv[1:]
     rounds = int(args[args.index("--rounds") + 1]) if "--rounds" in args else 2
     paths = [Path(a) for a in args if a.endswith(".gguf")]
@@ -61,7 +68,7 @@ def main() -> int:
             continue
         for _ in range(rounds):
             ours = run_bench(path, PROMPT, DECODE, REPEAT)
-            prefill, decode = llama_cpp_run(path)
+            prefill, decode = llama_cpp_run(path, threads)
             print(f"{path.name}: prefill ours {ours.prefill_tok_s:.1f} / llama.cpp {prefill:.1f} tok/s "
                   f"({ours.prefill_tok_s / prefill:.2f}x), decode ours {ours.decode_tok_s:.1f} / llama.cpp "
                   f"{decode:.1f} tok/s ({ours.decode_tok_s / decode:.2f}x)", flush=True)

@@ -46,7 +46,7 @@ WAKE_WEIGHTS = 1 << 20
 
 def serial_product(weights: int) -> bool:
     """Whether a product of `weights` weights runs on the calling thread alone (the threshold above)."""
-    n = _kernels().get_num_threads()
+    n = kernel_threads()
     return n < 2 or weights * (n - 1) < WAKE_WEIGHTS * n
 
 
@@ -155,13 +155,19 @@ def kernel_path() -> str:
     return "numba" if _kernels() is not None else "numpy"
 
 
+def kernel_threads() -> int | None:
+    """The threads the compiled products run on (numba's count), None on the numpy path."""
+    k = _kernels()
+    return None if k is None else k.get_num_threads()
+
+
 def describe_kernels() -> str:
     """One line for Diagnostics and the bench: which CPU path runs, and why."""
     k, why = _load()
     if k is None:
         return f"numpy float32 weights, BLAS ({why})"
     import numba
-    return (f"numba {numba.__version__} quantized kernels, {numba.get_num_threads()} threads "
+    return (f"numba {numba.__version__} quantized kernels, {kernel_threads()} threads "
             f"(types {', '.join(t.name for t in k.KERNELS)})")
 
 
