@@ -1,13 +1,14 @@
 """Compiled (numba) kernels over GGUF's quantized block layouts, reading the file's memory map directly.
 
-Per quant type two kernels, built from one block decoder:
+Per quant type three kernels (KERNELS), built from one block decoder that works eight weights at a time
+(engine.model.simd8's vectors):
 - `matvec(raws, x, out, f16)`: out[rows] = W @ x, W given as MATVEC_PARTS matrices `raws` [rows_p, bytes
   per row] in the file's layout whose results sit side by side in `out` (q|k|v or gate|up in one call;
   a single matrix passes NO_ROWS for the others). Each block of a row is decoded to float32 (the same
   arithmetic as engine.gguf.dequant) and multiplied by the activations in float32 into per-position
   partial sums: activations are never quantized, so the results are float32 math on the dequantized
   weights (only the summation order differs from BLAS).
-  Parallel over chunks of rows (numba prange).
+  Parallel over chunks of rows (numba prange); `serial_matvec` is the same product on the calling thread.
 - `dequant(raw, out, f16)`: out[rows, cols] float32, bit-exact with engine.gguf.dequantize (no fast-math,
   no fused multiply-add): used for prefill (decode a chunk of rows, then one BLAS sgemm) and embeddings.
   Serial.
@@ -16,16 +17,20 @@ Per quant type two kernels, built from one block decoder:
 
 Compiled code is cached on disk under NUMBA_CACHE_DIR, which this module points at the app's cache folder
 (engine.paths) unless the environment already sets it (a frozen app's own folder is read-only). numba's
-cache is keyed by this file's source; in a frozen app (no source) numba keeps it in its own user-wide
-cache folder keyed by the executable instead. OpenMP threads wait passively (OMP_WAIT_POLICY) unless set otherwise:
+cache is keyed by this file's source alone, so the folder's name carries a digest of engine.model.simd8's
+source, which these kernels inline: a changed simd8 compiles afresh instead of reading stale code. In a frozen
+app (no source) numba keeps it in its own user-wide cache folder keyed by the executable instead. OpenMP threads wait passively (OMP_WAIT_POLICY) unless set otherwise:
 spinning threads made each parallel product ~10x slower on cores shared with other programs (measured).
 Importing this module raises ImportError when numba is missing (engine.model.quant_matrix then keeps the
 numpy float32 path).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
+from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,7 +39,9 @@ from engine.model.numba_cache import lean_cache_loads
 from engine.model.quant_matrix import F16_RUN
 from engine.paths import cache_dir
 
-os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
+_SIMD8 = Path(__file__).with_name("simd8.py")
+_SIMD8_DIGEST = hashlib.sha256(_SIMD8.read_bytes()).hexdigest()[:12] if _SIMD8.is_file() else "frozen"
+os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba" / _SIMD8_DIGEST))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # numba's cache is keyed by the source file; a frozen app has none, and numba then caches in its user-wide
 # folder keyed by the executable (its frozen-app locator)
@@ -43,6 +50,8 @@ _CACHE = bool(getattr(sys, "frozen", False)) or (__file__.endswith(".py") and os
 # numba after NUMBA_CACHE_DIR is set (numba reads it at import); the thread-count calls are for quant_matrix
 from numba import get_num_threads, njit, prange, set_num_threads  # noqa: E402, F401
 
+from engine.model import simd8  # noqa: E402 - imports numba
+
 NO_ROWS = np.zeros((0, 0), np.uint8)     # an unused matvec part: no rows, so no tasks
 NO_ROWS.flags.writeable = False           # read-only like the map views (numba specialises on the flag)
 F16_TABLE = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
@@ -50,23 +59,27 @@ _E2M1_DOUBLED = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -1
 # MXFP4's shared exponent byte e -> 2^(e - 128) (engine.gguf.dequant._e8m0_half, as a table)
 _E8M0_HALF = np.where(np.arange(256) < 2, np.uint32(0x00200000) << np.arange(256, dtype=np.uint32),
                       (np.arange(256, dtype=np.uint32) - 1) << np.uint32(23)).astype(np.uint32).view(np.float32)
-ROWS_PER_TASK = 16       # rows one prange iteration handles: amortizes the per-iteration scratch allocation
+ROWS_PER_TASK = 16       # rows one prange iteration handles (the unit the threads share out)
 MATVEC_PARTS = 3         # matrices one matvec call takes (q|k|v); always this many, so one specialisation
 
 
 # ---- block decoders: block `b` of `row` (1-D uint8) -> out[k:k + block elements], float32 ---------------
-# Each follows ggml's dequantize_row_* (and engine.gguf.dequant) operation by operation.
+# Each follows ggml's dequantize_row_* (and engine.gguf.dequant) operation by operation, eight weights at a time
+# (engine.model.simd8: lanes are exact float32, so the decode stays bit-exact).
 
-# Where a decoded value goes (the decoders' `put`): stored at out[k + i] (dequantize), or multiplied by the
-# activation x[k + i] and added to the per-position partial sum out[i] (a dot product; x is never quantized).
+# Where eight decoded values `v` (positions j..j+7 of the block) go (the decoders' `put`): stored at
+# out[k + j:k + j + 8] (dequantize), or multiplied by the activations x[k + j:k + j + 8] and added to the
+# per-position partial sums out[j % 32:...] (a dot product: 32 sums in 4 vectors, so consecutive updates are
+# independent; x is never quantized). Every block size is a multiple of 32.
 @njit(inline="always")
-def _store(out, k, i, value, x):
-    out[k + i] = value
+def _store(out, k, j, v, x):
+    simd8.store(out, k + j, v)
 
 
 @njit(inline="always")
-def _accumulate(out, k, i, value, x):
-    out[i] += value * x[k + i]
+def _accumulate(out, k, j, v, x):
+    at = j & 31
+    simd8.store(out, at, simd8.fma(v, simd8.load(x, k + j), simd8.load(out, at)))
 
 
 @njit(inline="always")
@@ -78,10 +91,10 @@ def _half(row, o, f16):
 def _q4_0(row, srow, b, out, k, f16, x, put):
     o = b * 18
     d = _half(row, o, f16)
-    for j in range(16):
-        q = row[o + 2 + j]
-        put(out, k, j, d * np.float32(np.int32(q & 15) - 8), x)
-        put(out, k, j + 16, d * np.float32(np.int32(q >> 4) - 8), x)
+    for j in range(0, 16, 8):
+        q = simd8.bytes8(row, o + 2 + j)
+        put(out, k, j, simd8.scale(simd8.to_f32(simd8.isub(simd8.band(q, 15), 8)), d), x)
+        put(out, k, j + 16, simd8.scale(simd8.to_f32(simd8.isub(simd8.shr(q, 4), 8)), d), x)
 
 
 @njit(inline="always")
@@ -89,10 +102,10 @@ def _q4_1(row, srow, b, out, k, f16, x, put):
     o = b * 20
     d = _half(row, o, f16)
     m = _half(row, o + 2, f16)
-    for j in range(16):
-        q = row[o + 4 + j]
-        put(out, k, j, d * np.float32(q & 15) + m, x)
-        put(out, k, j + 16, d * np.float32(q >> 4) + m, x)
+    for j in range(0, 16, 8):
+        q = simd8.bytes8(row, o + 4 + j)
+        put(out, k, j, simd8.affine(simd8.to_f32(simd8.band(q, 15)), d, m), x)
+        put(out, k, j + 16, simd8.affine(simd8.to_f32(simd8.shr(q, 4)), d, m), x)
 
 
 @njit(inline="always")
@@ -102,16 +115,22 @@ def _qh32(row, o):
 
 
 @njit(inline="always")
+def _five_bits(q, qh, j):
+    """Q5_0/Q5_1 quants of positions j..j+7 and j+16..j+23 (j < 16): nibbles of `q`, fifth bit from `qh`."""
+    lo = simd8.bor(simd8.band(q, 15), simd8.shl(simd8.bits8(qh, j), 4))
+    hi = simd8.bor(simd8.shr(q, 4), simd8.shl(simd8.bits8(qh, j + 16), 4))
+    return lo, hi
+
+
+@njit(inline="always")
 def _q5_0(row, srow, b, out, k, f16, x, put):
     o = b * 22
     d = _half(row, o, f16)
     qh = _qh32(row, o + 2)
-    for j in range(16):
-        q = np.uint32(row[o + 6 + j])
-        lo = (q & 15) | (((qh >> j) & 1) << 4)
-        hi = (q >> 4) | (((qh >> (j + 16)) & 1) << 4)
-        put(out, k, j, d * np.float32(np.int32(lo) - 16), x)
-        put(out, k, j + 16, d * np.float32(np.int32(hi) - 16), x)
+    for j in range(0, 16, 8):
+        lo, hi = _five_bits(simd8.bytes8(row, o + 6 + j), qh, j)
+        put(out, k, j, simd8.scale(simd8.to_f32(simd8.isub(lo, 16)), d), x)
+        put(out, k, j + 16, simd8.scale(simd8.to_f32(simd8.isub(hi, 16)), d), x)
 
 
 @njit(inline="always")
@@ -120,30 +139,28 @@ def _q5_1(row, srow, b, out, k, f16, x, put):
     d = _half(row, o, f16)
     m = _half(row, o + 2, f16)
     qh = _qh32(row, o + 4)
-    for j in range(16):
-        q = np.uint32(row[o + 8 + j])
-        lo = (q & 15) | (((qh >> j) & 1) << 4)
-        hi = (q >> 4) | (((qh >> (j + 16)) & 1) << 4)
-        put(out, k, j, d * np.float32(lo) + m, x)
-        put(out, k, j + 16, d * np.float32(hi) + m, x)
+    for j in range(0, 16, 8):
+        lo, hi = _five_bits(simd8.bytes8(row, o + 8 + j), qh, j)
+        put(out, k, j, simd8.affine(simd8.to_f32(lo), d, m), x)
+        put(out, k, j + 16, simd8.affine(simd8.to_f32(hi), d, m), x)
 
 
 @njit(inline="always")
 def _q8_0(row, srow, b, out, k, f16, x, put):
     o = b * 34
     d = _half(row, o, f16)
-    for j in range(32):
-        put(out, k, j, d * np.float32(srow[o + 2 + j]), x)
+    for j in range(0, 32, 8):
+        put(out, k, j, simd8.scale(simd8.to_f32(simd8.bytes8(srow, o + 2 + j)), d), x)
 
 
 @njit(inline="always")
 def _mxfp4(row, srow, b, out, k, f16, x, put):
     o = b * 17
     scale = _E8M0_HALF[row[o]]
-    for j in range(16):
-        q = row[o + 1 + j]
-        put(out, k, j, scale * _E2M1_DOUBLED[q & 15], x)
-        put(out, k, j + 16, scale * _E2M1_DOUBLED[q >> 4], x)
+    for j in range(0, 16, 8):
+        q = simd8.bytes8(row, o + 1 + j)
+        put(out, k, j, simd8.scale(simd8.lookup(_E2M1_DOUBLED, simd8.band(q, 15)), scale), x)
+        put(out, k, j + 16, simd8.scale(simd8.lookup(_E2M1_DOUBLED, simd8.shr(q, 4)), scale), x)
 
 
 @njit(inline="always")
@@ -165,10 +182,10 @@ def _q4_k(row, srow, b, out, k, f16, x, put):
         sc1, m1 = _scale_min_k4(row, o + 4, 2 * c + 1)
         d0, d1 = d * np.float32(sc0), d * np.float32(sc1)
         n0, n1 = dmin * np.float32(m0), dmin * np.float32(m1)
-        for p in range(32):
-            q = row[o + 16 + 32 * c + p]
-            put(out, k, 64 * c + p, d0 * np.float32(q & 15) - n0, x)
-            put(out, k, 64 * c + 32 + p, d1 * np.float32(q >> 4) - n1, x)
+        for p in range(0, 32, 8):                        # (d0 * q + (-n0) is d0 * q - n0, bit for bit)
+            q = simd8.bytes8(row, o + 16 + 32 * c + p)
+            put(out, k, 64 * c + p, simd8.affine(simd8.to_f32(simd8.band(q, 15)), d0, -n0), x)
+            put(out, k, 64 * c + 32 + p, simd8.affine(simd8.to_f32(simd8.shr(q, 4)), d1, -n1), x)
 
 
 @njit(inline="always")
@@ -181,32 +198,31 @@ def _q5_k(row, srow, b, out, k, f16, x, put):
         sc1, m1 = _scale_min_k4(row, o + 4, 2 * c + 1)
         d0, d1 = d * np.float32(sc0), d * np.float32(sc1)
         n0, n1 = dmin * np.float32(m0), dmin * np.float32(m1)
-        for p in range(32):
-            q = row[o + 48 + 32 * c + p]
-            h = row[o + 16 + p]
-            lo = (q & 15) | (((h >> (2 * c)) & 1) << 4)
-            hi = (q >> 4) | (((h >> (2 * c + 1)) & 1) << 4)
-            put(out, k, 64 * c + p, d0 * np.float32(lo) - n0, x)
-            put(out, k, 64 * c + 32 + p, d1 * np.float32(hi) - n1, x)
+        for p in range(0, 32, 8):
+            q = simd8.bytes8(row, o + 48 + 32 * c + p)
+            h = simd8.bytes8(row, o + 16 + p)
+            lo = simd8.bor(simd8.band(q, 15), simd8.shl(simd8.band(simd8.shr(h, 2 * c), 1), 4))
+            hi = simd8.bor(simd8.shr(q, 4), simd8.shl(simd8.band(simd8.shr(h, 2 * c + 1), 1), 4))
+            put(out, k, 64 * c + p, simd8.affine(simd8.to_f32(lo), d0, -n0), x)
+            put(out, k, 64 * c + 32 + p, simd8.affine(simd8.to_f32(hi), d1, -n1), x)
 
 
 @njit(inline="always")
 def _q6_k(row, srow, b, out, k, f16, x, put):
     # ql[128] | qh[64] | scales[16] int8 | d f16. Element 128h + 32c + p (half h, chunk c, p < 32): low 4 bits
     # from ql[64h + 32(c & 1) + p] (high nibble when c >= 2), high 2 bits (qh[32h + p] >> 2c) & 3, minus 32;
-    # scale scales[8h + 2c + p // 16]. One contiguous run of 16 per scale, so the inner loop vectorizes.
+    # scale scales[8h + 2c + p // 16].
     o = b * 210
     d = _half(row, o + 208, f16)
     for h in range(2):
         for c in range(4):
             lo = o + 64 * h + 32 * (c & 1)
             shift = 4 * (c >> 1)
-            for half in range(2):
-                dl = d * np.float32(srow[o + 192 + 8 * h + 2 * c + half])
-                for i in range(16):
-                    p = 16 * half + i
-                    q = ((row[lo + p] >> shift) & 15) | (((row[o + 128 + 32 * h + p] >> (2 * c)) & 3) << 4)
-                    put(out, k, 128 * h + 32 * c + p, dl * np.float32(np.int32(q) - 32), x)
+            for p in range(0, 32, 8):
+                dl = d * np.float32(srow[o + 192 + 8 * h + 2 * c + p // 16])
+                q = simd8.bor(simd8.band(simd8.shr(simd8.bytes8(row, lo + p), shift), 15),
+                              simd8.shl(simd8.band(simd8.shr(simd8.bytes8(row, o + 128 + 32 * h + p), 2 * c), 3), 4))
+                put(out, k, 128 * h + 32 * c + p, simd8.scale(simd8.to_f32(simd8.isub(q, 32)), dl), x)
 
 
 F16_BLOCK = F16_RUN      # F16 matrices are decoded in runs of 64 values (cols must be a multiple)
@@ -215,8 +231,8 @@ F16_BLOCK = F16_RUN      # F16 matrices are decoded in runs of 64 values (cols m
 @njit(inline="always")
 def _f16_run(row, srow, b, out, k, f16, x, put):
     o = b * 2 * F16_BLOCK
-    for j in range(F16_BLOCK):
-        put(out, k, j, f16[np.int64(row[o + 2 * j]) | (np.int64(row[o + 2 * j + 1]) << 8)], x)
+    for j in range(0, F16_BLOCK, 8):
+        put(out, k, j, simd8.halves8(row, o + 2 * j), x)
 
 
 # ---- the two kernels, one body each, specialised per decoder below ---------------------------------------
@@ -243,13 +259,15 @@ def _matvec(raws, x, out, f16, decode, block, block_bytes):
         raw = raws[p]
         sraw = raw.view(np.int8)
         r0 = (task - first_task[p]) * ROWS_PER_TASK
-        lanes = np.empty(block, np.float32)          # per-position partial sums: no horizontal add per block
+        lanes = simd8.scratch32()                    # per-position partial sums: no horizontal add per block
         for r in range(r0, min(raw.shape[0], r0 + ROWS_PER_TASK)):
             row, srow = raw[r], sraw[r]
-            lanes[:] = 0.0
+            for at in range(0, 32, 8):
+                simd8.store(lanes, at, simd8.zeros())
             for b in range(nb):
                 decode(row, srow, b, lanes, b * block, f16, x, _accumulate)
-            out[first_row[p] + r] = lanes.sum()
+            out[first_row[p] + r] = simd8.total(simd8.add(simd8.add(simd8.load(lanes, 0), simd8.load(lanes, 8)),
+                                                          simd8.add(simd8.load(lanes, 16), simd8.load(lanes, 24))))
 
 
 @njit(inline="always")
@@ -264,6 +282,9 @@ def _dequant(raw, out, f16, decode, block, block_bytes):
 
 
 _MATVEC = dict(parallel=True, cache=_CACHE, fastmath=True)
+# the same product on the calling thread alone (prange runs as range): a small product skips the parallel
+# launch and the thread-count switch around it (~20 us a call, per token hundreds of calls), and holds no GIL
+_SERIAL_MATVEC = dict(cache=_CACHE, fastmath=True, nogil=True)
 # the decode is serial (a parallel loop costs ~3 s more compile time per type; prefill's float32 sgemm
 # dominates it anyway) and releases the GIL
 _DEQUANT = dict(cache=_CACHE, nogil=True)
@@ -285,6 +306,10 @@ _Q6_K = BLOCK_LAYOUT[GGMLType.Q6_K]
 def matvec_q4_0(raws, x, out, f16):
     _matvec(raws, x, out, f16, _q4_0, _Q4_0[0], _Q4_0[1])
 
+@njit(**_SERIAL_MATVEC)
+def serial_matvec_q4_0(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q4_0, _Q4_0[0], _Q4_0[1])
+
 
 @njit(**_DEQUANT)
 def dequant_q4_0(raw, out, f16):
@@ -293,6 +318,10 @@ def dequant_q4_0(raw, out, f16):
 
 @njit(**_MATVEC)
 def matvec_q4_1(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q4_1, _Q4_1[0], _Q4_1[1])
+
+@njit(**_SERIAL_MATVEC)
+def serial_matvec_q4_1(raws, x, out, f16):
     _matvec(raws, x, out, f16, _q4_1, _Q4_1[0], _Q4_1[1])
 
 
@@ -305,6 +334,10 @@ def dequant_q4_1(raw, out, f16):
 def matvec_q5_0(raws, x, out, f16):
     _matvec(raws, x, out, f16, _q5_0, _Q5_0[0], _Q5_0[1])
 
+@njit(**_SERIAL_MATVEC)
+def serial_matvec_q5_0(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q5_0, _Q5_0[0], _Q5_0[1])
+
 
 @njit(**_DEQUANT)
 def dequant_q5_0(raw, out, f16):
@@ -313,6 +346,10 @@ def dequant_q5_0(raw, out, f16):
 
 @njit(**_MATVEC)
 def matvec_q5_1(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q5_1, _Q5_1[0], _Q5_1[1])
+
+@njit(**_SERIAL_MATVEC)
+def serial_matvec_q5_1(raws, x, out, f16):
     _matvec(raws, x, out, f16, _q5_1, _Q5_1[0], _Q5_1[1])
 
 
@@ -325,6 +362,10 @@ def dequant_q5_1(raw, out, f16):
 def matvec_q8_0(raws, x, out, f16):
     _matvec(raws, x, out, f16, _q8_0, _Q8_0[0], _Q8_0[1])
 
+@njit(**_SERIAL_MATVEC)
+def serial_matvec_q8_0(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q8_0, _Q8_0[0], _Q8_0[1])
+
 
 @njit(**_DEQUANT)
 def dequant_q8_0(raw, out, f16):
@@ -333,6 +374,10 @@ def dequant_q8_0(raw, out, f16):
 
 @njit(**_MATVEC)
 def matvec_mxfp4(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _mxfp4, _MXFP4[0], _MXFP4[1])
+
+@njit(**_SERIAL_MATVEC)
+def serial_matvec_mxfp4(raws, x, out, f16):
     _matvec(raws, x, out, f16, _mxfp4, _MXFP4[0], _MXFP4[1])
 
 
@@ -345,6 +390,10 @@ def dequant_mxfp4(raw, out, f16):
 def matvec_q4_k(raws, x, out, f16):
     _matvec(raws, x, out, f16, _q4_k, _Q4_K[0], _Q4_K[1])
 
+@njit(**_SERIAL_MATVEC)
+def serial_matvec_q4_k(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q4_k, _Q4_K[0], _Q4_K[1])
+
 
 @njit(**_DEQUANT)
 def dequant_q4_k(raw, out, f16):
@@ -353,6 +402,10 @@ def dequant_q4_k(raw, out, f16):
 
 @njit(**_MATVEC)
 def matvec_q5_k(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q5_k, _Q5_K[0], _Q5_K[1])
+
+@njit(**_SERIAL_MATVEC)
+def serial_matvec_q5_k(raws, x, out, f16):
     _matvec(raws, x, out, f16, _q5_k, _Q5_K[0], _Q5_K[1])
 
 
@@ -365,6 +418,10 @@ def dequant_q5_k(raw, out, f16):
 def matvec_q6_k(raws, x, out, f16):
     _matvec(raws, x, out, f16, _q6_k, _Q6_K[0], _Q6_K[1])
 
+@njit(**_SERIAL_MATVEC)
+def serial_matvec_q6_k(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _q6_k, _Q6_K[0], _Q6_K[1])
+
 
 @njit(**_DEQUANT)
 def dequant_q6_k(raw, out, f16):
@@ -373,6 +430,10 @@ def dequant_q6_k(raw, out, f16):
 
 @njit(**_MATVEC)
 def matvec_f16_run(raws, x, out, f16):
+    _matvec(raws, x, out, f16, _f16_run, F16_BLOCK, 2 * F16_BLOCK)
+
+@njit(**_SERIAL_MATVEC)
+def serial_matvec_f16_run(raws, x, out, f16):
     _matvec(raws, x, out, f16, _f16_run, F16_BLOCK, 2 * F16_BLOCK)
 
 
@@ -385,18 +446,25 @@ def _layout(t: GGMLType) -> tuple[int, int]:
     return (F16_BLOCK, 2 * F16_BLOCK) if t == GGMLType.F16 else BLOCK_LAYOUT[t]
 
 
-# type -> (elements per kernel block, bytes per kernel block, matvec, dequant)
-KERNELS = {t: (*_layout(t), mv, dq) for t, mv, dq in [
-    (GGMLType.Q4_0, matvec_q4_0, dequant_q4_0),
-    (GGMLType.Q4_1, matvec_q4_1, dequant_q4_1),
-    (GGMLType.Q5_0, matvec_q5_0, dequant_q5_0),
-    (GGMLType.Q5_1, matvec_q5_1, dequant_q5_1),
-    (GGMLType.Q8_0, matvec_q8_0, dequant_q8_0),
-    (GGMLType.MXFP4, matvec_mxfp4, dequant_mxfp4),
-    (GGMLType.Q4_K, matvec_q4_k, dequant_q4_k),
-    (GGMLType.Q5_K, matvec_q5_k, dequant_q5_k),
-    (GGMLType.Q6_K, matvec_q6_k, dequant_q6_k),
-    (GGMLType.F16, matvec_f16_run, dequant_f16_run),
+class Kernels(NamedTuple):
+    block: int              # elements per kernel block
+    block_bytes: int        # bytes per kernel block
+    matvec: object          # parallel over the threads
+    serial_matvec: object   # the same product on the calling thread
+    dequant: object
+
+
+KERNELS = {t: Kernels(*_layout(t), mv, smv, dq) for t, mv, smv, dq in [
+    (GGMLType.Q4_0, matvec_q4_0, serial_matvec_q4_0, dequant_q4_0),
+    (GGMLType.Q4_1, matvec_q4_1, serial_matvec_q4_1, dequant_q4_1),
+    (GGMLType.Q5_0, matvec_q5_0, serial_matvec_q5_0, dequant_q5_0),
+    (GGMLType.Q5_1, matvec_q5_1, serial_matvec_q5_1, dequant_q5_1),
+    (GGMLType.Q8_0, matvec_q8_0, serial_matvec_q8_0, dequant_q8_0),
+    (GGMLType.MXFP4, matvec_mxfp4, serial_matvec_mxfp4, dequant_mxfp4),
+    (GGMLType.Q4_K, matvec_q4_k, serial_matvec_q4_k, dequant_q4_k),
+    (GGMLType.Q5_K, matvec_q5_k, serial_matvec_q5_k, dequant_q5_k),
+    (GGMLType.Q6_K, matvec_q6_k, serial_matvec_q6_k, dequant_q6_k),
+    (GGMLType.F16, matvec_f16_run, serial_matvec_f16_run, dequant_f16_run),
 ]}
 
 

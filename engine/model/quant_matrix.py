@@ -84,9 +84,9 @@ def _smoke_test(k) -> None:
     raw.flags.writeable = False
     x = np.ones(32, np.float32)
     out, rows = np.empty(2, np.float32), np.empty((2, 32), np.float32)
-    _, _, matvec, dequant = k.KERNELS[GGMLType.Q8_0]
-    matvec((raw, k.NO_ROWS, k.NO_ROWS), x, out, k.F16_TABLE)
-    dequant(raw, rows, k.F16_TABLE)
+    kernels = k.KERNELS[GGMLType.Q8_0]
+    kernels.matvec((raw, k.NO_ROWS, k.NO_ROWS), x, out, k.F16_TABLE)
+    kernels.dequant(raw, rows, k.F16_TABLE)
     if not (np.all(out == 496.0) and np.array_equal(rows[1], np.arange(32, dtype=np.float32))):
         raise RuntimeError(f"the Q8_0 kernels computed {out} on a known block")
 
@@ -102,13 +102,14 @@ def prepare_kernels(types) -> None:
     for t in types:
         if t not in k.KERNELS:
             continue
-        _, block_bytes, matvec, dequant = k.KERNELS[t]
-        raw = np.zeros((1, block_bytes), np.uint8)
+        kernels = k.KERNELS[t]
+        raw = np.zeros((1, kernels.block_bytes), np.uint8)
         raw.flags.writeable = False
-        x = np.zeros(k.KERNELS[t][0], np.float32)
+        x = np.zeros(kernels.block, np.float32)
         with _PARALLEL:
-            matvec((raw, k.NO_ROWS, k.NO_ROWS), x, np.empty(1, np.float32), k.F16_TABLE)
-        dequant(raw, np.empty((1, len(x)), np.float32), k.F16_TABLE)
+            kernels.matvec((raw, k.NO_ROWS, k.NO_ROWS), x, np.empty(1, np.float32), k.F16_TABLE)
+        kernels.serial_matvec((raw, k.NO_ROWS, k.NO_ROWS), x, np.empty(1, np.float32), k.F16_TABLE)
+        kernels.dequant(raw, np.empty((1, len(x)), np.float32), k.F16_TABLE)
     cache = np.zeros((1, 2, 1, 4), np.float32)          # the decode attention, with the forward's array kinds
     k.decode_attention(np.zeros((2, 4), np.float32), cache, cache, np.zeros(1, np.int32),
                        np.zeros(2, np.float32), k.NO_SINKS, 1.0, np.empty(8, np.float32))
@@ -209,9 +210,9 @@ class QuantMatrix:
             raw.flags.writeable = False
             object.__setattr__(self, "raw", raw)
         k = _kernels()                     # looked up once: decode calls these hundreds of times per token
-        _, _, matvec, dequant = k.KERNELS[self.ggml_type]
-        object.__setattr__(self, "_matvec", matvec)
-        object.__setattr__(self, "_dequant", dequant)
+        kernels = k.KERNELS[self.ggml_type]
+        object.__setattr__(self, "_kernels", kernels)
+        object.__setattr__(self, "_dequant", kernels.dequant)
         object.__setattr__(self, "_f16", k.F16_TABLE)
         object.__setattr__(self, "_alone", (self.raw,) + (k.NO_ROWS,) * (k.MATVEC_PARTS - 1))
         object.__setattr__(self, "_serial", serial_product(self.rows * self.cols))   # as QuantLinear's plan
@@ -242,7 +243,7 @@ class QuantMatrix:
 
     def matvec(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [rows] = W @ x, x [cols] float32 contiguous."""
-        _product(self._matvec, self._alone, x, out, self._f16, self._serial)
+        _product(self._kernels, self._alone, x, out, self._f16, self._serial)
 
     def matmul_into(self, x: np.ndarray, out: np.ndarray) -> None:
         """out [T, rows] = x [T, cols] @ W.T (out may be a column slice of a wider array)."""
@@ -289,11 +290,11 @@ class QuantLinear:
         if len(x) <= DECODE_TOKENS:                  # per token: one matrix-vector call per run of parts
             for t in range(len(x)):
                 xt, ot = x[t], out[t]
-                for r0, r1, matvec, raws, f16, serial in self._token_plan:
-                    if matvec is None:
+                for r0, r1, kernels, raws, f16, serial in self._token_plan:
+                    if kernels is None:
                         ot[r0:r1] = raws @ xt                  # a float32 part (BLAS sgemv)
                     else:
-                        _product(matvec, raws, xt, ot[r0:r1], f16, serial)
+                        _product(kernels, raws, xt, ot[r0:r1], f16, serial)
             return out
         r0 = 0
         for p in self.parts:
@@ -312,7 +313,7 @@ class QuantLinear:
 
 
 def _token_plan(parts: tuple[Matrix, ...]):
-    """(first row, end row, matvec or None, raws or the float32 part, F16 table, serial) per kernel call of
+    """(first row, end row, kernels or None, raws or the float32 part, F16 table, serial) per kernel call of
     one token: neighbouring QuantMatrix parts of one type share a call, padded with NO_ROWS."""
     r0, i = 0, 0
     while i < len(parts):
@@ -327,24 +328,19 @@ def _token_plan(parts: tuple[Matrix, ...]):
                and parts[i + len(run)].ggml_type == p.ggml_type):
             run.append(parts[i + len(run)])
         rows = sum(q.rows for q in run)
-        yield (r0, r0 + rows, p._matvec, tuple(q.raw for q in run) + p._alone[len(run):], p._f16,
+        yield (r0, r0 + rows, p._kernels, tuple(q.raw for q in run) + p._alone[len(run):], p._f16,
                serial_product(rows * p.cols))
         r0, i = r0 + rows, i + len(run)
 
 
-def _product(matvec, raws, x: np.ndarray, out: np.ndarray, f16: np.ndarray, serial: bool) -> None:
-    """One matvec kernel call; on the calling thread alone when `serial` (a small product)."""
+def _product(kernels, raws, x: np.ndarray, out: np.ndarray, f16: np.ndarray, serial: bool) -> None:
+    """One matvec kernel call: the serial kernel on the calling thread when `serial` (a small product; it
+    launches no parallel loop, so it needs no turn), else the parallel one."""
+    if serial:
+        kernels.serial_matvec(raws, x, out, f16)
+        return
     with _PARALLEL:
-        if not serial:
-            matvec(raws, x, out, f16)
-            return
-        k = _kernels()
-        threads = k.get_num_threads()
-        k.set_num_threads(1)
-        try:
-            matvec(raws, x, out, f16)
-        finally:
-            k.set_num_threads(threads)
+        kernels.matvec(raws, x, out, f16)
 
 
 def fuse(parts: list[Matrix]) -> np.ndarray | QuantLinear:
