@@ -37,11 +37,11 @@ DECODE_TOKENS = 4               # up to this many tokens, one matrix-vector prod
 CHUNK_ELEMENTS = 1 << 18
 # A matrix-vector product runs on the calling thread alone unless splitting it pays for waking the kernel's
 # other threads (they wait passively: quant_kernels sets OMP_WAIT_POLICY): n threads save (1 - 1/n) of its time
-# and cost one wake-up, WAKE_WEIGHTS being the weights one thread decodes in that time. On a 2-core machine
-# (2026-12-05) moving SmolLM2's Q4_1 products (<= 1.77M weights) to one thread took its decode from 35-37 to
-# 40-46 tok/s, while gemma-3 decoded 27-29 tok/s with its 2.6M-weight Q5_0 gate|up on one thread against 31-35 on
-# two; the wake-up was then ~120 us (~10-35 us where first measured: it depends on the machine and its load).
-WAKE_WEIGHTS = 1 << 20
+# and cost one wake-up, WAKE_WEIGHTS being the weights one thread decodes in that time. Measured on a 2-core Zen 3
+# (2026-12-07, the vector kernels: ~11 G weights/s a thread for Q4_1, ~7 for Q5_0): SmolLM2's 1.77M-weight gate|up
+# took 151 us on one thread and 118 us on two, its 0.44M-weight q|k 40 us against 55, so a wake-up cost ~35-45 us,
+# ~0.45M weights; the wake-up depends on the machine and its load (10-120 us on earlier machines).
+WAKE_WEIGHTS = 1 << 19
 
 
 def serial_product(weights: int) -> bool:
