@@ -82,6 +82,12 @@ BLOCK_LAYOUT: dict[GGMLType, tuple[int, int]] = {
     GGMLType.MXFP4: (32, 17),
 }
 
+# type -> byte offsets in a block of its float16 scale fields (d, and dmin / m where the type has one)
+HALF_FIELDS: dict[GGMLType, tuple[int, ...]] = {
+    GGMLType.Q4_0: (0,), GGMLType.Q4_1: (0, 2), GGMLType.Q5_0: (0,), GGMLType.Q5_1: (0, 2), GGMLType.Q8_0: (0,),
+    GGMLType.Q4_K: (0, 2), GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,),
+}
+
 
 class GGUFValueType(IntEnum):
     """Metadata value type ids (gguf_type)."""

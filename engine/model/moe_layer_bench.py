@@ -15,23 +15,12 @@ import time
 
 import numpy as np
 
-from engine.gguf.types import BLOCK_LAYOUT, GGMLType
+from engine.gguf.types import GGMLType
+from engine.model.kernel_bench import random_blocks
 from engine.model.moe import ExpertStack, MoeWeights, moe_ffn
 from engine.model.quant_matrix import QuantLinear, QuantMatrix, describe_kernels
 
 E, HEADS, KV_HEADS, HEAD_DIM, N_EXPERT, K, F, VOCAB, LAYERS = 2048, 32, 4, 128, 128, 8, 768, 151936, 48
-_HALF_AT = {GGMLType.Q4_K: (0, 2), GGMLType.Q6_K: (208,)}
-
-
-def random_blocks(t: GGMLType, rows: int, cols: int, rng, lead: tuple[int, ...] = ()) -> np.ndarray:
-    """Random blocks of type `t` with small finite float16 scales: [*lead, rows, bytes per row] uint8."""
-    block, nbytes = BLOCK_LAYOUT[t]
-    raw = rng.integers(0, 256, size=(*lead, rows, cols // block, nbytes), dtype=np.uint8)
-    for at in _HALF_AT[t]:
-        raw[..., at:at + 2] = rng.uniform(-1e-3, 1e-3, size=raw.shape[:-1] + (1,)).astype("<f2").view(np.uint8)
-    return raw.reshape(*lead, rows, -1)
-
-
 def _quant(t: GGMLType, rows: int, cols: int, rng) -> QuantMatrix:
     return QuantMatrix(random_blocks(t, rows, cols, rng), t, rows, cols)
 

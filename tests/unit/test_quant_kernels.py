@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from engine.gguf.dequant import dequantize
-from engine.gguf.types import BLOCK_LAYOUT, GGMLType
+from engine.gguf.types import GGMLType
+from engine.model.kernel_bench import random_blocks
 from engine.model.quant_matrix import (
     WAKE_WEIGHTS,
     QuantLinear,
@@ -17,24 +18,13 @@ from engine.model.quant_matrix import (
 
 pytestmark = pytest.mark.skipif(kernel_path() != "numba", reason="numba is not installed here")
 
-# byte offsets of each block's float16 scale fields: random bytes there could be inf or NaN
-HALF_FIELDS = {GGMLType.Q4_0: (0,), GGMLType.Q4_1: (0, 2), GGMLType.Q5_0: (0,), GGMLType.Q5_1: (0, 2),
-               GGMLType.Q8_0: (0,), GGMLType.Q4_K: (0, 2), GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,)}
 TYPES = sorted(kernel_blocks(), key=int)
 
 
 def random_matrix(t: GGMLType, rows: int, blocks_per_row: int, rng) -> tuple[np.ndarray, int]:
     """(raw [rows, bytes per row] uint8 of random blocks with finite scales, cols)."""
-    if t == GGMLType.F16:
-        cols = blocks_per_row * kernel_blocks()[t]
-        return rng.normal(size=(rows, cols)).astype("<f2").view(np.uint8), cols
-    block, nbytes = BLOCK_LAYOUT[t]
-    raw = rng.integers(0, 256, size=(rows, blocks_per_row, nbytes), dtype=np.uint8)
-    for at in HALF_FIELDS.get(t, ()):
-        raw[:, :, at:at + 2] = rng.uniform(-0.1, 0.1, size=(rows, blocks_per_row, 1)).astype("<f2").view(np.uint8)
-    if t == GGMLType.MXFP4:
-        raw[:, :, 0] = rng.integers(118, 130, size=(rows, blocks_per_row))     # shared exponents 2^-10..2^1
-    return raw.reshape(rows, -1), block * blocks_per_row
+    cols = blocks_per_row * kernel_blocks()[t]
+    return random_blocks(t, rows, cols, rng, scale=0.1), cols
 
 
 def test_every_type_the_loader_keeps_quantized_has_kernels():
@@ -57,6 +47,10 @@ def test_kernels_equal_dequantize_then_matmul(t):
 
     np.testing.assert_array_equal(m.dequantize(), want)                  # the decode: bit-exact
     np.testing.assert_array_equal(m.dequantize(5, 21), want[5:21])
+    wide = np.full((rows, cols + 8), np.nan, np.float32)      # not contiguous: the element-by-element stores
+    m.dequantize(out=wide[:, 3:3 + cols])
+    np.testing.assert_array_equal(wide[:, 3:3 + cols], want)
+    assert np.isnan(wide[:, :3]).all() and np.isnan(wide[:, 3 + cols:]).all()
     ids = np.array([36, 0, 7, 7])
     np.testing.assert_array_equal(m.take(ids), want[ids])
 
@@ -172,3 +166,14 @@ def test_decode_attention_equals_softmax_attention_in_float64(with_sinks):
         e = np.exp(scores - top)
         want[h] = e @ values[:, g] / (e.sum() + (np.exp(sinks[h] - top) if with_sinks else 0.0))
     np.testing.assert_allclose(out, want.reshape(-1), rtol=1e-5, atol=1e-6)
+
+
+def test_kernel_bench_prints_a_rate_for_every_type(capsys):
+    from engine.model import kernel_bench
+
+    kernel_bench.main(["--rows", "16", "--cols", "256", "--seconds", "0.01", "--repeat", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    rates = {line.split()[0]: line.split() for line in lines[2:]}
+    assert set(rates) == {t.name for t in TYPES}
+    for name, fields in rates.items():           # "Q4_1 one thread 12.64 2 threads 12.20"
+        assert float(fields[3]) > 0 and float(fields[6]) > 0, name
