@@ -48,6 +48,7 @@ class BenchResult:
     file_mb: float = 0.0
     kv_cache_mb: float = 0.0
     cpu_kernels: str = ""                     # engine.model.quant_matrix.describe_kernels()
+    cpu_threads: int | None = None            # the compiled products' threads (None: the numpy path)
     warmup_s: float = 0.0                     # an 8-token step and a 1-token step before timing
     load_average: tuple[float, float, float] | None = None   # at the end: the cores may be shared
 
@@ -129,7 +130,7 @@ def prompt_ids(prompt_format: PromptFormat, n: int) -> list[int]:
 
 
 def run_bench(path: Path, prompt_tokens: int = 128, decode_tokens: int = 64, repeat: int = 1) -> BenchResult:
-    from engine.model.quant_matrix import describe_kernels
+    from engine.model.quant_matrix import describe_kernels, kernel_threads
 
     kernels = describe_kernels()            # imports numba (when present) before the baseline is taken
     # the model's share: the peak from the load on minus what is resident just before it (the peak before it
@@ -170,7 +171,8 @@ def run_bench(path: Path, prompt_tokens: int = 128, decode_tokens: int = 64, rep
         peak_rss_mb=_rounded(max(peak_before or 0.0, peak_rss_mb() or 0.0) or None), blas_threads=blas_threads(),
         peak_since_load_mb=_rounded(peak_rss_mb()), rss_before_load_mb=_rounded(before),
         file_mb=round(path.stat().st_size / 2**20, 1),
-        kv_cache_mb=round(kv.nbytes / 2**20, 1), cpu_kernels=kernels, warmup_s=round(warmup_s, 2),
+        kv_cache_mb=round(kv.nbytes / 2**20, 1), cpu_kernels=kernels, cpu_threads=kernel_threads(),
+        warmup_s=round(warmup_s, 2),
         load_average=_load_average())
 
 
