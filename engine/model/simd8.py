@@ -90,6 +90,13 @@ def _load(context, builder, aryty, ary, index, element_vector):
     return v
 
 
+def _load_args(context, builder, sig, args, element_vector):
+    """The load of an intrinsic called as f(array, index): array[index:index + len(element_vector)]."""
+    aryty, index_type = sig.args[:2]
+    index = context.cast(builder, args[1], index_type, types.intp)
+    return _load(context, builder, aryty, args[0], index, element_vector)
+
+
 def _is_1d(ary, *dtypes) -> bool:
     return isinstance(ary, types.Array) and ary.ndim == 1 and ary.dtype in dtypes
 
@@ -103,10 +110,8 @@ def bytes8(typingctx, raw, index):
         return None
 
     def codegen(context, builder, sig, args):
-        aryty, index_type = sig.args
-        index = context.cast(builder, args[1], index_type, types.intp)
-        v = _load(context, builder, aryty, args[0], index, ir.VectorType(ir.IntType(8), LANES))
-        return builder.sext(v, _IV) if aryty.dtype == types.int8 else builder.zext(v, _IV)
+        v = _load_args(context, builder, sig, args, ir.VectorType(ir.IntType(8), LANES))
+        return builder.sext(v, _IV) if sig.args[0].dtype == types.int8 else builder.zext(v, _IV)
     return i32x8(raw, index), codegen
 
 
@@ -117,9 +122,7 @@ def halves8(typingctx, raw, index):
         return None
 
     def codegen(context, builder, sig, args):
-        aryty, index_type = sig.args
-        index = context.cast(builder, args[1], index_type, types.intp)
-        v = _load(context, builder, aryty, args[0], index, ir.VectorType(ir.IntType(8), 2 * LANES))
+        v = _load_args(context, builder, sig, args, ir.VectorType(ir.IntType(8), 2 * LANES))
         return builder.fpext(builder.bitcast(v, ir.VectorType(ir.HalfType(), LANES)), _FV)
     return f32x8(raw, index), codegen
 
@@ -131,9 +134,7 @@ def load(typingctx, ary, index):
         return None
 
     def codegen(context, builder, sig, args):
-        aryty, index_type = sig.args
-        index = context.cast(builder, args[1], index_type, types.intp)
-        return _load(context, builder, aryty, args[0], index, _FV)
+        return _load_args(context, builder, sig, args, _FV)
     return f32x8(ary, index), codegen
 
 
