@@ -19,8 +19,9 @@ Compiled code is cached on disk under NUMBA_CACHE_DIR, which this module points 
 (engine.paths) unless the environment already sets it (a frozen app's own folder is read-only). numba's
 cache is keyed by this file's source alone, so the folder's name carries a digest of engine.model.simd8's
 source, which these kernels inline: a changed simd8 compiles afresh instead of reading stale code. In a frozen
-app (no source) numba keeps it in its own user-wide cache folder keyed by the executable instead. OpenMP threads wait passively (OMP_WAIT_POLICY) unless set otherwise:
-spinning threads made each parallel product ~10x slower on cores shared with other programs (measured).
+app (no source) numba keeps it in its own user-wide cache folder keyed by the executable instead. OpenMP threads
+wait passively (OMP_WAIT_POLICY) unless set otherwise: spinning threads made each parallel product ~10x slower on
+cores shared with other programs (measured).
 Importing this module raises ImportError when numba is missing (engine.model.quant_matrix then keeps the
 numpy float32 path).
 """
