@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from engine.gguf.types import BLOCK_LAYOUT, HALF_FIELDS, GGMLType
-from engine.model.quant_matrix import describe_kernels, kernel_blocks, kernel_path
+from engine.model.quant_matrix import describe_kernels, kernel_blocks, kernel_path, kernel_threads
 
 _MXFP4_EXPONENTS = (118, 130)      # shared exponents 2^-10..2^1: products stay finite
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
         kernels, weights = k.KERNELS[t], args.rows * args.cols
         one = _rate(kernels.serial_matvec, call, weights, args.seconds, args.repeat)
         every = _rate(kernels.matvec, call, weights, args.seconds, args.repeat)
-        print(f"{t.name:6s} one thread {one:6.2f}   {k.get_num_threads()} threads {every:6.2f}")
+        print(f"{t.name:6s} one thread {one:6.2f}   {kernel_threads()} threads {every:6.2f}")
 
 
 if __name__ == "__main__":

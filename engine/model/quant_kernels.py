@@ -48,8 +48,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # folder keyed by the executable (its frozen-app locator)
 _CACHE = bool(getattr(sys, "frozen", False)) or (__file__.endswith(".py") and os.path.isfile(__file__))
 
-# numba after NUMBA_CACHE_DIR is set (numba reads it at import); the thread-count calls are for quant_matrix
-from numba import get_num_threads, njit, prange, set_num_threads  # noqa: E402, F401
+# numba after NUMBA_CACHE_DIR is set (numba reads it at import); get_num_threads is for quant_matrix
+from numba import get_num_threads, njit, prange  # noqa: E402, F401
 
 from engine.model import simd8  # noqa: E402 - imports numba
 
