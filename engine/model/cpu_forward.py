@@ -12,7 +12,7 @@ from engine.model.blas import default_threads, set_blas_threads
 from engine.model.config import ModelConfig
 from engine.model.delta_net import gated_delta_net
 from engine.model.moe import moe_ffn
-from engine.model.quant_matrix import QuantLinear, decode_attention_kernel
+from engine.model.quant_matrix import QuantLinear, layer_kernels
 from engine.model.step import KVCache, StepInput
 from engine.model.weights import LayerWeights, Linear, LinearLayerWeights, Weights
 
@@ -20,7 +20,8 @@ _SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """RMSNorm over the last axis. GGUF stores gemma's (1 + w) already folded into w, so one formula."""
+    """RMSNorm over the last axis. GGUF stores gemma's (1 + w) already folded into w, so one formula.
+    The reference, and the path without numba; CpuModel runs engine.model.layer_kernels.rms_norm_rows."""
     # np.add.reduce / n is np.mean's own arithmetic (same bits) without its Python wrapper: this runs ~60
     # times per decode step
     mean_square = np.add.reduce(np.square(x), axis=-1, keepdims=True) / np.float32(x.shape[-1])
@@ -59,8 +60,9 @@ class Rope:
     """Rotary embedding by `inv_freq` [rope_dim/2] float64 (one row of engine.model.arch.rope_inv_freq, the
     GPU's table too); cos/sin computed per step from positions."""
 
-    def __init__(self, config: ModelConfig, inv_freq: np.ndarray):
+    def __init__(self, config: ModelConfig, inv_freq: np.ndarray, kernel=None):
         self.inv_freq = inv_freq
+        self.kernel = kernel                                   # engine.model.layer_kernels.rope_rows, or None
         self.rope_dim = config.rope_dim
         self.neox = config.rope_style == "neox"
         self.factor = rope_attention_factor(config)            # YaRN's magnitude scale, else 1
@@ -71,7 +73,12 @@ class Rope:
         return cos.astype(np.float32)[:, None, :], sin.astype(np.float32)[:, None, :]
 
     def apply(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-        """x [T, heads, D] -> rotated copy. neox pairs (i, i + r/2); normal pairs (2i, 2i + 1)."""
+        """x [T, heads, D] -> rotated copy. neox pairs (i, i + r/2); normal pairs (2i, 2i + 1). numpy's form is
+        the reference, and the path without numba."""
+        if self.kernel is not None:
+            out = np.empty(x.shape, np.float32)
+            self.kernel(x, cos, sin, self.rope_dim, self.neox, out)
+            return out
         out = x.copy()
         r = self.rope_dim
         if self.neox:
@@ -99,14 +106,16 @@ class CpuModel:
         # threads made a 128-token prefill 5x slower (3.2 s vs 0.6 s). HALO_CPU_THREADS=N opts in.
         self.threads = threads or default_threads()
         self.act = _ACTIVATIONS[config.activation]
-        # one token's attention compiled (numba present), else numpy for every step
-        self._decode_attention = decode_attention_kernel()
+        # RMSNorm, rotary embedding and one token's attention compiled (numba present), else numpy's
+        lk = layer_kernels()
+        self._decode_attention = None if lk is None else (lk.decode_attention, lk.NO_SINKS)
+        self.norm = rms_norm if lk is None else _compiled_norm(lk)
         self._ropes = {}
         self.layer_rope = []
         inv_freq = rope_inv_freq(config, weights.rope_freqs)            # [n_layers, rope_dim/2]
         for i, key in enumerate(zip(config.rope_theta, config.rope_freq_scale, strict=True)):
             if key not in self._ropes:
-                self._ropes[key] = Rope(config, inv_freq[i])
+                self._ropes[key] = Rope(config, inv_freq[i], None if lk is None else lk.rope_rows)
             self.layer_rope.append(self._ropes[key])
 
     def new_kv_cache(self, num_blocks: int, block_size: int, state_slots: int = 1) -> KVCache:
@@ -128,21 +137,21 @@ class CpuModel:
         for i, layer in enumerate(w.layers):
             rope = self.layer_rope[i]
             x = self._layer(i, layer, x, step, kv, rope, tables[id(rope)], masks.get(c.sliding_layers[i]))
-        h = rms_norm(x[step.logits_indices], w.output_norm, c.norm_eps)   # [S', E]
+        h = self.norm(x[step.logits_indices], w.output_norm, c.norm_eps)   # [S', E]
         return linear(h, w.output)                                            # [S', vocab]
 
     def _layer(self, i: int, lw: LayerWeights | LinearLayerWeights, x: np.ndarray, step: StepInput, kv: KVCache,
                rope: Rope, cos_sin, masks: list[np.ndarray]) -> np.ndarray:
         c = self.config
-        h = rms_norm(x, lw.attn_norm, c.norm_eps)
+        h = self.norm(x, lw.attn_norm, c.norm_eps)
         if c.layer_kinds[i] == "linear_attention":
             o = self._linear_attention(i, lw, h, step, kv)
         else:
             o = self._attention_block(i, lw, h, step, kv, rope, cos_sin, masks)
         if getattr(lw, "post_attn_norm", None) is not None:
-            o = rms_norm(o, lw.post_attn_norm, c.norm_eps)
+            o = self.norm(o, lw.post_attn_norm, c.norm_eps)
         x = x + o
-        h = rms_norm(x, lw.ffn_norm, c.norm_eps)
+        h = self.norm(x, lw.ffn_norm, c.norm_eps)
         moe = getattr(lw, "moe", None)
         if moe is not None:
             d = moe_ffn(h, moe, c.n_expert_used, c.expert_activation)   # [T, E]
@@ -151,7 +160,7 @@ class CpuModel:
             a = self.act(gate_up[:, : c.n_ff]) * gate_up[:, c.n_ff:]
             d = linear(a, lw.w_down)                                 # [T, E]
         if getattr(lw, "post_ffn_norm", None) is not None:
-            d = rms_norm(d, lw.post_ffn_norm, c.norm_eps)
+            d = self.norm(d, lw.post_ffn_norm, c.norm_eps)
         return x + d
 
     def _linear_attention(self, i: int, lw: LinearLayerWeights, h: np.ndarray, step: StepInput,
@@ -191,8 +200,8 @@ class CpuModel:
         k = qkv[:, q_width: q_width + Hkv * D].reshape(T, Hkv, D)
         v = qkv[:, q_width + Hkv * D:].reshape(T, Hkv, D)
         if lw.q_norm is not None:
-            q = rms_norm(q, lw.q_norm, c.norm_eps)
-            k = rms_norm(k, lw.k_norm, c.norm_eps)
+            q = self.norm(q, lw.q_norm, c.norm_eps)
+            k = self.norm(k, lw.k_norm, c.norm_eps)
         q = rope.apply(q, *cos_sin)
         k = rope.apply(k, *cos_sin)
         k_cache = kv.k[i].reshape(-1, Hkv, D)                    # [num_blocks * block_size, Hkv, D] view
@@ -243,6 +252,16 @@ class CpuModel:
             ctx = scores.reshape(Hkv, G * n, L) @ values                             # [Hkv, G n, D]
             out[t0:t1] = ctx.reshape(Hkv, G, n, D).transpose(2, 0, 1, 3).reshape(n, H * D)
         return out
+
+
+def _compiled_norm(lk):
+    """rms_norm's contract on engine.model.layer_kernels.rms_norm_rows (rows of the last axis)."""
+    def norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+        rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+        out = np.empty(rows.shape, np.float32)
+        lk.rms_norm_rows(rows, weight, eps, lk.pairwise_plan(rows.shape[1]), out)
+        return out.reshape(x.shape)
+    return norm
 
 
 class _Masks:

@@ -46,7 +46,7 @@ os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba" / _SIMD8_DIGE
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # numba's cache is keyed by the source file; a frozen app has none, and numba then caches in its user-wide
 # folder keyed by the executable (its frozen-app locator)
-_CACHE = bool(getattr(sys, "frozen", False)) or (__file__.endswith(".py") and os.path.isfile(__file__))
+CACHE = bool(getattr(sys, "frozen", False)) or (__file__.endswith(".py") and os.path.isfile(__file__))
 
 # numba after NUMBA_CACHE_DIR is set (numba reads it at import); get_num_threads is for quant_matrix
 from numba import get_num_threads, njit, prange  # noqa: E402, F401
@@ -282,13 +282,13 @@ def _dequant(raw, out, f16, decode, block, block_bytes):
             decode(row, srow, b, dst, b * block, f16, f16, _store)
 
 
-_MATVEC = dict(parallel=True, cache=_CACHE, fastmath=True)
+_MATVEC = dict(parallel=True, cache=CACHE, fastmath=True)
 # the same product on the calling thread alone (prange runs as range): a small product skips the parallel
 # launch and the thread-count switch around it (~20 us a call, per token hundreds of calls), and holds no GIL
-_SERIAL_MATVEC = dict(cache=_CACHE, fastmath=True, nogil=True)
+_SERIAL_MATVEC = dict(cache=CACHE, fastmath=True, nogil=True)
 # the decode is serial (a parallel loop costs ~3 s more compile time per type; prefill's float32 sgemm
 # dominates it anyway) and releases the GIL
-_DEQUANT = dict(cache=_CACHE, nogil=True)
+_DEQUANT = dict(cache=CACHE, nogil=True)
 
 
 # (elements, bytes) per block, from the one table: numba freezes these module tuples into the compiled code
@@ -467,64 +467,6 @@ KERNELS = {t: Kernels(*_layout(t), mv, smv, dq) for t, mv, smv, dq in [
     (GGMLType.Q6_K, matvec_q6_k, serial_matvec_q6_k, dequant_q6_k),
     (GGMLType.F16, matvec_f16_run, serial_matvec_f16_run, dequant_f16_run),
 ]}
-
-
-# ---- attention of one new token over the paged KV cache (decode) -------------------------------------------
-# Not a quantized product, but the decode step's other hot spot: numpy needs ~20 small-array calls per layer
-# and sequence for it. Same math as engine.model.cpu_forward.CpuModel._attention; float32 throughout, only the
-# summation order differs (reassociation allowed; not "no infinities": the mask holds -inf).
-
-@njit(cache=_CACHE, fastmath={"reassoc", "contract", "nsz", "arcp"})
-def decode_attention(q, k_blocks, v_blocks, blocks, mask, sinks, scale, out):
-    """q [H, D] float32 (one token); k_blocks, v_blocks [num_blocks, block_size, Hkv, D] (one layer's cache);
-    blocks [>= ceil(L / block_size)] int32 (the sequence's block table); mask [L] float32 additive (0 or -inf;
-    L = the context length); sinks [H] float32 (per-head logits in the softmax's denominator) or empty; scale:
-    the score factor -> out [H * D] float32. Query head h reads KV head h // (H / Hkv)."""
-    H, D = q.shape
-    bs, hkv = k_blocks.shape[1], k_blocks.shape[2]
-    group = H // hkv
-    L = mask.shape[0]
-    scores = np.empty((group, L), np.float32)    # the query heads of one KV head: each key and value read once
-    acc = np.empty((group, D), np.float32)
-    top = np.empty(group, np.float32)
-    for g in range(hkv):
-        top[:] = -np.inf
-        for pos in range(L):
-            key = k_blocks[blocks[pos // bs], pos % bs, g]
-            for j in range(group):
-                s = np.float32(0.0)
-                for d in range(D):
-                    s += q[g * group + j, d] * key[d]
-                s = s * np.float32(scale) + mask[pos]
-                scores[j, pos] = s
-                top[j] = max(top[j], s)
-        for j in range(group):
-            h = g * group + j
-            if sinks.shape[0]:
-                top[j] = max(top[j], sinks[h])
-            denominator = np.float32(0.0)
-            for pos in range(L):
-                e = np.exp(scores[j, pos] - top[j])
-                scores[j, pos] = e
-                denominator += e
-            if sinks.shape[0]:
-                denominator += np.exp(sinks[h] - top[j])
-            for pos in range(L):
-                scores[j, pos] /= denominator
-        acc[:] = 0.0
-        for pos in range(L):
-            value = v_blocks[blocks[pos // bs], pos % bs, g]
-            for j in range(group):
-                w = scores[j, pos]
-                for d in range(D):
-                    acc[j, d] += w * value[d]
-        for j in range(group):
-            h = g * group + j
-            out[h * D:(h + 1) * D] = acc[j]
-
-
-NO_SINKS = np.zeros(0, np.float32)     # decode_attention's `sinks` for models without them (read-only, as
-NO_SINKS.flags.writeable = False       # the loader's weights are: numba specialises on the flag)
 
 
 def _dispatchers():

@@ -110,17 +110,32 @@ def prepare_kernels(types) -> None:
             kernels.matvec((raw, k.NO_ROWS, k.NO_ROWS), x, np.empty(1, np.float32), k.F16_TABLE)
         kernels.serial_matvec((raw, k.NO_ROWS, k.NO_ROWS), x, np.empty(1, np.float32), k.F16_TABLE)
         kernels.dequant(raw, np.empty((1, len(x)), np.float32), k.F16_TABLE)
-    cache = np.zeros((1, 2, 1, 4), np.float32)          # the decode attention, with the forward's array kinds
-    k.decode_attention(np.zeros((2, 4), np.float32), cache, cache, np.zeros(1, np.int32),
-                       np.zeros(2, np.float32), k.NO_SINKS, 1.0, np.empty(8, np.float32))
+    _prepare_layer_kernels(layer_kernels())
     release_compiler_pages()
 
 
-def decode_attention_kernel():
-    """(engine.model.quant_kernels.decode_attention: one token's attention over the paged cache, the
-    `sinks` to pass for a model without them), or None on the numpy path."""
-    k = _kernels()
-    return None if k is None else (k.decode_attention, k.NO_SINKS)
+def _prepare_layer_kernels(lk) -> None:
+    """engine.model.layer_kernels' specialisations a forward uses, over zeros: the array kinds as the forward
+    passes them (weights read-only as the loader's, activations contiguous, q / k views of a wider row
+    non-contiguous)."""
+    weight = np.zeros(4, np.float32)
+    weight.flags.writeable = False
+    lk.rms_norm_rows(np.zeros((1, 4), np.float32), weight, 1e-6, lk.pairwise_plan(4), np.empty((1, 4), np.float32))
+    table = np.zeros((2, 1, 2), np.float32)
+    for x in (np.zeros((2, 1, 4), np.float32), np.zeros((2, 8), np.float32)[:, :4].reshape(2, 1, 4)):
+        lk.rope_rows(x, table, table, 4, True, np.empty((2, 1, 4), np.float32))
+    cache = np.zeros((1, 2, 1, 4), np.float32)
+    lk.decode_attention(np.zeros((2, 4), np.float32), cache, cache, np.zeros(1, np.int32),
+                        np.zeros(2, np.float32), lk.NO_SINKS, 1.0, np.empty(8, np.float32))
+
+
+def layer_kernels():
+    """engine.model.layer_kernels (RMSNorm, rotary embedding, a decode token's attention, compiled), or None
+    on the numpy path."""
+    if _kernels() is None:
+        return None
+    from engine.model import layer_kernels as lk
+    return lk
 
 
 def release_compiler_pages() -> int:

@@ -137,37 +137,6 @@ def test_products_from_two_threads_at_once_are_right():
             np.testing.assert_array_equal(g, want[i])
 
 
-@pytest.mark.parametrize("with_sinks", [False, True])
-def test_decode_attention_equals_softmax_attention_in_float64(with_sinks):
-    """One token over a paged cache: blocks out of order, a context that ends mid-block, a sliding-window
-    mask (-inf entries) and grouped KV heads; with and without sink logits."""
-    from engine.model.quant_matrix import decode_attention_kernel
-
-    kernel, no_sinks = decode_attention_kernel()
-    rng = np.random.default_rng(3)
-    H, Hkv, D, bs, L = 8, 2, 16, 4, 11
-    k_blocks = rng.normal(size=(6, bs, Hkv, D)).astype(np.float32)
-    v_blocks = rng.normal(size=(6, bs, Hkv, D)).astype(np.float32)
-    blocks = np.array([4, 0, 5], np.int32)                      # positions 0-3 in block 4, 4-7 in 0, 8-10 in 5
-    q = rng.normal(size=(H, D)).astype(np.float32)
-    mask = np.where(np.arange(L) > L - 1 - 6, 0.0, -np.inf).astype(np.float32)   # a 6-token window
-    sinks = rng.normal(size=H).astype(np.float32) if with_sinks else no_sinks
-    scale = 1.0 / np.sqrt(D)
-    out = np.empty(H * D, np.float32)
-    kernel(q, k_blocks, v_blocks, blocks, mask, sinks, scale, out)
-
-    keys = k_blocks[blocks].reshape(-1, Hkv, D)[:L].astype(np.float64)        # [L, Hkv, D] in position order
-    values = v_blocks[blocks].reshape(-1, Hkv, D)[:L].astype(np.float64)
-    want = np.empty((H, D))
-    for h in range(H):
-        g = h // (H // Hkv)
-        scores = keys[:, g] @ q[h].astype(np.float64) * scale + mask
-        top = max(scores.max(), sinks[h]) if with_sinks else scores.max()
-        e = np.exp(scores - top)
-        want[h] = e @ values[:, g] / (e.sum() + (np.exp(sinks[h] - top) if with_sinks else 0.0))
-    np.testing.assert_allclose(out, want.reshape(-1), rtol=1e-5, atol=1e-6)
-
-
 def test_kernel_bench_prints_a_rate_for_every_type(capsys):
     from engine.model import kernel_bench
 
