@@ -18,7 +18,7 @@ import numpy as np
 
 from engine.model.arch import BLOCK_SIZE, DEFAULT_KV_CACHE_TYPE
 from engine.model.blas import blas_threads
-from engine.model.loader import load_model
+from engine.model.loader import load_model, open_model_file
 from engine.model.step import KVCache, SequenceBlocks
 from engine.prompt import PromptFormat
 
@@ -140,9 +140,10 @@ def run_bench(path: Path, prompt_tokens: int = 128, decode_tokens: int = 64, rep
     if not reset_peak_rss():
         before = peak_before
     t0 = time.perf_counter()
+    with open_model_file(path) as gguf:    # the tokenizer first, as engine.core.build does
+        fmt = PromptFormat.from_metadata(gguf.metadata)
     lm = load_model(path)
     load_s = time.perf_counter() - t0
-    fmt = PromptFormat.from_metadata(lm.metadata)
     ids = prompt_ids(fmt, prompt_tokens)
     n_blocks = -(-(len(ids) + decode_tokens + 1) // BLOCK_SIZE)
     kv = KVCache.allocate(lm.config, n_blocks, BLOCK_SIZE)
@@ -183,7 +184,7 @@ def _load_average() -> tuple[float, float, float] | None:
 def format_result(r: BenchResult) -> str:
     rows = [("model", f"{r.model} ({r.architecture})"), ("CPU path", r.cpu_kernels or "unknown"),
             ("load", f"{r.load_s:.2f} s (weights held: {r.weights_mb:.0f} MB; file {r.file_mb:.0f} MiB; includes "
-                     f"readying the kernels: numba's cache read, or a compile the first time)"),
+                     f"the tokenizer and readying the kernels: numba's cache read, or a compile the first time)"),
             ("warm-up", f"{r.warmup_s:.2f} s (first 8-token and 1-token steps; the load readied the kernels)"),
             ("prefill", f"{r.prefill_tok_s:.1f} tok/s ({r.prompt_tokens} tokens)"),
             ("decode", f"{r.decode_tok_s:.1f} tok/s ({r.decode_tokens} tokens)"),

@@ -39,6 +39,8 @@ def build_cpu(path: Path, choice: BackendChoice, on_progress, *, max_context: in
         num_blocks = kv_blocks(max_context, kv_cache_tokens)
         check_host_fits(plan_host_memory(config, gguf.tensors.values(), num_blocks, BLOCK_SIZE, prefill_chunk,
                                          max_num_seqs), what=Path(path).name)
+        # before the weights: a tokenizer or chat template we refuse is refused in a moment, not after the load
+        prompt_format = PromptFormat.from_metadata(gguf.metadata)
     loaded = load_model(path, on_progress)
     kv = KVCache.allocate(loaded.config, num_blocks=num_blocks, block_size=BLOCK_SIZE, state_slots=max_num_seqs)
     backend = create("cpu")
@@ -48,7 +50,7 @@ def build_cpu(path: Path, choice: BackendChoice, on_progress, *, max_context: in
     core = EngineCore(scheduler, ModelRunner(executor, BLOCK_SIZE, max_num_seqs))
     info = replace(loaded.info, backend="cpu", kv_cache_type=resolve_kv_cache_type(kv_cache_type, "cpu"),
                    prefill_chunk=prefill_chunk)
-    return BuiltModel(info, PromptFormat.from_metadata(loaded.metadata), loaded.config.vocab_size, core, max_context)
+    return BuiltModel(info, prompt_format, loaded.config.vocab_size, core, max_context)
 
 
 def gpu_forward_available() -> bool:

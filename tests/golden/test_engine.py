@@ -5,14 +5,19 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 
 from engine.api import ChatMessage, Finished, GenerateRequest, LoadProgress, SamplingParams, TextDelta
 from engine.engine import Engine
-from engine.errors import InvalidModelError, RequestAborted
+from engine.errors import InvalidModelError, RequestAborted, UnsupportedModelError
+from engine.gguf.mutate import with_metadata
+from engine.gguf.types import GGUFValueType
 
 pytestmark = pytest.mark.golden
+
+DATA = Path(__file__).parent / "data"
 
 TIMEOUT = 120
 
@@ -122,6 +127,22 @@ def test_two_engines_at_once(smollm2_path, engine):
         assert h1.text(TIMEOUT)[1].output_token_ids == h2.text(TIMEOUT)[1].output_token_ids
     finally:
         other.shutdown()
+
+
+def test_a_tokenizer_we_refuse_is_refused_before_the_weights_load(tmp_path):
+    """A model whose pre-tokenizer is unknown: the load fails naming it, and no weight was read first (no
+    progress reported), so a large file's refusal does not wait for its load."""
+    tiny = tmp_path / "made-up-pre.gguf"
+    tiny.write_bytes(with_metadata((DATA / "tiny-qwen2-f32.gguf").read_bytes(),
+                                   {"tokenizer.ggml.pre": (GGUFValueType.STRING, "made-up-pre")}))
+    eng = Engine()
+    try:
+        seen: list[LoadProgress] = []
+        with pytest.raises(UnsupportedModelError, match="made-up-pre"):
+            eng.load(tiny, progress=seen.append).result(TIMEOUT)
+        assert seen == []
+    finally:
+        eng.shutdown()
 
 
 def test_load_progress_cancel_bad_file_and_no_model(smollm2_path, tmp_path):
