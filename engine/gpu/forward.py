@@ -116,6 +116,13 @@ BQ_TARGET_BLOCKS = 512                     # split K of bq_t16 below this many b
 # (mv_split_warps). HALO_GPU_MV_MAX_T=0 turns it off (kq_t1, for comparisons).
 MV_TOKENS, MV_WARPS, MV_R = (1,), 4, 2
 MV_MAX_T = int(os.environ.get("HALO_GPU_MV_MAX_T", "1"))
+# The matmul's rows per warp column: MV_R (halo_matmul_mv_t1) or 2 MV_R (halo_matmul_mv4_t1, the GLU's count: twice
+# the bytes in flight per warp, half the blocks), chosen per launch by mv_matmul_rows; HALO_GPU_MV_MATMUL_R=2 or 4
+# takes one everywhere (for comparisons). Blocks of each a multiprocessor holds (H100, the runtime's occupancy for 128
+# threads: MV_R at 95 registers a thread, 2 MV_R at 128; neither spills).
+MV_MATMUL_KERNELS = {MV_R: "halo_matmul_mv_t1", 2 * MV_R: "halo_matmul_mv4_t1"}
+MV_MATMUL_BLOCKS_PER_SM = {MV_R: 5, 2 * MV_R: 4}
+MV_MATMUL_R = int(os.environ.get("HALO_GPU_MV_MATMUL_R", "0"))
 # halo_*_tn_t{8,16}: batched decode on tensor cores (CUDA sm_80+; HIP keeps bq_t16 / r1_t4 / r4_t8): steps of
 # TN_MIN_T..16 tokens where every matrix is Q4_K or Q6_K, K % 256 == 0 and every segment's rows % TN_ROWS == 0.
 # A block of TN_WARPS warps takes TN_WARPS x TN_ROWS rows and one K slice (k_slices up to TN_TARGET_BLOCKS, each
@@ -382,6 +389,30 @@ def mv_split_warps(K: int) -> int:
     return 4 if trips >= 8 else 2 if trips >= 4 else 1
 
 
+def mv_blocks(rows: int, rows_per_warp: int, kw: int) -> int:
+    """Blocks of a halo_*_mv launch over `rows` rows: each holds MV_WARPS / kw warp columns of rows_per_warp rows."""
+    return -(-rows // (rows_per_warp * MV_WARPS // kw))
+
+
+def mv_matmul_rows(rows: int, K: int, multiprocessors: int) -> int:
+    """Rows per warp column of a single-token matmul of `rows` rows: 2 MV_R where that fits the launch in fewer waves
+    of blocks than MV_R does, else MV_R. H100, Qwen3-4B shapes, us a decode step at 2 / 4 everywhere (run 33, each
+    role's launches as one graph): q|k|v (6,144 rows: 768 blocks for 660 slots, 384 for 528) 385 -> 316, but wo (one
+    wave either way: fewer blocks keep fewer rows in flight) 214 -> 250 and down (two waves either way) 574 -> 620;
+    decode 371 -> 357 tok/s. This rule against 2 everywhere, three alternations: Qwen3-4B shapes 370.9 -> 372.7
+    tok/s, Qwen3.5-4B 324.8 -> 334.3 (its matmuls 1,605 -> 1,497 us a step), gemma-3 unchanged (1,092 / 1,091).
+    multiprocessors 0 (the runtime could not say, or not CUDA: the block counts are sm_90's): MV_R."""
+    if MV_MATMUL_R:
+        return MV_MATMUL_R
+    if not multiprocessors:
+        return MV_R
+    kw = mv_split_warps(K)
+
+    def waves(r: int) -> int:
+        return -(-mv_blocks(rows, r, kw) // (MV_MATMUL_BLOCKS_PER_SM[r] * multiprocessors))
+    return 2 * MV_R if waves(2 * MV_R) < waves(MV_R) else MV_R
+
+
 def skv_chunks(T: int) -> int:
     """Chunks per (token, kv head) of a split-KV launch of T tokens: SKV_CHUNKS for one, halved while T x chunks
     exceeds SKV_CHUNKS (down to SKV_MIN_CHUNKS), so a batch's launch keeps about one token's block count. With 64
@@ -577,7 +608,8 @@ class GpuForward:
         self.split_kv = split_kv_usable(c) and os.environ.get("HALO_SPLIT_KV") != "0"
         # prefill attention: the tensor-core tile (flash), else the SIMT tile (ts), else halo_attention
         self.flash = self.use_tc and FLASH_MODE not in ("0", "simt") and flash_usable(c)
-        self.multiprocessors = device_attribute(backend, "multiprocessor_count") if self.flash else 0
+        # CUDA's (the flash tile's block rows, the decode matmul's rows per warp); HIP measured neither: 0
+        self.multiprocessors = device_attribute(backend, "multiprocessor_count") if backend.api == "cuda" else 0
         self.ts = FLASH_MODE != "0" and not self.flash and ts_usable(c)
         self.ts_min_context = 0 if FLASH_MODE == "simt" else TS_MIN_CONTEXT
         self.scratch = [self.x, self.h, self.o, self.qkv, self.attn, self.act, self.logits, self.sampled,
@@ -738,8 +770,8 @@ class GpuForward:
         R, NT, suffix = self._tile(T, m.rows_div4, m.tile_ok, m.bq_ok, m.tn_ok)
         args = m.segments + (pointer_or_null(bias), X, pointer_or_null(xrow), m.K32, np.int32(T), Y, np.int32(ldy))
         if suffix[:2] == "mv":
-            kw = mv_split_warps(K)
-            self._launch("halo_quant.cu", "halo_matmul_" + suffix, (-(-rows // (R * MV_WARPS // kw)), -(-T // NT)),
+            kw, R = mv_split_warps(K), mv_matmul_rows(rows, K, self.multiprocessors)
+            self._launch("halo_quant.cu", MV_MATMUL_KERNELS[R], (mv_blocks(rows, R, kw), -(-T // NT)),
                          32 * MV_WARPS, args + (np.int32(kw), np.int32(prefetch)))
             return
         if suffix[:2] == "tn":
@@ -792,7 +824,7 @@ class GpuForward:
         args = weights + (X, m.K32, np.int32(T), A)
         if suffix[:2] == "mv":
             kw = mv_split_warps(c.n_embd)
-            self._launch("halo_quant.cu", "halo_glu_" + suffix, (-(-c.n_ff // (R * MV_WARPS // kw)), -(-T // NT)),
+            self._launch("halo_quant.cu", "halo_glu_" + suffix, (mv_blocks(c.n_ff, R, kw), -(-T // NT)),
                          32 * MV_WARPS, args + (np.int32(kw),))
             return
         if suffix[:2] == "tn":

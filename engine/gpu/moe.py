@@ -178,9 +178,9 @@ def enqueue_moe_ffn(fwd, moe: DeviceMoe, s: MoeScratch, T: int, X: DeviceBuffer,
         return
     if _decode_mv(fwd, moe, T):
         # deferred: engine.gpu.forward imports this module; the dense matvecs' block shape is its fact
-        from engine.gpu.forward import MV_R, MV_WARPS, mv_split_warps
+        from engine.gpu.forward import MV_R, MV_WARPS, mv_blocks, mv_split_warps
         kw = mv_split_warps(E)
-        fwd._launch("halo_quant.cu", "halo_moe_glu_mv_t1", (-(-F // (MV_R * MV_WARPS // kw)), T * k), 32 * MV_WARPS,
+        fwd._launch("halo_quant.cu", "halo_moe_glu_mv_t1", (mv_blocks(F, MV_R, kw), T * k), 32 * MV_WARPS,
                     (g.buf, np.int32(g.ggml_type), u.buf, np.int32(u.ggml_type), np.int32(g.row_bytes),
                      np.int32(u.row_bytes), np.int32(F), np.int32(act), X, np.int32(E), s.ids, np.int32(k))
                     + glu_tail + (s.act, np.int32(kw)))

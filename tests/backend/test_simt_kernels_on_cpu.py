@@ -25,6 +25,7 @@ from engine.gpu.forward import (
     ATTN_WARPS,
     BQ_ROWS,
     MATMUL_WARPS,
+    MV_MATMUL_KERNELS,
     MV_R,
     MV_WARPS,
     SKV_WARPS,
@@ -35,6 +36,7 @@ from engine.gpu.forward import (
     flash_usable,
     kv_suffix,
     merge_threads,
+    mv_blocks,
     split_kernel,
     split_sum_stride,
     ts_kernel,
@@ -405,16 +407,20 @@ MOE_DOWN = ["const unsigned char*", "int", "int", "int", "const float*", "int", 
 
 @pytest.fixture(scope="module")
 def mv_lib():
-    return cpu_simt.build("halo_quant.cu", {"halo_matmul_mv_t1": MV, "halo_glu_mv_t1": MV_GLU,
+    return cpu_simt.build("halo_quant.cu", {"halo_matmul_mv_t1": MV, "halo_matmul_mv4_t1": MV, "halo_glu_mv_t1": MV_GLU,
                                             "halo_matmul_kq_t1": MV[:-2], "halo_moe_glu_mv_t1": MOE_GLU,
                                             "halo_moe_down_mv_t1": MOE_DOWN})
 
 
 @pytest.mark.parametrize("kw", [1, 2, 4, "kq_t1"])
-def test_decode_matvec_matches_float64(mv_lib, kw):
-    """halo_matmul_mv_t1, the single-token matvec, over a q | k | v-like launch: two Q4_K segments and a Q6_K one
-    (each row's lanes decode their own sub-block scales and codes), K split over kw warps of a block; and
+@pytest.mark.parametrize("rows_per_warp", sorted(MV_MATMUL_KERNELS))
+def test_decode_matvec_matches_float64(mv_lib, kw, rows_per_warp):
+    """halo_matmul_mv_t1 / halo_matmul_mv4_t1 (2 / 4 rows per warp column), the single-token matvec, over a
+    q | k | v-like launch: two Q4_K segments and a Q6_K one (each row's lanes decode their own sub-block scales and
+    codes; at 4 rows a warp, the last block half past the rows), K split over kw warps of a block; and
     halo_matmul_kq_t1 (a warp per row: what rows the matvec's contract excludes take), on the same rows."""
+    if kw == "kq_t1" and rows_per_warp != MV_R:
+        pytest.skip("kq_t1 has no rows-per-warp form")
     rng = np.random.default_rng(40)                    # the same rows for every launch form
     K, counts, types = 1024, (8, 4, 12), (GGMLType.Q4_K, GGMLType.Q4_K, GGMLType.Q6_K)
     segs = list(zip(types, counts, strict=True))
@@ -430,8 +436,8 @@ def test_decode_matvec_matches_float64(mv_lib, kw):
     if kw == "kq_t1":
         cpu_simt.launch(mv_lib, "halo_matmul_kq_t1", (-(-sum(counts) // MATMUL_WARPS), 1), 32 * MATMUL_WARPS, args)
     else:
-        cpu_simt.launch(mv_lib, "halo_matmul_mv_t1", (-(-sum(counts) // (MV_R * MV_WARPS // kw)), 1), 32 * MV_WARPS,
-                        args + [np.int32(kw), np.int32(1)])
+        cpu_simt.launch(mv_lib, MV_MATMUL_KERNELS[rows_per_warp], (mv_blocks(sum(counts), rows_per_warp, kw), 1),
+                        32 * MV_WARPS, args + [np.int32(kw), np.int32(1)])
     rel = float(np.max(np.abs(Y - want) / bound))
     assert rel < BOUND, f"max |Y - Y64| / (|X| |W|) = {rel:.2e}"
 
@@ -446,7 +452,7 @@ def test_decode_glu_matches_float64(mv_lib, tg, tu, kw):
     raw_g, raw_u, X, G, U = glu_inputs(np.random.default_rng(50 + kw), tg, tu, n_ff, K, 1)
     want, scale = silu_glu_reference(X, G, U)
     A = np.full((1, n_ff), np.nan, np.float32)
-    cpu_simt.launch(mv_lib, "halo_glu_mv_t1", (-(-n_ff // (MV_R * MV_WARPS // kw)), 1), 32 * MV_WARPS,
+    cpu_simt.launch(mv_lib, "halo_glu_mv_t1", (mv_blocks(n_ff, MV_R, kw), 1), 32 * MV_WARPS,
                     [raw_g, np.int32(tg), raw_u, np.int32(tu), np.int32(raw_g.shape[1]), np.int32(raw_u.shape[1]),
                      np.int32(n_ff), np.int32(0), X, np.int32(K), np.int32(1), A, np.int32(kw)])
     rel = float(np.max(np.abs(A - want) / scale))
@@ -466,7 +472,7 @@ def test_moe_decode_matvecs_match_float64(mv_lib, k, warps, kw, types, biases):
     want, scale = moe_reference(m)
     g, u, d = (m["raw"][n] for n in ("gate", "up", "down"))
     A = np.full((k, F), np.nan, np.float32)
-    cpu_simt.launch(mv_lib, "halo_moe_glu_mv_t1", (-(-F // (MV_R * MV_WARPS // kw)), k), 32 * MV_WARPS,
+    cpu_simt.launch(mv_lib, "halo_moe_glu_mv_t1", (mv_blocks(F, MV_R, kw), k), 32 * MV_WARPS,
                     [g, np.int32(tg), u, np.int32(tg), np.int32(g.shape[1]), np.int32(u.shape[1]), np.int32(F),
                      np.int32(0), m["X"], np.int32(E), m["ids"], np.int32(k), m["bg"], m["bu"], np.float32(0),
                      np.float32(0), A, np.int32(kw)])

@@ -293,12 +293,15 @@ def test_batched_decode_glu_matches_float64(fwd, T, kernel, monkeypatch):
     assert rel < 4 * BOUND
 
 
+@pytest.mark.parametrize("rows_per_warp", sorted(fwd_mod.MV_MATMUL_KERNELS))
 @pytest.mark.parametrize("ggml_type", [GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
 @pytest.mark.parametrize("T,K", [(1, 1024), (1, 8192), (1, 4096), (1, 2560)])
-def test_decode_matvec_mv_matches_float64(fwd, ggml_type, T, K, monkeypatch):
-    """halo_matmul_mv_t1 (single-token steps, the default decode kernel) on three stacked segments of
-    different types (q|k|v), with K split over 1, 2 and 4 warps: every output written, float32 accuracy, rows
-    gathered through xrow as the LM head's are. 68 + 8 + 8 rows leave the last block part empty at every split."""
+def test_decode_matvec_mv_matches_float64(fwd, ggml_type, T, K, rows_per_warp, monkeypatch):
+    """halo_matmul_mv_t1 / halo_matmul_mv4_t1 (single-token steps, the default decode kernels: 2 / 4 rows per warp
+    column) on three stacked segments of different types (q|k|v), with K split over 1, 2 and 4 warps: every output
+    written, float32 accuracy, rows gathered through xrow as the LM head's are. 68 + 8 + 8 rows leave the last block
+    part empty at every split."""
+    monkeypatch.setattr(fwd_mod, "MV_MATMUL_R", rows_per_warp)
     rng = np.random.default_rng(T * 7 + K + int(ggml_type))
     seg_types = (ggml_type, ggml_type, GGMLType.Q6_K if ggml_type != GGMLType.Q6_K else GGMLType.Q4_K)
     seg_rows = (68, 8, 8)
@@ -318,9 +321,9 @@ def test_decode_matvec_mv_matches_float64(fwd, ggml_type, T, K, monkeypatch):
         mats = [DeviceMatrix(d, int(t), n, K) for d, t, n in zip(devs, seg_types, seg_rows, strict=True)]
         fwd._matmul(mats, x_dev, T, y_dev, rows, xrow=idx_dev)
         got = download(fwd, y_dev, (T, rows))
-        assert launched == [f"halo_matmul_mv_t{next(n for n in fwd_mod.MV_TOKENS if n >= T)}"]
+        assert launched == [fwd_mod.MV_MATMUL_KERNELS[rows_per_warp]]
         rel = float(np.max(np.abs(got - want) / bound))
-        print(f"\nmv {ggml_type.name} T={T} K={K}: max rel err {rel:.2e}")
+        print(f"\nmv R={rows_per_warp} {ggml_type.name} T={T} K={K}: max rel err {rel:.2e}")
         assert rel < BOUND
     finally:
         for b in devs + [x_dev, idx_dev, y_dev]:

@@ -73,6 +73,18 @@ def test_mv_splits_long_rows_over_more_warps(K, kw):
     assert fwd_mod.mv_split_warps(K) == kw
 
 
+@pytest.mark.parametrize("rows,K,sms,R", [
+    (6144, 2560, 132, 4),     # Qwen3-4B q|k|v on an H100 / H200: 768 blocks in two waves at 2 rows, 384 in one at 4
+    (2560, 4096, 132, 2),     # wo: one wave either way, so the launch of more blocks
+    (2560, 9728, 132, 2),     # down: two waves either way
+    (6144, 2560, 0, 2),       # multiprocessors unknown (or HIP)
+    (6144, 2560, 200, 2),     # a larger GPU takes 768 blocks in one wave
+])
+def test_mv_matmul_takes_four_rows_a_warp_where_that_saves_a_wave(rows, K, sms, R, monkeypatch):
+    monkeypatch.setattr(fwd_mod, "MV_MATMUL_R", 0)
+    assert fwd_mod.mv_matmul_rows(rows, K, sms) == R
+
+
 def test_bq_splits_the_few_row_matrices_of_a_16_token_step():
     # Qwen3-4B at 16 tokens: down (2560 rows / 16 = 160 blocks, K 9728 = 38 super-blocks), wo (160, 16), gate/up's
     # 608 blocks stay whole; 16 super-blocks stop at 4 slices of 4; no room for partial sums: no split

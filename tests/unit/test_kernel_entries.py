@@ -49,8 +49,8 @@ def test_each_entry_waits_for_the_previous_kernel_before_touching_memory(file):
 
 
 def test_the_decode_matvecs_and_the_kernels_after_them_are_the_programmatic_entries():
-    assert programmatic_entries("halo_quant.cu") == {"halo_matmul_mv_t1", "halo_glu_mv_t1", "halo_matmul_kq_t1",
-                                                     "halo_glu_kq_t1"}
+    assert programmatic_entries("halo_quant.cu") == {"halo_matmul_mv_t1", "halo_matmul_mv4_t1", "halo_glu_mv_t1",
+                                                     "halo_matmul_kq_t1", "halo_glu_kq_t1"}
     assert programmatic_entries("halo_layer.cu") == {"halo_add_norm", "halo_rope_kv", "halo_rope_kv_f16"}
     assert programmatic_entries("halo_sample.cu") == frozenset()
 

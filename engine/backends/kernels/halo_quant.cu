@@ -682,7 +682,7 @@ KQ_GLU_ENTRY(halo_glu_kq_t16, 16)
 // loads serves all of them (float32 activations are ~8x the bytes of a Q4_K row; kq_t1 re-read them for every row
 // through L1). acc[r][t]: this lane's share of row r, token t; reduced over the warp, then over the kw warps through
 // shared memory. Tokens past T repeat token T - 1 (read, never written). Contract (host): every segment's
-// rows % MV_R == 0, Q4_K / Q6_K rows, K % 256 == 0.
+// rows % 4 == 0 (the matmul's R rows per warp column: 2 or 4), Q4_K / Q6_K rows, K % 256 == 0.
 // Before waiting on the previous kernel (programmatic dependent launch) a block prefetches its rows into L2, which
 // pays where its blocks start early, behind a norm or the attention (H100, run 23: without it gate/up 617 -> 712 us a
 // decode step, q|k|v 380 -> 406, wo 214 -> 223). The matmul's `prefetch` 0 skips it for a launch behind one that
@@ -854,37 +854,40 @@ __device__ __forceinline__ void mv_x_rows(const float* X, const i32* xrow, int K
     }
 }
 
-template <int NT>
+// R rows per warp column: MV_R (halo_matmul_mv_t1) or 2 MV_R (halo_matmul_mv4_t1: as many as the GLU's gate and
+// up rows per warp, so twice the bytes in flight per warp and half the blocks; the host's choice,
+// engine.gpu.forward.mv_matmul_rows)
+template <int R, int NT>
 __device__ void matmul_mv(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
                           i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
                           const float* X, const i32* xrow, i32 K, i32 T, float* Y, i32 ldy, i32 kw,
                           i32 prefetch) {
-    __shared__ float red[MV_WARPS * MV_R * NT];
+    __shared__ float red[MV_WARPS * R * NT];
     int warp = threadIdx.x >> 5, kc = warp % kw, tok0 = blockIdx.y * NT;
-    int row0 = (blockIdx.x * (MV_WARPS / kw) + warp / kw) * MV_R;
+    int row0 = (blockIdx.x * (MV_WARPS / kw) + warp / kw) * R;
     bool valid = row0 < n0 + n1 + n2;
     int rr = valid ? row0 : 0;                  // out-of-range warps read row 0 and join the block's reduction
     const unsigned char* base; int type, rb, local;
     if (rr < n0) { base = w0; type = t0_; rb = rb0; local = rr; }
     else if (rr < n0 + n1) { base = w1; type = t1_; rb = rb1; local = rr - n0; }
     else { base = w2; type = t2_; rb = rb2; local = rr - n0 - n1; }
-    const unsigned char* rp[MV_R];
+    const unsigned char* rp[R];
     #pragma unroll
-    for (int r = 0; r < MV_R; r++) rp[r] = base + (size_t)(local + r) * rb;
-    if (prefetch) prefetch_rows_l2(rp[0], MV_R * rb, kc, kw);
+    for (int r = 0; r < R; r++) rp[r] = base + (size_t)(local + r) * rb;
+    if (prefetch) prefetch_rows_l2(rp[0], R * rb, kc, kw);
     grid_dependency_wait();
     const float* xr[NT];
     mv_x_rows<NT>(X, xrow, K, tok0, T, xr);
-    float acc[MV_R][NT];
+    float acc[R][NT];
     #pragma unroll
-    for (int r = 0; r < MV_R; r++)
+    for (int r = 0; r < R; r++)
         #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
-    mv_dot<MV_R, NT>(type, rp, K, xr, kc, kw, acc);
-    mv_reduce<MV_R, NT>(acc, kw, red);
+    mv_dot<R, NT>(type, rp, K, xr, kc, kw, acc);
+    mv_reduce<R, NT>(acc, kw, red);
     if (!valid || kc || (threadIdx.x & 31)) return;
     #pragma unroll
-    for (int r = 0; r < MV_R; r++)
+    for (int r = 0; r < R; r++)
         #pragma unroll
         for (int t = 0; t < NT; t++)
             if (tok0 + t < T) Y[(size_t)(tok0 + t) * ldy + row0 + r] = acc[r][t] + (bias ? bias[row0 + r] : 0.0f);
@@ -949,8 +952,17 @@ HALO_KERNEL void halo_matmul_mv_t1(const unsigned char* w0, i32 t0, i32 n0, i32 
                                    const float* bias, const float* X, const i32* xrow, i32 K, i32 T, float* Y,
                                    i32 ldy, i32 kw, i32 prefetch) {
     GRID_DEPENDENCY_LATER();
-    matmul_mv<1>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw,
-                 prefetch);                                                                         // waits
+    matmul_mv<MV_R, 1>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw,
+                       prefetch);                                                                   // waits
+}
+
+HALO_KERNEL void halo_matmul_mv4_t1(const unsigned char* w0, i32 t0, i32 n0, i32 rb0, const unsigned char* w1,
+                                    i32 t1, i32 n1, i32 rb1, const unsigned char* w2, i32 t2, i32 n2, i32 rb2,
+                                    const float* bias, const float* X, const i32* xrow, i32 K, i32 T, float* Y,
+                                    i32 ldy, i32 kw, i32 prefetch) {
+    GRID_DEPENDENCY_LATER();
+    matmul_mv<2 * MV_R, 1>(w0, t0, n0, rb0, w1, t1, n1, rb1, w2, t2, n2, rb2, bias, X, xrow, K, T, Y, ldy, kw,
+                           prefetch);                                                               // waits
 }
 
 HALO_KERNEL void halo_glu_mv_t1(const unsigned char* wg, i32 tg, const unsigned char* wu, i32 tu, i32 rb_g,
