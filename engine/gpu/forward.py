@@ -117,7 +117,7 @@ BQ_TARGET_BLOCKS = 512                     # split K of bq_t16 below this many b
 MV_TOKENS, MV_WARPS, MV_R = (1,), 4, 2
 MV_MAX_T = int(os.environ.get("HALO_GPU_MV_MAX_T", "1"))
 # The matmul's rows per warp column: MV_R (halo_matmul_mv_t1) or 2 MV_R (halo_matmul_mv4_t1, the GLU's count: twice
-# the bytes in flight per warp, half the blocks), chosen per launch by mv_matmul_rows; HALO_GPU_MV_MATMUL_R=2 or 4
+# the bytes in flight per warp, half the blocks), chosen per launch by mv_matmul_shape; HALO_GPU_MV_MATMUL_R=2 or 4
 # takes one everywhere (for comparisons). Blocks of each a multiprocessor holds (H100, the runtime's occupancy for 128
 # threads: MV_R at 95 registers a thread, 2 MV_R at 128; neither spills).
 MV_MATMUL_KERNELS = {MV_R: "halo_matmul_mv_t1", 2 * MV_R: "halo_matmul_mv4_t1"}
@@ -384,7 +384,8 @@ def mv_split_warps(K: int) -> int:
     """Warps of a halo_*_mv block that share one row group's K (1, 2 or 4): as many as keep >= 2 loop trips per
     lane group, a trip being 4 super-blocks per warp (8 lanes per 256 weights). Short rows stay on one warp (no
     shared-memory reduction); long ones (a 4B model's down projection, K = 9,728) spread over 4, so the few rows
-    of such a matrix still fill the GPU."""
+    of such a matrix still fill the GPU. The GLUs' split, and the most a matmul's (mv_matmul_shape picks there where
+    the multiprocessors are known)."""
     trips = K / 1024
     return 4 if trips >= 8 else 2 if trips >= 4 else 1
 
@@ -394,23 +395,28 @@ def mv_blocks(rows: int, rows_per_warp: int, kw: int) -> int:
     return -(-rows // (rows_per_warp * MV_WARPS // kw))
 
 
-def mv_matmul_rows(rows: int, K: int, multiprocessors: int) -> int:
-    """Rows per warp column of a single-token matmul of `rows` rows: 2 MV_R where that fits the launch in fewer waves
-    of blocks than MV_R does, else MV_R. H100, Qwen3-4B shapes, us a decode step at 2 / 4 everywhere (run 33, each
-    role's launches as one graph): q|k|v (6,144 rows: 768 blocks for 660 slots, 384 for 528) 385 -> 316, but wo (one
-    wave either way: fewer blocks keep fewer rows in flight) 214 -> 250 and down (two waves either way) 574 -> 620;
-    decode 371 -> 357 tok/s. This rule against 2 everywhere, three alternations: Qwen3-4B shapes 370.9 -> 372.7
-    tok/s, Qwen3.5-4B 324.8 -> 334.3 (its matmuls 1,605 -> 1,497 us a step), gemma-3 unchanged (1,092 / 1,091).
-    multiprocessors 0 (the runtime could not say, or not CUDA: the block counts are sm_90's): MV_R."""
-    if MV_MATMUL_R:
-        return MV_MATMUL_R
-    if not multiprocessors:
-        return MV_R
-    kw = mv_split_warps(K)
-
-    def waves(r: int) -> int:
-        return -(-mv_blocks(rows, r, kw) // (MV_MATMUL_BLOCKS_PER_SM[r] * multiprocessors))
-    return 2 * MV_R if waves(2 * MV_R) < waves(MV_R) else MV_R
+def mv_matmul_shape(rows: int, K: int, multiprocessors: int) -> tuple[int, int]:
+    """(kw, R) of a single-token matmul of `rows` rows: the K split (warps of a block sharing a row group's K, any the
+    row length allows: >= 2 trips a lane group, up to mv_split_warps' count) and rows per warp column (MV_R or 2 MV_R)
+    that fit the launch in the fewest waves of blocks, and of those the launch of most blocks (more rows in flight).
+    H100, Qwen3-4B shapes, us a decode step, each role's launches as one graph (run 33): q|k|v (6,144 rows) at 4 rows a
+    warp 385 -> 316 (768 blocks for 660 slots -> 384 for 528), but wo (one wave either way) 214 -> 250 and down
+    574 -> 620; down on 2 warps instead of 4 (640 blocks in one wave, not 1,280 in two) 573 -> 493, on 1 817. Decode,
+    alternating three times: R = 2 and mv_split_warps everywhere 370.9 tok/s, + 4 rows where a wave fewer 372.7, + down
+    on 2 warps 383.5 (Qwen3.5-4B shapes 324.8 / 334.3 / 341.7; gemma-3 unchanged). multiprocessors 0 (the runtime
+    could not say, or not CUDA: the block counts are sm_90's): mv_split_warps(K) and MV_R."""
+    if MV_MATMUL_R or not multiprocessors:
+        return mv_split_warps(K), MV_MATMUL_R or MV_R
+    best = None
+    for kw in (1, 2, 4):
+        if kw > mv_split_warps(K):
+            break
+        for r in (MV_R, 2 * MV_R):
+            blocks = mv_blocks(rows, r, kw)
+            waves = -(-blocks // (MV_MATMUL_BLOCKS_PER_SM[r] * multiprocessors))
+            if best is None or (waves, -blocks) < best[0]:
+                best = (waves, -blocks), (kw, r)
+    return best[1]
 
 
 def skv_chunks(T: int) -> int:
@@ -770,7 +776,7 @@ class GpuForward:
         R, NT, suffix = self._tile(T, m.rows_div4, m.tile_ok, m.bq_ok, m.tn_ok)
         args = m.segments + (pointer_or_null(bias), X, pointer_or_null(xrow), m.K32, np.int32(T), Y, np.int32(ldy))
         if suffix[:2] == "mv":
-            kw, R = mv_split_warps(K), mv_matmul_rows(rows, K, self.multiprocessors)
+            kw, R = mv_matmul_shape(rows, K, self.multiprocessors)
             self._launch("halo_quant.cu", MV_MATMUL_KERNELS[R], (mv_blocks(rows, R, kw), -(-T // NT)),
                          32 * MV_WARPS, args + (np.int32(kw), np.int32(prefetch)))
             return

@@ -73,16 +73,17 @@ def test_mv_splits_long_rows_over_more_warps(K, kw):
     assert fwd_mod.mv_split_warps(K) == kw
 
 
-@pytest.mark.parametrize("rows,K,sms,R", [
-    (6144, 2560, 132, 4),     # Qwen3-4B q|k|v on an H100 / H200: 768 blocks in two waves at 2 rows, 384 in one at 4
-    (2560, 4096, 132, 2),     # wo: one wave either way, so the launch of more blocks
-    (2560, 9728, 132, 2),     # down: two waves either way
-    (6144, 2560, 0, 2),       # multiprocessors unknown (or HIP)
-    (6144, 2560, 200, 2),     # a larger GPU takes 768 blocks in one wave
+@pytest.mark.parametrize("rows,K,sms,shape", [
+    (6144, 2560, 132, (1, 4)),   # Qwen3-4B q|k|v on an H100 / H200: 768 blocks in two waves at 2 rows, 384 in one at 4
+    (2560, 4096, 132, (2, 2)),   # wo: one wave in every form, so the launch of most blocks
+    (2560, 9728, 132, (2, 2)),   # down: 1,280 blocks in two waves on 4 warps, 640 in one on 2
+    (6144, 2560, 0, (1, 2)),     # multiprocessors unknown (or HIP): mv_split_warps and 2 rows
+    (2560, 9728, 0, (4, 2)),
+    (6144, 2560, 200, (1, 2)),   # a larger GPU takes 768 blocks in one wave
 ])
-def test_mv_matmul_takes_four_rows_a_warp_where_that_saves_a_wave(rows, K, sms, R, monkeypatch):
+def test_mv_matmul_takes_the_form_of_fewest_waves_then_most_blocks(rows, K, sms, shape, monkeypatch):
     monkeypatch.setattr(fwd_mod, "MV_MATMUL_R", 0)
-    assert fwd_mod.mv_matmul_rows(rows, K, sms) == R
+    assert fwd_mod.mv_matmul_shape(rows, K, sms) == shape
 
 
 def test_bq_splits_the_few_row_matrices_of_a_16_token_step():

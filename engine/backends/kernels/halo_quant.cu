@@ -856,7 +856,7 @@ __device__ __forceinline__ void mv_x_rows(const float* X, const i32* xrow, int K
 
 // R rows per warp column: MV_R (halo_matmul_mv_t1) or 2 MV_R (halo_matmul_mv4_t1: as many as the GLU's gate and
 // up rows per warp, so twice the bytes in flight per warp and half the blocks; the host's choice,
-// engine.gpu.forward.mv_matmul_rows)
+// engine.gpu.forward.mv_matmul_shape)
 template <int R, int NT>
 __device__ void matmul_mv(const unsigned char* w0, i32 t0_, i32 n0, i32 rb0, const unsigned char* w1, i32 t1_,
                           i32 n1, i32 rb1, const unsigned char* w2, i32 t2_, i32 n2, i32 rb2, const float* bias,
