@@ -142,7 +142,7 @@ def run_bench(path: Path, prompt_tokens: int = 128, decode_tokens: int = 64, rep
     t0 = time.perf_counter()
     with open_model_file(path) as gguf:    # the tokenizer first, as engine.core.build does
         fmt = PromptFormat.from_metadata(gguf.metadata)
-    lm = load_model(path)
+        lm = load_model(path, gguf=gguf)
     load_s = time.perf_counter() - t0
     ids = prompt_ids(fmt, prompt_tokens)
     n_blocks = -(-(len(ids) + decode_tokens + 1) // BLOCK_SIZE)

@@ -41,7 +41,7 @@ def build_cpu(path: Path, choice: BackendChoice, on_progress, *, max_context: in
                                          max_num_seqs), what=Path(path).name)
         # before the weights: a tokenizer or chat template we refuse is refused in a moment, not after the load
         prompt_format = PromptFormat.from_metadata(gguf.metadata)
-    loaded = load_model(path, on_progress)
+        loaded = load_model(path, on_progress, gguf)
     kv = KVCache.allocate(loaded.config, num_blocks=num_blocks, block_size=BLOCK_SIZE, state_slots=max_num_seqs)
     backend = create("cpu")
     executor = CpuStepExecutor(backend, loaded.model, kv, max_num_seqs)

@@ -87,12 +87,15 @@ def model_info(path: Path, gguf, config: ModelConfig | None = None) -> ModelInfo
     )
 
 
-def load_model(path: Path, progress: LoadCallback | None = None) -> LoadedModel:
+def load_model(path: Path, progress: LoadCallback | None = None, gguf=None) -> LoadedModel:
     """Parse, validate and dequantize. Raises InvalidModelError / UnsupportedModelError; `progress` may
-    raise (e.g. a cancellation) to stop the load between tensors."""
+    raise (e.g. a cancellation) to stop the load between tensors. `gguf`: the file already open (the caller
+    read its header for a pre-flight: parsed once, and what was built from that header shares its strings)."""
     path = Path(path)
-    with open_model_file(path) as gguf:      # quantized matrices are views that keep the map alive after this
-        config = ModelConfig.from_metadata(gguf.metadata)
-        weights = load_weights(gguf, config, progress)
-        return LoadedModel(path=path, metadata=dict(gguf.metadata), config=config, weights=weights,
-                           model=CpuModel(config, weights), info=model_info(path, gguf, config))
+    if gguf is None:
+        with open_model_file(path) as gguf:  # quantized matrices are views that keep the map alive after this
+            return load_model(path, progress, gguf)
+    config = ModelConfig.from_metadata(gguf.metadata)
+    weights = load_weights(gguf, config, progress)
+    return LoadedModel(path=path, metadata=dict(gguf.metadata), config=config, weights=weights,
+                       model=CpuModel(config, weights), info=model_info(path, gguf, config))
