@@ -161,10 +161,4 @@ NO_SINKS = np.zeros(0, np.float32)     # decode_attention's `sinks` for models w
 NO_SINKS.flags.writeable = False       # the loader's weights are: numba specialises on the flag)
 
 
-def _dispatchers():
-    from numba.core.dispatcher import Dispatcher
-
-    return [v for v in globals().values() if isinstance(v, Dispatcher)]
-
-
-lean_cache_loads(_dispatchers())      # cached kernels are read without numba's implementation registry
+lean_cache_loads(globals())      # cached kernels are read without numba's implementation registry

@@ -10,17 +10,19 @@ path runs.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 
 
-def lean_cache_loads(dispatchers: Iterable[object]) -> int:
-    """Make each caching dispatcher read its cache without the registry refresh; returns how many."""
+def lean_cache_loads(namespace: Mapping[str, object]) -> int:
+    """Make each caching dispatcher (a compiled kernel) among a module's globals read its cache without the registry
+    refresh; returns how many. A kernel module ends with `lean_cache_loads(globals())`."""
     try:
+        from numba.core.dispatcher import Dispatcher
         from numba.core.runtime import rtsys
     except ImportError:
         return 0
     done = 0
-    for dispatcher in dispatchers:
+    for dispatcher in [v for v in namespace.values() if isinstance(v, Dispatcher)]:
         cache = getattr(dispatcher, "_cache", None)
         if not all(hasattr(cache, name) for name in ("load_overload", "_load_overload",
                                                      "_guard_against_spurious_io_errors")):

@@ -469,10 +469,4 @@ KERNELS = {t: Kernels(*_layout(t), mv, smv, dq) for t, mv, smv, dq in [
 ]}
 
 
-def _dispatchers():
-    from numba.core.dispatcher import Dispatcher
-
-    return [v for v in globals().values() if isinstance(v, Dispatcher)]
-
-
-lean_cache_loads(_dispatchers())      # cached kernels are read without numba's implementation registry
+lean_cache_loads(globals())      # cached kernels are read without numba's implementation registry
