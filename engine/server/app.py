@@ -62,16 +62,23 @@ class EngineEvents:
 
         self.handle = engine.submit(parsed.request, sink=sink)
         self.done = False
+        self._check_at = loop.time() + DISCONNECT_POLL_S     # when the client is next asked whether it is there
 
     async def next(self, request: Request | None = None):
-        """The next event; with `request`, a client that disconnects meanwhile aborts the request."""
+        """The next event; with `request`, a client that disconnects meanwhile aborts the request. The client is
+        asked every DISCONNECT_POLL_S whether events arrive or not: a reply whose tokens come faster than that
+        (a non-streaming one never writes, so nothing else notices) must not run on to max_tokens for nobody."""
+        loop = asyncio.get_running_loop()
         while True:
-            try:
-                event = await asyncio.wait_for(self.queue.get(), DISCONNECT_POLL_S if request else None)
-            except TimeoutError:
+            if request is not None and loop.time() >= self._check_at:
+                self._check_at = loop.time() + DISCONNECT_POLL_S
                 if await request.is_disconnected():
                     self.abort()
-                    raise ClientGone from None
+                    raise ClientGone
+            wait = max(0.0, self._check_at - loop.time()) if request is not None else None
+            try:
+                event = await asyncio.wait_for(self.queue.get(), wait)
+            except TimeoutError:
                 continue
             self.done = isinstance(event, Finished)
             return event
@@ -84,6 +91,22 @@ class EngineEvents:
 
 class ClientGone(Exception):
     pass
+
+
+class EndingStream(StreamingResponse):
+    """A StreamingResponse that calls `on_end()` once however the response ends. Starlette cancels a response
+    whose client left before its body iterator ever started, and a generator that never started never runs its
+    own `finally`: the request would run on to max_tokens and hold its `pending` place."""
+
+    def __init__(self, content, on_end: Callable[[], None], **kwargs):
+        super().__init__(content, **kwargs)
+        self._on_end = on_end
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_end()
 
 
 class ModelServer:
@@ -186,8 +209,13 @@ class ModelServer:
         tools = parsed.has_tools and template_has_tool_calls(self.template_source())
         reply = Reply(parsed, model, chat, tools)
         if parsed.stream:
-            return StreamingResponse(self._stream(request, events, first, reply, started),
-                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+            def end_stream() -> None:
+                if not events.done:
+                    self._log(f"{request.method} {request.url.path} model={clean(model)} -> client gone, aborted")
+                events.abort()
+                self.pending -= 1
+            return EndingStream(self._stream(request, events, first, reply, started), end_stream,
+                                media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
             event = first
             while True:
@@ -207,24 +235,19 @@ class ModelServer:
         return JSONResponse(reply.body())
 
     async def _stream(self, request, events: EngineEvents, first, reply: Reply, started: float) -> AsyncIterator[str]:
-        """SSE frames. Cancelled (client gone) at any await: `finally` aborts the request."""
-        try:
-            yield reply.sse(reply.opening())
-            event = first
-            while True:
-                reply.add(event)
-                for chunk in reply.chunks_for(event):
-                    yield reply.sse(chunk)
-                if isinstance(event, Finished):
-                    break
-                event = await events.next()
-            yield "data: [DONE]\n\n"
-            self._log_done(request, reply.model, reply, started)
-        finally:
-            if not events.done:
-                self._log(f"{request.method} {request.url.path} model={clean(reply.model)} -> client gone, aborted")
-            events.abort()
-            self.pending -= 1
+        """SSE frames. Cancelled (client gone) at any await, or before the first: EndingStream's `on_end` aborts
+        the request then."""
+        yield reply.sse(reply.opening())
+        event = first
+        while True:
+            reply.add(event)
+            for chunk in reply.chunks_for(event):
+                yield reply.sse(chunk)
+            if isinstance(event, Finished):
+                break
+            event = await events.next()
+        yield "data: [DONE]\n\n"
+        self._log_done(request, reply.model, reply, started)
 
     def _log_done(self, request: Request, model: str, reply: Reply, started: float) -> None:
         f = reply.finished

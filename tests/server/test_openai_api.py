@@ -114,3 +114,21 @@ def test_client_disconnect_aborts_and_frees_kv_blocks(server, model):
     assert after["live_requests"] == 0 and after["pending"] == 0
     assert after["kv_blocks_free"] == before["kv_blocks_free"]
     assert "client gone" in server.log()
+
+
+def test_a_whole_reply_is_aborted_when_its_client_gives_up(server, model):
+    """Without streaming nothing is written until the end, so only asking the client notices that it left: the
+    tokens come faster than the poll, and the reply must not run on to max_tokens for nobody."""
+    before = httpx.get(server.base + "/health").json()
+    body = {"model": model, "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 4000, "temperature": 0}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.base + "/v1/completions", json=body, timeout=httpx.Timeout(60, read=2.0))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        after = httpx.get(server.base + "/health").json()
+        if after["live_requests"] == 0 and after["pending"] == 0:
+            break
+        time.sleep(0.1)
+    assert after["live_requests"] == 0 and after["pending"] == 0
+    assert after["kv_blocks_free"] == before["kv_blocks_free"]
+    assert "client gone, aborted" in server.log()
