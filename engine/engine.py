@@ -34,7 +34,7 @@ from engine.errors import (
 )
 from engine.generation import Generation, encode_prompt
 from engine.model import arch
-from engine.prompt import PromptFormat
+from engine.prompt import PromptFormat, normalize_messages
 from engine.reasoning import reasoning_parser
 
 DEFAULT_MAX_CONTEXT = 8192      # KV cache size cap (tokens); the model's trained context may be larger
@@ -81,7 +81,9 @@ class RequestHandle:
         return "".join(parts), self.finished
 
     def abort(self) -> None:
-        self._engine.abort(self.request_id)
+        """Aborts this handle's request; nothing once it has ended, even where its id now names another request
+        (a duplicate id refused, or an id used again after this one finished)."""
+        self._engine._send(("abort", self.request_id, self))
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,8 @@ class Engine:
         return future.result(timeout)
 
     def abort(self, request_id: str) -> None:
-        self._send(("abort", request_id))
+        """Aborts the live request with this id, whichever handle sent it (RequestHandle.abort aborts its own)."""
+        self._send(("abort", request_id, None))
 
     def set_fault_injector(self, injector: Callable | None) -> Future:
         """TESTS ONLY: `injector(scheduler_output)` runs on the engine thread before each step launches and
@@ -263,8 +266,11 @@ class Engine:
         elif kind == "stats":
             command[1].set_result(self._stats())
         elif kind == "abort":
-            if self._model is None or not self._model.core.abort(command[1]):
-                self._finish_unstarted(command[1], "abort")
+            request_id, handle = command[1:]
+            if handle is not None and self._handles.get(request_id) is not handle:
+                pass                                     # that handle's request is over; the id may be another's
+            elif self._model is None or not self._model.core.abort(request_id):
+                self._finish_unstarted(request_id, "abort")
         elif kind == "fault":
             injector, future = command[1:]
             if self._model is None:
@@ -462,8 +468,8 @@ def _check_prompt_size(m: _Loaded, request: GenerateRequest) -> None:
             raise ContextOverflowError(f"The prompt is {len(request.prompt_token_ids):,} tokens, but the context "
                                        f"holds {m.max_context:,}.")
         return
-    texts = [request.prompt] if request.prompt is not None else [getattr(msg, "content", None) or ""
-                                                                  for msg in request.messages]
+    texts = [request.prompt] if request.prompt is not None else [m["content"]
+                                                                  for m in normalize_messages(request.messages)]
     chars = sum(len(t) for t in texts if isinstance(t, str))
     longest = m.prompt_format.tokenizer.max_token_bytes
     if chars // longest < m.max_context:        # cheap first: a character is at least one byte

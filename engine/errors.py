@@ -38,7 +38,12 @@ class ModelNotLoadedError(EngineError):
 
 class InvalidRequestError(EngineError):
     """A request's own values are wrong (sampling parameters, a role, a duplicate id): the caller's error,
-    not the model's. Servers answer it with 400."""
+    not the model's. Servers answer it with 400. `field`: the request field at fault, where one is (a server
+    names it as the parameter)."""
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 class ContextOverflowError(EngineError):

@@ -24,19 +24,19 @@ MAX_SEED = (1 << 64) - 1
 
 def _number(name: str, value, lo: float, hi: float, *, lo_open: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise InvalidRequestError(f"{name} must be a number, not {type(value).__name__}")
+        raise InvalidRequestError(f"{name} must be a number, not {type(value).__name__}", field=name)
     if not math.isfinite(value):
-        raise InvalidRequestError(f"{name} must be a finite number, not {value}")
+        raise InvalidRequestError(f"{name} must be a finite number, not {value}", field=name)
     if value < lo or value > hi or (lo_open and value == lo):
         low = f"above {lo}" if lo_open else f"at least {lo}"
-        raise InvalidRequestError(f"{name} is {value}; it must be {low} and at most {hi}")
+        raise InvalidRequestError(f"{name} is {value}; it must be {low} and at most {hi}", field=name)
 
 
 def _integer(name: str, value, lo: int, hi: int) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InvalidRequestError(f"{name} must be an integer, not {type(value).__name__}")
+        raise InvalidRequestError(f"{name} must be an integer, not {type(value).__name__}", field=name)
     if not lo <= value <= hi:
-        raise InvalidRequestError(f"{name} is {value}; it must be from {lo} to {hi}")
+        raise InvalidRequestError(f"{name} is {value}; it must be from {lo} to {hi}", field=name)
 
 
 def check_params(p: SamplingParams) -> None:
@@ -51,10 +51,11 @@ def check_params(p: SamplingParams) -> None:
         _integer("seed", p.seed, 0, MAX_SEED)
     _integer("top_logits", p.top_logits, 0, 1 << 31)     # above TOP_LOGITS_MAX reports that many
     if not isinstance(p.stop, (tuple, list)) or len(p.stop) > MAX_STOP_STRINGS:
-        raise InvalidRequestError(f"stop must be a list of at most {MAX_STOP_STRINGS} strings")
+        raise InvalidRequestError(f"stop must be a list of at most {MAX_STOP_STRINGS} strings", field="stop")
     for s in p.stop:
         if not isinstance(s, str) or not 0 < len(s) <= MAX_STOP_CHARS:
-            raise InvalidRequestError(f"each stop string must be text of 1 to {MAX_STOP_CHARS} characters")
+            raise InvalidRequestError(f"each stop string must be text of 1 to {MAX_STOP_CHARS} characters",
+                                      field="stop")
 
 
 def apply_repetition_penalty(logits: np.ndarray, seen_ids: Iterable[int], penalty: float) -> np.ndarray:

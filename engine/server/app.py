@@ -35,7 +35,7 @@ from engine.server.schema import (
     parse_json,
     usage_body,
 )
-from engine.server.tool_calls import parse_tool_calls, template_has_tool_calls
+from engine.server.tool_calls import parse_tool_calls, template_has_tool_calls, template_takes_tools
 
 log = logging.getLogger("engine.server")
 DISCONNECT_POLL_S = 0.25
@@ -191,6 +191,10 @@ class ModelServer:
 
     async def _serve(self, request: Request, parsed: ParsedRequest, chat: bool):
         model = self._check_model(parsed.model)
+        if parsed.has_tools and not template_takes_tools(self.template_source()):
+            raise ApiError("This model's chat template does not read 'tools', so the model would never see them; "
+                           "send the request without 'tools', or load a model whose template supports tool calls.",
+                           param="tools")
         if self.pending >= self.config.max_pending:
             raise ApiError(f"The server is busy ({self.pending} requests in progress); retry shortly.", 503,
                            code="server_busy", kind="server_error")

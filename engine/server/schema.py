@@ -124,7 +124,7 @@ def _sampling(body: Mapping, max_context: int) -> SamplingParams:
     try:
         return params.validate()
     except InvalidRequestError as e:
-        raise ApiError(f"Invalid sampling value: {e}.") from None
+        raise ApiError(f"Invalid sampling value: {e}.", param=e.field) from None
 
 
 def _content_text(content: Any, where: str) -> str:
@@ -178,9 +178,20 @@ def _tool_call_for_template(call: Any, where: str) -> dict:
     return {"type": "function", "id": call.get("id"), "function": {"name": fn["name"], "arguments": args}}
 
 
+# tool_choice values this server honours: it never forces a call (no constrained decoding), so "required" and a named
+# function are refused rather than silently taken as "auto"
+TOOL_CHOICES = ("auto", "none")
+
+
 def _tools(body: Mapping) -> tuple | None:
+    choice = body.get("tool_choice")
+    if choice is not None and choice not in TOOL_CHOICES:
+        named = choice == "required" or isinstance(choice, Mapping)
+        raise ApiError("'tool_choice' " + ("\"required\" or a named function is not supported: this server does not "
+                                           "force a call; use \"auto\"." if named else
+                                           f"must be one of {', '.join(TOOL_CHOICES)}."), param="tool_choice")
     tools = body.get("tools")
-    if tools is None or body.get("tool_choice") == "none":
+    if tools is None or choice == "none":
         return None
     if not isinstance(tools, list) or not all(isinstance(t, Mapping) and isinstance(t.get("function"), Mapping)
                                               and isinstance(t["function"].get("name"), str) for t in tools):

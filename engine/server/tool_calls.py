@@ -20,10 +20,17 @@ TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(re.escape(TOOL_CALL_OPEN) + r"(.*?)" + re.escape(TOOL_CALL_CLOSE), re.DOTALL)
 _FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)</function>", re.DOTALL)
 _PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
+_TOOLS_VARIABLE = re.compile(r"\btools\b")
 
 
 def template_has_tool_calls(template_source: str | None) -> bool:
     return bool(template_source) and TOOL_CALL_OPEN in template_source
+
+
+def template_takes_tools(template_source: str | None) -> bool:
+    """Whether the chat template reads the `tools` variable at all: a template that does not would never show the
+    model the tools a request sends."""
+    return bool(template_source) and _TOOLS_VARIABLE.search(template_source) is not None
 
 
 def _json_call(body: str) -> tuple[str, object] | None:

@@ -10,6 +10,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from engine.errors import InvalidRequestError
+
 from .bpe import bpe_token_bytes, build_bpe
 from .index import TokenIndex
 from .specials import partition
@@ -19,6 +21,10 @@ from .vocab import TokenType, Vocab, check_ids, special_token_table, stop_ids_of
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 _SPM_SPACE = "\u2581"
 _UNKNOWN_PIECE = "\u2585".encode()   # what llama.cpp prints for an UNKNOWN token
+# A lone UTF-16 surrogate: Python text can hold one (from "\ud800" in JSON, or bytes decoded with surrogateescape), but
+# it is no Unicode character and has no UTF-8 bytes, so neither tokenizer can take it. Model files never give one
+# (GGUF strings are decoded strictly), so it is always the caller's text.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Tokenizer:
@@ -97,6 +103,12 @@ class Tokenizer:
                          add_eos: bool | None = None) -> list[int]:
         """Encode already-partitioned fragments (raw text or decided ids); BOS/EOS as in `encode`."""
         vocab = self.vocab
+        for fragment in fragments:
+            if isinstance(fragment, str) and not fragment.isascii() and (bad := _SURROGATE.search(fragment)):
+                raise InvalidRequestError(
+                    f"The text contains U+{ord(bad.group()):04X}, half of a UTF-16 surrogate pair without its other "
+                    "half: it is not valid Unicode. Send the text as valid UTF-8 (a lone \\uD800-\\uDFFF escape "
+                    "in JSON makes one).")
         out: list[int] = []
         if (vocab.add_bos if add_bos is None else add_bos) and vocab.bos_id is not None:
             out.append(vocab.bos_id)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine.errors import InvalidRequestError
 from engine.gguf import open_gguf
 from engine.prompt import PromptFormat, encode_chat, encode_raw
 
@@ -124,3 +125,13 @@ def test_unrepresentable_bytes_are_dropped_not_fatal(smollm2):
     # the missing lead byte is dropped (tokenizers' behaviour); its continuation bytes decode as U+FFFD
     assert tok.decode(ids).replace("\ufffd", "") == "abc"
     assert not any(tok.is_control(i) for i in ids)
+
+
+@pytest.mark.parametrize(("text", "named"), [("hi \ud800 there", "U+D800"), ("\udfff", "U+DFFF"),
+                                             ("caf\u00e9 \udc80", "U+DC80")])
+def test_a_lone_surrogate_is_the_callers_error_on_both_tokenizers(model, text, named):
+    """A lone surrogate has no UTF-8 bytes: refused as the caller's error, naming it, not a library's TypeError
+    (BPE) or UnicodeEncodeError (SentencePiece)."""
+    fmt, _ = model
+    with pytest.raises(InvalidRequestError, match=named.replace("+", "\\+")):
+        fmt.tokenizer.encode(text)

@@ -132,3 +132,34 @@ def test_a_whole_reply_is_aborted_when_its_client_gives_up(server, model):
     assert after["live_requests"] == 0 and after["pending"] == 0
     assert after["kv_blocks_free"] == before["kv_blocks_free"]
     assert "client gone, aborted" in server.log()
+
+
+def test_a_bad_sampling_value_names_its_parameter(server, model):
+    for field, value in (("temperature", -1), ("top_p", 0), ("seed", -1), ("stop", [""]), ("top_k", -3)):
+        r = httpx.post(server.base + "/v1/chat/completions", timeout=30,
+                       json={"model": model, "messages": HELLO, "max_tokens": 2, field: value})
+        assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+
+
+def test_a_lone_surrogate_in_the_content_is_a_clear_400(server, model):
+    raw = '{"messages": [{"role": "user", "content": "hi \\ud800 there"}], "max_tokens": 3}'
+    r = httpx.post(server.base + "/v1/chat/completions", content=raw.encode(), timeout=30,
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "U+D800" in r.json()["error"]["message"], r.text
+    assert "TypeError" not in r.text
+
+
+def test_tools_the_template_cannot_show_and_a_forced_tool_choice_are_refused(client, model, server):
+    """SmolLM2's template never reads `tools`: taking them would answer as if the model had seen them."""
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
+    with pytest.raises(openai.BadRequestError, match="does not read 'tools'"):
+        client.chat.completions.create(model=model, messages=HELLO, tools=[tool], max_tokens=2)
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}, 123):
+        r = httpx.post(server.base + "/v1/chat/completions", timeout=30,
+                       json={"model": model, "messages": HELLO, "max_tokens": 2, "tools": [tool], "tool_choice": choice})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice", r.text
+    # "none" keeps the tools out of the prompt, so any template takes the request
+    plain = client.chat.completions.create(model=model, messages=HELLO, max_tokens=2, temperature=0)
+    unused = client.chat.completions.create(model=model, messages=HELLO, max_tokens=2, temperature=0, tools=[tool],
+                                            tool_choice="none")
+    assert unused.usage.prompt_tokens == plain.usage.prompt_tokens

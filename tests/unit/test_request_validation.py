@@ -153,3 +153,39 @@ def test_stored_chat_settings_with_bad_values_fall_back_to_the_defaults(field, v
     assert getattr(loaded, field) == getattr(base, field)
     assert getattr(loaded, neighbour) == good          # the good value beside it is kept
     loaded.to_params().validate()
+
+
+def test_aborting_a_refused_duplicate_handle_leaves_the_first_running(engine):
+    first = engine.submit(_chat("a long one", request_id="dup-abort", max_tokens=200))
+    second = engine.submit(_chat("another", request_id="dup-abort"))
+    assert second.text(TIMEOUT)[1].reason == "error"
+    second.abort()
+    _, fin1 = first.text(TIMEOUT)
+    assert fin1.reason == "length" and len(fin1.output_token_ids) == 200
+
+
+def test_a_finished_handle_cannot_abort_a_later_request_with_its_id(engine):
+    old = engine.submit(_chat("first", request_id="reused", max_tokens=2))
+    assert old.text(TIMEOUT)[1].reason == "length"
+    new = engine.submit(_chat("second", request_id="reused", max_tokens=200))
+    old.abort()
+    _, fin = new.text(TIMEOUT)
+    assert fin.reason == "length" and len(fin.output_token_ids) == 200
+    engine.abort("reused")                     # by id, after the end: nothing to do, and nothing breaks
+    assert engine.stats().live_requests == 0
+
+
+@pytest.mark.parametrize("as_prompt", [True, False])
+def test_text_with_a_lone_surrogate_fails_as_the_callers_error(engine, as_prompt):
+    text = "hi \ud800 there"
+    request = GenerateRequest(prompt=text, params=SamplingParams.greedy(max_tokens=4)) if as_prompt else _chat(text)
+    _, fin = engine.submit(request).text(TIMEOUT)
+    assert fin.reason == "error" and fin.error_type == "InvalidRequestError" and "U+D800" in fin.error
+
+
+def test_a_huge_chat_of_plain_dicts_is_refused_before_it_is_tokenized(engine):
+    """What the server sends: messages as dicts. The byte-count bound must read them as it reads ChatMessages."""
+    huge = GenerateRequest(messages=({"role": "user", "content": "word " * 1_000_000},),
+                           params=SamplingParams.greedy(max_tokens=4))
+    _, fin = engine.submit(huge).text(TIMEOUT)
+    assert fin.reason == "error" and "bytes: at least" in fin.error
