@@ -35,6 +35,7 @@ class Stream:
     saved_text: str = ""
     saved_reasoning: str = ""
     deltas: int = 0
+    writing: bool = False            # this request's first text or reasoning arrived: its prompt is read
     started: float = field(default_factory=time.monotonic)
 
 
@@ -46,6 +47,8 @@ class ChatController(QObject):
     userMessageAdded = Signal(int, object)      # conversation id, Message
     conversationTitled = Signal(int, str)
     promptProgress = Signal(int, int, int, int)  # conversation id, reply message id, prompt tokens processed, total
+    writingStarted = Signal(int, int)           # conversation id, reply message id: once, at its first output;
+                                                # no promptProgress for it after this one
 
     def __init__(self, store: Store, client: EngineClient, parent: QObject | None = None):
         super().__init__(parent)
@@ -174,6 +177,7 @@ class ChatController(QObject):
         stream = self._by_request.get(request_id)
         if stream is None:
             return
+        self._start_writing(stream)
         stream.text += text
         stream.deltas += 1
         self.streamUpdated.emit(stream.conversation_id, stream.message_id, stream.text)
@@ -184,13 +188,21 @@ class ChatController(QObject):
         stream = self._by_request.get(request_id)
         if stream is None:
             return
+        self._start_writing(stream)
         stream.reasoning += text
         self.streamReasoning.emit(stream.conversation_id, stream.message_id, stream.reasoning)
 
     def _on_prompt_progress(self, request_id: str, processed: int, total: int) -> None:
         stream = self._by_request.get(request_id)
-        if stream is not None and not stream.text:
+        if stream is not None and not stream.writing:
             self.promptProgress.emit(stream.conversation_id, stream.message_id, processed, total)
+
+    def _start_writing(self, stream: Stream) -> None:
+        """The prompt is read once output comes (the engine reports no progress for its last chunk, whose
+        end is the first token); progress that arrives later, in the same tick as output, is stale."""
+        if not stream.writing:
+            stream.writing = True
+            self.writingStarted.emit(stream.conversation_id, stream.message_id)
 
     def save_partials(self) -> None:
         for stream in self._by_request.values():

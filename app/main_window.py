@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 from app.chat_controller import ChatController
 from app.discover import DiscoverActions
 from app.engine_client import EngineClient
-from app.export import FORMATS, export
+from app.export import FORMATS, export, file_stem
 from app.model_manager import ModelLibrary
 from app.remote_models import RemoteActions
 from app.server_panel import LocalServerActions
@@ -177,6 +177,7 @@ class MainWindow(QMainWindow):
         c.streamReasoning.connect(self._on_stream_reasoning)
         c.streamFinished.connect(self._on_stream_finished)
         c.promptProgress.connect(self._on_prompt_progress)
+        c.writingStarted.connect(self._on_writing_started)
         c.conversationTitled.connect(lambda _cid, _t: self.refresh_conversations())
 
     # -- conversations ----------------------------------------------------------------------------
@@ -327,12 +328,15 @@ class MainWindow(QMainWindow):
     def export_conversation(self, conversation_id: int, path) -> None:
         export(self.store.conversation(conversation_id), self.store.messages(conversation_id), path)
 
+    def suggested_export_name(self, conversation_id: int) -> str:
+        """The file name Export offers for a conversation: its title made a valid file name, as Markdown."""
+        return file_stem(self.store.conversation(conversation_id).title) + ".md"
+
     def export_current(self) -> None:
         if self.current_id is None:
             return
-        title = self.store.conversation(self.current_id).title
-        path, _filter = QFileDialog.getSaveFileName(self, "Export chat", f"{title[:40]}.md",
-                                                    ";;".join(FORMATS.values()))
+        name = self.suggested_export_name(self.current_id)
+        path, _filter = QFileDialog.getSaveFileName(self, "Export chat", name, ";;".join(FORMATS.values()))
         if path:
             try:
                 self.export_conversation(self.current_id, path)
@@ -381,6 +385,10 @@ class MainWindow(QMainWindow):
     def _on_prompt_progress(self, conversation_id: int, message_id: int, processed: int, total: int) -> None:
         if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
             view.set_detail(f"Reading the conversation: {processed:,} / {total:,} tokens")
+
+    def _on_writing_started(self, conversation_id: int, message_id: int) -> None:
+        if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
+            view.set_state("streaming")      # a streaming reply's own detail ("writing…") replaces the progress
 
     def _on_stream_finished(self, conversation_id: int, message_id: int, fin) -> None:
         if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):

@@ -83,11 +83,20 @@ class Composer(QWidget):
         self.send_button.setToolTip(why)
 
     def _submit(self) -> None:
-        text = self.edit.toPlainText().strip()
-        if not text or not self._can_send or self.stop_button.isVisible():
+        typed = self.edit.toPlainText()
+        if not typed.strip() or not self._can_send or self.stop_button.isVisible():
             return
         self.edit.clear()
-        self.sendRequested.emit(text)
+        self.sendRequested.emit(message_text(typed))
+
+
+def message_text(typed: str) -> str:
+    """What is sent of the composer's text: without leading blank lines and trailing whitespace, but with the
+    first line's indentation (a pasted code block starts indented, and its indentation is its meaning)."""
+    lines = typed.rstrip().split("\n")
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    return "\n".join(lines)
 
 
 def _blocks(doc):

@@ -165,3 +165,40 @@ def test_a_reply_cut_by_the_token_limit_is_marked_and_continue_finishes_it(qtbot
     stored = w.store.messages(w.current_id)
     assert [m.role for m in stored] == ["user", "assistant"]
     assert stored[1].content == whole and stored[1].content.startswith(first) and view.text() == whole
+
+
+def test_a_sent_message_keeps_its_first_lines_indentation(qtbot, make_window):
+    """Leading blank lines and trailing whitespace go; the indentation of a pasted code block stays. Text of
+    whitespace only is not sent."""
+    w = make_window()
+    w.composer.edit.setPlainText("  \n\t\n   ")
+    qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
+    assert w.store.messages(w.current_id) == [] and not w.chat.streaming_conversations()
+    code = "    def f():\n        return 1\nWhat does this do?"
+    send(qtbot, w, "\n   \n" + code + "  \n\n")
+    user = w.store.messages(w.current_id)[0]
+    assert user.role == "user" and user.content == code
+    assert w.composer.edit.toPlainText() == ""
+
+
+def test_a_long_prompt_shows_reading_progress_then_writing(qtbot, make_window):
+    """A prompt read in several chunks shows 'Reading the conversation: n / total'; the engine reports no
+    progress for the last chunk, so the first words of the reply must take the line back to what a streaming
+    reply shows without progress."""
+    w = make_window()
+    _use(w, LONG.__class__(**{**LONG.to_dict(), "max_tokens": 4}))
+    shown: dict[str, str] = {}
+    progress: list[str] = []
+
+    def detail(message_id: int) -> str:
+        return w.chat_view.view(message_id).detail_label.text()
+
+    w.chat.streamStarted.connect(lambda _c, mid: shown.setdefault("started", detail(mid)))
+    w.chat.promptProgress.connect(lambda _c, mid, _p, _t: progress.append(detail(mid)))
+    w.chat.streamUpdated.connect(lambda _c, mid, _text: shown.setdefault("first text", detail(mid)))
+    items = " ".join(f"item{i} is a thing." for i in range(80))      # ~600 tokens: several prefill chunks
+    _cid, _mid, fin = send(qtbot, w, f"{items}\nName one item.", timeout=60_000)
+    assert fin.reason in ("stop", "length"), fin.error
+    assert progress and all(p.startswith("Reading the conversation: ") for p in progress)
+    assert shown["started"] and not shown["started"].startswith("Reading")
+    assert shown["first text"] == shown["started"]
