@@ -157,9 +157,12 @@ class DiscoverActions(QObject):
         return kept
 
     def _run(self, work: Callable[[], None]) -> None:
-        from engine.hub import HubUnreachableError
-
         def guarded():
+            try:                                         # engine.hub's first import checks HF_ENDPOINT: it may raise
+                from engine.hub import HubUnreachableError
+            except EngineError as e:
+                self.failed.emit(str(e), False)
+                return
             try:
                 work()
             except HubUnreachableError as e:
@@ -186,15 +189,20 @@ class DiscoverActions(QObject):
     # -- the page --------------------------------------------------------------------------------------
     def make_page(self) -> DiscoverPage:
         if self.page is None:
-            from engine.hub.token import keyring_available
+            try:
+                from engine.hub.token import keyring_available  # engine.hub's first import checks HF_ENDPOINT
 
-            page = DiscoverPage(keyring_available())
+                keyring = keyring_available()
+            except EngineError:            # a malformed HF_ENDPOINT: the page opens and the first search says so
+                keyring = False
+            page = DiscoverPage(keyring)
             page.searchRequested.connect(self.search)
             page.repoChosen.connect(self.open_repo)
             page.downloadRequested.connect(self.download)
-            page.pauseRequested.connect(self.manager.pause)
-            page.resumeRequested.connect(self.manager.resume)
-            page.cancelRequested.connect(self.manager.cancel)
+            # the manager (and its hub client) is made at first use, not here: making it can fail (HF_ENDPOINT)
+            page.pauseRequested.connect(lambda f: self.manager.pause(f))
+            page.resumeRequested.connect(lambda f: self.manager.resume(f))
+            page.cancelRequested.connect(lambda f: self.manager.cancel(f))
             page.retryRequested.connect(self.retry)
             page.tokenEntered.connect(lambda t: page.show_token_kept(self.set_token(t)))
             self.searched.connect(page.show_repos)
@@ -204,8 +212,11 @@ class DiscoverActions(QObject):
             self.downloadChanged.connect(page.show_download)
             self.downloaded.connect(lambda p: page.show_note(f"{Path(p).name} is in the model library."))
             self.page = page
-            for state in self.manager.states():          # unfinished downloads of an earlier run, paused
-                page.show_download(state)
+            try:
+                for state in self.manager.states():      # unfinished downloads of an earlier run, paused
+                    page.show_download(state)
+            except EngineError as e:                     # no hub client: HF_ENDPOINT is malformed
+                page.show_error(str(e), False)
         return self.page
 
     def show(self, parent: QWidget | None = None) -> None:

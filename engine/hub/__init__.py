@@ -9,12 +9,26 @@
     DownloadManager(models_dir()).enqueue(files[0]) # .part + Range resume, sha256 checked, then moved in
 
 No Qt here; the app wraps the manager's callbacks into signals (app.discover).
+Importing this package raises InvalidEndpointError when HF_ENDPOINT is set but is no http(s) URL.
 """
-from engine.hub.client import HubClient, HubUnreachableError, RemoteFile, RepoSummary
-from engine.hub.download import DownloadManager, DownloadState, download_file
-from engine.hub.quants import QuantGroup, group_by_quant, quant_of, split_part
-from engine.hub.verdict import Machine, Verdict, current_machine, fit_verdict
+from engine.hub.endpoint import InvalidEndpointError, checked_endpoint
 
-__all__ = ["HubClient", "HubUnreachableError", "RemoteFile", "RepoSummary", "DownloadManager", "DownloadState",
+# Before huggingface_hub is imported: it parses HF_ENDPOINT at import and fails with a bare ValueError.
+checked_endpoint()
+
+from engine.hub.client import (  # noqa: E402
+    HubAccessError,
+    HubClient,
+    HubUnreachableError,
+    InvalidRepoIdError,
+    RemoteFile,
+    RepoSummary,
+)
+from engine.hub.download import DownloadManager, DownloadState, download_file  # noqa: E402
+from engine.hub.quants import QuantGroup, group_by_quant, quant_of, split_part  # noqa: E402
+from engine.hub.verdict import Machine, Verdict, current_machine, fit_verdict  # noqa: E402
+
+__all__ = ["HubClient", "HubUnreachableError", "HubAccessError", "InvalidEndpointError", "InvalidRepoIdError",
+           "RemoteFile", "RepoSummary", "DownloadManager", "DownloadState",
            "download_file", "QuantGroup", "group_by_quant", "quant_of", "split_part", "Machine", "Verdict",
            "current_machine", "fit_verdict"]

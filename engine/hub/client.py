@@ -1,25 +1,26 @@
 """The hub's API through `huggingface_hub`: search GGUF repos, list a repo's files with LFS sha256 and sizes,
 and read a remote GGUF's header with HTTP Range requests through the engine's bounded parser.
 
-The endpoint is HF_ENDPOINT when set (mirrors), else huggingface.co: `huggingface_hub` reads it.
-Every failure becomes a DownloadError subclass whose text is one sentence for the user.
+The endpoint is HF_ENDPOINT when set (mirrors), else huggingface.co: `huggingface_hub` reads it, and
+engine.hub.endpoint checks it first. Every failure becomes a DownloadError subclass whose text is one sentence
+for the user; `_hub_errors` is the one place that maps the library's exceptions to them.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import httpx2
 
 # Concrete submodules, not the package's lazy attributes: PyInstaller's import scan must see them.
 from huggingface_hub import constants
-from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HFValidationError, RepositoryNotFoundError
 from huggingface_hub.file_download import hf_hub_url
 from huggingface_hub.hf_api import HfApi
 from huggingface_hub.utils import build_hf_headers, get_session
 
-from engine.errors import DownloadError, InvalidModelError
+from engine.errors import DownloadError, InvalidModelError, short_repr
 from engine.gguf import GGUFHeader, parse_header
+from engine.hub.endpoint import checked_endpoint
 
 FIRST_HEADER_READ = 1 << 20          # most headers fit; a 262k vocabulary needs ~8 MiB (read doubles up to:)
 MAX_HEADER_BYTES = 64 << 20
@@ -32,6 +33,10 @@ class HubUnreachableError(DownloadError):
 
 class HubAccessError(DownloadError):
     """The hub answered no: a gated or private repo without a (valid) token, or a missing repo or file."""
+
+
+class InvalidRepoIdError(DownloadError):
+    """A repo id no hub repo can have (not owner/name, other characters, too long): refused before any request."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ class HubClient:
     """One hub endpoint and an optional token. Blocking calls; run them off the GUI thread."""
 
     def __init__(self, endpoint: str | None = None, token: str | None = None):
-        self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+        self.endpoint = checked_endpoint(endpoint or None) or constants.ENDPOINT
         self.token = token or None
         self._api = HfApi(endpoint=self.endpoint, token=self.token or False)
 
@@ -79,7 +84,8 @@ class HubClient:
 
     def url(self, f: RemoteFile) -> str:
         """The resolve URL (the hub answers with a redirect to its storage)."""
-        return hf_hub_url(f.repo_id, f.filename, revision=f.revision, endpoint=self.endpoint)
+        with _hub_errors(f.repo_id, self.endpoint):                  # hf_hub_url validates the repo id
+            return hf_hub_url(f.repo_id, f.filename, revision=f.revision, endpoint=self.endpoint)
 
     def read_header(self, f: RemoteFile) -> GGUFHeader:
         """The file's GGUF header from its first bytes (Range requests, doubling up to MAX_HEADER_BYTES).
@@ -133,7 +139,8 @@ def _raise_for_status(r, what: str) -> None:
 
 
 class _hub_errors:
-    """Turns huggingface_hub's and httpx's exceptions into our typed, user-worded errors."""
+    """Turns huggingface_hub's and httpx's exceptions into our typed, user-worded errors. `what` names the repo,
+    file or search for the user; where the call validates a repo id (model_info, hf_hub_url), it is that id."""
 
     def __init__(self, what: str, endpoint: str):
         self.what, self.endpoint = what, endpoint
@@ -144,6 +151,11 @@ class _hub_errors:
     def __exit__(self, kind, e, tb):
         if e is None or isinstance(e, DownloadError):
             return False
+        if isinstance(e, HFValidationError):        # raised before any request: nothing was sent or written
+            raise InvalidRepoIdError(
+                f"{short_repr(self.what)} is not a valid Hugging Face repo id (owner/name): give one such as "
+                f"Qwen/Qwen3-8B-GGUF, made of letters, digits, '-', '_' and '.', names of at most 96 characters."
+            ) from e
         if isinstance(e, GatedRepoError):
             raise HubAccessError(f"{self.what} is gated: accept its terms on the hub and enter an access token.") from e
         if isinstance(e, RepositoryNotFoundError):

@@ -9,6 +9,7 @@ clear "not supported" message. A file without `tokenizer.ggml.pre` gets llama.cp
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -102,7 +103,8 @@ def build_bpe(vocab: Vocab) -> Tokenizer:
     # Python objects alive together while the Rust side copies them: merge pairs made of the vocabulary's
     # own str objects (a new str per side was ~5 MiB more of SmolLM2's transient peak at load)
     texts = list(vocab.tokens)
-    token_to_id = dict(zip(texts, range(vocab.n_vocab), strict=True))     # last wins, as in TokenIndex
+    # a text repeated in the list: its last id wins, as in TokenIndex and llama.cpp's token_to_id
+    token_to_id = dict(zip(texts, range(vocab.n_vocab), strict=True))
     get = token_to_id.get
     merges = []
     for line in vocab.merges or ():
@@ -110,11 +112,11 @@ def build_bpe(vocab: Vocab) -> Tokenizer:
         if sep:                          # (a side that is no token stays as it is: the Rust side refuses it)
             i, j = get(left), get(right)
             merges.append((left if i is None else texts[i], right if j is None else texts[j]))
+    merges = _first_rank_of_each_pair(merges)
     try:
         model = models.BPE(vocab=token_to_id, merges=merges, ignore_merges=ignore_merges, fuse_unk=False)
     except Exception as e:   # the Rust library raises plain Exception for merges naming unknown tokens etc.
-        raise InvalidModelError(f"the BPE vocabulary is rejected by the tokenizer: {short_repr(str(e))}",
-                                field="tokenizer.ggml.merges") from None
+        raise _refusal(vocab.merges or (), texts, token_to_id, str(e)) from None
     tok = Tokenizer(model)
     if vocab.pre in NFC_PRE:
         tok.normalizer = normalizers.NFC()
@@ -123,6 +125,41 @@ def build_bpe(vocab: Vocab) -> Tokenizer:
         [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     return tok
+
+
+def _first_rank_of_each_pair(merges: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`merges` without the later repeats of a pair. llama.cpp ranks a pair by its first line (`bpe_ranks.emplace`
+    does not overwrite); `tokenizers` would keep the last, moving the pair behind every merge in between and
+    scrambling the ids of common words. (~10 ms for SmolLM2's 48,900 merges; the dict is gone before the Rust
+    side copies the merges, so it adds nothing to the load's peak.)"""
+    first = dict.fromkeys(merges)                  # insertion order: each pair at its first line
+    if len(first) == len(merges):
+        return merges
+    log.warning("tokenizer.ggml.merges repeats %d pairs: each keeps the rank of its first line, as in llama.cpp",
+                len(merges) - len(first))
+    return list(first)
+
+
+def _refusal(lines: Sequence[str], texts: list[str], token_to_id: Mapping[str, int],
+             reason: str) -> InvalidModelError:
+    """Why `tokenizers` refused the vocabulary, in the file's terms (a failed load only: it reads every merge
+    again). A repeated token text alone is accepted, as llama.cpp does (the last id wins); it is named here
+    because a repeat that replaced a text some merge makes is the usual way to get such a refusal."""
+    message = f"the BPE vocabulary is rejected by the tokenizer: {short_repr(reason)}"
+    for k, line in enumerate(lines):
+        left, sep, right = line.partition(" ")
+        checks = (("names", left), ("names", right), ("makes", left + right)) if sep else ()
+        verb, missing = next(((v, t) for v, t in checks if t not in token_to_id), (None, None))
+        if verb is not None:
+            message = (f"the BPE vocabulary is rejected by the tokenizer: merge {k} ({short_repr(line, 60)}) "
+                       f"{verb} {short_repr(missing, 60)}, which is no token")
+            break
+    if len(token_to_id) == len(texts):
+        return InvalidModelError(message, field="tokenizer.ggml.merges")
+    repeats = [(i, token_to_id[t]) for i, t in enumerate(texts) if token_to_id[t] != i]
+    named = "; ".join(f"token ids {i} and {j} have the same text {short_repr(texts[j], 60)}" for i, j in repeats[:3])
+    more = f" ({len(repeats) - 3} more repeats)" if len(repeats) > 3 else ""
+    return InvalidModelError(f"{message}; {named}{more}", field="tokenizer.ggml.tokens")
 
 
 def bpe_token_bytes(text: str) -> bytes:

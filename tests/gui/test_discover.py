@@ -148,3 +148,17 @@ def test_a_download_interrupted_in_an_earlier_run_is_listed_paused_and_resumes(q
     assert hub.ranges == ["bytes=5000000-"]
     qtbot.waitUntil(lambda: w.library.entry(str(tmp_path / "models" / SMALL)) is not None, timeout=10_000)
     w.discover._dialog.close()
+
+
+def test_a_malformed_hf_endpoint_is_named_in_the_page(qtbot, make_window, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_ENDPOINT", "http://[::1")
+    monkeypatch.setenv("HALO_MODELS_DIR", str(tmp_path / "models"))
+    w = make_window(engine="own")
+    w.discover.show(w)
+    page = w.discover.page
+    page.query.setText("qwen")
+    qtbot.mouseClick(page.search_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(page.error_box.isVisible, timeout=15_000)
+    assert "HF_ENDPOINT" in page.error.text() and "http://[::1" in page.error.text()
+    assert not page.retry_button.isVisible()
+    w.discover._dialog.close()
