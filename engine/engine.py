@@ -140,8 +140,11 @@ class Engine:
         self.backend_reason = ""                          # why the loaded model runs where it runs
         self.async_reason = ""                            # why async scheduling is on/off for it
         # Prompts are rendered and tokenized here, off the engine thread (a long prompt must not stall
-        # every other request's steps). One worker keeps requests in arrival order.
-        self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="halo-prompt")
+        # every other request's steps). One worker per kind keeps each kind in arrival order: chats, whose
+        # template may take its whole time limit (a hostile one takes it every time), and raw text or ids, which
+        # never wait behind a template.
+        self._chat_encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="halo-prompt-chat")
+        self._raw_encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="halo-prompt-raw")
         self._thread = threading.Thread(target=self._loop, name="halo-engine", daemon=True)
         self._stopped = False
         self._thread.start()
@@ -225,7 +228,8 @@ class Engine:
             self.cancel_load()
             self._commands.put(("shutdown",))
         self._thread.join(timeout)
-        self._encoder.shutdown(wait=False, cancel_futures=True)
+        for encoder in (self._chat_encoder, self._raw_encoder):
+            encoder.shutdown(wait=False, cancel_futures=True)
 
     def _send(self, command: tuple) -> None:
         if self._stopped:
@@ -408,7 +412,7 @@ class Engine:
         except Exception as e:   # noqa: BLE001 - a bad request fails alone
             self._fail_request(request, e)
             return
-        self._encoder.submit(self._encode, m, request)
+        (self._raw_encoder if request.messages is None else self._chat_encoder).submit(self._encode, m, request)
 
     def _encode(self, m: _Loaded, request: GenerateRequest) -> None:
         """Encoder thread: template + tokenizer, then back to the engine thread as an "encoded" command."""

@@ -189,3 +189,33 @@ def test_a_huge_chat_of_plain_dicts_is_refused_before_it_is_tokenized(engine):
                            params=SamplingParams.greedy(max_tokens=4))
     _, fin = engine.submit(huge).text(TIMEOUT)
     assert fin.reason == "error" and "bytes: at least" in fin.error
+
+
+def test_raw_prompts_do_not_wait_behind_a_template_that_runs_out_of_time(tmp_path):
+    """A template that loops on every conversation costs each chat its whole time limit; raw text and ids have
+    no template, so they are encoded apart and answered while those chats still wait (SAFETY.md: never freeze
+    another request)."""
+    from engine.chat_template import RENDER_TIME_LIMIT_S
+    from engine.gguf.mutate import with_metadata
+    from engine.gguf.types import GGUFValueType
+
+    looping = ("{% if messages %}{% for i in range(99999) %}{% for j in range(99999) %}{{ '' }}{% endfor %}"
+               "{% endfor %}{% endif %}x")
+    path = tmp_path / "looping-template.gguf"
+    path.write_bytes(with_metadata((DATA / "tiny-qwen2-f32.gguf").read_bytes(),
+                                   {"tokenizer.chat_template": (GGUFValueType.STRING, looping)}))
+    eng = Engine(max_context=256, backend="cpu")
+    try:
+        eng.load(path).result(timeout=TIMEOUT)
+        chats = [eng.submit(_chat("hi")) for _ in range(3)]
+        started = time.monotonic()
+        _, raw = eng.submit(GenerateRequest(prompt="The capital of France is",
+                                            params=SamplingParams.greedy(max_tokens=3))).text(TIMEOUT)
+        raw_s = time.monotonic() - started
+        assert raw.reason == "length"
+        assert raw_s < RENDER_TIME_LIMIT_S, f"the raw prompt waited {raw_s:.1f} s behind the chats"
+        for chat in chats:
+            _, fin = chat.text(TIMEOUT)
+            assert fin.reason == "error" and "template" in fin.error
+    finally:
+        eng.shutdown()
