@@ -217,8 +217,9 @@ class MainWindow(QMainWindow):
             live = stream is not None and m.id == stream.message_id
             view = self.chat_view.add_message(m.id, m.role, stream.text if live else m.content, m.state, m.error,
                                               reasoning=stream.reasoning if live else m.reasoning)
-            view.set_detail(_usage_text(m.usage.get("generated_tokens", 0), m.usage.get("decode_tokens_per_s", 0.0),
-                                        m.usage.get("turns_left_out", 0)))
+            if not live:                 # a live reply keeps its streaming detail ("writing…"; progress replaces it)
+                view.set_detail(_usage_text(m.usage.get("generated_tokens", 0),
+                                            m.usage.get("decode_tokens_per_s", 0.0), m.usage.get("turns_left_out", 0)))
             view.set_truncated(m.state == "complete" and m.usage.get("finish_reason") == "length")
             view.set_alternatives(*self.store.alternatives(m.id))
         self.chat_view.refresh_actions()

@@ -117,6 +117,7 @@ def test_switching_conversations_while_one_streams(qtbot, make_window):
     stream = w.chat.stream_for(streaming_id)
     if stream is not None:
         assert reply_view.state == "streaming" and reply_view.text() == stream.text
+        assert reply_view.detail_label.text() == "writing…"      # not the stored row's empty usage line
     qtbot.waitUntil(lambda: w.chat.stream_for(streaming_id) is None, timeout=60_000)
     reply = w.store.messages(streaming_id)[-1]
     assert reply.state == "complete" and reply.content == reply_view.text()
