@@ -32,7 +32,7 @@ from app.store import Store
 from app.theme import app_icon, apply_theme
 from app.widgets.banner import Banner
 from app.widgets.chat_view import ChatView
-from app.widgets.composer import Composer
+from app.widgets.composer import Composer, message_text
 from app.widgets.conversation_list import ConversationList
 from app.widgets.conversation_settings import ConversationSettingsDialog
 from app.widgets.elided_label import ElidedButton, ElidedLabel
@@ -297,8 +297,8 @@ class MainWindow(QMainWindow):
             self.models.explain_no_model()
             return
         original = self.store.message(message_id)
-        text, ok = QInputDialog.getMultiLineText(self, "Edit message", "Send instead:", original.content)
-        if not ok or not text.strip() or text == original.content:
+        typed, ok = QInputDialog.getMultiLineText(self, "Edit message", "Send instead:", original.content)
+        if not ok or not typed.strip() or (text := message_text(typed)) == original.content:
             return
         prompt, sampling = self.conversation_settings(self.current_id)
         self.chat.edit_and_resend(self.current_id, message_id, text, sampling, prompt)

@@ -84,7 +84,8 @@ def test_editing_a_message_resends_it_and_keeps_the_old_turns_as_a_branch(qtbot,
     send(qtbot, w, "And another one?")
     original_path = [m.id for m in w.store.messages(w.current_id)]
     first_user = original_path[0]
-    monkeypatch.setattr(QInputDialog, "getMultiLineText", lambda *a, **k: ("Name a fruit.", True))
+    # the edit is sent as the composer sends: without its leading blank lines and trailing whitespace
+    monkeypatch.setattr(QInputDialog, "getMultiLineText", lambda *a, **k: ("\n  \nName a fruit.  \n", True))
     with qtbot.waitSignal(w.chat.streamFinished, timeout=30_000) as done:
         qtbot.mouseClick(w.chat_view.view(first_user).edit_button, Qt.MouseButton.LeftButton)
     path = w.store.messages(w.current_id)
