@@ -471,7 +471,8 @@ class MainWindow(QMainWindow):
         self.chat.save_partials()
         for conversation_id in list(self.chat.streaming_conversations()):
             stream = self.chat.stream_for(conversation_id)
-            self.store.finish_reply(stream.message_id, stream.text, state="stopped")
+            # no Finished came: the stored usage stays (a continued reply's), and the reasoning goes in with the text
+            self.store.finish_reply(stream.message_id, stream.text, state="stopped", reasoning=stream.reasoning)
         self.remote.shutdown()
         self.discover.shutdown()
         self.local_server.stop()

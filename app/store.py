@@ -288,8 +288,11 @@ class Store:
 
     def finish_reply(self, message_id: int, content: str, state: MessageState = "complete",
                      usage: dict | None = None, error: str = "", reasoning: str = "") -> None:
-        self._db.execute("UPDATE messages SET content=?, state=?, usage_json=?, error=?, reasoning=? WHERE id=?",
-                         (content, state, json.dumps(usage or {}), error, reasoning, message_id))
+        """`usage` None keeps what the message holds (a reply stopped without a Finished: a continued one keeps
+        its earlier figures)."""
+        self._db.execute("UPDATE messages SET content=?, state=?, usage_json=COALESCE(?, usage_json), error=?, "
+                         "reasoning=? WHERE id=?",
+                         (content, state, None if usage is None else json.dumps(usage), error, reasoning, message_id))
         self._writers.release(message_id)
 
     def delete_message(self, message_id: int) -> None:

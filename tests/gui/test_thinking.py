@@ -90,6 +90,24 @@ def test_thinking_streams_into_a_collapsed_section_is_kept_and_left_out_of_the_n
     again.store.close()
 
 
+def test_closing_the_window_while_a_model_thinks_keeps_its_reasoning(qtbot, settings, db_path, qwen35_engine):
+    """The window closed mid-reply: the reply is stopped with all it had, its reasoning too (nothing lost)."""
+    w = _window(qtbot, settings, db_path, qwen35_engine)
+    w.new_conversation()
+    w.store.set_conversation_settings(w.current_id, "", LONG.__class__(**{**LONG.to_dict(), "max_tokens": 480}).to_dict())
+    conversation_id = w.current_id
+    w.composer.edit.setPlainText("Hello, who are you?")
+    with qtbot.waitSignal(w.chat.streamReasoning, timeout=120_000) as first:
+        qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
+    stream = w.chat.stream_for(conversation_id)
+    assert stream is not None and stream.reasoning, "the reply ended before the window closed"
+    mid, reasoning = first.args[1], stream.reasoning
+    w.close()
+    stored = w.store.message(mid)
+    assert stored.state == "stopped" and stored.reasoning.startswith(reasoning) and stored.reasoning.strip()
+    w.store.close()
+
+
 def test_the_app_loads_the_qwen35_file_itself_and_its_reply_renders_as_thinking(make_window, settings, qtbot,
                                                                                 qwen35_file):
     """The user's path: the window's own engine loads the file from the models picker (CPU here; the GPU is

@@ -62,6 +62,18 @@ def test_save_partial_does_not_touch_a_finished_reply(db_path):
     assert store.message(reply.id).state == "stopped"
 
 
+def test_a_reply_finished_without_usage_keeps_the_figures_it_had(db_path):
+    """A continued reply stopped by closing the window gets no Finished: its earlier figures stay."""
+    store = Store(db_path)
+    conv = store.create_conversation()
+    reply = store.begin_reply(conv.id)
+    store.finish_reply(reply.id, "first part", usage={"generated_tokens": 12, "finish_reason": "length"})
+    store.finish_reply(reply.id, "first part and more", state="stopped")
+    assert store.message(reply.id).usage == {"generated_tokens": 12, "finish_reason": "length"}
+    store.finish_reply(reply.id, "first part and more", usage={"generated_tokens": 3})
+    assert store.message(reply.id).usage == {"generated_tokens": 3}
+
+
 def test_search_rename_order_and_delete_cascade(db_path):
     store = Store(db_path)
     a = store.create_conversation("Python questions")
