@@ -80,7 +80,8 @@ class ChatView(QScrollArea):
         self._column.insertWidget(self._column.count() - 1, view)
         self._views[message_id] = view
         self.empty.setVisible(False)
-        self._update_regenerate_buttons()
+        # only the new view and the one it follows change: a chat of n messages loads in O(n) widget calls
+        self._update_regenerate_buttons(list(self._views.values())[-2:])
         return view
 
     def remove_message(self, message_id: int) -> None:
@@ -101,13 +102,15 @@ class ChatView(QScrollArea):
         self._busy = busy
         self._update_regenerate_buttons()
 
-    def _update_regenerate_buttons(self) -> None:
-        # Only the last reply can be regenerated (no silent loss of later messages), and not mid-stream.
+    def _update_regenerate_buttons(self, views: list[MessageView] | None = None) -> None:
+        """The actions of `views` (default: all). Only the last reply can be regenerated (no silent loss of later
+        messages), and not mid-stream."""
         busy = getattr(self, "_busy", False)
-        views = list(self._views.values())
-        for i, v in enumerate(views):
+        last_view = next(reversed(self._views.values()), None)
+        views = list(self._views.values()) if views is None else views
+        for v in views:
             if v.role == "assistant":
-                last = i == len(views) - 1
+                last = v is last_view
                 v.regenerate_button.setVisible(last and not busy)
                 v.set_regenerate_enabled(last and not busy)
                 v.continue_button.setVisible(last and not busy and v.truncated)
