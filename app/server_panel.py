@@ -142,7 +142,7 @@ class LocalServerPanel(QDialog):
         col.addWidget(self.switch)
         form = QFormLayout()
         self.port_spin = QSpinBox(minimum=1024, maximum=65535)
-        self.port_spin.setValue(int(settings.q.value("server/port", DEFAULT_PORT)))
+        self.port_spin.setValue(settings.int_value("server/port", DEFAULT_PORT))
         self.key_edit = QLineEdit(placeholderText="none: any client on this computer may call")
         self.key_edit.setEchoMode(QLineEdit.EchoMode.Password)
         self.key_edit.setText(str(settings.q.value("server/api_key", "")))

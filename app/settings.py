@@ -89,6 +89,12 @@ class AppSettings:
     def sync(self) -> None:
         self.q.sync()
 
+    def int_value(self, key: str, default: int) -> int:
+        """An integer setting (the INI file gives it back as text); `default` where it is missing or no integer
+        (a hand-edited file)."""
+        value = _typed(self.q.value(key, default), int)
+        return value if isinstance(value, int) and not isinstance(value, bool) else default
+
     # -- engine -----------------------------------------------------------------------------------
     @property
     def backend(self) -> Backend:
@@ -173,7 +179,9 @@ class AppSettings:
     # -- default sampling -------------------------------------------------------------------------
     @property
     def sampling(self) -> Sampling:
-        data = {f.name: self.q.value(f"sampling/{f.name}") for f in fields(Sampling)}
+        defaults = Sampling()
+        data = {f.name: _typed(self.q.value(f"sampling/{f.name}"), type(getattr(defaults, f.name)))
+                for f in fields(Sampling)}
         return Sampling.from_dict({k: v for k, v in data.items() if v is not None})
 
     @sampling.setter
@@ -188,6 +196,18 @@ class AppSettings:
     @system_prompt.setter
     def system_prompt(self, value: str) -> None:
         self.q.setValue("sampling/system_prompt", value)
+
+
+def _typed(value, kind: type):
+    """A stored number as its field's type: the INI file gives every value back as text ("0.3", "256") once the
+    app restarts (in the process that wrote them, QSettings still holds the numbers). Text that is no such number
+    stays text, which Sampling.from_dict refuses for a numeric field."""
+    if isinstance(value, str) and kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _bool(value) -> bool:

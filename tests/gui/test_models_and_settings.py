@@ -112,3 +112,19 @@ def test_settings_persist_across_restart(qtbot, make_window, tmp_path):
     w.new_conversation()
     prompt, sampling = w.conversation_settings(w.current_id)
     assert prompt == "Answer in French." and sampling.temperature == 0.3
+
+
+def test_sampling_defaults_are_read_back_from_the_file_as_a_restarted_app_reads_them(tmp_path):
+    """A restarted app's QSettings gives every INI value back as text; the defaults must survive that (in the
+    process that wrote them Qt still holds the numbers, so a same-process reread cannot show it)."""
+    from PySide6.QtCore import QSettings
+
+    path = tmp_path / "Halo Chat.ini"
+    path.write_text("[sampling]\ntemperature=0.3\ntop_p=0.9\ntop_k=7\nmax_tokens=256\ncontext_length=2048\n"
+                    "seed=42\ncontext_overflow=drop_oldest\n", encoding="utf-8")
+    restored = AppSettings(QSettings(str(path), QSettings.Format.IniFormat)).sampling
+    assert restored == Sampling(temperature=0.3, top_p=0.9, top_k=7, max_tokens=256, context_length=2048, seed=42,
+                                context_overflow="drop_oldest")
+    path.write_text("[sampling]\ntemperature=warm\nmax_tokens=lots\ntop_k=3\n", encoding="utf-8")
+    hand_edited = AppSettings(QSettings(str(path), QSettings.Format.IniFormat)).sampling
+    assert hand_edited == Sampling(top_k=3)          # what is no number falls back to the default

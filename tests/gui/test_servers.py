@@ -180,3 +180,18 @@ def test_local_server_switch_serves_the_loaded_model_beside_the_chats(qtbot, mak
     time.sleep(0.1)
     with pytest.raises(httpx.ConnectError):
         httpx.get(base + "/models")
+
+
+def test_the_server_panel_opens_with_a_hand_edited_port(qtbot, make_window):
+    from engine.server import DEFAULT_PORT
+
+    w = make_window(engine="own")
+    w.settings.q.setValue("server/port", "notaport")
+    w.local_server.show_panel()
+    assert w.local_server.panel.port_spin.value() == DEFAULT_PORT
+    w.local_server.panel.close()
+    w.local_server.panel = None
+    w.settings.q.setValue("server/port", "8123")          # as the INI file gives a saved port back
+    w.local_server.show_panel()
+    assert w.local_server.panel.port_spin.value() == 8123
+    w.local_server.panel.close()
