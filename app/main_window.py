@@ -191,8 +191,17 @@ class MainWindow(QMainWindow):
         self.sidebar.set_conversations(convs, current, self.chat.streaming_conversations())
         if current is not None and current != self.current_id:
             self.show_conversation(current)
+        elif current is None and self.current_id is None:
+            self._show_no_conversation()      # e.g. the only chat a search matched was deleted
         if self.current_id is not None:
             self.title_label.setText(self.store.conversation(self.current_id).title)
+
+    def _show_no_conversation(self) -> None:
+        """The empty chat area; the next message sent starts a new chat (send)."""
+        self.chat_view.clear()
+        self.title_label.setText("")
+        self._update_busy()
+        self.status.update_context(self)
 
     def _create_conversation(self):
         return self.store.create_conversation(system_prompt=self.settings.system_prompt,

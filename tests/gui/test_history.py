@@ -49,6 +49,24 @@ def test_delete_asks_for_confirmation(qtbot, make_window):
     assert w.current_id is not None and w.current_id != doomed   # a fresh chat takes its place
 
 
+def test_deleting_the_only_chat_a_search_matches_empties_the_chat_area(qtbot, make_window):
+    w = make_window(engine="own")
+    kept = w.current_id
+    w.store.rename(kept, "Groceries")
+    doomed = w.store.create_conversation(title="Chat number 1").id
+    w.store.add_message(doomed, "user", "first words")
+    w.sidebar.search.setText("number")
+    w.refresh_conversations()
+    w.sidebar.select(doomed)
+    assert w.current_id == doomed and [v.text() for v in w.chat_view.views()] == ["first words"]
+    seen: list[str] = []
+    _answer_next_message_box(QMessageBox.StandardButton.Yes, seen)
+    w.delete_conversation(doomed)
+    assert w.current_id is None and w.sidebar.ids() == []
+    assert w.chat_view.views() == [] and w.title_label.text() == ""
+    assert kept in [c.id for c in w.store.conversations()]       # only the deleted chat went
+
+
 @pytest.mark.golden
 def test_restart_finds_history_rename_and_search(qtbot, make_window, db_path):
     w = make_window()
