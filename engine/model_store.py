@@ -115,24 +115,74 @@ def network_reason(e: BaseException) -> str:
     return str(reason)
 
 
+READ_TIMEOUT_S = 120           # a connection that sends nothing this long has failed
+
+
 def _download(url: str, dest: Path, progress: Progress | None, what: str,
               cancel: threading.Event | None = None) -> None:
-    import urllib.request
-
+    cancel = cancel or threading.Event()
+    sockets: list = []
+    finished = threading.Event()
+    # A stalled connection blocks a read for up to READ_TIMEOUT_S: Cancel shuts the socket down from here, so the
+    # read returns at once (checking `cancel` between chunks alone waited for the timeout).
+    watcher = threading.Thread(target=_hang_up_on_cancel, args=(cancel, finished, sockets), daemon=True,
+                               name="download-cancel")
+    watcher.start()
     try:
-        with urllib.request.urlopen(url, timeout=120) as resp, open(dest, "wb") as out:
+        with _tracking_opener(sockets).open(url, timeout=READ_TIMEOUT_S) as resp, open(dest, "wb") as out:
             total = int(resp.headers.get("Content-Length") or 0)
             done = 0
             while chunk := resp.read(1 << 16):
-                if cancel is not None and cancel.is_set():
-                    raise DownloadCancelled("The download was cancelled.")
+                if cancel.is_set():
+                    break
                 out.write(chunk)
                 done += len(chunk)
                 if progress:
                     progress(done, total, what)
     except (OSError, ValueError) as e:
-        raise DownloadError(f"Downloading {what} failed: {network_reason(e)}. Check the network connection, "
-                            "then try again.") from e
+        if not cancel.is_set():
+            raise DownloadError(f"Downloading {what} failed: {network_reason(e)}. Check the network connection, "
+                                "then try again.") from e
+    finally:
+        finished.set()
+    if cancel.is_set():
+        raise DownloadCancelled("The download was cancelled.")
+
+
+def _tracking_opener(sockets: list):
+    """urllib's default opener (proxies, redirects) that appends each connection's socket to `sockets` (the socket
+    itself: urllib drops the connection's reference once the response has it)."""
+    import urllib.request
+
+    def tracked(http_class):
+        class Tracked(http_class):
+            def connect(self):
+                super().connect()
+                sockets.append(self.sock)
+        return Tracked
+
+    class HTTPS(urllib.request.HTTPSHandler):
+        def do_open(self, http_class, req, **kwargs):
+            return super().do_open(tracked(http_class), req, **kwargs)
+
+    class HTTP(urllib.request.HTTPHandler):
+        def do_open(self, http_class, req, **kwargs):
+            return super().do_open(tracked(http_class), req, **kwargs)
+
+    return urllib.request.build_opener(HTTPS, HTTP)
+
+
+def _hang_up_on_cancel(cancel: threading.Event, finished: threading.Event, sockets: list) -> None:
+    import socket
+
+    while not finished.is_set():
+        if cancel.wait(0.2):
+            for sock in list(sockets):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)      # a read blocked on it returns now
+                except OSError:                          # already closed
+                    pass
+            return
 
 
 def fetch(model: KnownModel = STARTER, folder: Path | None = None, progress: Progress | None = None,

@@ -16,7 +16,8 @@ pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not s
 
 
 class Index(http.server.BaseHTTPRequestHandler):
-    """mode "fail": the index answers 503. mode "slow": the index lists a wheel that trickles forever."""
+    """mode "fail": the index answers 503. mode "slow": the index lists a wheel that trickles forever. mode
+    "stall": the wheel's first bytes come, then nothing (a connection that hangs)."""
 
     mode = "fail"
     requests: list[str] = []
@@ -37,6 +38,9 @@ class Index(http.server.BaseHTTPRequestHandler):
                 while True:                                  # until the client hangs up
                     self.wfile.write(b"\0" * (1 << 16))
                     self.wfile.flush()
+                    if self.mode == "stall":                 # nothing more; a hang-up reads as end of file
+                        self.rfile.read(1)
+                        raise OSError("the client hung up")
                     time.sleep(0.05)
             except OSError:
                 type(self).stopped.set()
@@ -91,3 +95,21 @@ def test_cancel_stops_the_download_and_keeps_nothing(make_window, qtbot, index, 
     assert not any((tmp_path / "models").glob("*"))            # no partial file left behind
     assert "cancelled" in window.status.note_label.text()
     assert window.banner.title.text() == "Welcome to Halo Chat"   # the starter is offered again
+
+
+def test_cancel_on_a_stalled_connection_returns_at_once(make_window, qtbot, index, tmp_path):
+    """Nothing arrives, so no read returns to see the cancel: the connection is hung up instead of waiting for
+    the read timeout (120 s), and Download works again at once."""
+    index.mode = "stall"
+    window = make_window(engine="own")
+    window.models.fetch_starter()
+    dialog = window.models.starter_download.dialog
+    qtbot.waitUntil(lambda: "KB" in dialog.labelText(), timeout=20_000)
+    button = next(b for b in dialog.findChildren(QPushButton) if b.text() == "Cancel download")
+    started = time.monotonic()
+    button.click()
+    qtbot.waitUntil(lambda: window.models.starter_download.fetcher is None, timeout=10_000)
+    assert time.monotonic() - started < model_store.READ_TIMEOUT_S / 10
+    assert "cancelled" in window.status.note_label.text()
+    assert not any((tmp_path / "models").glob("*"))
+    assert index.stopped.wait(10)                              # the server saw the hang-up
