@@ -34,6 +34,8 @@ def describe(e: BaseException, what: str = "") -> UserMessage:
     if isinstance(e, errors.InvalidModelError):
         return UserMessage(f"Cannot open{subject}: the file is damaged or not a valid GGUF model",
                            f"{file_problem(e)}\n\nDownload the model again, or pick another file. Nothing else was changed.")
+    if isinstance(e, errors.ModelFileError):
+        return UserMessage(f"Cannot open{subject}", f"{e}\n\nPick the file again in the model library (Ctrl+L).")
     if isinstance(e, errors.UnsupportedModelError):
         return UserMessage(f"{what or 'This model'} is not supported yet",
                            f"{e}\n\nTry a model with a supported architecture ({', '.join(ARCHITECTURES)}).")

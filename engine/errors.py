@@ -28,6 +28,10 @@ class InvalidModelError(EngineError):
         self.offset = offset
 
 
+class ModelFileError(EngineError):
+    """The model file cannot be opened at all: it is missing, a folder, or not readable."""
+
+
 class UnsupportedModelError(EngineError):
     """The file is valid GGUF but uses an architecture or tensor type this engine does not run."""
 

@@ -2,7 +2,9 @@
 
 Order of operations (as in vLLM): repetition penalty -> temperature -> top-k -> top-p -> min-p -> draw.
 Greedy (temperature <= 0) is the argmax after the penalty. Each request owns a `Sampler` with its own
-numpy Generator, so a seeded request gives the same tokens regardless of what else runs.
+numpy Generator: no other request draws from its stream, so a seeded request run again the same way gives the
+same tokens. Beside other requests its logits can differ in the last bits (a batch sums the products in another
+order: ~1e-6 on the CPU), which can change a draw where two tokens are nearly tied.
 """
 from __future__ import annotations
 

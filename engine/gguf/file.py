@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import InvalidModelError
+from engine.errors import InvalidModelError, ModelFileError, short_repr
 from engine.gguf.consistency import check_consistency
 from engine.gguf.cursor import Cursor
 from engine.gguf.dequant import dequantize as _dequantize
@@ -78,10 +78,20 @@ class GGUFFile:
                 f"{len(self.tensors)} tensors)")
 
 
+# why open() refused a path, in the user's words
+_OPEN_FAILURES = {FileNotFoundError: "there is no such file (moved or deleted?)",
+                  IsADirectoryError: "it is a folder, not a file", PermissionError: "this account may not read it"}
+
+
 def open_gguf(path: str | os.PathLike) -> GGUFFile:
     """Open and validate a GGUF file. Raises InvalidModelError for any malformed or hostile content."""
     path = Path(path)
-    with open(path, "rb") as f:
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise ModelFileError(f"Cannot open the model file {short_repr(str(path))}: "
+                             f"{_OPEN_FAILURES.get(type(e), e.strerror or str(e))}.") from None
+    with f:
         file_size = os.fstat(f.fileno()).st_size
         if file_size < _HEADER_BYTES:
             raise InvalidModelError(f"file is {file_size} bytes, too short for a GGUF header",

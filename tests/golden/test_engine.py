@@ -11,7 +11,7 @@ import pytest
 
 from engine.api import ChatMessage, Finished, GenerateRequest, LoadProgress, SamplingParams, TextDelta
 from engine.engine import Engine
-from engine.errors import InvalidModelError, RequestAborted, UnsupportedModelError
+from engine.errors import InvalidModelError, ModelFileError, RequestAborted, UnsupportedModelError
 from engine.gguf.mutate import with_metadata
 from engine.gguf.types import GGUFValueType
 
@@ -170,6 +170,12 @@ def test_load_progress_cancel_bad_file_and_no_model(smollm2_path, tmp_path):
         bad.write_bytes(b"GGUF" + b"\xff" * 60)
         with pytest.raises(InvalidModelError):
             eng.load(bad).result(TIMEOUT)
+        # a path that is no file is the engine's clear error too, not a bare OSError the app calls a bug
+        with pytest.raises(ModelFileError, match="no such file"):
+            eng.load(tmp_path / "moved-away.gguf").result(TIMEOUT)
+        with pytest.raises(ModelFileError, match="a folder"):
+            eng.load(tmp_path).result(TIMEOUT)
+        assert eng.model_info is not None                   # neither took the loaded model away
 
         eng.unload().result(TIMEOUT)
         _, fin = eng.submit(chat("hi")).text(TIMEOUT)
