@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.errors import ContextOverflowError
 from engine.model.arch import BLOCK_SIZE, DEFAULT_KV_CACHE_TYPE
 from engine.model.blas import blas_threads
 from engine.model.loader import load_model, open_model_file
@@ -145,6 +146,9 @@ def run_bench(path: Path, prompt_tokens: int = 128, decode_tokens: int = 64, rep
         lm = load_model(path, gguf=gguf)
     load_s = time.perf_counter() - t0
     ids = prompt_ids(fmt, prompt_tokens)
+    if len(ids) + decode_tokens > lm.config.context_length:     # (one prefill step: its mask alone is n x n)
+        raise ContextOverflowError(f"{len(ids):,} prompt + {decode_tokens:,} decoded tokens do not fit the model's "
+                                   f"context of {lm.config.context_length:,} tokens; ask for fewer.")
     n_blocks = -(-(len(ids) + decode_tokens + 1) // BLOCK_SIZE)
     kv = KVCache.allocate(lm.config, n_blocks, BLOCK_SIZE)
     t0 = time.perf_counter()         # first steps (the kernels were readied by the load: compiled or cached)

@@ -237,6 +237,19 @@ def _model_args(p: argparse.ArgumentParser, positional: bool) -> None:
     p.add_argument("--starter", action="store_true", help="use the starter model (fetched if missing)")
 
 
+def at_least(lo: int):
+    """An argparse type: an integer of at least `lo` (a count of tokens, runs or requests)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be at least {lo}, not {value}")
+        return value
+    return parse
+
+
 def add_kv_type_arg(p: argparse.ArgumentParser) -> None:
     """--kv-type, wherever a command builds an Engine (here and engine.server.bench)."""
     from .model.arch import DEFAULT_KV_CACHE_TYPE, KV_CACHE_TYPES
@@ -292,17 +305,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_kv_type_arg(c)
     c.set_defaults(func=cmd_chat)
 
+    from .backends.registry import BACKENDS
     b = sub.add_parser("bench", help="load time, prefill and decode speed, time to first token, peak RSS")
     _model_args(b, positional=False)
     b.add_argument("--json", action="store_true")
-    b.add_argument("--prompt-tokens", type=int, default=128)
-    b.add_argument("--decode-tokens", type=int, default=64)
-    b.add_argument("--repeat", type=int, default=1, help="runs; the best is reported")
+    b.add_argument("--prompt-tokens", type=at_least(1), default=128)
+    b.add_argument("--decode-tokens", type=at_least(1), default=64)
+    b.add_argument("--repeat", type=at_least(1), default=1, help="runs; the best is reported")
     b.add_argument("--async", dest="async_mode", choices=("on", "off"),
                    help="bench through the Engine with async scheduling on or off")
-    b.add_argument("--concurrency", type=int, help="requests at once, through the Engine (default 1)")
-    b.add_argument("--backend", default="cpu", help="cpu (numpy forward) or a GPU backend: cuda-python, "
-                   "ctypes-cuda, hip-python, ctypes-hip")
+    b.add_argument("--concurrency", type=at_least(1), help="requests at once, through the Engine (default 1)")
+    b.add_argument("--backend", default="cpu", choices=tuple(BACKENDS),
+                   help="cpu (numpy forward) or a GPU backend")
     add_kv_type_arg(b)
     b.set_defaults(func=cmd_bench)
 

@@ -66,6 +66,19 @@ def test_bench_json_reports_every_figure(smollm2_path):
         assert out[key] > 0
 
 
+@pytest.mark.parametrize(("args", "said"), [
+    (("--prompt-tokens", "0"), "--prompt-tokens: must be at least 1"),
+    (("--repeat", "0"), "--repeat: must be at least 1"),
+    (("--concurrency", "two"), "is not a whole number"),
+    (("--backend", "nosuch"), "invalid choice: 'nosuch'"),
+    (("--prompt-tokens", "100000"), "do not fit the model's context of 8,192 tokens"),
+])
+def test_bench_refuses_counts_it_cannot_run_in_words(smollm2_path, args, said):
+    """Not a traceback, and not a 100,000 x 100,000 mask allocated before the refusal."""
+    proc = run("bench", "--model", str(smollm2_path), *args, timeout=120)
+    assert proc.returncode != 0 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_bad_model_path_is_a_clean_error(tmp_path):
     bad = tmp_path / "x.gguf"
     bad.write_bytes(b"not a gguf file at all")
