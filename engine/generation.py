@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from engine.api import Event, Finished, FinishReason, GenerateRequest, PromptProgress, TextDelta, Usage
 from engine.prompt import PromptFormat
-from engine.reasoning import ReasoningParser
+from engine.reasoning import THINK_CLOSE, ReasoningParser, prompt_opens_think
 
 
 def encode_prompt(prompt_format: PromptFormat, request: GenerateRequest) -> list[int]:
@@ -26,9 +26,14 @@ def encode_prompt(prompt_format: PromptFormat, request: GenerateRequest) -> list
         if request.tools is not None:
             options["tools"] = [dict(t) for t in request.tools]
         if request.continue_final_message:      # the reply so far follows the generation prompt verbatim
-            reply = request.messages[-1].content
-            return (prompt_format.encode_chat(request.messages[:-1], **options)
-                    + prompt_format.tokenizer.encode(reply, add_bos=False, add_eos=False))
+            reply, tokenizer = request.messages[-1].content, prompt_format.tokenizer
+            ids = prompt_format.encode_chat(request.messages[:-1], **options)
+            if reply and prompt_opens_think(tokenizer, ids):
+                # the reply so far is answer text, so the think block the template opened is over: closed as the
+                # template closes an empty one (Qwen3's "<think>\n\n</think>\n\n"), else the model would go on
+                # inside its reasoning
+                ids += tokenizer.encode(f"\n{THINK_CLOSE}\n\n", add_bos=False, add_eos=False, parse_special=True)
+            return ids + tokenizer.encode(reply, add_bos=False, add_eos=False)
         return prompt_format.encode_chat(request.messages, **options)
     return prompt_format.encode_raw(request.prompt)
 

@@ -88,8 +88,11 @@ class ThinkTagParser:
         return (rest, "") if self.inside else ("", rest)
 
 
-def _prompt_opens_think(prompt_tail: str) -> bool:
-    return prompt_tail.rfind(THINK_OPEN) > prompt_tail.rfind(THINK_CLOSE)
+def prompt_opens_think(tokenizer, prompt_ids: Sequence[int]) -> bool:
+    """Whether the prompt ends inside an open think block (the template wrote `<think>` and no `</think>` after
+    it): what the model writes next is reasoning. Read from the prompt's last 8 tokens."""
+    tail = tokenizer.decode(list(prompt_ids[-8:]), skip_special=False)
+    return tail.rfind(THINK_OPEN) > tail.rfind(THINK_CLOSE)
 
 
 # Parsers beyond think tags, keyed by a marker found in the chat template source. Each factory takes
@@ -107,8 +110,7 @@ def reasoning_parser(template_source: str | None, tokenizer, prompt_ids: Sequenc
         if marker in template_source:
             return factory(tokenizer, prompt_ids)
     if THINK_CLOSE in template_source:
-        tail = tokenizer.decode(list(prompt_ids[-8:]), skip_special=False)
-        return ThinkTagParser(starts_inside=_prompt_opens_think(tail))
+        return ThinkTagParser(starts_inside=prompt_opens_think(tokenizer, prompt_ids))
     return None
 
 
