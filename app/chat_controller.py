@@ -219,7 +219,7 @@ class ChatController(QObject):
         usage = {"prompt_tokens": fin.usage.prompt_tokens, "generated_tokens": fin.usage.generated_tokens,
                  "decode_tokens_per_s": fin.usage.decode_tokens_per_s,
                  "time_to_first_token_s": fin.usage.time_to_first_token_s, "finish_reason": fin.reason,
-                 "turns_left_out": fin.turns_left_out}
+                 "turns_left_out": fin.turns_left_out, "system_prompt_left_out": fin.system_prompt_left_out}
         self.store.finish_reply(stream.message_id, stream.text, state=state, usage=usage, error=fin.error or "",
                                 reasoning=stream.reasoning)
         if fin.reason != "error":

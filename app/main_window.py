@@ -227,8 +227,7 @@ class MainWindow(QMainWindow):
             view = self.chat_view.add_message(m.id, m.role, stream.text if live else m.content, m.state, m.error,
                                               reasoning=stream.reasoning if live else m.reasoning)
             if not live:                 # a live reply keeps its streaming detail ("writing…"; progress replaces it)
-                view.set_detail(_usage_text(m.usage.get("generated_tokens", 0),
-                                            m.usage.get("decode_tokens_per_s", 0.0), m.usage.get("turns_left_out", 0)))
+                view.set_detail(_usage_text(m.usage))
             view.set_truncated(m.state == "complete" and m.usage.get("finish_reason") == "length")
             view.set_alternatives(*self.store.alternatives(m.id))
         self.chat_view.refresh_actions()
@@ -408,7 +407,7 @@ class MainWindow(QMainWindow):
             view.set_reasoning(msg.reasoning)
             view.set_truncated(msg.state == "complete" and fin.reason == "length")
             view.set_alternatives(*self.store.alternatives(message_id))
-            view.set_detail(_usage_text(fin.usage.generated_tokens, fin.usage.decode_tokens_per_s, fin.turns_left_out))
+            view.set_detail(_usage_text(msg.usage))
         if fin.reason == "error":
             self.models.show_generation_error(fin.error or "unknown error", getattr(fin, "error_type", ""))
         self._update_busy()
@@ -489,10 +488,13 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
 
-def _usage_text(tokens: int, tokens_per_s: float, turns_left_out: int = 0) -> str:
-    """A reply's detail line: its length and speed, and the earlier turns the context overflow policy left out
-    of its prompt (engine.context_fit); "" when there is nothing to say."""
-    parts = [f"{tokens} tokens · {tokens_per_s:.1f} tok/s"] if tokens else []
-    if turns_left_out:
-        parts.append(f"{turns_left_out} earlier turn{'s' if turns_left_out != 1 else ''} left out")
+def _usage_text(usage: dict) -> str:
+    """A reply's detail line from what it stored (ChatController._on_finished): its length and speed, and what
+    the context overflow policy left out of its prompt (engine.context_fit); "" when there is nothing to say."""
+    tokens, turns = usage.get("generated_tokens", 0), usage.get("turns_left_out", 0)
+    parts = [f"{tokens} tokens · {usage.get('decode_tokens_per_s', 0.0):.1f} tok/s"] if tokens else []
+    if turns:
+        parts.append(f"{turns} earlier turn{'s' if turns != 1 else ''} left out")
+    if usage.get("system_prompt_left_out"):
+        parts.append("the system prompt left out")
     return " · ".join(parts)

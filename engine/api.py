@@ -119,6 +119,7 @@ class Finished:
     error: str | None = None      # set when reason == "error": what happened and what to do
     error_type: str = ""          # the engine.errors class of that error (e.g. "ContextOverflowError"), if any
     turns_left_out: int = 0       # earlier turns the context overflow policy left out of the prompt
+    system_prompt_left_out: bool = False   # ... and whether it left out the system prompt ("rolling")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ class Fitted(NamedTuple):
     ids: list[int]          # the prompt
     dropped: int            # messages left out (the oldest ones after any kept system prompt)
     turns_dropped: int      # of them, the turns: a user message and the replies after it
+    system_dropped: bool = False   # "rolling" left the system prompt out too
 
 
 def fit_messages(encode: Callable[[Sequence[ChatMessage]], list[int]], messages: Sequence[ChatMessage],
@@ -41,7 +42,8 @@ def fit_messages(encode: Callable[[Sequence[ChatMessage]], list[int]], messages:
     cuts = [k for k in range(1, len(body)) if body[k].role == "user"]   # kept part starts at a user turn
 
     def fitted(cut: int, cut_ids: list[int]) -> Fitted:
-        return Fitted(cut_ids, cut, sum(m.role == "user" for m in body[:cut]))
+        left_out = body[:cut]
+        return Fitted(cut_ids, cut, sum(m.role == "user" for m in left_out), any(m.role == "system" for m in left_out))
 
     if not cuts:
         return Fitted(ids, 0, 0)

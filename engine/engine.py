@@ -446,7 +446,8 @@ class Engine:
             tokenizer = m.prompt_format.tokenizer
             generation = Generation(request, prompt_ids, tokenizer, tokenizer.stop_ids, self._emit,
                                     reasoning_parser(m.prompt_format.template_source, tokenizer, prompt_ids),
-                                    turns_left_out=result.turns_dropped)
+                                    turns_left_out=result.turns_dropped,
+                                    system_prompt_left_out=result.system_dropped)
             m.core.add_request(generation, prompt_ids, tokenizer.stop_ids)
         except Exception as e:   # noqa: BLE001 - a bad request fails alone
             self._fail_request(request, e)

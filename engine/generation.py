@@ -79,10 +79,13 @@ class Generation:
     """
 
     def __init__(self, request: GenerateRequest, prompt_ids: list[int], tokenizer, stop_ids: frozenset[int],
-                 emit: Callable[[Event], None], reasoning: ReasoningParser | None = None, turns_left_out: int = 0):
-        """`turns_left_out`: how many earlier turns engine.context_fit dropped to fit the prompt (Finished says)."""
+                 emit: Callable[[Event], None], reasoning: ReasoningParser | None = None, turns_left_out: int = 0,
+                 system_prompt_left_out: bool = False):
+        """`turns_left_out`, `system_prompt_left_out`: what engine.context_fit dropped to fit the prompt (Finished
+        says)."""
         self.request = request
         self.turns_left_out = turns_left_out
+        self.system_prompt_left_out = system_prompt_left_out
         self.params = request.params
         self.prompt_ids = list(prompt_ids)
         self.output_ids: list[int] = []
@@ -148,7 +151,8 @@ class Generation:
             if thought or answer:
                 self.emit(TextDelta(self.request_id, answer, (), thought))
         self.emit(Finished(self.request_id, reason, self.usage(), tuple(self.prompt_ids), tuple(self.output_ids),
-                           self.first_top_logits, error, turns_left_out=self.turns_left_out))
+                           self.first_top_logits, error, turns_left_out=self.turns_left_out,
+                           system_prompt_left_out=self.system_prompt_left_out))
 
     def usage(self) -> Usage:
         now = time.perf_counter()

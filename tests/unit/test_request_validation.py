@@ -219,3 +219,16 @@ def test_raw_prompts_do_not_wait_behind_a_template_that_runs_out_of_time(tmp_pat
             assert fin.reason == "error" and "template" in fin.error
     finally:
         eng.shutdown()
+
+
+def test_rolling_says_it_left_out_the_system_prompt(engine):
+    """"rolling" may drop the system prompt alone (no turn): Finished says so, where it used to say nothing."""
+    messages = (ChatMessage("system", "alpha " * 200), ChatMessage("user", "beta " * 40))
+    request = GenerateRequest(messages=messages, params=SamplingParams.greedy(max_tokens=8), context_overflow="rolling")
+    _, fin = engine.submit(request).text(TIMEOUT)
+    assert fin.reason == "length", fin.error
+    assert fin.system_prompt_left_out and fin.turns_left_out == 0
+    keep = GenerateRequest(messages=messages, params=SamplingParams.greedy(max_tokens=8),
+                           context_overflow="drop_oldest")
+    _, fin = engine.submit(keep).text(TIMEOUT)
+    assert not fin.system_prompt_left_out
