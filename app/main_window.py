@@ -492,7 +492,8 @@ def _usage_text(usage: dict) -> str:
     """A reply's detail line from what it stored (ChatController._on_finished): its length and speed, and what
     the context overflow policy left out of its prompt (engine.context_fit); "" when there is nothing to say."""
     tokens, turns = usage.get("generated_tokens", 0), usage.get("turns_left_out", 0)
-    parts = [f"{tokens} tokens · {usage.get('decode_tokens_per_s', 0.0):.1f} tok/s"] if tokens else []
+    rate = usage.get("decode_tokens_per_s", 0.0)
+    parts = [f"{tokens} tokens" + (f" · {rate:.1f} tok/s" if rate else "")] if tokens else []
     if turns:
         parts.append(f"{turns} earlier turn{'s' if turns != 1 else ''} left out")
     if usage.get("system_prompt_left_out"):

@@ -51,7 +51,7 @@ class StatusBar(QStatusBar):
                                  "memory. Settings > KV cache precision; the CPU always keeps f32.")
 
     def update_usage(self, usage) -> None:
-        if usage is not None and usage.generated_tokens:
+        if usage is not None and usage.decode_tokens_per_s:     # 0: too short to time; the last speed stays
             self.speed_label.setText(f"{usage.decode_tokens_per_s:.1f} tok/s")
             self.speed_label.setToolTip(f"{usage.generated_tokens} tokens, first after "
                                         f"{usage.time_to_first_token_s * 1000:.0f} ms")

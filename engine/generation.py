@@ -71,6 +71,11 @@ class StopStringMatcher:
         return out
 
 
+
+# Decode speed needs a few tokens: with async scheduling the next token's result is often read back right after
+# the first one's, so a reply of 2-3 tokens timed 3,000+ tok/s. Below this many decoded tokens it is 0 (not known).
+MIN_TIMED_DECODE = 4
+
 class Generation:
     """State of one request from admission to its Finished event.
 
@@ -159,7 +164,8 @@ class Generation:
         ttft = (self.t_first - self.t_start) if self.t_first is not None else 0.0
         decoded = len(self.output_ids) - 1
         decode_time = now - self.t_first if self.t_first is not None else 0.0
+        timed = decoded >= MIN_TIMED_DECODE and decode_time > 0
         return Usage(prompt_tokens=len(self.prompt_ids), generated_tokens=len(self.output_ids),
                      time_to_first_token_s=ttft,
-                     decode_tokens_per_s=decoded / decode_time if decoded > 0 and decode_time > 0 else 0.0,
+                     decode_tokens_per_s=decoded / decode_time if timed else 0.0,
                      total_time_s=now - self.t_start)

@@ -232,3 +232,12 @@ def test_rolling_says_it_left_out_the_system_prompt(engine):
                            context_overflow="drop_oldest")
     _, fin = engine.submit(keep).text(TIMEOUT)
     assert not fin.system_prompt_left_out
+
+
+def test_a_reply_too_short_to_time_has_no_decode_speed(engine):
+    from engine.generation import MIN_TIMED_DECODE
+
+    _, short = engine.submit(_chat("hi", max_tokens=2)).text(TIMEOUT)
+    assert short.usage.generated_tokens == 2 and short.usage.decode_tokens_per_s == 0.0
+    _, timed = engine.submit(_chat("hi", max_tokens=MIN_TIMED_DECODE + 8)).text(TIMEOUT)
+    assert timed.usage.decode_tokens_per_s > 0
