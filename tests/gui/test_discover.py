@@ -93,14 +93,7 @@ def test_offline_says_one_sentence_and_retry_works_then_a_gated_repo_takes_a_tok
     refusing = socket.socket()                  # bound, never listening: connections are refused, and the
     refusing.bind(("127.0.0.1", 0))             # port stays ours until the hub starts on it
     port = refusing.getsockname()[1]
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("HALO_MODELS_DIR", str(tmp_path / "models"))
-    w = make_window(engine="own")
-    w.discover.show(w)
-    page = w.discover.page
-    page.query.setText("gated")
-    qtbot.mouseClick(page.search_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(page.error_box.isVisible, timeout=15_000)
+    w, page = _search_failing_at(f"http://127.0.0.1:{port}", "gated", qtbot, make_window, monkeypatch, tmp_path)
     assert "cannot be reached" in page.error.text() and page.retry_button.isVisible()
     assert page.error.text().count(". ") <= 1
 
@@ -150,15 +143,21 @@ def test_a_download_interrupted_in_an_earlier_run_is_listed_paused_and_resumes(q
     w.discover._dialog.close()
 
 
-def test_a_malformed_hf_endpoint_is_named_in_the_page(qtbot, make_window, monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_ENDPOINT", "http://[::1")
+def _search_failing_at(endpoint: str, query: str, qtbot, make_window, monkeypatch, tmp_path):
+    """The Discover page searching `query` against HF_ENDPOINT=`endpoint`, once its error box shows."""
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.setenv("HALO_MODELS_DIR", str(tmp_path / "models"))
     w = make_window(engine="own")
     w.discover.show(w)
     page = w.discover.page
-    page.query.setText("qwen")
+    page.query.setText(query)
     qtbot.mouseClick(page.search_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(page.error_box.isVisible, timeout=15_000)
+    return w, page
+
+
+def test_a_malformed_hf_endpoint_is_named_in_the_page(qtbot, make_window, monkeypatch, tmp_path):
+    w, page = _search_failing_at("http://[::1", "qwen", qtbot, make_window, monkeypatch, tmp_path)
     assert "HF_ENDPOINT" in page.error.text() and "http://[::1" in page.error.text()
     assert not page.retry_button.isVisible()
     w.discover._dialog.close()

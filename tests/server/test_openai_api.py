@@ -105,15 +105,20 @@ def test_client_disconnect_aborts_and_frees_kv_blocks(server, model):
         assert any(line.startswith("data: {") for line in got)
         during = httpx.get(server.base + "/health").json()
         assert during["live_requests"] == 1 and during["kv_blocks_free"] < before["kv_blocks_free"]
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        after = httpx.get(server.base + "/health").json()
-        if after["live_requests"] == 0 and after["pending"] == 0:
-            break
-        time.sleep(0.1)
+    after = _health_once_idle(server, 20)
     assert after["live_requests"] == 0 and after["pending"] == 0
     assert after["kv_blocks_free"] == before["kv_blocks_free"]
     assert "client gone" in server.log()
+
+
+def _health_once_idle(server, timeout_s: float) -> dict:
+    """/health once no request is live or pending, or the last answer after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        health = httpx.get(server.base + "/health").json()
+        if (health["live_requests"] == 0 and health["pending"] == 0) or time.monotonic() > deadline:
+            return health
+        time.sleep(0.1)
 
 
 def test_a_whole_reply_is_aborted_when_its_client_gives_up(server, model):
@@ -123,12 +128,7 @@ def test_a_whole_reply_is_aborted_when_its_client_gives_up(server, model):
     body = {"model": model, "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 4000, "temperature": 0}
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(server.base + "/v1/completions", json=body, timeout=httpx.Timeout(60, read=2.0))
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        after = httpx.get(server.base + "/health").json()
-        if after["live_requests"] == 0 and after["pending"] == 0:
-            break
-        time.sleep(0.1)
+    after = _health_once_idle(server, 10)
     assert after["live_requests"] == 0 and after["pending"] == 0
     assert after["kv_blocks_free"] == before["kv_blocks_free"]
     assert "client gone, aborted" in server.log()
