@@ -99,6 +99,20 @@ def build_installer(bundle_folder: Path, out: Path, version: str | None = None,
     return out
 
 
+def check_prebuilt_kernels(required: bool) -> None:
+    """The bundle carries the prebuilt HIP code objects (engine.backends.kernels.prebuilt): a stock Windows AMD
+    driver has no runtime compiler, so without them the GPU path never starts there. `required` (a real
+    installer, or HALO_REQUIRE_PREBUILT=1): refuse to build without them; else say so."""
+    if contents.prebuilt_objects():
+        return
+    missing = ("there are no prebuilt HIP kernels in engine/backends/kernels/prebuilt (build them on Linux with "
+               "`python -m engine.backends.kernels.build`, or take the windows-installer workflow's "
+               "prebuilt-kernels artifact)")
+    if required:
+        raise SystemExit(f"Refusing to build the bundle: {missing}.")
+    print(f"WARNING: {missing}; this bundle's GPU path would need a runtime compiler.", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python installer/build.py", description=__doc__.split("\n\n")[0])
     mode = p.add_mutually_exclusive_group()
@@ -116,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
     bundle_folder = Path(args.bundle).resolve() if args.bundle else dist / contents.EXE_NAME
     if not args.installer_only:
+        check_prebuilt_kernels(required=WINDOWS or os.environ.get("HALO_REQUIRE_PREBUILT") == "1")
         bundle = build_bundle(dist, Path(args.work).resolve())
         bundle_folder = bundle.folder
         print(bundle.summary())

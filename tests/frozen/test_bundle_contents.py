@@ -79,3 +79,15 @@ def test_every_engine_module_is_bundled_even_if_imported_lazily():
         if name.endswith("__main__"):
             continue
         assert name in hidden, name
+
+
+def test_a_release_bundle_is_refused_without_the_prebuilt_kernels(tmp_path, monkeypatch, capsys):
+    """Without the code objects a stock Windows driver (no hiprtc) never reaches the GPU: the real installer
+    refuses to build; a Linux script check says so and goes on."""
+    from engine.backends.kernels import prebuilt
+
+    monkeypatch.setattr(prebuilt, "PREBUILT_DIR", tmp_path / "nothing-built")
+    with pytest.raises(SystemExit, match="no prebuilt HIP kernels"):
+        build.check_prebuilt_kernels(required=True)
+    build.check_prebuilt_kernels(required=False)
+    assert "WARNING: there are no prebuilt HIP kernels" in capsys.readouterr().err
