@@ -2,7 +2,7 @@
 # By-hand check of the installer LOGIC under Debian's wine64 (not run by CI): a tiny dummy payload stands
 # in for the Windows bundle (PyInstaller cannot cross-build). Uses the 64-bit NSIS stub, because wine64
 # without the i386 wine packages cannot run the usual 32-bit one. Steps:
-#   fresh install (/S) -> files, shortcuts, uninstall entry; upgrade 0.1.0 -> 0.2.0 in place (stale file
+#   a folder holding another program's _internal refused; fresh install (/S) -> files, shortcuts, uninstall entry; upgrade 0.1.0 -> 0.2.0 in place (stale file
 #   removed); silent uninstall keeps user data; silent uninstall with /PURGE removes it.
 # Usage: installer/wine_check.sh   (needs: apt-get install wine64 nsis; takes about a minute)
 set -euo pipefail
@@ -44,6 +44,14 @@ ROAMING="$WINEPREFIX/drive_c/users/$(id -un)/AppData/Roaming"
 INST="$LOCAL/Programs/Halo Chat"
 KEY='HKCU\Software\Microsoft\Windows\CurrentVersion\Uninstall\HaloChat'
 reg_value() { "$WINE" reg query "$KEY" /v "$1" 2>/dev/null | tr -d '\r' | awk -v n="$1" '$1==n {$1="";$2=""; sub(/^ +/,""); print}'; }
+
+# A folder that holds another PyInstaller app's _internal: refused, nothing of it touched.
+FOREIGN="$WINEPREFIX/drive_c/Tools"
+mkdir -p "$FOREIGN/_internal" && printf 'x' > "$FOREIGN/_internal/other.dll" && printf 'MZ' > "$FOREIGN/other.exe"
+if run "$WORK/HaloChat-Setup-0.1.0.exe" /S "/D=C:\\Tools"; then fail "installed into another program's folder"; fi
+[ -f "$FOREIGN/_internal/other.dll" ] && [ ! -e "$FOREIGN/HaloChat.exe" ] || fail "another program's files were touched"
+[ -z "$(reg_value DisplayVersion)" ] || fail "a refused install wrote an uninstall entry"
+ok "a folder holding another program's _internal is refused, its files untouched"
 
 run "$WORK/HaloChat-Setup-0.1.0.exe" /S
 [ -f "$INST/HaloChat.exe" ] && [ -f "$INST/_internal/only-in-0.1.0.pyd" ] || fail "program files after install"

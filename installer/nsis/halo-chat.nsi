@@ -72,6 +72,7 @@ Var Purge               ; "1" when the uninstaller got /PURGE: remove user data 
 !define MUI_PAGE_CUSTOMFUNCTION_PRE WelcomePre
 !insertmacro MUI_PAGE_WELCOME
 !define MUI_PAGE_CUSTOMFUNCTION_PRE SkipWhenUpgrading
+!define MUI_PAGE_CUSTOMFUNCTION_LEAVE RefuseForeignFolder
 !insertmacro MUI_PAGE_DIRECTORY
 !insertmacro MUI_PAGE_COMPONENTS
 !insertmacro MUI_PAGE_INSTFILES

@@ -48,6 +48,28 @@ Function WelcomePre
   ${EndIf}
 FunctionEnd
 
+; $INSTDIR already holds another program's "_internal" folder (every PyInstaller 6 app has one): installing there
+; would delete it (an upgrade removes the old "_internal" first) or mix our files into it. Ours has our
+; uninstaller beside it. The directory page asks for another folder; a silent install (/D=) stops.
+!define FOREIGN_FOLDER_TEXT "$INSTDIR already holds another program's files (an _internal folder). Choose an empty folder, or a new one such as $INSTDIR\${APP_NAME}."
+Function IsForeignFolder
+  ${If} ${FileExists} "$INSTDIR\_internal\*.*"
+  ${AndIfNot} ${FileExists} "$INSTDIR\${UNINSTALLER}"
+    Push 1
+  ${Else}
+    Push 0
+  ${EndIf}
+FunctionEnd
+
+Function RefuseForeignFolder
+  Call IsForeignFolder
+  Pop $R8
+  ${If} $R8 = 1
+    MessageBox MB_ICONEXCLAMATION|MB_OK "${FOREIGN_FOLDER_TEXT}"
+    Abort    ; on a page's leave callback: stay on the page
+  ${EndIf}
+FunctionEnd
+
 Function SkipWhenUpgrading
   ${If} $InstalledVersion != ""
     Abort    ; on a page's pre-callback: skip the page (the upgrade stays where the old version is)
@@ -56,6 +78,12 @@ FunctionEnd
 
 Section "!${APP_NAME}" SecApp
   SectionIn RO
+  Call IsForeignFolder
+  Pop $R8
+  ${If} $R8 = 1
+    MessageBox MB_ICONSTOP|MB_OK "${FOREIGN_FOLDER_TEXT}" /SD IDOK
+    Abort "Not installed: ${FOREIGN_FOLDER_TEXT}"
+  ${EndIf}
   SetOutPath "$INSTDIR"
   Call CloseRunningApp
   ${If} $InstalledVersion != ""
