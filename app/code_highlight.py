@@ -29,8 +29,17 @@ def highlight_spans(code: str, language: str, dark: bool) -> list[tuple[int, int
     """(start, length, "#rrggbb") for each token the style colours; uncoloured text is left out."""
     style, spans, pos = _style(dark), [], 0
     for token, value in lex(code, _lexer(language.lower())):
-        color = style.style_for_token(token).get("color")
+        color = _color(style, token)
         if color and value:
             spans.append((pos, len(value), "#" + color))
         pos += len(value)
     return spans
+
+
+def _color(style, token) -> str | None:
+    """The token's colour in `style`, from its nearest ancestor the style knows, as Pygments' own formatters
+    do: a lexer's token type a style has never heard of (YAML's Literal.Scalar.Plain, ~30 lexers' others)
+    makes style_for_token raise KeyError."""
+    while not style.styles_token(token) and token.parent is not None:
+        token = token.parent
+    return style.style_for_token(token).get("color")

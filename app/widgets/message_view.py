@@ -1,15 +1,19 @@
 """One message in the chat: who said it, its Markdown text, its state, and Copy / Regenerate actions."""
 from __future__ import annotations
 
+import functools
+
 from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
     QDesktopServices,
     QFontDatabase,
     QGuiApplication,
+    QImage,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
+    QTextDocument,
     QTextFormat,
 )
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout
@@ -20,6 +24,10 @@ from app.theme import current_colors
 from app.widgets.elided_label import ElidedLabel
 
 STREAM_RENDER_MS = 150
+# Links in a message that a click opens (in the browser); the rest are not followed
+LINK_SCHEMES = frozenset({"http", "https"})
+MARKDOWN_FEATURES = QTextDocument.MarkdownFeature(QTextDocument.MarkdownFeature.MarkdownDialectGitHub.value
+                                                  | QTextDocument.MarkdownFeature.MarkdownNoHTML.value)
 TRUNCATED_TEXT = "Cut off at the token limit"
 STATE_TEXT = {
     "interrupted": "Interrupted: the app stopped while this reply was being written",
@@ -28,6 +36,13 @@ STATE_TEXT = {
     "streaming": "",
     "complete": "",
 }
+
+
+@functools.cache
+def _blank_pixel() -> QImage:
+    image = QImage(1, 1, QImage.Format.Format_ARGB32)
+    image.fill(Qt.GlobalColor.transparent)
+    return image
 
 
 class MarkdownView(QTextBrowser):
@@ -59,7 +74,9 @@ class MarkdownView(QTextBrowser):
         self._markdown = text
         prepared = prepare(text)
         self.code_blocks = prepared.blocks
-        self.setMarkdown(prepared.markdown)
+        # Model output is untrusted: raw HTML stays text ("List<String>", "<div>" were swallowed with the rest of
+        # their paragraph, and tags were obeyed), and resources are never loaded (loadResource)
+        self.document().setMarkdown(prepared.markdown, MARKDOWN_FEATURES)
         self.render_count += 1
         self._style_code_blocks()
         self._fit_height()
@@ -67,14 +84,22 @@ class MarkdownView(QTextBrowser):
     def markdown(self) -> str:
         return self._markdown
 
+    def loadResource(self, kind: int, name: QUrl):  # noqa: N802 - Qt's name
+        """A blank pixel for every resource: an image in a reply (`![x](/dev/zero)`, a FIFO, any local file) would be
+        read on the GUI thread from a path the model chose. (No answer, or data that is no image, and Qt's image
+        handler opens the file itself.)"""
+        return _blank_pixel()
+
     def _on_anchor(self, url: QUrl) -> None:
         if url.scheme() == COPY_SCHEME:
-            index = int(url.path() or -1)
+            index = int(url.path()) if url.path().isdigit() else -1
             if 0 <= index < len(self.code_blocks):
                 QGuiApplication.clipboard().setText(self.code_blocks[index][1])
                 self.codeCopied.emit(index)
-        else:
+        elif url.scheme().lower() in LINK_SCHEMES:
             QDesktopServices.openUrl(url)
+        # any other scheme (file:, javascript:, ms-settings:, smb:, an app's own handler...) is not followed: the
+        # model wrote the link, and the OS would run what it points at
 
     def _style_code_blocks(self) -> None:
         # Qt's Markdown importer marks fenced/indented code blocks: tint them, use a monospace font, and

@@ -123,3 +123,61 @@ def test_a_full_message_header_fits_a_narrow_window(qtbot):
     badge = view.state_badge   # the whole text is kept: shown, or in the tooltip when elided
     assert badge.shown_text() == badge.text() or badge.toolTip() == badge.text()
     assert view.detail_label.text() == "160 tokens · 17.4 tok/s"
+
+
+# ---- model output is untrusted text ---------------------------------------------------------------------------
+
+def test_tags_in_a_reply_are_text_not_markup(qtbot):
+    view = MessageView(1, "assistant", "Use the <div> element. Generic: List<String> and Map<K, V>.\n\n<b>x</b> end")
+    qtbot.addWidget(view)
+    shown = view.body.document().toPlainText()
+    assert "Use the <div> element. Generic: List<String> and Map<K, V>." in shown and "<b>x</b> end" in shown
+
+
+@pytest.mark.qt_log_ignore("This plugin does not support")
+def test_an_image_in_a_reply_is_never_read_from_disk(qtbot, tmp_path):
+    """`![x](path)` would make Qt read a file the model chose on the GUI thread (a FIFO hangs it, /dev/zero
+    exhausts memory); the view loads no resource, so a 400 px image adds no height."""
+    from PySide6.QtGui import QImage
+
+    picture = tmp_path / "big.png"
+    image = QImage(400, 400, QImage.Format.Format_RGB32)
+    image.fill(QColor("red"))
+    assert image.save(str(picture))
+    plain = MessageView(1, "assistant", "before\n\nafter")
+    with_image = MessageView(2, "assistant", f"before\n\n![chart]({picture.as_uri()})\n\nafter")
+    for view in (plain, with_image):
+        qtbot.addWidget(view)
+        view.resize(600, 400)
+        view.show()
+    qtbot.waitUntil(lambda: with_image.body.height() > 0)
+    assert with_image.body.height() < plain.body.height() + 100
+
+
+def test_only_web_links_in_a_reply_are_opened(qtbot, monkeypatch):
+    from PySide6.QtGui import QDesktopServices
+
+    opened: list[str] = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toString()) or True)
+    view = MessageView(1, "assistant", "links")
+    qtbot.addWidget(view)
+    for link in ("file:///etc/passwd", "javascript:alert(1)", "ms-settings:privacy", "smb://10.0.0.1/share",
+                 "vscode://file/etc/passwd", "../../etc/passwd", f"{COPY_SCHEME}:abc", "https://example.com/a",
+                 "HTTP://example.com/b"):
+        view.body.anchorClicked.emit(QUrl(link))
+    assert opened == ["https://example.com/a", "http://example.com/b"]
+
+
+def test_every_pygments_language_colours_a_code_block_in_both_themes():
+    """Some lexers' token types are unknown to a style (YAML's Literal.Scalar.Plain): the colour comes from the
+    nearest known ancestor, where style_for_token raised KeyError and the chat could not be shown."""
+    from pygments.lexers import get_all_lexers
+
+    from app.code_highlight import highlight_spans
+
+    code = 'key: value\nx = [1, "two"]  # note\n'
+    for _name, aliases, *_ in get_all_lexers():
+        for dark in (False, True):
+            if aliases:
+                highlight_spans(code, aliases[0], dark)
+    assert highlight_spans(code, "yaml", False)
