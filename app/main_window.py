@@ -248,11 +248,13 @@ class MainWindow(QMainWindow):
         if conversation_id is None:
             return
         conv = self.store.conversation(conversation_id)
-        answer = QMessageBox.question(
-            self, "Delete conversation",
-            f"Delete “{conv.title}” and all its messages?\nThis cannot be undone.",
-            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Cancel)
-        if answer != QMessageBox.StandardButton.Yes:
+        box = QMessageBox(QMessageBox.Icon.Question, "Delete conversation",
+                          f"Delete “{conv.title}” and all its messages?\nThis cannot be undone.",
+                          QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, self)
+        box.setTextFormat(Qt.TextFormat.PlainText)       # the title is the user's (or a pasted document's) text
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        if box.clickedButton() is not box.button(QMessageBox.StandardButton.Yes):
             return
         self.chat.stop(conversation_id)
         self.store.delete_conversation(conversation_id)

@@ -18,6 +18,8 @@ class Banner(QFrame):
         self.title = QLabel()
         self.title.setObjectName("BannerTitle")
         self.body = QLabel()
+        for label in (self.title, self.body):       # they quote file names and servers' errors (plain_text)
+            label.setTextFormat(Qt.TextFormat.PlainText)
         self.body.setWordWrap(True)
         self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         text.addWidget(self.title)

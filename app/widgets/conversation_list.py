@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.store import Conversation
+from app.widgets.plain_text import plain_tooltip
 
 ID_ROLE = Qt.ItemDataRole.UserRole
 
@@ -68,7 +69,7 @@ class ConversationList(QWidget):
                 label = ("● " if conv.id in streaming_ids else "") + conv.title   # first: eliding keeps it
                 item = QListWidgetItem(label)
                 item.setData(ID_ROLE, conv.id)
-                item.setToolTip(conv.title)
+                item.setToolTip(plain_tooltip(conv.title))
                 self.list.addItem(item)
                 if conv.id == current_id:
                     self.list.setCurrentItem(item)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QLabel, QPushButton, QSizePolicy, QStyle
 
+from app.widgets.plain_text import plain_tooltip
+
 
 class ElidedLabel(QLabel):
     MIN_CHARS = 6        # the narrowest it gets: about this many characters
@@ -16,12 +18,13 @@ class ElidedLabel(QLabel):
         # Preferred: as wide as the whole text when there is room, down to minimumSizeHint (MIN_CHARS) when not.
         # (Ignored would let a layout squeeze it to 0 px: the text set but nothing shown.)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        self.setTextFormat(Qt.TextFormat.PlainText)     # chat titles, model names: untrusted (plain_text)
         self.setText(text)
 
     def setText(self, text: str) -> None:   # noqa: N802 - Qt's name
         self._full = text or ""
         if not self._own_tooltip:
-            super().setToolTip(self._full if self._elided() != self._full else "")
+            super().setToolTip(plain_tooltip(self._full) if self._elided() != self._full else "")
         self._refresh()
 
     def text(self) -> str:                  # the whole text, as set
@@ -54,7 +57,7 @@ class ElidedLabel(QLabel):
         if shown != super().text():
             super().setText(shown)
         if not self._own_tooltip:
-            QLabel.setToolTip(self, self._full if shown != self._full else "")
+            QLabel.setToolTip(self, plain_tooltip(self._full) if shown != self._full else "")
 
 
 class ElidedButton(QPushButton):
@@ -99,7 +102,7 @@ class ElidedButton(QPushButton):
         self._update_tip()
 
     def _update_tip(self) -> None:
-        super().setToolTip(self._full if self.shown_text() != self._full else self._hint)
+        super().setToolTip(plain_tooltip(self._full) if self.shown_text() != self._full else self._hint)
 
     def text(self) -> str:                   # the whole text, as set
         return self._full

@@ -1,7 +1,7 @@
 """The model-loading strip: what is loading, how far, and Cancel."""
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton
 
 
@@ -14,6 +14,7 @@ class LoadBar(QFrame):
         row = QHBoxLayout(self)
         row.setContentsMargins(16, 6, 16, 6)
         self.label = QLabel()
+        self.label.setTextFormat(Qt.TextFormat.PlainText)   # "Loading <the file's name>" (plain_text)
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setTextVisible(False)

@@ -22,6 +22,7 @@ from app.code_highlight import highlight_spans
 from app.markdown_prep import COPY_SCHEME, prepare
 from app.theme import current_colors
 from app.widgets.elided_label import ElidedLabel
+from app.widgets.plain_text import plain_tooltip
 
 STREAM_RENDER_MS = 150
 # Links in a message that a click opens (in the browser); the rest are not followed
@@ -326,7 +327,7 @@ class MessageView(QFrame):
             label = f"Failed: {detail.splitlines()[0]}"
         self.state_badge.setText(label)
         self.state_badge.setVisible(bool(label))
-        self.state_badge.setToolTip(detail)
+        self.state_badge.setToolTip(plain_tooltip(detail))      # a server's or the engine's words
         self.set_detail("writing…" if state == "streaming" else "")
         if hasattr(self, "thinking") and self.thinking.reasoning():
             self.thinking.set_reasoning(self.thinking.reasoning(), streaming=state == "streaming")

@@ -181,3 +181,29 @@ def test_every_pygments_language_colours_a_code_block_in_both_themes():
             if aliases:
                 highlight_spans(code, aliases[0], dark)
     assert highlight_spans(code, "yaml", False)
+
+
+HOSTILE = "<img src='file:///etc/hosts'> <b>bold?</b> List<String>"
+
+
+@pytest.mark.qt_log_ignore("This plugin does not support")
+def test_untrusted_names_and_errors_show_as_written(qtbot, make_window):
+    """Qt takes text that looks like HTML for rich text (obeying tags, loading <img> files) unless told; chat
+    titles, model names and servers' errors are shown as written."""
+    from PySide6.QtCore import Qt
+
+    from app.widgets.plain_text import plain_tooltip
+
+    w = make_window(engine="own")
+    w.store.rename(w.current_id, HOSTILE)
+    w.refresh_conversations()
+    w.title_label.setText(HOSTILE)
+    assert w.title_label.textFormat() == Qt.TextFormat.PlainText
+    w.banner.show_message("Cannot load", HOSTILE)
+    assert w.banner.body.textFormat() == Qt.TextFormat.PlainText and w.banner.body.text() == HOSTILE
+    view = MessageView(1, "assistant", "x")
+    qtbot.addWidget(view)
+    view.set_state("error", HOSTILE)
+    assert view.state_badge.textFormat() == Qt.TextFormat.PlainText
+    assert view.state_badge.toolTip() == plain_tooltip(HOSTILE) and "&lt;b&gt;" in view.state_badge.toolTip()
+    assert plain_tooltip("no markup here") == "no markup here"
