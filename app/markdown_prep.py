@@ -25,24 +25,24 @@ def prepare(text: str) -> Prepared:
     lines = text.split("\n")
     out: list[str] = []
     blocks: list[tuple[str, str]] = []
-    fence = ""                                 # the open fence's marker, "" outside code
+    fence, indent = "", 0                      # the open fence's marker ("" outside code) and its indentation
     language, code = "", []
     for i, line in enumerate(lines):
         m = _FENCE.match(line)
         if not fence and m:
-            fence, language, code = m.group(2), m.group(3), []
+            fence, indent, language, code = m.group(2), len(m.group(1)), m.group(3), []
             out.append(line)
             continue
         if fence:
             out.append(line)
-            if line.strip().startswith(fence[0] * len(fence)) and not line.strip().strip(fence[0]):
+            if _closes(line, fence):
                 blocks.append((language, "\n".join(code)))
                 out.append("")
                 out.append(f"[Copy code]({COPY_SCHEME}:{len(blocks) - 1})")
                 out.append("")
                 fence = ""
             else:
-                code.append(line)
+                code.append(_code_line(line, indent))
             continue
         nxt = lines[i + 1] if i + 1 < len(lines) else ""
         if line.strip() and nxt.strip() and not _FENCE.match(nxt) and not line.endswith("  "):
@@ -51,6 +51,20 @@ def prepare(text: str) -> Prepared:
     if fence:                                  # still streaming inside a block: copyable as far as it got
         blocks.append((language, "\n".join(code)))
     return Prepared("\n".join(out), tuple(blocks))
+
+
+def _closes(line: str, fence: str) -> bool:
+    """CommonMark's closing fence: at most 3 spaces, at least as many of the opening character, then only blanks
+    (indented 4 or more, it is a line of the code, as the importer shows it)."""
+    stripped = line.rstrip(" \t\r")
+    body = stripped.lstrip(" ")
+    return len(stripped) - len(body) <= 3 and len(body) >= len(fence) and not body.strip(fence[0])
+
+
+def _code_line(line: str, indent: int) -> str:
+    """A code line as shown: without the opening fence's indentation (up to that many spaces) and a CR."""
+    line = line.removesuffix("\r")
+    return line[min(indent, len(line) - len(line.lstrip(" "))):]
 
 
 _MARKUP = re.compile(r"^\s{0,3}(#{1,6}\s+|>\s*|[-*+]\s+|\d+[.)]\s+)")

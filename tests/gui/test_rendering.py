@@ -102,6 +102,16 @@ def test_titles_and_prepared_markdown():
     assert prepare("```js\nlet a").blocks == (("js", "let a"),)
 
 
+@pytest.mark.parametrize(("text", "blocks"), [
+    ("```\na\n    ```\nb\n```", (("", "a\n    ```\nb"),)),      # indented 4: a code line, not the close
+    ("1. step\n\n   ```sh\n   ls -la\n   ```", (("sh", "ls -la"),)),   # the fence's indentation is not code
+    ("```py\r\nx = 1\r\ny = 2\r\n```\r\n", (("py", "x = 1\ny = 2"),)),  # CRLF text
+    ("```\ncode\n`````\nafter", (("", "code"),)),                   # a longer closing fence closes
+])
+def test_copy_code_copies_what_the_block_shows(text, blocks):
+    assert prepare(text).blocks == blocks
+
+
 def test_palette_files_name_both_code_backgrounds():
     for dark in (False, True):
         assert {"code_bg", "code_bg_user"} <= palette_colors(dark).keys()
