@@ -10,6 +10,8 @@ path runs.
 """
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 
 
@@ -41,3 +43,45 @@ def _lean_load(cache, numbas_own, rtsys):
         except Exception:   # noqa: BLE001 - numba's own load (with the refresh) decides then
             return numbas_own(sig, target_context)
     return load_overload
+
+
+def keep_frozen_cache_in_cache_dir() -> bool:
+    """In a frozen app (PyInstaller), cache kernels under NUMBA_CACHE_DIR like a source install; True when done.
+
+    numba's own locators need the module's source file, which a bundle has not (PyInstaller keeps the file name
+    relative, e.g. engine/model/quant_kernels.py), so numba fell back to its user-wide folder keyed by the absolute
+    form of that name: a new cache for every working directory the app was started from, outside the app's cache
+    folder (which the uninstaller's purge removes). This locator keys the cache by that relative name and stamps it
+    with the executable (numba's mixin does for frozen apps), so an updated app compiles once. Call it before the
+    kernels are decorated."""
+    if not getattr(sys, "frozen", False):
+        return False
+    try:
+        from numba.core import config
+        from numba.core.caching import CacheImpl, _CacheLocator, _SourceFileBackedLocatorMixin
+    except ImportError:
+        return False
+
+    class FrozenAppLocator(_SourceFileBackedLocatorMixin, _CacheLocator):
+        def __init__(self, py_func, py_file):
+            self._py_file = py_file
+            self._lineno = py_func.__code__.co_firstlineno
+            self._cache_path = os.path.join(config.CACHE_DIR, py_file.replace("\\", "/").replace("/", "_"))
+
+        def get_cache_path(self):
+            return self._cache_path
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if not config.CACHE_DIR or os.path.isabs(py_file):
+                return None               # a real path: numba's own locators serve it
+            locator = cls(py_func, py_file)
+            try:
+                locator.ensure_cache_path()
+            except OSError:
+                return None
+            return locator
+
+    if not any(k.__name__ == FrozenAppLocator.__name__ for k in CacheImpl._locator_classes):
+        CacheImpl._locator_classes.insert(0, FrozenAppLocator)
+    return True

@@ -36,7 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from engine.gguf.types import BLOCK_LAYOUT, GGMLType
-from engine.model.numba_cache import lean_cache_loads
+from engine.model.numba_cache import keep_frozen_cache_in_cache_dir, lean_cache_loads
 from engine.model.quant_matrix import F16_RUN
 from engine.paths import cache_dir
 
@@ -44,12 +44,14 @@ _SIMD8 = Path(__file__).with_name("simd8.py")
 _SIMD8_DIGEST = hashlib.sha256(_SIMD8.read_bytes()).hexdigest()[:12] if _SIMD8.is_file() else "frozen"
 os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba" / _SIMD8_DIGEST))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# numba's cache is keyed by the source file; a frozen app has none, and numba then caches in its user-wide
-# folder keyed by the executable (its frozen-app locator)
+# numba's cache is keyed by the source file; a frozen app has none, so its kernels are keyed by the module's name
+# in the bundle (numba_cache.keep_frozen_cache_in_cache_dir)
 CACHE = bool(getattr(sys, "frozen", False)) or (__file__.endswith(".py") and os.path.isfile(__file__))
 
 # numba after NUMBA_CACHE_DIR is set (numba reads it at import); get_num_threads is for quant_matrix
 from numba import get_num_threads, njit, prange  # noqa: E402, F401
+
+keep_frozen_cache_in_cache_dir()           # before any kernel below (or simd8's) is decorated
 
 from engine.model import simd8  # noqa: E402 - imports numba
 

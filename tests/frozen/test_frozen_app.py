@@ -61,6 +61,8 @@ def test_self_test_passes_on_the_starter_model(frozen_bundle, smollm2_path, user
         assert not bundle_contents.installed(name), f"{name} is installed here but missing from the bundle"
     assert "PASS  diagnostics" in text
     assert "numba" in text and "quantized kernels" in text      # the CPU path's compiled kernels run frozen too
+    # ... and are cached in the app's cache folder (HALO_CACHE_DIR here), not numba's user-wide one
+    assert list((tmp / "cache" / "numba").rglob("quant_kernels.*.nbi")), "no kernel cache in the app's folder"
     for backend in registry.BACKENDS:             # every registry backend was bundled and probed
         assert f"### {backend}: " in text
     crash_log = tmp / "data" / "logs" / "crash.log"
