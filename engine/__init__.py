@@ -2,4 +2,4 @@
 
 Importing this package loads no GPU driver and downloads nothing.
 """
-__version__ = "0.1.0"
+__version__ = "0.1.0"          # the one place: pyproject.toml, the installer and diagnostics read it

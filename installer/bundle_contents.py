@@ -43,8 +43,11 @@ NATIVE_BINDING_PACKAGES = ["rocm.bindings", "rocm.bindings.util", "cuda.bindings
 
 
 def version() -> str:
-    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    return re.search(r'(?m)^version\s*=\s*"([^"]+)"', text).group(1)
+    """The app's version: engine.__version__, which pyproject.toml reads too (one place)."""
+    sys.path.insert(0, str(ROOT))
+    import engine
+
+    return engine.__version__
 
 
 def registry_modules() -> list[str]:
