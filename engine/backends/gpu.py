@@ -47,6 +47,7 @@ class GpuBackend(Backend):
         self._kernels: dict[tuple[str, str], Kernel] = {}
         self.null_stream = Stream(self, 0)
         self.programmatic = _programmatic_launch(binding, device)
+        self.programmatic_everything = False     # set per model (pdl_every_kernel): every captured kernel so
         self._capturing = False
         self._params = KernelParams()
 
@@ -207,7 +208,7 @@ class GpuBackend(Backend):
             self.rt.allow_shared(kernel.handle, shared_bytes)
             kernel.shared_allowed = shared_bytes
         params = self._params.pack(self, args)          # valid until the next launch: the runtime copies the values
-        programmatic = kernel.programmatic and self.programmatic and self._capturing
+        programmatic = (kernel.programmatic or self.programmatic_everything) and self.programmatic and self._capturing
         launch = self.rt.launch_programmatic if programmatic else self.rt.launch
         launch(kernel.handle, _dim3(grid), _dim3(block), shared_bytes, stream.handle, params)
 
@@ -223,6 +224,21 @@ class GpuBackend(Backend):
 
 # HALO_PDL=0 launches every kernel plainly (stream order alone), for comparison and as a way out.
 PDL_ENV = "HALO_PDL"
+# Models at least this wide launch every captured kernel programmatically, not only the entries that open with
+# GRID_DEPENDENCY_LATER: their long matvecs hide the waits, and every kernel after one starts as it drains. H100,
+# decode tok/s, one process per model with the modes interleaved (run 35): Qwen3-4B shapes 382 -> 386 (every
+# attention kernel alone gave the same), Qwen3.5-4B 342 -> 356 (attention alone: 342); gemma-3-270m 1,088 -> 1,001
+# and SmolLM2 1,042 -> 928, whose 2-4 us kernels lose more to the waits, so they keep the entries' choice (with
+# this policy: 1,089 and 1,055, as before).
+# HALO_PDL_ALL=1 / 0 forces either (comparisons; the GPU tests run both).
+PDL_EVERY_KERNEL_MIN_EMBD = 2048
+PDL_ALL_ENV = "HALO_PDL_ALL"
+
+
+def pdl_every_kernel(n_embd: int) -> bool:
+    """Whether a model of embedding width `n_embd` launches every captured kernel programmatically."""
+    forced = os.environ.get(PDL_ALL_ENV)
+    return forced == "1" if forced in ("0", "1") else n_embd >= PDL_EVERY_KERNEL_MIN_EMBD
 
 
 def _programmatic_launch(binding: RuntimeBinding, device: int) -> bool:

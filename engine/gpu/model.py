@@ -13,7 +13,7 @@ from pathlib import Path
 
 from engine.backends.async_output import AsyncOutput, ReadbackPool
 from engine.backends.base import Backend, DeviceBuffer
-from engine.backends.gpu import device_attribute
+from engine.backends.gpu import device_attribute, pdl_every_kernel
 from engine.gpu.forward import GpuForward, GpuKVCache, view
 from engine.gpu.preflight import MemoryPlan, check_fits, kv_bytes, plan_memory
 from engine.gpu.stepmeta import SamplingRow
@@ -74,6 +74,8 @@ class GpuModel:
         vocabulary's string arrays: ~60 ms for the Qwen3-4B shape-alike's 49k tokens on the CI machine). Returns
         once the weights are on the device."""
         config = ModelConfig.from_metadata(gguf.metadata)
+        if hasattr(backend, "programmatic_everything"):
+            backend.programmatic_everything = pdl_every_kernel(config.n_embd)
         tensors = list(gguf.tensors.values())
         plan = plan_memory(config, tensors, kv_blocks, block_size, max_tokens, max_seqs, kv_type)
         mem = backend.memory_info()

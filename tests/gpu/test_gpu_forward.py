@@ -183,20 +183,23 @@ def test_programmatic_and_plain_launches_give_identical_results(name, backend):
     nb = -(-len(prompt) // 16)
     n = len(g["greedy_ids"])
     runs = {}
+    every_before = backend.programmatic_everything
     try:
-        for programmatic in (True, False):
-            backend.programmatic = programmatic
+        # plain; the entries' choice; every kernel (pdl_every_kernel: wide models)
+        for mode, (programmatic, everything) in {"plain": (False, False), "entries": (True, False),
+                                                 "every": (True, True)}.items():
+            backend.programmatic, backend.programmatic_everything = programmatic, everything
             kv = gpu.new_kv_cache(nb, 16)
             try:
                 logits = gpu.forward(seq_step(prompt, 0, list(range(nb)), 16, np.arange(len(prompt))), kv)
             finally:
                 kv.free()
-            runs[programmatic] = (logits, greedy_ids(gpu, backend, prompt, n, graphs=True))
+            runs[mode] = (logits, greedy_ids(gpu, backend, prompt, n, graphs=True))
     finally:
-        backend.programmatic = True
+        backend.programmatic, backend.programmatic_everything = True, every_before
     assert any(k.programmatic for k in backend._kernels.values()), "no kernel of the step is launched so"
-    assert np.array_equal(runs[True][0], runs[False][0])
-    assert runs[True][1] == runs[False][1] == list(g["greedy_ids"])
+    assert np.array_equal(runs["entries"][0], runs["plain"][0]) and np.array_equal(runs["every"][0], runs["plain"][0])
+    assert runs["entries"][1] == runs["every"][1] == runs["plain"][1] == list(g["greedy_ids"])
 
 
 @pytest.mark.parametrize("name", NAMES)
