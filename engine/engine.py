@@ -473,8 +473,8 @@ def _check_prompt_size(m: _Loaded, request: GenerateRequest) -> None:
             raise ContextOverflowError(f"The prompt is {len(request.prompt_token_ids):,} tokens, but the context "
                                        f"holds {m.max_context:,}.")
         return
-    texts = [request.prompt] if request.prompt is not None else [m["content"]
-                                                                  for m in normalize_messages(request.messages)]
+    texts = [request.prompt] if request.prompt is not None else [msg["content"]
+                                                                  for msg in normalize_messages(request.messages)]
     chars = sum(len(t) for t in texts if isinstance(t, str))
     longest = m.prompt_format.tokenizer.max_token_bytes
     if chars // longest < m.max_context:        # cheap first: a character is at least one byte

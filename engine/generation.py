@@ -71,10 +71,10 @@ class StopStringMatcher:
         return out
 
 
-
 # Decode speed needs a few tokens: with async scheduling the next token's result is often read back right after
 # the first one's, so a reply of 2-3 tokens timed 3,000+ tok/s. Below this many decoded tokens it is 0 (not known).
 MIN_TIMED_DECODE = 4
+
 
 class Generation:
     """State of one request from admission to its Finished event.
