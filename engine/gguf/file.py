@@ -84,7 +84,8 @@ _OPEN_FAILURES = {FileNotFoundError: "there is no such file (moved or deleted?)"
 
 
 def open_gguf(path: str | os.PathLike) -> GGUFFile:
-    """Open and validate a GGUF file. Raises InvalidModelError for any malformed or hostile content."""
+    """Open and validate a GGUF file. Raises InvalidModelError for any malformed or hostile content, ModelFileError
+    when the path cannot be opened at all."""
     path = Path(path)
     try:
         f = open(path, "rb")
