@@ -199,7 +199,7 @@ class DiscoverActions(QObject):
             page.searchRequested.connect(self.search)
             page.repoChosen.connect(self.open_repo)
             page.downloadRequested.connect(self.download)
-            # the manager (and its hub client) is made at first use, not here: making it can fail (HF_ENDPOINT)
+            # looked up at each click: the manager (and its hub client) may not exist (a malformed HF_ENDPOINT, below)
             page.pauseRequested.connect(lambda f: self.manager.pause(f))
             page.resumeRequested.connect(lambda f: self.manager.resume(f))
             page.cancelRequested.connect(lambda f: self.manager.cancel(f))
