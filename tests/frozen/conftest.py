@@ -38,4 +38,5 @@ def user_dirs(tmp_path, monkeypatch):
 
     env = dict(os.environ, HALO_DATA_DIR=str(tmp_path / "data"), HALO_MODELS_DIR=str(paths.models_dir()),
                HALO_CACHE_DIR=str(tmp_path / "cache"), QT_QPA_PLATFORM="offscreen")
+    env.pop("NUMBA_CACHE_DIR", None)       # this process's (engine.model.quant_kernels set it): the app sets its own
     return tmp_path, env
