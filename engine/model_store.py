@@ -161,13 +161,15 @@ def _tracking_opener(sockets: list):
                 sockets.append(self.sock)
         return Tracked
 
-    class HTTPS(urllib.request.HTTPSHandler):
+    class Tracking:                      # before the handler in the bases: its do_open gets the tracked class
         def do_open(self, http_class, req, **kwargs):
             return super().do_open(tracked(http_class), req, **kwargs)
 
-    class HTTP(urllib.request.HTTPHandler):
-        def do_open(self, http_class, req, **kwargs):
-            return super().do_open(tracked(http_class), req, **kwargs)
+    class HTTPS(Tracking, urllib.request.HTTPSHandler):
+        pass
+
+    class HTTP(Tracking, urllib.request.HTTPHandler):
+        pass
 
     return urllib.request.build_opener(HTTPS, HTTP)
 
