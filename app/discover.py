@@ -158,7 +158,7 @@ class DiscoverActions(QObject):
 
     def _run(self, work: Callable[[], None]) -> None:
         def guarded():
-            try:                                         # engine.hub's first import checks HF_ENDPOINT: it may raise
+            try:                                         # engine.hub's first import checks HF_* variables: may raise
                 from engine.hub import HubUnreachableError
             except EngineError as e:
                 self.failed.emit(str(e), False)
@@ -190,16 +190,16 @@ class DiscoverActions(QObject):
     def make_page(self) -> DiscoverPage:
         if self.page is None:
             try:
-                from engine.hub.token import keyring_available  # engine.hub's first import checks HF_ENDPOINT
+                from engine.hub.token import keyring_available  # engine.hub's first import checks HF_* vars
 
                 keyring = keyring_available()
-            except EngineError:            # a malformed HF_ENDPOINT: the page opens and the first search says so
+            except EngineError:            # a malformed HF_* variable: the page opens and says which
                 keyring = False
             page = DiscoverPage(keyring)
             page.searchRequested.connect(self.search)
             page.repoChosen.connect(self.open_repo)
             page.downloadRequested.connect(self.download)
-            # looked up at each click: the manager (and its hub client) may not exist (a malformed HF_ENDPOINT, below)
+            # looked up at each click: the manager (and its hub client) may not exist (a malformed HF_* variable, below)
             page.pauseRequested.connect(lambda f: self.manager.pause(f))
             page.resumeRequested.connect(lambda f: self.manager.resume(f))
             page.cancelRequested.connect(lambda f: self.manager.cancel(f))
@@ -215,7 +215,7 @@ class DiscoverActions(QObject):
             try:
                 for state in self.manager.states():      # unfinished downloads of an earlier run, paused
                     page.show_download(state)
-            except EngineError as e:                     # no hub client: HF_ENDPOINT is malformed
+            except EngineError as e:                     # no hub client: an HF_* variable is malformed
                 page.show_error(str(e), False)
         return self.page
 

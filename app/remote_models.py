@@ -52,16 +52,26 @@ def saved_servers(q) -> list[RemoteServer]:
     return servers
 
 
-def save_servers(q, servers: list[RemoteServer]) -> None:
+def _listed_urls(q) -> set[str]:
+    """The server addresses the settings list; none where the entry is damaged."""
     try:
-        before = {d["url"] for d in json.loads(str(q.value(SETTINGS_KEY, "[]")))}
+        return {d["url"] for d in json.loads(str(q.value(SETTINGS_KEY, "[]")))}
     except (ValueError, KeyError, TypeError):
-        before = set()
-    for url in before - {s.base_url for s in servers}:          # a removed server's key goes too
+        return set()
+
+
+def save_servers(q, servers: list[RemoteServer]) -> None:
+    for url in _listed_urls(q) - {s.base_url for s in servers}:          # a removed server's key goes too
         forget_secret(_key_account(url))
     for s in servers:
         save_secret(_key_account(s.base_url), s.api_key)
     q.setValue(SETTINGS_KEY, json.dumps([{"url": s.base_url} for s in servers]))
+
+
+def forget_server_keys(q) -> None:
+    """Removes every listed server's key from the keyring; the list itself stays (the uninstaller's purge)."""
+    for url in _listed_urls(q):
+        forget_secret(_key_account(url))
 
 
 class AddServerDialog(QDialog):

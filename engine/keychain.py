@@ -6,6 +6,9 @@ from __future__ import annotations
 import logging
 
 SERVICE = "Halo Chat"
+# engine.hub.token's account. Here, not there: the uninstaller's purge (installer/entry.py's forget_secrets) forgets
+# it without importing engine.hub, whose import loads huggingface_hub and may refuse a malformed HF_* variable.
+HUB_TOKEN_ACCOUNT = "huggingface-token"
 log = logging.getLogger(__name__)
 _session: dict[str, str] = {}          # account -> secret, where no keyring holds it
 

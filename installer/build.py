@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from installer import bundle_contents as contents  # noqa: E402
+from installer.entry import FORGET_SECRETS  # noqa: E402
 
 SPEC = ROOT / "installer" / "halo-chat.spec"
 NSIS_SCRIPT = ROOT / "installer" / "nsis" / "halo-chat.nsi"
@@ -82,20 +83,28 @@ def version_quad(version: str) -> str:
     return ".".join(str(n) for n in numbers + [0] * (4 - len(numbers)))
 
 
-def build_installer(bundle_folder: Path, out: Path, version: str | None = None,
-                    check_only: bool = not WINDOWS, amd64: bool = False) -> Path:
-    """Compiles the NSIS script around `bundle_folder`. Returns the setup executable's path.
-    `check_only` (default off Windows) stores the files uncompressed: same script, seconds not minutes.
-    `amd64`: a 64-bit installer stub instead of the usual 32-bit one (both install the same files)."""
+def makensis_command(bundle_folder: Path, out: Path, version: str | None = None,
+                     check_only: bool = not WINDOWS, amd64: bool = False) -> list[str]:
+    """The makensis command line that compiles the NSIS script around `bundle_folder` into `out` (run it in
+    NSIS_SCRIPT's folder). `check_only` (default off Windows) stores the files uncompressed: same script,
+    seconds not minutes. `amd64`: a 64-bit installer stub instead of the usual 32-bit one (both install the
+    same files)."""
     version = version or contents.version()
-    out.parent.mkdir(parents=True, exist_ok=True)
     defines = {"VERSION": version, "VERSION_QUAD": version_quad(version), "BUNDLE_DIR": str(bundle_folder),
-               "OUTFILE": str(out), "ICON": str(contents.ICON), "EXE_NAME": contents.EXE_NAME}
+               "OUTFILE": str(out), "ICON": str(contents.ICON), "EXE_NAME": contents.EXE_NAME,
+               "FORGET_SECRETS_FLAG": FORGET_SECRETS}
     flags = [f"-D{k}={v}" for k, v in defines.items()]
     flags += ["-DCHECK_ONLY"] if check_only else []
     flags += ["-DTARGET_AMD64"] if amd64 else []
-    cmd = [find_makensis(), "-V2", "-WX", *flags, str(NSIS_SCRIPT)]
-    subprocess.run(cmd, check=True, cwd=NSIS_SCRIPT.parent)
+    return [find_makensis(), "-V2", "-WX", *flags, str(NSIS_SCRIPT)]
+
+
+def build_installer(bundle_folder: Path, out: Path, version: str | None = None,
+                    check_only: bool = not WINDOWS, amd64: bool = False) -> Path:
+    """Compiles the NSIS script around `bundle_folder` (makensis_command). Returns the setup's path."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(makensis_command(bundle_folder, out, version, check_only, amd64), check=True,
+                   cwd=NSIS_SCRIPT.parent)
     return out
 
 

@@ -2,6 +2,8 @@
 
     HaloChat [app options]                 the chat window (app.__main__.main)
     HaloChat --self-test [self-test opts]  no window: app.self_test.main (see its docstring)
+    HaloChat --forget-secrets              no window: remove what the app saved in the OS keyring (the
+                                           uninstaller's purge runs it, installer/nsis/uninstall.nsh)
     HaloChat -m MODULE [args]              a child-process module the engine starts with
                                            `sys.executable -m` (CHILD_MODULES only), as python would
 
@@ -23,6 +25,7 @@ ENTRY_TIME = time.time()
 # Modules the engine runs as `sys.executable -m MODULE ...` children; in the bundle sys.executable is this
 # program, so it must run them the way `python -m` does. Nothing else is accepted.
 CHILD_MODULES = ("engine.template_worker", "engine.backends.host_read_check")
+FORGET_SECRETS = "--forget-secrets"        # the uninstaller's purge runs it (build.py passes it to NSIS)
 
 
 def run_child_module(argv: list[str]) -> int:
@@ -46,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     _give_streams()
     if argv[:1] == ["-m"]:
         return run_child_module(argv)      # before logging setup: a child must not touch the app's logs
+    if argv == [FORGET_SECRETS]:
+        return forget_secrets()            # no logging setup either: the purge deletes the log folder next
     import multiprocessing
     multiprocessing.freeze_support()
     from app.logging_setup import setup_logging
@@ -59,6 +64,19 @@ def main(argv: list[str] | None = None) -> int:
     if bench_file:
         app_main.QApplication = _startup_probe_class(app_main.QApplication, bench_file)
     return app_main.main(argv)
+
+
+def forget_secrets() -> int:
+    """Forgets the secrets the app keeps in the OS keyring (Windows Credential Manager), which the purge's
+    removal of the data and settings folders would leave behind: the hub token and the key of every server the
+    settings list (read before the uninstaller deletes them). Through keyring: it knows their names there."""
+    from app.remote_models import forget_server_keys
+    from app.settings import AppSettings
+    from engine.keychain import HUB_TOKEN_ACCOUNT, forget_secret
+
+    forget_secret(HUB_TOKEN_ACCOUNT)
+    forget_server_keys(AppSettings().q)
+    return 0
 
 
 def _give_streams() -> None:

@@ -3,7 +3,8 @@
 # in for the Windows bundle (PyInstaller cannot cross-build). Uses the 64-bit NSIS stub, because wine64
 # without the i386 wine packages cannot run the usual 32-bit one. Steps:
 #   a folder holding another program's _internal refused; fresh install (/S) -> files, shortcuts, uninstall entry; upgrade 0.1.0 -> 0.2.0 in place (stale file
-#   removed); silent uninstall keeps user data; silent uninstall with /PURGE removes it.
+#   removed, a desktop shortcut the user deleted not recreated); silent uninstall keeps user data; silent uninstall
+#   with /PURGE removes it.
 # Usage: installer/wine_check.sh   (needs: apt-get install wine64 nsis; takes about a minute)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -64,11 +65,15 @@ ok "install 0.1.0: files, uninstaller, Start menu shortcut, uninstall entry (Dis
 ok "desktop shortcut (default component) created"
 
 mkdir -p "$LOCAL/Halo Chat/models" && printf 'model' > "$LOCAL/Halo Chat/models/mine.gguf"
+rm -f "$LOCAL/../../Desktop/Halo Chat.desktop" "$LOCAL/../../Desktop/Halo Chat.lnk"    # the user deletes it
 run "$WORK/HaloChat-Setup-0.2.0.exe" /S
 [ "$(cat "$INST/_internal/VERSION.txt")" = 0.2.0 ] || fail "upgrade did not replace files"
 [ ! -e "$INST/_internal/only-in-0.1.0.pyd" ] || fail "upgrade left a stale file"
 [ "$(reg_value DisplayVersion)" = 0.2.0 ] || fail "DisplayVersion after upgrade"
 ok "upgrade 0.1.0 -> 0.2.0 in place: new files, stale file gone, DisplayVersion 0.2.0"
+[ ! -e "$LOCAL/../../Desktop/Halo Chat.desktop" ] && [ ! -e "$LOCAL/../../Desktop/Halo Chat.lnk" ] \
+  || fail "the upgrade brought back the desktop shortcut the user had deleted"
+ok "a desktop shortcut the user deleted stays deleted on upgrade"
 
 # The uninstaller copies itself to TEMP, starts that copy and returns at once (as on Windows); `wineserver
 # -w` waits for every process of the prefix to end.

@@ -9,12 +9,14 @@
     DownloadManager(models_dir()).enqueue(files[0]) # .part + Range resume, sha256 checked, then moved in
 
 No Qt here; the app wraps the manager's callbacks into signals (app.discover).
-Importing this package raises InvalidEndpointError when HF_ENDPOINT is set but is no http(s) URL.
+Importing this package raises InvalidEndpointError when HF_ENDPOINT is set but is no http(s) URL, and
+InvalidTimeoutError when HF_HUB_ETAG_TIMEOUT or HF_HUB_DOWNLOAD_TIMEOUT is set but is no whole number.
 """
-from engine.hub.endpoint import InvalidEndpointError, checked_endpoint
+from engine.hub.endpoint import InvalidEndpointError, InvalidTimeoutError, check_timeouts, checked_endpoint
 
-# Before huggingface_hub is imported: it parses HF_ENDPOINT at import and fails with a bare ValueError.
+# Before huggingface_hub is imported: it parses these variables at import and fails with a bare ValueError.
 checked_endpoint()
+check_timeouts()
 
 from engine.hub.client import (  # noqa: E402
     HubAccessError,
@@ -28,7 +30,7 @@ from engine.hub.download import DownloadManager, DownloadState, download_file  #
 from engine.hub.quants import QuantGroup, group_by_quant, quant_of, split_part  # noqa: E402
 from engine.hub.verdict import Machine, Verdict, current_machine, fit_verdict  # noqa: E402
 
-__all__ = ["HubClient", "HubUnreachableError", "HubAccessError", "InvalidEndpointError", "InvalidRepoIdError",
-           "RemoteFile", "RepoSummary", "DownloadManager", "DownloadState",
+__all__ = ["HubClient", "HubUnreachableError", "HubAccessError", "InvalidEndpointError", "InvalidTimeoutError",
+           "InvalidRepoIdError", "RemoteFile", "RepoSummary", "DownloadManager", "DownloadState",
            "download_file", "QuantGroup", "group_by_quant", "quant_of", "split_part", "Machine", "Verdict",
            "current_machine", "fit_verdict"]

@@ -4,6 +4,9 @@ Checked here, before `huggingface_hub` is imported (engine.hub's __init__): that
 import and raises a bare ValueError for a malformed URL (`http://[::1`); a port over 65535 raised one at the first
 request, and a value that is no http(s) URL (`foo`, `ftp://x`, empty) failed as "cannot be reached". All are
 InvalidEndpointError here, naming the value and where it came from. This module imports nothing of `huggingface_hub`.
+
+The library parses two more variables at import, with int(): HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT (`abc`,
+`1.5` or an empty value: a bare ValueError). `check_timeouts` names them first, as InvalidTimeoutError.
 """
 from __future__ import annotations
 
@@ -16,10 +19,28 @@ from engine.errors import DownloadError, short_repr
 ENV = "HF_ENDPOINT"
 EXAMPLE_MIRROR = "https://hf-mirror.com"
 _SPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f\x7f]")
+TIMEOUT_ENVS = ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")    # seconds; huggingface_hub.constants reads them
 
 
 class InvalidEndpointError(DownloadError):
     """HF_ENDPOINT, or the endpoint a caller gave, is not an http(s) URL with a host."""
+
+
+class InvalidTimeoutError(DownloadError):
+    """HF_HUB_ETAG_TIMEOUT or HF_HUB_DOWNLOAD_TIMEOUT is set to something that is no whole number."""
+
+
+def check_timeouts() -> None:
+    """Raises InvalidTimeoutError for the first of TIMEOUT_ENVS that huggingface_hub could not import with."""
+    for name in TIMEOUT_ENVS:
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        try:
+            int(value)                   # the library's own parse: exactly what it refuses is refused here
+        except ValueError:
+            raise InvalidTimeoutError(f"{name}={short_repr(value)} is not a whole number of seconds; set it to one "
+                                      f"such as 30, or unset it to use huggingface_hub's default.") from None
 
 
 def checked_endpoint(endpoint: str | None = None) -> str | None:

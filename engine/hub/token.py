@@ -3,20 +3,19 @@ from __future__ import annotations
 
 import os
 
-from engine.keychain import forget_secret, keyring_available, load_secret, save_secret
+from engine.keychain import HUB_TOKEN_ACCOUNT, forget_secret, keyring_available, load_secret, save_secret
 
-ACCOUNT = "huggingface-token"
 __all__ = ["keyring_available", "load_token", "save_token", "forget_token"]
 
 
 def load_token() -> str | None:
     """HF_TOKEN from the environment, else the keyring's, else this session's."""
-    return os.environ.get("HF_TOKEN") or load_secret(ACCOUNT)
+    return os.environ.get("HF_TOKEN") or load_secret(HUB_TOKEN_ACCOUNT)
 
 
 def save_token(token: str) -> bool:
-    return save_secret(ACCOUNT, token)
+    return save_secret(HUB_TOKEN_ACCOUNT, token)
 
 
 def forget_token() -> None:
-    forget_secret(ACCOUNT)
+    forget_secret(HUB_TOKEN_ACCOUNT)

@@ -1,7 +1,8 @@
 ; Halo Chat installer: per-user (no admin rights), into %LOCALAPPDATA%\Programs\Halo Chat.
 ; Build it with `python installer/build.py`, which passes the defines below:
 ;   makensis -DVERSION=0.1.0 -DVERSION_QUAD=0.1.0.0 -DBUNDLE_DIR=<PyInstaller folder>
-;            -DOUTFILE=<setup.exe> -DICON=<halo.ico> [-DEXE_NAME=HaloChat] [-DCHECK_ONLY] [-DTARGET_AMD64] halo-chat.nsi
+;            -DOUTFILE=<setup.exe> -DICON=<halo.ico> -DFORGET_SECRETS_FLAG=<entry.py's FORGET_SECRETS>
+;            [-DEXE_NAME=HaloChat] [-DCHECK_ONLY] [-DTARGET_AMD64] halo-chat.nsi
 ; Pieces: this file (settings and pages), install.nsh (what is laid down and registered),
 ; uninstall.nsh (what is removed, and the question about the user's data).
 ; Command line: setup.exe /S (silent, keeps defaults); uninstaller /S keeps user data unless /PURGE.
@@ -14,9 +15,14 @@
 !include "MUI2.nsh"
 !include "FileFunc.nsh"
 !include "LogicLib.nsh"
+!include "Sections.nsh"
+!include "x64.nsh"
 
 !ifndef VERSION | BUNDLE_DIR | OUTFILE | ICON
   !error "define VERSION, BUNDLE_DIR, OUTFILE and ICON (installer/build.py does)"
+!endif
+!ifndef FORGET_SECRETS_FLAG
+  !error "define FORGET_SECRETS_FLAG, the app's option that forgets its secrets (installer/build.py does)"
 !endif
 !ifndef VERSION_QUAD
   !define VERSION_QUAD "${VERSION}.0"

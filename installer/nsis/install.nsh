@@ -3,6 +3,10 @@
 ; Waits until the app in $INSTDIR is not running: a running exe cannot be opened for writing. Asks once,
 ; then closes it with taskkill (no /F: a normal close request, so the app saves like on a click on X),
 ; then waits up to 10 s and offers Retry. Silent mode closes it without asking; if it stays open, aborts.
+; taskkill asks only this user's HaloChat.exe: by image name alone it reaches every session's copy it may
+; (another user's on a shared PC, fast user switching). It cannot filter by image path, so this user's copy
+; in another folder is asked too; a path test would need PowerShell (or wmic: being removed, terminates only).
+; The user name is read at run time: $%USERNAME% would be the build machine's (makensis expands $%...%).
 !macro DEFINE_CLOSE_RUNNING_APP prefix
 Function ${prefix}CloseRunningApp
   StrCpy $R9 0
@@ -19,7 +23,8 @@ Function ${prefix}CloseRunningApp
       Abort "${APP_NAME} is still running."
       close:
       DetailPrint "Closing ${APP_NAME}..."
-      nsExec::Exec 'taskkill /IM "${APP_EXE}"'
+      ReadEnvStr $R8 USERNAME
+      nsExec::Exec 'taskkill /FI "USERNAME eq $R8" /IM "${APP_EXE}"'
       Pop $R8
     ${EndIf}
     IntOp $R9 $R9 + 1
@@ -37,7 +42,14 @@ FunctionEnd
 !insertmacro DEFINE_CLOSE_RUNNING_APP ""
 
 Function .onInit
+  ; The app is 64-bit only, and the usual (32-bit) installer stub starts on 32-bit Windows too: refuse
+  ; there before anything is laid down, instead of installing a program that cannot start.
+  ${IfNot} ${RunningX64}
+    MessageBox MB_ICONSTOP|MB_OK "${APP_NAME} needs 64-bit Windows, and this computer runs 32-bit Windows.$\r$\n$\r$\nInstall ${APP_NAME} on a computer that runs 64-bit Windows (Settings > System > About shows the System type)." /SD IDOK
+    Abort
+  ${EndIf}
   ReadRegStr $InstalledVersion HKCU "${UNINSTALL_KEY}" "DisplayVersion"
+  Call KeepDesktopChoice
 FunctionEnd
 
 Function WelcomePre
@@ -108,7 +120,13 @@ Section "!${APP_NAME}" SecApp
   WriteRegStr HKCU "${UNINSTALL_KEY}" "QuietUninstallString" '"$INSTDIR\${UNINSTALLER}" /S'
   WriteRegDWORD HKCU "${UNINSTALL_KEY}" "NoModify" 1
   WriteRegDWORD HKCU "${UNINSTALL_KEY}" "NoRepair" 1
-  ${GetSize} "$INSTDIR" "/S=0K" $0 $1 $2
+  ; Only what this installer laid down: $INSTDIR may be a folder the user chose that holds other files, which
+  ; a scan of the whole folder would count (and walk, however big).
+  ${GetSize} "$INSTDIR\_internal" "/S=0K" $0 $1 $2
+  ${GetSize} "$INSTDIR" "/M=${APP_EXE} /S=0K /G=0" $1 $2 $3
+  IntOp $0 $0 + $1
+  ${GetSize} "$INSTDIR" "/M=${UNINSTALLER} /S=0K /G=0" $1 $2 $3
+  IntOp $0 $0 + $1
   IntFmt $0 "0x%08X" $0
   WriteRegDWORD HKCU "${UNINSTALL_KEY}" "EstimatedSize" "$0"     ; KiB
 SectionEnd
@@ -116,6 +134,15 @@ SectionEnd
 Section "Desktop shortcut" SecDesktop
   CreateShortcut "${DESKTOP_LINK}" "$INSTDIR\${APP_EXE}" "" "$INSTDIR\${APP_EXE}" 0
 SectionEnd
+
+; Selected for a fresh install; an upgrade keeps the user's choice: selected only while the shortcut is on
+; the desktop, so one the user deleted (or never had) does not come back. (After SecDesktop: it names it.)
+Function KeepDesktopChoice
+  ${If} $InstalledVersion != ""
+  ${AndIfNot} ${FileExists} "${DESKTOP_LINK}"
+    !insertmacro UnselectSection ${SecDesktop}
+  ${EndIf}
+FunctionEnd
 
 !insertmacro MUI_FUNCTION_DESCRIPTION_BEGIN
   !insertmacro MUI_DESCRIPTION_TEXT ${SecApp} "The Halo Chat program (required)."

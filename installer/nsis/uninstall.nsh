@@ -1,6 +1,7 @@
 ; What the uninstaller removes. Included by halo-chat.nsi.
 ; The program goes; the user's conversations, settings and models stay unless the user says yes to the
 ; question (default: No), or the uninstaller runs with /PURGE. Silent (/S) without /PURGE keeps them.
+; A purge also removes the secrets the app saved in Windows Credential Manager (hub token, servers' keys).
 
 !insertmacro DEFINE_CLOSE_RUNNING_APP "un."
 
@@ -16,6 +17,17 @@ FunctionEnd
 
 Section "Uninstall"
   Call un.CloseRunningApp
+  ; Asked before anything is removed: forgetting the saved secrets needs the program.
+  ${If} $Purge != "1"
+  ${AndIf} ${FileExists} "${USER_DATA}\*.*"
+    MessageBox MB_YESNO|MB_ICONQUESTION|MB_DEFBUTTON2 "Also delete your conversations, settings and downloaded models?$\r$\n$\r$\n${USER_DATA}$\r$\n$\r$\nChoose No to keep them: installing Halo Chat again finds them. Models you keep in other folders are never touched." /SD IDNO IDNO keep
+    StrCpy $Purge "1"
+    keep:
+  ${EndIf}
+  ${If} $Purge == "1"
+    Call un.ForgetSecrets
+  ${EndIf}
+
   Delete "$INSTDIR\${APP_EXE}"
   RMDir /r "$INSTDIR\_internal"
   Delete "$INSTDIR\${UNINSTALLER}"
@@ -26,12 +38,20 @@ Section "Uninstall"
 
   ${If} $Purge == "1"
     Call un.RemoveUserData
-  ${ElseIf} ${FileExists} "${USER_DATA}\*.*"
-    MessageBox MB_YESNO|MB_ICONQUESTION|MB_DEFBUTTON2 "Also delete your conversations, settings and downloaded models?$\r$\n$\r$\n${USER_DATA}$\r$\n$\r$\nChoose No to keep them: installing Halo Chat again finds them. Models you keep in other folders are never touched." /SD IDNO IDNO keep
-    Call un.RemoveUserData
-    keep:
   ${EndIf}
 SectionEnd
+
+; The program itself forgets them (installer/entry.py's FORGET_SECRETS), through the keyring package that
+; saved them and knows their names in Credential Manager; it reads the servers from the settings, so this
+; runs before those are deleted. Bounded: a program that does not answer must not hold the uninstall.
+Function un.ForgetSecrets
+  DetailPrint "Removing the hub token and server keys ${APP_NAME} saved in Windows Credential Manager"
+  nsExec::Exec /TIMEOUT=30000 '"$INSTDIR\${APP_EXE}" ${FORGET_SECRETS_FLAG}'
+  Pop $R0
+  ${If} $R0 != 0
+    DetailPrint "Could not remove them ($R0): Credential Manager > Windows Credentials lists them"
+  ${EndIf}
+FunctionEnd
 
 Function un.RemoveUserData
   DetailPrint "Removing your conversations, settings and models"

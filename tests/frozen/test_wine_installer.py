@@ -21,6 +21,7 @@ def test_install_upgrade_uninstall_under_wine():
     result = subprocess.run([str(ROOT / "installer" / "wine_check.sh")], capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
-    for step in ("another program's _internal is refused", "install 0.1.0", "desktop shortcut", "upgrade 0.1.0 -> 0.2.0", "user data kept", "/PURGE"):
+    for step in ("another program's _internal is refused", "install 0.1.0", "desktop shortcut", "upgrade 0.1.0 -> 0.2.0",
+                 "stays deleted on upgrade", "user data kept", "/PURGE"):
         assert step in result.stdout
     assert "wine check passed" in result.stdout

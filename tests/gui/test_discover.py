@@ -4,6 +4,11 @@ the status bar, pause and resume, the model joining the library; offline -> one 
 the token field."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from PySide6.QtCore import Qt
 
@@ -161,3 +166,22 @@ def test_a_malformed_hf_endpoint_is_named_in_the_page(qtbot, make_window, monkey
     assert "HF_ENDPOINT" in page.error.text() and "http://[::1" in page.error.text()
     assert not page.retry_button.isVisible()
     w.discover._dialog.close()
+
+
+# In a child process: this one imported engine.hub (and huggingface_hub) long ago, with a clean environment.
+OPEN_THE_PAGE = """
+from PySide6.QtWidgets import QApplication
+app = QApplication([])
+from app.discover import DiscoverActions
+page = DiscoverActions().make_page()
+print(page.error.text())
+"""
+
+
+def test_a_bad_hub_timeout_variable_is_named_in_the_page_not_a_crash(tmp_path):
+    env = dict(os.environ, HF_HUB_DOWNLOAD_TIMEOUT="abc", HALO_DATA_DIR=str(tmp_path / "data"),
+               HALO_MODELS_DIR=str(tmp_path / "models"), PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    done = subprocess.run([sys.executable, "-c", OPEN_THE_PAGE], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("HF_HUB_DOWNLOAD_TIMEOUT='abc' is not a whole number of seconds")

@@ -1,5 +1,6 @@
-"""`python -m engine pull` and engine.hub given a repo id no hub can have, or an HF_ENDPOINT that is no URL: one
-line naming the bad value, exit status 1, no request sent and nothing written (engine.hub.client / endpoint)."""
+"""`python -m engine pull` and engine.hub given a repo id no hub can have, an HF_ENDPOINT that is no URL, or an
+HF_HUB_*_TIMEOUT that is no number: one line naming the bad value, exit status 1, no request sent and nothing
+written (engine.hub.client / endpoint)."""
 from __future__ import annotations
 
 import os
@@ -12,7 +13,7 @@ import pytest
 
 from engine.cli import main
 from engine.hub import HubAccessError, HubClient, InvalidEndpointError, InvalidRepoIdError, RemoteFile
-from engine.hub.endpoint import checked_endpoint
+from engine.hub.endpoint import TIMEOUT_ENVS, InvalidTimeoutError, check_timeouts, checked_endpoint
 from tests.fake_hub import FakeHub
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,3 +113,31 @@ def test_good_endpoints_pass_unchanged_but_for_a_trailing_slash(value, expected,
     monkeypatch.delenv("HF_ENDPOINT")
     assert checked_endpoint() is None
     assert HubClient(endpoint=value).endpoint == expected
+
+
+@pytest.mark.parametrize("name", TIMEOUT_ENVS)
+def test_a_timeout_variable_huggingface_hub_cannot_parse_is_named_in_one_line_not_a_traceback(name, tmp_path):
+    """huggingface_hub (the real one, imported by the child) raises a bare ValueError for it at import."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **{name: "abc"})
+    library = subprocess.run([sys.executable, "-c", "from huggingface_hub import constants"], env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert "ValueError" in library.stderr          # what is guarded against: still the library's behaviour
+    done = subprocess.run([sys.executable, "-m", "engine", "pull", "a/b", "--dir", str(tmp_path / "m")],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == f"error: {name}='abc' is not a whole number of seconds; set it to one such as 30, or " \
+                          f"unset it to use huggingface_hub's default.\n"
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("name", TIMEOUT_ENVS)
+def test_timeout_values_are_refused_exactly_where_int_refuses_them(name, monkeypatch):
+    for bad in ["abc", "1.5", "", " ", "10s", "1e3"]:
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(InvalidTimeoutError, match=rf"^{name}={bad!r} is not a whole number of seconds"):
+            check_timeouts()
+    for good in ["30", " 5 ", "0", "-1", "1_000"]:     # int() takes these: so does huggingface_hub's import
+        monkeypatch.setenv(name, good)
+        check_timeouts()
+    monkeypatch.delenv(name)
+    check_timeouts()
