@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 
-from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QSize, Qt, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
     QDesktopServices,
@@ -23,7 +23,10 @@ from app.markdown_prep import COPY_SCHEME, prepare
 from app.theme import current_colors
 from app.widgets.elided_label import ElidedLabel
 from app.widgets.plain_text import plain_tooltip
+from app.widgets.stream_pacer import StreamPacer
 
+# While a reply streams, its Markdown is rendered at most every STREAM_RENDER_MS, and less often as renders get
+# dearer (StreamPacer); a finished text is rendered at once.
 STREAM_RENDER_MS = 150
 # Links in a message that a click opens (in the browser); the rest are not followed
 LINK_SCHEMES = frozenset({"http", "https"})
@@ -103,6 +106,16 @@ class MarkdownView(QTextBrowser):
         # model wrote the link, and the OS would run what it points at
 
     def _style_code_blocks(self) -> None:
+        # One edit block for all the format changes: the document is laid out once at its end. Edited one by
+        # one, each line's and each token's change laid the whole document out again (quadratic in its size).
+        editing = QTextCursor(self.document())
+        editing.beginEditBlock()
+        try:
+            self._style_code_blocks_in_edit()
+        finally:
+            editing.endEditBlock()
+
+    def _style_code_blocks_in_edit(self) -> None:
         # Qt's Markdown importer marks fenced/indented code blocks: tint them, use a monospace font, and
         # colour each block's text by Pygments tokens of its language.
         colors = current_colors()
@@ -145,7 +158,9 @@ class MarkdownView(QTextBrowser):
 
     def _fit_height(self) -> None:
         doc = self.document()
-        doc.setTextWidth(max(50, self.viewport().width()))
+        width = max(50, self.viewport().width())
+        if doc.textWidth() != width:        # setting it lays the whole document out again, even when unchanged
+            doc.setTextWidth(width)
         m = self.contentsMargins()
         height = int(doc.documentLayout().documentSize().height()) + m.top() + m.bottom() + 6
         if height != self.height():
@@ -184,13 +199,18 @@ class ThinkingSection(QFrame):
         col.addWidget(self.body)
         self._streaming = False
         self._text = ""
+        # Open while streaming, it is rendered at the answer's pace (it was re-rendered whole for every delta)
+        self._pacer = StreamPacer(self.body.set_markdown, STREAM_RENDER_MS, self)
         self.setVisible(False)
 
     def set_reasoning(self, text: str, streaming: bool = False) -> None:
         self._streaming = streaming
         self._text = text
-        if not streaming or self.is_expanded():     # collapsed while streaming: parsed when opened
+        if not streaming:
+            self._pacer.discard()
             self.body.set_markdown(text)
+        elif self.is_expanded():                    # collapsed while streaming: parsed when opened
+            self._pacer.submit(text)
         self.setVisible(bool(text))
         words = len(text.split())
         self.toggle.setText("Thinking…" if streaming else f"Thinking ({words:,} words)")
@@ -204,6 +224,7 @@ class ThinkingSection(QFrame):
     def set_expanded(self, expanded: bool) -> None:
         self.toggle.setChecked(expanded)
         self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
+        self._pacer.discard()                       # opened: rendered now; closed: not needed
         if expanded:
             self.body.set_markdown(self._text)
         self.body.setVisible(expanded)
@@ -286,11 +307,9 @@ class MessageView(QFrame):
         outer.addWidget(self.thinking)
         self.body = MarkdownView(self, code_bg="code_bg_user" if role == "user" else "code_bg")
         outer.addWidget(self.body)
-        # While a reply streams, its Markdown is parsed at most every STREAM_RENDER_MS (a long reply would
-        # otherwise be re-parsed whole for every delta: quadratic); the finished text is rendered at once.
-        self._pending_text: str | None = None
-        self._render_timer = QTimer(self, singleShot=True, interval=STREAM_RENDER_MS)
-        self._render_timer.timeout.connect(self._render_pending)
+        # While a reply streams, its Markdown is not re-parsed for every delta but at the pacer's rate (each render
+        # costs in proportion to the text so far); the finished text is rendered at once.
+        self._pacer = StreamPacer(self.body.set_markdown, STREAM_RENDER_MS, self)
         self.state = state
         self.set_text(text)
         self.set_state(state, detail)
@@ -300,28 +319,21 @@ class MessageView(QFrame):
         self.thinking.set_reasoning(text, streaming=self.state == "streaming")
 
     def set_text(self, text: str) -> None:
-        if self.state != "streaming":
-            self._pending_text = None
+        if self.state == "streaming":
+            self._pacer.submit(text)
+        else:
+            self._pacer.discard()
             self.body.set_markdown(text)
-            return
-        self._pending_text = text
-        if not self._render_timer.isActive():
-            self._render_timer.start()
-
-    def _render_pending(self) -> None:
-        if self._pending_text is not None:
-            self.body.set_markdown(self._pending_text)
-            self._pending_text = None
 
     def text(self) -> str:
-        """The whole text, including what a throttled stream has not rendered yet."""
-        return self._pending_text if self._pending_text is not None else self.body.markdown()
+        """The whole text, including what a paced stream has not rendered yet."""
+        pending = self._pacer.pending()
+        return pending if pending is not None else self.body.markdown()
 
     def set_state(self, state: str, detail: str = "") -> None:
         self.state = state
         if state != "streaming":
-            self._render_timer.stop()
-            self._render_pending()              # a finished reply is rendered whole, at once
+            self._pacer.flush()                 # a finished reply is rendered whole, at once
         label = STATE_TEXT.get(state, state)
         if state == "error" and detail:
             label = f"Failed: {detail.splitlines()[0]}"

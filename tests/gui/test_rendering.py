@@ -1,5 +1,6 @@
 """How messages render in the real widgets: kept line breaks, code blocks that stand out in both themes and
-in a user bubble, Pygments colours, a Copy link per block, streaming parsed at a bounded rate, plain titles."""
+in a user bubble, Pygments colours, a Copy link per block, streaming parsed at a bounded rate that slows as
+renders get dearer (the work over a long reply stays linear in its length), plain titles."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,9 @@ from PySide6.QtWidgets import QApplication
 
 from app.markdown_prep import COPY_SCHEME, plain_title, prepare
 from app.theme import apply_theme, palette_colors
-from app.widgets.message_view import STREAM_RENDER_MS, MessageView
+from app.widgets import message_view
+from app.widgets.message_view import STREAM_RENDER_MS, MarkdownView, MessageView
+from app.widgets.stream_pacer import StreamPacer
 
 pytestmark = [pytest.mark.gui]
 POEM = "Roses are red\nViolets are blue"
@@ -90,6 +93,84 @@ def test_a_streaming_reply_is_parsed_at_a_bounded_rate_and_whole_at_the_end(qtbo
     view.set_text(text + "end")
     view.set_state("complete")
     assert view.body.markdown() == text + "end" and view.body.render_count == rendered + 1
+
+
+def _table_rows(rows: int) -> list[str]:
+    """A Markdown table, one line a row, 5 columns of about 100 characters a row."""
+    lines = ["| " + " | ".join(f"column {c}" for c in range(5)) + " |", "|---" * 5 + "|"]
+    return lines + ["| " + " | ".join(f"row {r} cell {c}".ljust(15) for c in range(5)) + " |" for r in range(rows)]
+
+
+@pytest.mark.qt_log_ignore("This plugin does not support")
+def test_a_long_streaming_reply_is_rendered_less_often_as_renders_get_dearer(qtbot, monkeypatch):
+    """Each render parses and lays out the whole text so far, so it costs in proportion to its length. Rendered
+    at a fixed rate, a 12 KB table streaming on a slow machine was parsed again for every row: the work over the
+    reply grew with the square of its length, and the renders ran back to back (the GUI stalled).
+
+    A simulated slow machine, on the pacer's clock (no timing here): a render takes 50 ms per KB, a row of the
+    table arrives every 0.1 s. After each render the view keeps quiet 4 times as long as it took, so renders
+    thin out as the text grows: at most 1/5 of the stream goes to rendering, and the characters parsed stay
+    within a few times the reply's length (at a fixed rate: about 60 times)."""
+    now = [0.0]
+    monkeypatch.setattr(StreamPacer, "clock", staticmethod(lambda: now[0]))
+    monkeypatch.setattr(message_view, "STREAM_RENDER_MS", 1)      # the pace under test is the cost's
+    parsed: list[int] = []
+    render = MarkdownView.set_markdown
+
+    def slow_render(self, text: str) -> None:
+        render(self, text)
+        parsed.append(len(text))
+        now[0] += 0.05 * len(text) / 1024
+
+    monkeypatch.setattr(MarkdownView, "set_markdown", slow_render)
+    view = MessageView(1, "assistant", "", "streaming")
+    qtbot.addWidget(view)
+    view.resize(700, 400)
+    view.show()
+    text = "Here is the table:\n\n"
+    for row in _table_rows(120):
+        text += row + "\n"
+        now[0] += 0.1
+        view.set_text(text)
+        qtbot.wait(3)                     # the event loop runs: a render that is due happens
+    streamed = sum(parsed)
+    assert len(parsed) >= 5                                   # the table still grows on screen while it streams
+    assert streamed <= 8 * len(text)
+    view.set_state("complete")
+    assert view.body.markdown() == text and parsed[-1] == len(text)       # then rendered whole, at once
+    assert view.body.document().rootFrame().childFrames()                 # as a table
+
+
+@pytest.mark.qt_log_ignore("This plugin does not support")
+def test_an_open_thinking_section_is_not_parsed_again_for_every_delta(qtbot):
+    view = MessageView(1, "assistant", "", "streaming")
+    qtbot.addWidget(view)
+    view.show()
+    reasoning = "Let me think."
+    view.set_reasoning(reasoning)
+    view.thinking.set_expanded(True)
+    body = view.thinking.body
+    opened = body.render_count
+    for i in range(300):                  # deltas arriving faster than the render interval
+        reasoning += f" step{i}"
+        view.set_reasoning(reasoning)
+    assert body.render_count - opened <= 1                    # it was parsed whole for each of them
+    qtbot.waitUntil(lambda: body.markdown() == reasoning)
+    view.set_state("complete")
+    assert body.markdown() == reasoning and view.thinking.reasoning() == reasoning
+
+
+def test_code_is_coloured_in_one_document_edit_not_one_per_token(qtbot):
+    """Each format change to a laid-out document lays it out again: one change per code line and per token made
+    a re-render (each streaming one, the finished reply's) quadratic in the size of the code (19 KB: 2.5 s)."""
+    code = "```python\n" + "\n".join(f"def f{i}(x, y=2):\n    return x + {i} * y" for i in range(100)) + "\n```"
+    view = MessageView(1, "assistant", "")
+    qtbot.addWidget(view)
+    changes: list[tuple[int, int, int]] = []
+    view.body.document().contentsChange.connect(lambda *change: changes.append(change))
+    view.set_text("Code:\n\n" + code)
+    assert len(changes) < 10              # the import, then the colours at once (not 200 lines + ~1000 tokens)
+    assert view.body.code_blocks[0][1].count("\n") == 199
 
 
 def test_titles_and_prepared_markdown():
