@@ -22,7 +22,8 @@ class Prepared:
 
 
 def prepare(text: str) -> Prepared:
-    lines = text.split("\n")
+    # CRLF lines as LF ones: a hard break added after a CR ("| a |\r  ") kept a table from being one
+    lines = text.replace("\r\n", "\n").split("\n")
     out: list[str] = []
     blocks: list[tuple[str, str]] = []
     fence, indent = "", 0                      # the open fence's marker ("" outside code) and its indentation

@@ -193,6 +193,13 @@ def test_copy_code_copies_what_the_block_shows(text, blocks):
     assert prepare(text).blocks == blocks
 
 
+def test_a_table_with_crlf_line_ends_is_a_table(qtbot):
+    view = MessageView(1, "assistant", "| a | b |\r\n|---|---|\r\n| 1 | 2 |\r\n")
+    qtbot.addWidget(view)
+    assert view.body.document().rootFrame().childFrames()                 # the table's frame
+    assert view.text() == "| a | b |\r\n|---|---|\r\n| 1 | 2 |\r\n"      # copy gives back what was written
+
+
 def test_palette_files_name_both_code_backgrounds():
     for dark in (False, True):
         assert {"code_bg", "code_bg_user"} <= palette_colors(dark).keys()
