@@ -143,12 +143,20 @@ class EngineClient(QObject):
             future.cancel()
 
     def unload(self) -> None:
-        if self._engine is not None and self.model is not None:
-            for request_id in list(self._streams):
-                self.abort(request_id)
-            self._engine.unload()
-            self.model = None
-            self.unloaded.emit()
+        """No model afterwards: a load in progress is cancelled too. The engine runs the unload after that load
+        however it ends, so its result is dropped here rather than reported as the model now loaded."""
+        if self._engine is None or (self.model is None and self._load_future is None):
+            return
+        for request_id in list(self._streams):
+            self.abort(request_id)
+        if self._load_future is not None:
+            path = self._loading_path
+            self.cancel_load()
+            self._load_future, self._loading_path = None, ""
+            self.loadCancelled.emit(path)
+        self._engine.unload()
+        self.model = None
+        self.unloaded.emit()
 
     # -- generation -------------------------------------------------------------------------------
     def submit(self, request: GenerateRequest) -> str:

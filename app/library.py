@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +54,9 @@ class ModelEntry:
     kv_bytes_per_token: int = 0  # 0 when the engine cannot run the architecture
     state_bytes: int = 0         # one sequence's recurrent state (hybrid models)
     error: str = ""          # set when the file could not be read: the parser's message for the user
+    # What the scan read for estimates (ModelConfig, TensorInfos), so that showing one reads no file on the GUI
+    # thread; None where the engine cannot run the architecture.
+    header: tuple | None = field(default=None, compare=False, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -70,15 +73,14 @@ class ModelEntry:
     def estimate(self, context: int, backend: str = "gpu", kv_cache_type: str | None = None):
         """engine.api.estimate_memory for this file on `backend` ("cpu": quantized matrices at their file
         size where the CPU kernels exist) with the KV cache type setting (None: the engine's default; the CPU
-        keeps f32), or None when the engine cannot tell (unreadable file, an architecture it does not run)."""
-        from engine.api import estimate_memory
+        keeps f32), or None when the engine cannot tell (unreadable file, an architecture it does not run).
+        From the header the scan read: the file is not opened again."""
+        from engine.api import estimate_from_header
 
-        if not self.ok or not self.kv_bytes_per_token:
+        if not self.ok or self.header is None:
             return None
-        try:
-            return estimate_memory(str(self.path), context, backend, kv_cache_type=kv_cache_type)
-        except (EngineError, OSError):
-            return None
+        config, tensors = self.header
+        return estimate_from_header(config, tensors, context, backend, kv_cache_type=kv_cache_type)
 
     def memory_estimate(self, context: int, backend: str = "gpu", kv_cache_type: str | None = None) -> int:
         """Weights + KV cache (+ recurrent state) at min(context, trained length), as the engine allocates
@@ -124,7 +126,7 @@ def _entry_from_metadata(path: Path, size: int, metadata, tensors) -> ModelEntry
     n_head = arch_int("attention.head_count")
     n_kv = arch_int("attention.head_count_kv") or n_head
     head_dim = arch_int("attention.key_length") or (arch_int("embedding_length") // n_head if n_head else 0)
-    weights, per_token, state = size, 0, 0
+    weights, per_token, state, header = size, 0, 0, None
     try:
         config = ModelConfig.from_metadata(meta)
     except EngineError:
@@ -132,12 +134,13 @@ def _entry_from_metadata(path: Path, size: int, metadata, tensors) -> ModelEntry
     if config is not None:
         est = memory_estimate(config, 0, "gpu", tensors.values())
         weights, per_token, state = est.weights, kv_bytes_per_token(config, "gpu"), est.recurrent_state
+        header = (config, tuple(tensors.values()))
     return ModelEntry(
         path=path, file_size=size, name=model_display_name(meta, path), architecture=arch,
         quantization=_quantization(meta, tensors), context_length=arch_int("context_length"),
         n_layers=arch_int("block_count"), n_kv_heads=n_kv, head_dim=head_dim,
         has_chat_template=bool(meta.get_str("tokenizer.chat_template")), weight_bytes=weights,
-        kv_bytes_per_token=per_token, state_bytes=state)
+        kv_bytes_per_token=per_token, state_bytes=state, header=header)
 
 
 def _quantization(meta, tensors) -> str:

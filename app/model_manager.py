@@ -31,12 +31,16 @@ class ModelLibrary(QObject):
         self._cache: dict[tuple[str, int, float], ModelEntry] = {}
         self._lock = threading.Lock()
         self._carriers: set[_Carrier] = set()     # in flight (each also held by its thread) until delivered
+        self._scans_started = 0                   # scans are numbered: one that ends after a newer one is dropped
+        self._newest_delivered = 0
         self.scanned.connect(self._remember)
 
     def scan(self, extra_folders: list[str]) -> None:
         """Non-blocking; `scanned` follows (queued to the GUI thread)."""
         folders = library_folders(extra_folders)
-        self._in_thread("library-scan", lambda: self._inspect_all(folders), self._scan_done)
+        self._scans_started += 1
+        number = self._scans_started
+        self._in_thread("library-scan", lambda: (number, self._inspect_all(folders)), self._scan_done)
 
     def scan_now(self, extra_folders: list[str]) -> list[ModelEntry]:
         """Blocking variant for start-up decisions and the screenshot script."""
@@ -57,9 +61,12 @@ class ModelLibrary(QObject):
 
     @Slot(object)
     def _scan_done(self, carried) -> None:
-        carrier, entries = carried
+        carrier, (number, entries) = carried
         self._carriers.discard(carrier)
-        self.scanned.emit(entries)
+        # Scans run side by side: an older one (the folders before "Add folder…") may end last.
+        if number > self._newest_delivered:
+            self._newest_delivered = number
+            self.scanned.emit(entries)
 
     @Slot(object)
     def _inspect_done(self, carried) -> None:

@@ -175,13 +175,20 @@ def estimate_memory(path: str, context: int, backend: Literal["cpu", "gpu"] = "c
     what the Engine batches). `kv_cache_type`: the Engine's setting (default: the Engine's default; the CPU
     keeps "f32" whatever it is).
     Reads the header only; raises EngineError for a file that is not a model."""
-    from engine.core.setup import DEFAULT_MAX_NUM_SEQS
     from engine.gguf import open_gguf
-    from engine.model.arch import DEFAULT_KV_CACHE_TYPE, memory_estimate
     from engine.model.config import ModelConfig
 
     with open_gguf(path) as gguf:
         config = ModelConfig.from_metadata(gguf.metadata)
-        return memory_estimate(config, context, backend, gguf.tensors.values(),
-                               DEFAULT_MAX_NUM_SEQS if num_seqs is None else num_seqs,
-                               kv_cache_type or DEFAULT_KV_CACHE_TYPE)
+        return estimate_from_header(config, gguf.tensors.values(), context, backend, num_seqs, kv_cache_type)
+
+
+def estimate_from_header(config, tensors, context: int, backend: Literal["cpu", "gpu"] = "cpu",
+                         num_seqs: int | None = None, kv_cache_type: str | None = None):
+    """estimate_memory from a header read before (its ModelConfig and TensorInfos): no file is touched, so the
+    GUI thread may ask it (the model library keeps what its scan read)."""
+    from engine.core.setup import DEFAULT_MAX_NUM_SEQS
+    from engine.model.arch import DEFAULT_KV_CACHE_TYPE, memory_estimate
+
+    return memory_estimate(config, context, backend, tensors, DEFAULT_MAX_NUM_SEQS if num_seqs is None else num_seqs,
+                           kv_cache_type or DEFAULT_KV_CACHE_TYPE)

@@ -66,11 +66,11 @@ class LibraryDialog(QDialog):
         open_button.clicked.connect(self._open_file)
         add_folder = QPushButton("Add folder…")
         add_folder.clicked.connect(self._add_folder)
-        refresh = QPushButton("Refresh")
-        refresh.clicked.connect(self.refreshRequested)
+        self.refresh_button = QPushButton("Refresh")
+        self.refresh_button.clicked.connect(self.refreshRequested)
         row.addWidget(open_button)
         row.addWidget(add_folder)
-        row.addWidget(refresh)
+        row.addWidget(self.refresh_button)
         row.addStretch(1)
         self.load_button = QPushButton("Load")
         self.load_button.setObjectName("Primary")
@@ -87,6 +87,9 @@ class LibraryDialog(QDialog):
         self._sections.insertWidget(self._sections.count() - 1, widget)
 
     def set_entries(self, entries: list[ModelEntry], loaded_path: str = "") -> None:
+        """Shows `entries`, keeping the user's selection: rescans (Refresh, a folder added, a download done)
+        arrive while they pick, and Load must load the row they picked, not the first one."""
+        chosen = self.selected_entry()
         self._entries = {str(e.path): e for e in entries}
         self.table.setRowCount(len(entries))
         for r, e in enumerate(entries):
@@ -102,7 +105,9 @@ class LibraryDialog(QDialog):
                 if not e.ok:
                     item.setForeground(self.palette().placeholderText())
                 self.table.setItem(r, c, item)
-        if entries:
+        if chosen is not None and str(chosen.path) in self._entries:
+            self.select_path(str(chosen.path))
+        elif entries:
             self.table.selectRow(0)
         self.refresh_estimate()
 

@@ -94,9 +94,7 @@ def open_gguf(path: str | os.PathLike) -> GGUFFile:
                              f"{_OPEN_FAILURES.get(type(e), e.strerror or str(e))}.") from None
     with f:
         file_size = os.fstat(f.fileno()).st_size
-        if file_size < _HEADER_BYTES:
-            raise InvalidModelError(f"file is {file_size} bytes, too short for a GGUF header",
-                                    field="header", offset=0)
+        _check_header_size(f.read(len(GGUF_MAGIC)), file_size)
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     try:
         return _parse(path, mapped, file_size)
@@ -129,16 +127,28 @@ def parse_header(prefix: bytes, file_size: int) -> GGUFHeader:
 
     Same checks as `open_gguf` (tensor data placed against `file_size`). A prefix too short for the header
     raises InvalidModelError like a truncated file: the caller reads more and tries again."""
-    if file_size < _HEADER_BYTES:
-        raise InvalidModelError(f"file is {file_size} bytes, too short for a GGUF header", field="header", offset=0)
+    _check_header_size(prefix[:len(GGUF_MAGIC)], file_size)
     return _read_header(Cursor(prefix, min(len(prefix), file_size)), file_size)
+
+
+def _check_header_size(start: bytes, file_size: int) -> None:
+    """A file too short for the header is a truncated GGUF only if it starts like one: a few bytes of text are
+    not "an unfinished download" but no GGUF at all (the magic says which)."""
+    if file_size < _HEADER_BYTES:
+        if not GGUF_MAGIC.startswith(start[:file_size]):
+            raise _not_gguf(start)
+        raise InvalidModelError(f"file is {file_size} bytes, too short for a GGUF header", field="header", offset=0)
+
+
+def _not_gguf(magic: bytes) -> InvalidModelError:
+    return InvalidModelError(f"this file is not a GGUF model (it begins with {magic!r}, a GGUF model with b'GGUF')",
+                             field="magic", offset=0)
 
 
 def _read_header(cur: Cursor, file_size: int) -> GGUFHeader:
     magic = cur.take(4, "magic")
     if magic != GGUF_MAGIC:
-        raise InvalidModelError(f"this file is not a GGUF model (it begins with {magic!r}, a GGUF model with b'GGUF')",
-                                field="magic", offset=0)
+        raise _not_gguf(magic)
     version = cur.u32("version")
     if version not in SUPPORTED_VERSIONS:
         swapped = struct.unpack("<I", struct.pack(">I", version))[0]

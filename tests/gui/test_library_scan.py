@@ -68,3 +68,37 @@ def test_a_library_deleted_mid_scan_drops_the_result_without_an_error(qtbot, tmp
     assert not scan.is_alive()
     QApplication.processEvents()             # a queued delivery to the deleted library would run here
     assert not thread_errors, thread_errors
+
+
+def test_an_older_scan_that_ends_last_does_not_replace_a_newer_ones_list(qtbot, tmp_path, thread_errors):
+    """Open the library (a scan starts), then add a folder (a second scan): should the first scan end last,
+    its list, without the new folder's models, must not replace the second one's."""
+    first_scan = threading.Event()
+    calls = []
+
+    def extra_files():          # the scan thread asks for these: hold the first scan until the second ends
+        calls.append(None)
+        if len(calls) == 1:
+            first_scan.wait(10)
+        return ()
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    for folder in (old, new):
+        folder.mkdir()
+        shutil.copy(TINY, folder / f"{folder.name}-{TINY.name}")
+    owner = QObject()
+    lib = ModelLibrary(owner, extra_files=extra_files)
+    got = []
+    lib.scanned.connect(got.append)
+    lib.scan([str(old)])
+    qtbot.waitUntil(lambda: len(calls) == 1, timeout=10_000)
+    lib.scan([str(old), str(new)])
+    qtbot.waitUntil(lambda: len(got) == 1, timeout=10_000)
+    first_scan.set()
+    for scan in _scan_threads():
+        scan.join(10)
+    QApplication.processEvents()             # the first scan's result, if delivered, lands here
+    names = {e.path.name for e in lib.entries}
+    assert f"new-{TINY.name}" in names, names
+    assert all(f"new-{TINY.name}" in {e.path.name for e in entries} for entries in got)
+    assert not thread_errors

@@ -69,3 +69,35 @@ def test_a_file_that_is_not_a_model_is_said_in_words(make_window, qtbot, tmp_pat
     body = window.banner.body.text()
     assert "this file is not a GGUF model" in body and "magic" not in body and "b'This" not in body
     assert window.client.model is None
+
+
+@pytest.mark.golden
+def test_unload_while_another_model_loads_leaves_no_model(make_window, settings, qtbot, smollm2_path, gemma_path):
+    """File → Unload model while a switch to another model is under way: the engine unloads after that load,
+    so the window must not then name the new model as loaded (sending would fail with "no model")."""
+    settings.backend = "cpu"
+    window = make_window(engine="own")
+    with qtbot.waitSignal(window.client.loaded, timeout=60_000):
+        window.models.load_path_now(str(smollm2_path))
+    window.models.load_path_now(str(gemma_path))
+    assert window.load_bar.isVisible()
+    window.models.unload()
+    assert not window.client.engine.stats().model_loaded     # answered after the load and the unload
+    qtbot.waitUntil(lambda: not window.client.is_loading, timeout=10_000)
+    assert window.client.model is None
+    assert not window.load_bar.isVisible()
+    assert window.model_button.text().startswith("Load a model")
+
+
+@pytest.mark.golden
+def test_escape_cancels_a_load_and_the_button_says_so(make_window, settings, qtbot, gemma_path):
+    """Esc stops what is running: a reply (tests/gui/test_chat.py) and, as the load bar's Cancel, a load."""
+    settings.backend = "cpu"
+    window = make_window(engine="own")
+    window.composer.edit.setFocus()
+    with qtbot.waitSignal(window.client.loadCancelled, timeout=30_000):
+        window.models.load_path_now(str(gemma_path))        # cancelled in the same turn, as above
+        assert window.load_bar.isVisible()
+        qtbot.keyClick(window.composer.edit, Qt.Key.Key_Escape)
+    assert not window.load_bar.isVisible() and window.client.model is None
+    assert "Esc" in window.load_bar.cancel_button.text()

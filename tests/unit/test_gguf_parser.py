@@ -102,6 +102,17 @@ def test_bad_magic(rejects):
     rejects(b"GGML" + minimal_model().build()[4:], field="magic")
 
 
+@pytest.mark.parametrize("data", [b"hello\n", b"GGML", b"{}"])
+def test_a_short_file_that_is_no_gguf_is_named_by_its_magic(rejects, data):
+    """A few bytes of text are not "an unfinished download" (the header field): they are not a GGUF at all."""
+    rejects(data, field="magic")
+
+
+@pytest.mark.parametrize("data", [b"GG", b"GGUF", b"GGUF\x03\x00\x00\x00"])
+def test_a_short_start_of_a_gguf_is_truncated(rejects, data):
+    rejects(data, field="header")
+
+
 @pytest.mark.parametrize("version", [0, 1, 4, 0xFFFFFFFF])
 def test_unsupported_version(rejects, version):
     rejects(GGUFBytes(version=version).build(), field="version", match="version")

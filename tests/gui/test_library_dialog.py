@@ -1,0 +1,82 @@
+"""The library dialog as the user works it: while the library rescans (Refresh, a folder added, a download done,
+a file opened from elsewhere) what they selected stays selected, so Load loads what they picked; and picking
+rows, changing settings and loading never read a model file on the GUI thread (a big tokenizer takes a
+noticeable part of a second to parse, a file on a hung network drive forever): the scan read what they need."""
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support")]
+TINY = Path(__file__).resolve().parents[1] / "golden" / "data" / "tiny-llama-q4_1.gguf"
+_WATCHED: set[str] = set()                          # files whose opens are recorded, with the opening thread
+_OPENED_BY: list[threading.Thread] = []
+
+
+def _record_opens(event: str, args: tuple) -> None:
+    """Python's audit hook (it cannot be removed, so it does nothing unless a test watches a file)."""
+    if event == "open" and _WATCHED and str(args[0]) in _WATCHED:
+        _OPENED_BY.append(threading.current_thread())
+
+
+sys.addaudithook(_record_opens)
+
+
+@pytest.fixture
+def opens_of():
+    def watch(*paths) -> list[threading.Thread]:
+        _WATCHED.update(map(str, paths))
+        return _OPENED_BY
+
+    yield watch
+    _WATCHED.clear()
+    _OPENED_BY.clear()
+
+
+def test_a_rescan_keeps_the_users_selection(qtbot, make_window, tmp_path, monkeypatch):
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("alpha.gguf", "beta.gguf"):
+        shutil.copy(TINY, models / name)
+    monkeypatch.setenv("HALO_MODELS_DIR", str(models))
+    w = make_window(engine="own")
+    w.models.show_library()
+    dlg = w.models.library_dialog
+    qtbot.waitUntil(lambda: dlg.table.rowCount() == 2, timeout=10_000)
+    dlg.select_path(str(models / "beta.gguf"))
+    with qtbot.waitSignal(w.library.scanned, timeout=10_000):
+        qtbot.mouseClick(dlg.refresh_button, Qt.MouseButton.LeftButton)
+    assert dlg.selected_entry().path.name == "beta.gguf"
+    with qtbot.waitSignal(dlg.loadRequested) as blocker:
+        qtbot.mouseClick(dlg.load_button, Qt.MouseButton.LeftButton)
+    assert Path(blocker.args[0]).name == "beta.gguf"
+
+
+def test_estimates_and_a_load_from_the_library_read_no_file_on_the_gui_thread(qtbot, make_window, settings, tmp_path,
+                                                                               monkeypatch, opens_of):
+    settings.backend = "cpu"
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("alpha.gguf", "beta.gguf"):
+        shutil.copy(TINY, models / name)
+    monkeypatch.setenv("HALO_MODELS_DIR", str(models))
+    w = make_window(engine="own")
+    w.models.show_library()
+    dlg = w.models.library_dialog
+    qtbot.waitUntil(lambda: dlg.table.rowCount() == 2, timeout=10_000)
+    opened_by = opens_of(models / "alpha.gguf", models / "beta.gguf")
+    dlg.select_path(str(models / "beta.gguf"))
+    dlg.select_path(str(models / "alpha.gguf"))
+    assert "256 tokens" in dlg.estimate.text()              # the tiny model's trained context, under 2,048
+    w.settings.kv_cache_type = "f16"                        # Settings applied: the estimate is shown again
+    w.models.target_changed()
+    assert "Loading needs about" in dlg.estimate.text()
+    with qtbot.waitSignal(w.client.loaded, timeout=60_000):
+        qtbot.mouseClick(dlg.load_button, Qt.MouseButton.LeftButton)
+    assert opened_by, "the engine opened the model it loaded"
+    assert threading.main_thread() not in opened_by
