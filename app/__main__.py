@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.settings import APPLICATION, ORGANIZATION, AppSettings, use_settings_dir
-from app.store import Store
+from app.store import HistoryError, Store, default_db_path, set_aside
 from app.theme import app_icon, apply_theme
 
 
@@ -42,11 +44,41 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.main_window import MainWindow  # after the QApplication exists
 
-    window = MainWindow(Store(), settings)
+    store = open_history(default_db_path())
+    if store is None:
+        return 1
+    window = MainWindow(store, settings)
     instance.activated.connect(lambda: bring_to_front(window))
     window.show()
     start_model(window, args)
     return app.exec()
+
+
+def open_history(path: Path) -> Store | None:
+    """The chat history at `path`. Where it can't be opened the user is told why (a windowed app has no
+    console: an exception would just end it); a damaged file may be set aside, renamed and never deleted, for
+    an empty history to start beside it. None: the user chose to quit."""
+    try:
+        return Store(path)
+    except HistoryError as e:
+        error = e
+    box = QMessageBox(QMessageBox.Icon.Warning, "Chat history can't be opened", str(error))
+    box.setTextFormat(Qt.TextFormat.PlainText)           # a path is no markup
+    start = None
+    if error.damaged:
+        box.setInformativeText("Start with an empty history? The file is kept under a new name beside it, "
+                               "nothing is deleted.")
+        start = box.addButton("Start an empty history", QMessageBox.ButtonRole.AcceptRole)
+    box.setDefaultButton(box.addButton("Quit", QMessageBox.ButtonRole.RejectRole))
+    box.exec()
+    if start is None or box.clickedButton() is not start:
+        return None
+    try:
+        set_aside(path)
+        return Store(path)
+    except (HistoryError, OSError) as e:
+        QMessageBox.critical(None, "Chat history can't be opened", str(e))
+        return None
 
 
 def start_model(window, args) -> None:

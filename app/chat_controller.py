@@ -3,13 +3,16 @@
 Order of a turn (SAFETY.md): user message committed -> reply row "streaming" -> submit -> partial text
 saved every SAVE_INTERVAL_S -> final text and state ("complete", "stopped", "error") written at Finished.
 Streams of different conversations may run at once; the window only shows the current one.
+A write the history refuses (disk full, read-only folder, another program's lock) is reported (saveFailed), never
+raised into the event loop: the reply goes on, its text stays here, and the next save tries again.
 """
 from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -49,6 +52,7 @@ class ChatController(QObject):
     promptProgress = Signal(int, int, int, int)  # conversation id, reply message id, prompt tokens processed, total
     writingStarted = Signal(int, int)           # conversation id, reply message id: once, at its first output;
                                                 # no promptProgress for it after this one
+    saveFailed = Signal(str)                    # the history refused a write (why); once until a write succeeds
 
     def __init__(self, store: Store, client: EngineClient, parent: QObject | None = None):
         super().__init__(parent)
@@ -62,6 +66,8 @@ class ChatController(QObject):
         client.loaded.connect(lambda _info: self.use_source(client))   # loading a local model picks it
         self._saver = QTimer(self, interval=int(SAVE_INTERVAL_S * 1000))
         self._saver.timeout.connect(self.save_partials)
+        self._unsaved: dict[int, dict] = {}    # reply id -> its final fields (finish_reply's) not yet written
+        self._save_failing = False
         self.last_usage = None
 
     # -- where replies come from ------------------------------------------------------------------
@@ -93,9 +99,21 @@ class ChatController(QObject):
     def streaming_conversations(self) -> set[int]:
         return {s.conversation_id for s in self._by_request.values()}
 
+    def message(self, message_id: int) -> Message:
+        """A message as the user got it: the stored one, with the final text a refused write still holds here."""
+        return replace(self.store.message(message_id), **self._unsaved.get(message_id, {}))
+
+    def messages(self, conversation_id: int) -> list[Message]:
+        """The conversation (Store.messages) with the final text refused writes still hold here."""
+        return [replace(m, **self._unsaved.get(m.id, {})) for m in self.store.messages(conversation_id)]
+
+    def unsaved_replies(self) -> int:
+        return len(self._unsaved)
+
     # -- actions ----------------------------------------------------------------------------------
     def send(self, conversation_id: int, text: str, sampling: Sampling, system_prompt: str) -> Message:
-        """Commits the user's message, then starts the reply. Returns the user's stored message."""
+        """Commits the user's message, then starts the reply. Returns the user's stored message. Raises
+        sqlite3.Error where the history refuses the message: then nothing was stored or started."""
         user = self.store.add_message(conversation_id, "user", text)
         self.userMessageAdded.emit(conversation_id, user)
         conv = self.store.conversation(conversation_id)
@@ -108,7 +126,7 @@ class ChatController(QObject):
 
     def regenerate(self, conversation_id: int, message_id: int, sampling: Sampling, system_prompt: str) -> None:
         """A new answer to the last reply's question, beside it: the earlier one stays as an alternative."""
-        messages = self.store.messages(conversation_id)
+        messages = self.messages(conversation_id)
         if not messages or messages[-1].id != message_id or messages[-1].role != "assistant":
             raise ValueError("only the last reply of a conversation can be regenerated")
         if self.stream_for(conversation_id) is not None:
@@ -130,7 +148,7 @@ class ChatController(QObject):
 
     def continue_reply(self, conversation_id: int, message_id: int, sampling: Sampling, system_prompt: str) -> None:
         """Goes on writing the conversation's last reply (cut off by the token limit) into the same message."""
-        messages = self.store.messages(conversation_id)
+        messages = self.messages(conversation_id)
         if not messages or messages[-1].id != message_id or messages[-1].role != "assistant":
             raise ValueError("only the last reply of a conversation can be continued")
         if self.stream_for(conversation_id) is not None:
@@ -151,7 +169,7 @@ class ChatController(QObject):
                      continue_message: Message | None = None, alternative_to: Message | None = None) -> None:
         source = self.source
         model = source.model
-        history = self.store.messages(conversation_id)
+        history = self.messages(conversation_id)
         if alternative_to is not None:           # the question it answers, without the reply it stands beside
             history = history[:history.index(alternative_to)]
         request = build_request(history, sampling, system_prompt,
@@ -159,14 +177,18 @@ class ChatController(QObject):
                                 template_options=self.store.conversation(conversation_id).template_options,
                                 supported=model.template_options if model else (),
                                 continue_last=continue_message is not None)
-        if continue_message is None:
-            parent = alternative_to.parent_id if alternative_to is not None else history[-1].id if history else None
-            reply = self.store.begin_reply(conversation_id, model=model.name if model else "", parent_id=parent)
-            stream = Stream(conversation_id, reply.id, request.request_id)
-        else:
-            reply = self.store.resume_reply(continue_message.id)
-            stream = Stream(conversation_id, reply.id, request.request_id, text=reply.content,
-                            reasoning=reply.reasoning, saved_text=reply.content, saved_reasoning=reply.reasoning)
+        try:
+            if continue_message is None:
+                parent = alternative_to.parent_id if alternative_to is not None else history[-1].id if history else None
+                reply = self.store.begin_reply(conversation_id, model=model.name if model else "", parent_id=parent)
+                stream = Stream(conversation_id, reply.id, request.request_id)
+            else:
+                reply = self.store.resume_reply(continue_message.id)
+                stream = Stream(conversation_id, reply.id, request.request_id, text=reply.content,
+                                reasoning=reply.reasoning, saved_text=reply.content, saved_reasoning=reply.reasoning)
+        except sqlite3.Error as e:             # no row to write the reply into: it does not start
+            self._refused(e)
+            return
         self._by_request[request.request_id] = stream
         self._saver.start()
         self._sources[request.request_id] = source
@@ -205,10 +227,40 @@ class ChatController(QObject):
             self.writingStarted.emit(stream.conversation_id, stream.message_id)
 
     def save_partials(self) -> None:
+        """Writes finished replies a refused write left here, then what changed of each live reply."""
+        for message_id, final in list(self._unsaved.items()):
+            if self._write(self.store.finish_reply, message_id, **final):
+                del self._unsaved[message_id]
         for stream in self._by_request.values():
             if (stream.text, stream.reasoning) != (stream.saved_text, stream.saved_reasoning):
-                self.store.save_partial(stream.message_id, stream.text, stream.reasoning)
-                stream.saved_text, stream.saved_reasoning = stream.text, stream.reasoning
+                if self._write(self.store.save_partial, stream.message_id, stream.text, stream.reasoning):
+                    stream.saved_text, stream.saved_reasoning = stream.text, stream.reasoning
+        if not self._by_request and not self._unsaved:
+            self._saver.stop()
+
+    def stop_saving(self) -> None:
+        """At close: every live reply is written as "stopped" (no Finished came: the stored usage stays, a
+        continued reply's), with one last try for any that a refused write left here."""
+        for stream in self._by_request.values():
+            self._unsaved[stream.message_id] = {"content": stream.text, "state": "stopped",
+                                                "reasoning": stream.reasoning}
+        self._by_request.clear()
+        self.save_partials()
+
+    def _write(self, write, *args, **kwargs) -> bool:
+        """One store write; False where the history refuses it (the caller keeps the text to try again)."""
+        try:
+            write(*args, **kwargs)
+        except sqlite3.Error as e:             # full disk, read-only file, a lock held elsewhere, damage
+            self._refused(e)
+            return False
+        self._save_failing = False
+        return True
+
+    def _refused(self, error: sqlite3.Error) -> None:
+        if not self._save_failing:             # told once, not at every retry
+            self._save_failing = True
+            self.saveFailed.emit(str(error))
 
     def _on_finished(self, fin: Finished) -> None:
         stream = self._by_request.pop(fin.request_id, None)
@@ -220,12 +272,11 @@ class ChatController(QObject):
                  "decode_tokens_per_s": fin.usage.decode_tokens_per_s,
                  "time_to_first_token_s": fin.usage.time_to_first_token_s, "finish_reason": fin.reason,
                  "turns_left_out": fin.turns_left_out, "system_prompt_left_out": fin.system_prompt_left_out}
-        self.store.finish_reply(stream.message_id, stream.text, state=state, usage=usage, error=fin.error or "",
-                                reasoning=stream.reasoning)
+        self._unsaved[stream.message_id] = {"content": stream.text, "state": state, "usage": usage,
+                                            "error": fin.error or "", "reasoning": stream.reasoning}
+        self.save_partials()                   # writes it (a refused write keeps it for the next try)
         if fin.reason != "error":
             self.last_usage = fin.usage
-        if not self._by_request:
-            self._saver.stop()
         self.streamFinished.emit(stream.conversation_id, stream.message_id, fin)
 
 

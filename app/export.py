@@ -17,9 +17,10 @@ STEM_MAX_CHARS = 60
 # Not allowed in a file name on Windows, the strictest system the app runs on: path separators, wildcards,
 # quotes, redirections, the drive colon, and control characters.
 _ILLEGAL_CHARS = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')
-# Device names on Windows, with any suffix ("nul.md" is the null device too), in any case.
-_RESERVED_NAMES = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)),
-                   *(f"lpt{i}" for i in range(1, 10))}
+# Device names on Windows, with any suffix ("nul.md" is the null device too), in any case; Windows counts the
+# superscript digits ¹ ² ³ as digits there ("COM¹" is a port), and Microsoft's list has 0 and the console too.
+_RESERVED_NAMES = {"con", "conin$", "conout$", "prn", "aux", "nul",
+                   *(f"{port}{n}" for port in ("com", "lpt") for n in "0123456789¹²³")}
 
 
 def file_stem(title: str) -> str:
@@ -67,5 +68,9 @@ def export(conv: Conversation, messages: list[Message], path: Path) -> None:
         raise ValueError(f"export to {', '.join(FORMATS)}, not {path.suffix or 'a file without a suffix'}")
     text = to_markdown(conv, messages) if path.suffix.lower() == ".md" else to_json(conv, messages)
     tmp = path.with_name(path.name + ".part")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)      # a full disk or a target in use: no half-written file left beside it
+        raise

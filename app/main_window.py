@@ -5,6 +5,8 @@ ModelLibrary (files) and the widgets. Model loading and errors are in app/window
 """
 from __future__ import annotations
 
+import sqlite3
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
@@ -179,6 +181,7 @@ class MainWindow(QMainWindow):
         c.promptProgress.connect(self._on_prompt_progress)
         c.writingStarted.connect(self._on_writing_started)
         c.conversationTitled.connect(lambda _cid, _t: self.refresh_conversations())
+        c.saveFailed.connect(self._on_save_failed)
 
     # -- conversations ----------------------------------------------------------------------------
     def refresh_conversations(self, select_first: bool = False) -> None:
@@ -222,7 +225,7 @@ class MainWindow(QMainWindow):
         self.title_label.setText(conv.title)
         self.chat_view.clear()
         stream = self.chat.stream_for(conversation_id)
-        for m in self.store.messages(conversation_id):
+        for m in self.chat.messages(conversation_id):
             live = stream is not None and m.id == stream.message_id
             view = self.chat_view.add_message(m.id, m.role, stream.text if live else m.content, m.state, m.error,
                                               reasoning=stream.reasoning if live else m.reasoning)
@@ -289,7 +292,11 @@ class MainWindow(QMainWindow):
             self.models.explain_no_model()
             return
         prompt, sampling = self.conversation_settings(self.current_id)
-        self.chat.send(self.current_id, text, sampling, prompt)
+        try:
+            self.chat.send(self.current_id, text, sampling, prompt)
+        except sqlite3.Error as e:
+            self.composer.edit.setPlainText(text)     # not stored: the words stay, to send once it can be
+            self._on_save_failed(str(e))
 
     def regenerate(self, message_id: int) -> None:
         if self.current_id is None or self.chat.model is None:
@@ -370,6 +377,10 @@ class MainWindow(QMainWindow):
             self.regenerate(views[-1].message_id)
 
     def stop(self) -> None:
+        """Esc (any focus) and the composer's Stop: stops the current chat's reply, and cancels a model load in
+        progress as the load bar's Cancel does."""
+        if self.client.is_loading:
+            self.client.cancel_load()
         if self.current_id is not None:
             self.chat.stop(self.current_id)
 
@@ -403,7 +414,7 @@ class MainWindow(QMainWindow):
 
     def _on_stream_finished(self, conversation_id: int, message_id: int, fin) -> None:
         if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
-            msg = self.store.message(message_id)
+            msg = self.chat.message(message_id)
             view.set_text(msg.content)
             view.set_state(msg.state, msg.error)
             view.set_reasoning(msg.reasoning)
@@ -416,6 +427,11 @@ class MainWindow(QMainWindow):
         self.refresh_conversations()
         self.status.update_usage(fin.usage)
         self.status.update_context(self)
+
+    def _on_save_failed(self, reason: str) -> None:
+        self.show_banner("Your chat can't be saved", f"The history file refused a write: {reason}.\n\nWhat you "
+                         "see stays in this window, and Halo Chat saves it as soon as the history can be written "
+                         f"again: free some disk space, or make {self.store.path.parent} writable.")
 
     def _update_busy(self) -> None:
         busy = self.current_id is not None and self.chat.stream_for(self.current_id) is not None
@@ -478,16 +494,27 @@ class MainWindow(QMainWindow):
             self.models.open_path(paths[0])
 
     def closeEvent(self, event) -> None:
-        self.chat.save_partials()
-        for conversation_id in list(self.chat.streaming_conversations()):
-            stream = self.chat.stream_for(conversation_id)
-            # no Finished came: the stored usage stays (a continued reply's), and the reasoning goes in with the text
-            self.store.finish_reply(stream.message_id, stream.text, state="stopped", reasoning=stream.reasoning)
+        self.chat.stop_all()
+        self.chat.stop_saving()
+        if self.chat.unsaved_replies() and not self._close_unsaved():
+            event.ignore()
+            if self.current_id is not None:
+                self.show_conversation(self.current_id)    # its replies are stopped now
+            return
         self.remote.shutdown()
         self.discover.shutdown()
         self.local_server.stop()
         self.client.shutdown()
         super().closeEvent(event)
+
+    def _close_unsaved(self) -> bool:
+        """Replies the history still refuses would be lost by closing: the user decides (default: stay open)."""
+        answer = QMessageBox.warning(self, "Replies not saved",
+                                     f"{self.chat.unsaved_replies()} replies could not be saved to the history. "
+                                     "Closing now loses them.\n\nClose anyway?",
+                                     QMessageBox.StandardButton.Close | QMessageBox.StandardButton.Cancel,
+                                     QMessageBox.StandardButton.Cancel)
+        return answer == QMessageBox.StandardButton.Close
 
 
 def _usage_text(usage: dict) -> str:

@@ -118,12 +118,55 @@ def default_db_path() -> Path:
     return data_dir() / DB_NAME
 
 
+class HistoryError(RuntimeError):
+    """The history file can't be opened; the message names the file and says why. `damaged`: its content is
+    the cause (garbage, truncated, another program's database), so a new history may start beside it; else
+    the cause is outside it (in use, read-only, disk full, a newer app's file) and it is left where it is."""
+
+    def __init__(self, message: str, damaged: bool = False):
+        super().__init__(message)
+        self.damaged = damaged
+
+
+# SQLite errors that come from where the file is, not from what is in it.
+_CIRCUMSTANCES = {"SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_IOERR",
+                  "SQLITE_FULL", "SQLITE_PERM", "SQLITE_NOMEM", "SQLITE_AUTH", "SQLITE_NOLFS"}
+
+
+def set_aside(path: Path) -> Path:
+    """Renames a history file that can't be opened (with its WAL and shared-memory files, which must keep its
+    name to stay paired with it) to `<name>.unreadable-<time>`, so that a new history can start beside it and
+    nothing is deleted. Returns the new name of the file."""
+    path = Path(path)
+    kept = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
+    for suffix in ("", "-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            side.rename(kept.with_name(kept.name + suffix))
+    return kept
+
+
 class Store:
     def __init__(self, path: Path | None = None):
         self.path = Path(path) if path else default_db_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None: autocommit; every write below is its own durable transaction.
-        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
+        try:
+            # isolation_level=None: autocommit; every write below is its own durable transaction.
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
+        except sqlite3.Error as e:
+            raise HistoryError(f"The chat history {self.path} can't be opened: {e}.") from e
+        try:
+            self._open()
+        except BaseException as e:
+            self._db.close()       # an open handle would keep Windows from renaming the file (set_aside)
+            if isinstance(e, sqlite3.DatabaseError) and e.sqlite_errorname not in _CIRCUMSTANCES:
+                raise HistoryError(f"The chat history {self.path} is damaged or is not a Halo Chat history "
+                                   f"file: {e}.", damaged=True) from e
+            if isinstance(e, (sqlite3.Error, OSError)):
+                raise HistoryError(f"The chat history {self.path} can't be opened: {e}.") from e
+            raise
+
+    def _open(self) -> None:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")   # a commit survives power loss too, not only a crash
@@ -140,8 +183,8 @@ class Store:
     def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise RuntimeError(f"{self.path} was written by a newer Halo Chat (schema {version}); "
-                               f"update the app to open it")
+            raise HistoryError(f"The chat history {self.path} was written by a newer Halo Chat (schema "
+                               f"{version}); update the app to open it.")
         # Each step is one transaction: a crash mid-migration leaves the old version and nothing half-made;
         # a step only adds (tables, columns with defaults), so every row an older version wrote stays.
         if version < 1:

@@ -26,6 +26,12 @@ pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not s
     ("Com1", FALLBACK_STEM),
     ("LPT9", FALLBACK_STEM),
     ("COM10", "COM10"),
+    ("com0", FALLBACK_STEM),
+    ("LPT¹", FALLBACK_STEM),
+    ("COM³.log", FALLBACK_STEM),
+    ("conin$", FALLBACK_STEM),
+    ("CONOUT$ ", FALLBACK_STEM),
+    ("COM⁴", "COM⁴"),
     ("console", "console"),
 ])
 def test_file_stem_of_tricky_titles(title, stem):
@@ -36,6 +42,21 @@ def test_file_stem_is_capped_without_ending_in_a_space_or_dot():
     title = "x" * (STEM_MAX_CHARS - 1) + " tail"
     assert file_stem(title) == "x" * (STEM_MAX_CHARS - 1)
     assert len(file_stem("y" * 500)) == STEM_MAX_CHARS
+
+
+def test_an_export_that_cannot_be_written_leaves_no_partial_file(tmp_path):
+    from app.export import export
+    from app.store import Store
+
+    store = Store(tmp_path / "history.sqlite3")
+    conv = store.create_conversation("Trip")
+    store.add_message(conv.id, "user", "hello")
+    target = tmp_path / "Trip.md"
+    target.mkdir()                                  # the name is taken by a folder: the final rename fails
+    with pytest.raises(OSError):
+        export(store.conversation(conv.id), store.messages(conv.id), target)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("Trip")) == ["Trip.md"]
+    store.close()
 
 
 @pytest.mark.golden

@@ -5,7 +5,7 @@ import sqlite3
 
 import pytest
 
-from app.store import SCHEMA_VERSION, Store
+from app.store import SCHEMA_VERSION, HistoryError, Store
 
 
 @pytest.fixture
@@ -105,8 +105,35 @@ def test_newer_schema_is_refused(db_path):
     raw.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
     raw.commit()
     raw.close()
-    with pytest.raises(RuntimeError, match="newer Halo Chat"):
+    with pytest.raises(HistoryError, match="newer Halo Chat") as refused:
         Store(db_path)
+    assert not refused.value.damaged         # updating the app opens it: nothing may move it aside
+
+
+def _truncated_history(path):
+    store = Store(path)
+    for i in range(100):
+        store.add_message(store.create_conversation(f"chat {i}").id, "user", "words " * 500)
+    store.close()
+    path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
+
+
+def _another_programs_database(path):
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE conversations (who TEXT)")     # a name ours uses, another meaning
+    raw.commit()
+    raw.close()
+
+
+@pytest.mark.parametrize("make", [lambda p: p.write_bytes(b"garbage\x00" * 1000), _truncated_history,
+                                  _another_programs_database], ids=["garbage", "truncated", "foreign"])
+def test_a_damaged_file_is_refused_by_name_and_kept(db_path, make):
+    make(db_path)
+    before = db_path.read_bytes()
+    with pytest.raises(HistoryError, match="damaged or is not a Halo Chat history") as refused:
+        Store(db_path)
+    assert refused.value.damaged and str(db_path) in str(refused.value)
+    assert db_path.read_bytes()[100:] == before[100:]   # the header's journal-mode bytes aside, as it was
 
 
 def test_role_and_state_are_constrained(db_path):
