@@ -46,7 +46,7 @@ def build_cpu(path: Path, choice: BackendChoice, on_progress, *, max_context: in
     backend = create("cpu")
     executor = CpuStepExecutor(backend, loaded.model, kv, max_num_seqs)
     scheduler = make_scheduler(num_blocks, BLOCK_SIZE, max_context, choice.async_scheduling, max_num_seqs,
-                               prefill_chunk)
+                               prefill_chunk, "cpu")
     core = EngineCore(scheduler, ModelRunner(executor, BLOCK_SIZE, max_num_seqs))
     info = replace(loaded.info, backend="cpu", kv_cache_type=resolve_kv_cache_type(kv_cache_type, "cpu"),
                    prefill_chunk=prefill_chunk)

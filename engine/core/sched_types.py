@@ -23,9 +23,13 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 512   # token budget of one step, prefill chunks and decodes together
     max_model_len: int = 2048           # prompt + output never exceed this; reaching it finishes "length"
     async_scheduling: bool = False      # allow scheduling a request whose newest token is still in flight
+    # prompt tokens (all prefill chunks together) a step takes while running requests decode; None: the whole
+    # budget. A step's length is what every decoding request waits between two tokens.
+    prefill_beside_decodes: int | None = None
 
     def __post_init__(self):
-        if self.max_num_seqs < 1 or self.max_model_len < 2:
+        beside = self.prefill_beside_decodes
+        if self.max_num_seqs < 1 or self.max_model_len < 2 or (beside is not None and beside < 1):
             raise ValueError(f"bad scheduler limits: {self}")
         if self.max_num_batched_tokens < self.max_num_seqs:
             # Every running decode must fit in one step, else a decode could starve behind prefills.

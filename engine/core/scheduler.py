@@ -7,7 +7,10 @@ Policy, per step (token budget B = max_num_batched_tokens):
 1. Running requests, oldest first. A request that only needs one token (a decode) gets it; a request
    still prefilling gets min(rest of its known tokens, what is left of B after reserving one token for
    every running decode not yet visited). So decodes are never starved by a long prompt, and a prompt
-   longer than B is prefilled over several steps (chunked prefill).
+   longer than B is prefilled over several steps (chunked prefill). While any running request decodes,
+   the step's prefill chunks together take at most `prefill_beside_decodes` tokens (where set): a device
+   whose long steps would make every decoding request wait seconds between tokens prefills in shorter
+   chunks while others decode, and in whole ones when it is alone.
 2. KV blocks are allocated as each slice is scheduled. When they run out, a prefill chunk is first
    shrunk to what fits; if nothing fits, the NEWEST running request is preempted: its blocks are freed,
    its num_computed_tokens reset, and it goes back to the waiting queue in arrival order, to be
@@ -136,6 +139,9 @@ class Scheduler:
 
         candidates = [r for r in self.running if self._can_schedule(r, step_id)]
         pending_decodes = {r.request_id for r in candidates if self._tokens_wanted(r) == 1}
+        prefill_left = budget
+        if pending_decodes and self.config.prefill_beside_decodes is not None:
+            prefill_left = self.config.prefill_beside_decodes
         preempted_any = False
         for req in candidates:
             if req.status is not RequestStatus.RUNNING:
@@ -145,7 +151,7 @@ class Scheduler:
                 pending_decodes.discard(req.request_id)
                 n = 1
             else:
-                n = min(wanted, budget - len(pending_decodes))
+                n = min(wanted, budget - len(pending_decodes), prefill_left)
             if n <= 0:
                 continue
             n, victims = self._allocate_or_preempt(req, n, may_shrink=wanted > 1)
@@ -157,15 +163,17 @@ class Scheduler:
             seqs.append(self._slice(req, n, step_id, row=len(seqs)))
             records.append(req)
             budget -= n
+            if wanted > 1:
+                prefill_left -= n
 
-        while (self.waiting and budget > 0 and not preempted_any
+        while (self.waiting and min(budget, prefill_left) > 0 and not preempted_any
                and len(self.running) < self.config.max_num_seqs):
             req = self.waiting[0]
             if req.num_output_placeholders:
                 break              # preempted while its token was in flight: wait for the id
             if self.kv.blocks_for(req.num_tokens + 1) > self.kv.num_free:
                 break              # not enough KV for its prefill: admit nobody until blocks free
-            n = min(req.num_tokens, budget)
+            n = min(req.num_tokens, budget, prefill_left)
             self.kv.grow(req.block_table, n)
             self.waiting.pop(0)
             req.state_slot = self.state_slots.take()      # running <= max_num_seqs = slots: never empty
@@ -174,6 +182,7 @@ class Scheduler:
             seqs.append(self._slice(req, n, step_id, row=len(seqs)))
             records.append(req)
             budget -= n
+            prefill_left -= n
 
         if not seqs:
             return SchedulerOutput(step_id=step_id, seqs=(), prev_step_id=None)

@@ -137,7 +137,7 @@ def build_gpu_model(path: Path, choice: BackendChoice, on_progress, *, max_conte
         executor.close()
         raise
     scheduler = make_scheduler(num_blocks, BLOCK_SIZE, max_context, choice.async_scheduling, max_num_seqs,
-                               prefill_chunk)
+                               prefill_chunk, "gpu")
     core = EngineCore(scheduler, ModelRunner(executor, BLOCK_SIZE, max_num_seqs))
     default = device_prefill_chunk("gpu")
     note = (f"shortened from {default:,} tokens: the longer step's scratch did not fit the GPU's free memory"

@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from engine.api import ChatMessage, Finished, GenerateRequest, LoadProgress, SamplingParams, TextDelta
+from engine.api import (
+    ChatMessage,
+    Finished,
+    GenerateRequest,
+    LoadProgress,
+    PromptProgress,
+    SamplingParams,
+    TextDelta,
+)
+from engine.core.setup import DEFAULT_PREFILL_CHUNK, PREFILL_BESIDE_DECODES
 from engine.engine import Engine
 from engine.errors import InvalidModelError, ModelFileError, RequestAborted, UnsupportedModelError
 from engine.gguf.mutate import with_metadata
@@ -97,6 +106,41 @@ def test_two_requests_in_a_row_and_queued_requests_are_independent(engine):
     b, fb = second.text(TIMEOUT)
     assert a == b and fa.output_token_ids == fb.output_token_ids
     assert a.startswith("I'm sorry")
+
+
+def test_a_prompt_arriving_beside_a_decoding_reply_is_taken_in_short_steps(engine):
+    # On the CPU a step of a whole prompt chunk takes seconds deep in a context, and a reply being written waits
+    # that long for each token; beside one, a prompt goes in PREFILL_BESIDE_DECODES steps, whole chunks once alone
+    short, whole = PREFILL_BESIDE_DECODES["cpu"], DEFAULT_PREFILL_CHUNK["cpu"]
+    assert engine.model_info.backend == "cpu" and short < whole
+    timeline: list[tuple[str, object]] = []               # both requests' events, in the engine thread's order
+    writing, finished = threading.Event(), threading.Semaphore(0)
+
+    def sink(name):
+        def put(event):
+            timeline.append((name, event))
+            if name == "reply" and isinstance(event, TextDelta):
+                writing.set()
+            if isinstance(event, Finished):
+                finished.release()
+        return put
+
+    engine.submit(chat("Write a long story about a dragon.", max_tokens=8), sink("reply"))
+    assert writing.wait(TIMEOUT)
+    engine.submit(GenerateRequest(prompt_token_ids=tuple(range(100, 1200)), report_progress=True,
+                                  params=SamplingParams.greedy(max_tokens=1)), sink("prompt"))
+    assert finished.acquire(timeout=TIMEOUT) and finished.acquire(timeout=TIMEOUT)
+    reply_end = next(i for i, (n, e) in enumerate(timeline) if n == "reply" and isinstance(e, Finished))
+    steps, done = [], 0
+    for i, (name, event) in enumerate(timeline):
+        if name == "prompt" and isinstance(event, PromptProgress):
+            steps.append((i < reply_end, event.processed - done))
+            done = event.processed
+    beside = [n for during, n in steps if during]
+    assert len(beside) >= 3 and all(n <= short for n in beside), steps
+    assert max(n for during, n in steps if not during) == whole, steps
+    tokens_meanwhile = sum(isinstance(e, TextDelta) for n, e in timeline[:reply_end] if n == "reply")
+    assert tokens_meanwhile >= 4 and timeline[reply_end][1].reason == "length"
 
 
 def test_seeded_sampling_reproduces(engine):

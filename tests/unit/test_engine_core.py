@@ -42,7 +42,7 @@ class Harness:
         lm, self.tokenizer, _ = tiny
         kv = KVCache.allocate(lm.config, num_blocks, BLOCK, state_slots=max_num_seqs)
         executor = CpuStepExecutor(create("cpu"), lm.model, kv, max_num_seqs)
-        scheduler = make_scheduler(num_blocks, BLOCK, 256, async_on, max_num_seqs, budget)
+        scheduler = make_scheduler(num_blocks, BLOCK, 256, async_on, max_num_seqs, budget, "cpu")
         self.core = EngineCore(scheduler, ModelRunner(executor, BLOCK, max_num_seqs))
         self.events: dict[str, list] = {}
         self.plans = []

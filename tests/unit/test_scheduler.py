@@ -107,6 +107,35 @@ def test_running_decodes_are_scheduled_before_a_long_prefill_chunk():
     assert starts == [0, 5, 10, 15, 20, 25]
 
 
+def test_prefill_beside_decodes_is_capped_and_whole_once_alone():
+    # the CPU's setting: a prompt that arrives while others decode is taken in short steps (each step is what
+    # every decoding request waits for its next token), and in whole chunks once nobody decodes
+    sched = make(max_num_seqs=4, max_num_batched_tokens=16, num_blocks=64, prefill_beside_decodes=3)
+    sched.add_request("d", [1, 2], max_tokens=4)
+    step(sched)                                   # d prefilled alone: its first token
+    sched.add_request("long", range(1, 41), max_tokens=2)
+    out, _ = step(sched)
+    assert rows(out) == {"d": (2, 1, True), "long": (0, 3, False)}
+    out, _ = step(sched)
+    assert rows(out) == {"d": (3, 1, True), "long": (3, 3, False)}
+    out, ups = step(sched)                        # d's fourth token: it finishes
+    assert rows(out) == {"d": (4, 1, True), "long": (6, 3, False)} and ups["d"].finish_reason == "length"
+    out, _ = step(sched)
+    assert rows(out) == {"long": (9, 16, False)}
+
+
+def test_prefill_beside_decodes_is_shared_by_every_prompt_of_the_step():
+    sched = make(max_num_seqs=4, max_num_batched_tokens=16, num_blocks=64, prefill_beside_decodes=5)
+    sched.add_request("d", [1], max_tokens=9)
+    step(sched)
+    sched.add_request("a", range(1, 4), max_tokens=2)
+    sched.add_request("b", range(1, 9), max_tokens=2)
+    out, _ = step(sched)
+    assert rows(out) == {"d": (1, 1, True), "a": (0, 3, True), "b": (0, 2, False)}
+    out, _ = step(sched)                          # a decodes now too; b gets the 5
+    assert rows(out) == {"d": (2, 1, True), "a": (3, 1, True), "b": (2, 5, False)}
+
+
 def test_oldest_prefill_gets_budget_first_and_finishes_first():
     sched = make(max_num_seqs=4, max_num_batched_tokens=10, num_blocks=64)
     sched.add_request("first", range(1, 26), max_tokens=1)
@@ -291,3 +320,5 @@ def test_empty_schedule_consumes_no_step_id():
 def test_config_requires_room_for_every_decode():
     with pytest.raises(ValueError, match="max_num_batched_tokens"):
         SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=4)
+    with pytest.raises(ValueError, match="bad scheduler limits"):
+        SchedulerConfig(prefill_beside_decodes=0)

@@ -33,6 +33,7 @@ def random_workload(rng: random.Random):
     aborts: dict[int, list] = {}
     for rid, *_ in rng.sample(requests, k=rng.randint(0, 2)):
         aborts.setdefault(rng.randint(0, 60), []).append(rid)
+    config["prefill_beside_decodes"] = rng.choice([None, None, 1, 3, 8])     # drawn last: the rest as before
     return config, block_size, num_blocks, requests, arrivals, aborts
 
 
