@@ -82,9 +82,14 @@ def open_history(path: Path) -> Store | None:
 
 
 def start_model(window, args) -> None:
+    """What to load at start. The library's scan runs off the GUI thread (reading the headers of a folder of big
+    models takes seconds), so the window is up and answers meanwhile; the choices that need its list (the model
+    used last time, the first-run offer) are made when it arrives."""
     from engine import model_store
 
-    entries = window.library.scan_now(window.settings.model_folders)
+    window.library.scanned.connect(lambda entries: _after_first_scan(window, entries),
+                                   Qt.ConnectionType.SingleShotConnection)
+    window.library.scan(window.settings.model_folders)
     if args.model:
         window.models.load_path_now(args.model)
     elif args.starter:
@@ -93,10 +98,17 @@ def start_model(window, args) -> None:
             window.models.load_path_now(str(path))
         else:
             window.models.fetch_starter()
-    elif last := window.settings.last_model:
+
+
+def _after_first_scan(window, entries) -> None:
+    """Loads the model used last time, says why it can't, or offers the starter model to a first run; nothing
+    where a model was asked for meanwhile (--model, --starter, or the user opening one before the scan ended)."""
+    if window.models.model_chosen():
+        return
+    if last := window.settings.last_model:
         entry = next((e for e in entries if str(e.path) == last), None)
         if entry is not None and entry.ok:
-            window.models.load_path_now(last)
+            window.models.load(entry)
         else:
             window.models.explain_missing_last_model(last, entry)
     elif not entries:

@@ -61,6 +61,7 @@ class EngineClient(QObject):
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._load_future: Future | None = None
         self._loading_path = ""
+        self._load_serial = 0     # numbers each load: its progress events carry it (the same file may load twice)
         self._streams: set[str] = set()
         self.model: ModelInfo | None = getattr(engine, "model_info", None)
         self._timer = QTimer(self, interval=DRAIN_INTERVAL_MS)
@@ -122,7 +123,9 @@ class EngineClient(QObject):
             self.abort(request_id)
         try:
             engine = self._ensure_engine()
-            future = engine.load(path, progress=lambda p: self._events.put(("progress", path, p)),
+            self._load_serial += 1
+            serial = self._load_serial
+            future = engine.load(path, progress=lambda p: self._events.put(("progress", serial, p)),
                                  max_context=context)
         except Exception as e:   # noqa: BLE001 - a construction failure is shown, not raised into Qt
             self.loadFailed.emit(path, e)
@@ -219,8 +222,8 @@ class EngineClient(QObject):
                     prompt_progress[event.request_id] = event
                 elif isinstance(event, Finished):
                     finishes.append(event)
-            elif kind == "progress":
-                progress = item
+            elif kind == "progress" and item[1] == self._load_serial:
+                progress = item     # a replaced load may still report: only the load under way reaches the bar
             elif kind == "load_done":
                 load_done = item
         for rid, parts in pending_reasoning.items():      # before the answer: thinking comes first

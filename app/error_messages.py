@@ -12,12 +12,16 @@ OVERFLOW_WAY_OUT = ("Delete or edit earlier messages (each message's menu), star
                     "in Settings also helps, if memory allows.")
 
 
+TRUNCATED_ADVICE = "Download it again: the file is incomplete, most likely an unfinished download."
+
+
 def file_problem(e: errors.EngineError) -> str:
-    """A model file's problem in words: the parser's field and offset only where they help."""
+    """A model file's problem in words: the parser's field and offset only where they help. The library's row,
+    the banner of a failed open and the banner of a failed load all say it through here."""
     if isinstance(e, errors.InvalidModelError) and e.field == "magic":
         return "this file is not a GGUF model (GGUF models begin with the letters “GGUF”)"
-    if isinstance(e, errors.InvalidModelError) and e.field == "header":
-        return "this file is too short to be a GGUF model (it may be an unfinished download)"
+    if isinstance(e, errors.TruncatedModelError):
+        return f"{e}. {TRUNCATED_ADVICE}"
     return str(e)
 
 
@@ -31,6 +35,9 @@ class UserMessage:
 
 def describe(e: BaseException, what: str = "") -> UserMessage:
     subject = f" {what}" if what else ""
+    if isinstance(e, errors.TruncatedModelError):
+        return UserMessage(f"Cannot open{subject}: the file is incomplete",
+                           f"{file_problem(e)}\n\nNothing else was changed.")
     if isinstance(e, errors.InvalidModelError):
         return UserMessage(f"Cannot open{subject}: the file is damaged or not a valid GGUF model",
                            f"{file_problem(e)}\n\nDownload the model again, or pick another file. Nothing else was changed.")

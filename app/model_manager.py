@@ -43,7 +43,7 @@ class ModelLibrary(QObject):
         self._in_thread("library-scan", lambda: (number, self._inspect_all(folders)), self._scan_done)
 
     def scan_now(self, extra_folders: list[str]) -> list[ModelEntry]:
-        """Blocking variant for start-up decisions and the screenshot script."""
+        """Blocking variant for the screenshot script (start-up uses `scan`: the window answers meanwhile)."""
         entries = self._inspect_all(library_folders(extra_folders))
         self._remember(entries)
         return entries

@@ -107,6 +107,12 @@ class ModelActions(QObject):
                                                                                    t.kv_cache_type)))
         self.w.client.load(entry.path, t.context)
 
+    def model_chosen(self) -> bool:
+        """A model is loaded, loading, being read for a load, or the starter model is on its way: what start-up
+        must not replace with the model used last time."""
+        c = self.w.client
+        return bool(self._pending_path) or c.is_loading or c.model is not None or self.starter_download.fetcher is not None
+
     def load_path_now(self, path: str) -> None:
         """For --model and tests: inspect on the calling thread (header only), then load."""
         self._pending_path = str(path)

@@ -28,6 +28,11 @@ class InvalidModelError(EngineError):
         self.offset = offset
 
 
+class TruncatedModelError(InvalidModelError):
+    """The file ends before what its own header describes (the header itself, or tensor data): most often a
+    download that did not finish. Its own type so the app can advise downloading again without reading text."""
+
+
 class ModelFileError(EngineError):
     """The model file cannot be opened at all: it is missing, a folder, or not readable."""
 

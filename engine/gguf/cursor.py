@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import struct
 
-from engine.errors import InvalidModelError
+from engine.errors import InvalidModelError, TruncatedModelError
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -27,7 +27,7 @@ class Cursor:
 
     def need(self, n: int, field: str) -> None:
         if n < 0 or n > self.size - self.pos:
-            raise InvalidModelError(
+            raise TruncatedModelError(
                 f"the file ends before {field} ({n} bytes needed, {self.size - self.pos} left)",
                 field=field, offset=self.pos)
 

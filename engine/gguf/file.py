@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import InvalidModelError, ModelFileError, short_repr
+from engine.errors import InvalidModelError, ModelFileError, TruncatedModelError, short_repr
 from engine.gguf.consistency import check_consistency
 from engine.gguf.cursor import Cursor
 from engine.gguf.dequant import dequantize as _dequantize
@@ -81,18 +82,17 @@ class GGUFFile:
 # why open() refused a path, in the user's words
 _OPEN_FAILURES = {FileNotFoundError: "there is no such file (moved or deleted?)",
                   IsADirectoryError: "it is a folder, not a file", PermissionError: "this account may not read it"}
+_NOT_REGULAR = "it is not a regular file (a named pipe, device or socket cannot hold a model)"
+# POSIX: opening a named pipe for reading waits for a writer, forever; with O_NONBLOCK it returns at once, and
+# the check after opening refuses it (the path may have been swapped for a pipe after the check before).
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 
 
 def open_gguf(path: str | os.PathLike) -> GGUFFile:
     """Open and validate a GGUF file. Raises InvalidModelError for any malformed or hostile content, ModelFileError
-    when the path cannot be opened at all."""
+    when the path cannot be opened at all or is not a regular file (a named pipe would block its reader)."""
     path = Path(path)
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise ModelFileError(f"Cannot open the model file {short_repr(str(path))}: "
-                             f"{_OPEN_FAILURES.get(type(e), e.strerror or str(e))}.") from None
-    with f:
+    with _open_regular_file(path) as f:
         file_size = os.fstat(f.fileno()).st_size
         _check_header_size(f.read(len(GGUF_MAGIC)), file_size)
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -101,6 +101,33 @@ def open_gguf(path: str | os.PathLike) -> GGUFFile:
     except BaseException:
         mapped.close()
         raise
+
+
+def _open_regular_file(path: Path):
+    """The file opened for binary reading; ModelFileError, before anything is read, for a path that cannot be
+    opened or is no regular file. Every model file is opened through here (library, load, estimate)."""
+    try:
+        _refuse_non_regular(path, os.stat(path).st_mode)     # Windows has no O_NONBLOCK: refuse before opening
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as e:
+        raise _cannot_open(path, _OPEN_FAILURES.get(type(e), e.strerror or str(e))) from None
+    try:
+        _refuse_non_regular(path, os.fstat(fd).st_mode)
+    except ModelFileError:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def _refuse_non_regular(path: Path, mode: int) -> None:
+    if stat.S_ISDIR(mode):
+        raise _cannot_open(path, _OPEN_FAILURES[IsADirectoryError])
+    if not stat.S_ISREG(mode):
+        raise _cannot_open(path, _NOT_REGULAR)
+
+
+def _cannot_open(path: Path, why: str) -> ModelFileError:
+    return ModelFileError(f"Cannot open the model file {short_repr(str(path))}: {why}.")
 
 
 def _parse(path: Path, mapped: mmap.mmap, file_size: int) -> GGUFFile:
@@ -137,7 +164,7 @@ def _check_header_size(start: bytes, file_size: int) -> None:
     if file_size < _HEADER_BYTES:
         if not GGUF_MAGIC.startswith(start[:file_size]):
             raise _not_gguf(start)
-        raise InvalidModelError(f"file is {file_size} bytes, too short for a GGUF header", field="header", offset=0)
+        raise TruncatedModelError(f"file is {file_size} bytes, too short for a GGUF header", field="header", offset=0)
 
 
 def _not_gguf(magic: bytes) -> InvalidModelError:
@@ -162,7 +189,7 @@ def _read_header(cur: Cursor, file_size: int) -> GGUFHeader:
     raw_infos = read_tensor_infos(cur, n_tensors)
     data_offset = -(-cur.pos // alignment) * alignment
     if raw_infos and data_offset > file_size:
-        raise InvalidModelError("the file ends before the tensor data starts", field="data", offset=cur.pos)
+        raise TruncatedModelError("the file ends before the tensor data starts", field="data", offset=cur.pos)
     tensors = place_tensors(raw_infos, data_offset, alignment, file_size)
     check_consistency(metadata, tensors)
     return GGUFHeader(version, alignment, data_offset, file_size, MappingProxyType(metadata),

@@ -11,7 +11,7 @@ import struct
 
 import numpy as np
 
-from engine.errors import InvalidModelError
+from engine.errors import InvalidModelError, TruncatedModelError
 from engine.gguf.cursor import Cursor
 from engine.gguf.strings import StringArray
 from engine.gguf.types import (
@@ -36,8 +36,8 @@ def read_metadata(cur: Cursor, n_kv: int) -> dict:
     if n_kv > MAX_KV:
         raise InvalidModelError(f"metadata count {n_kv} is over the cap of {MAX_KV}", field="n_kv", offset=16)
     if n_kv * _MIN_KV_BYTES > cur.remaining:
-        raise InvalidModelError(f"metadata count {n_kv} is more than the rest of the file could hold",
-                                field="n_kv", offset=16)
+        raise TruncatedModelError(f"metadata count {n_kv} is more than the rest of the file could hold",
+                                  field="n_kv", offset=16)
     metadata: dict = {}
     for index in range(n_kv):
         key_at = cur.pos
@@ -84,8 +84,8 @@ def _read_array(cur: Cursor, field: str):
         raise InvalidModelError(f"array of {count} elements is over the cap of {MAX_ARRAY_LEN}",
                                 field=field, offset=at + 4)
     if count * min_elem_bytes > cur.remaining:
-        raise InvalidModelError(f"array of {count} elements is longer than the rest of the file",
-                                field=field, offset=at + 4)
+        raise TruncatedModelError(f"array of {count} elements is longer than the rest of the file",
+                                  field=field, offset=at + 4)
     if elem_type == GGUFValueType.STRING:
         return _read_string_array(cur, count, field)
     dtype = np.dtype(SCALAR_DTYPE[elem_type])

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from engine.errors import InvalidModelError
+from engine.errors import InvalidModelError, TruncatedModelError
 from engine.gguf.types import MAX_STRING_BYTES
 
 _U64 = struct.Struct("<Q")
@@ -55,11 +55,11 @@ class StringArray(Sequence):
         lengths = np.empty(count, np.int64)
         for index in range(count):               # the hot loop of opening a model: one unpack a string
             if pos + 8 > end:
-                raise InvalidModelError(f"the file ends inside string #{index} of the array", field=field, offset=pos)
+                raise TruncatedModelError(f"the file ends inside string #{index} of the array", field=field,
+                                          offset=pos)
             (length,) = unpack(buf, pos)
             if length > MAX_STRING_BYTES or length > end - pos - 8:
-                raise InvalidModelError(f"string #{index} of {length} bytes is over the cap or past the end "
-                                        f"of the file", field=field, offset=pos)
+                raise _bad_length(index, length, end - pos - 8, field, pos)
             starts[index] = pos + 8
             lengths[index] = length
             pos += 8 + length
@@ -175,3 +175,12 @@ def _first_bad_utf8(blob: bytes, offsets: np.ndarray) -> tuple[int, int, str] | 
         index -= 1
     index = min(index, len(offsets) - 2)
     return index, at - int(offsets[index]), reason
+
+
+def _bad_length(index: int, length: int, left: int, field: str, at: int) -> InvalidModelError:
+    """A string length over the cap is a hostile file; one under it that runs past the end, a cut one."""
+    if length > MAX_STRING_BYTES:
+        return InvalidModelError(f"string #{index} of {length} bytes is over the cap of {MAX_STRING_BYTES}",
+                                 field=field, offset=at)
+    return TruncatedModelError(f"the file ends inside string #{index} of the array ({length} bytes, {left} left)",
+                               field=field, offset=at)

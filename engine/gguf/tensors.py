@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from engine.errors import InvalidModelError
+from engine.errors import InvalidModelError, TruncatedModelError
 from engine.gguf.cursor import Cursor
 from engine.gguf.types import (
     BLOCK_LAYOUT,
@@ -47,8 +47,8 @@ def read_tensor_infos(cur: Cursor, n_tensors: int) -> list[_RawInfo]:
         raise InvalidModelError(f"tensor count {n_tensors} is over the cap of {MAX_TENSORS}",
                                 field="n_tensors", offset=8)
     if n_tensors * _MIN_TENSOR_INFO_BYTES > cur.remaining:
-        raise InvalidModelError(f"tensor count {n_tensors} is more than the rest of the file could hold",
-                                field="n_tensors", offset=8)
+        raise TruncatedModelError(f"tensor count {n_tensors} is more than the rest of the file could hold",
+                                  field="n_tensors", offset=8)
     infos: list[_RawInfo] = []
     seen: set[str] = set()
     for index in range(n_tensors):
@@ -106,8 +106,8 @@ def place_tensors(raw: list[_RawInfo], data_offset: int, alignment: int, file_si
                                     f"{alignment}", field=f"{r.name}.offset", offset=r.at)
         start = data_offset + r.rel_offset
         if start + nbytes > file_size:
-            raise InvalidModelError(f"tensor data ({nbytes} bytes at {start}) runs past the end of the file "
-                                    f"({file_size} bytes)", field=f"{r.name}.offset", offset=r.at)
+            raise TruncatedModelError(f"tensor data ({nbytes} bytes at {start}) runs past the end of the file "
+                                      f"({file_size} bytes)", field=f"{r.name}.offset", offset=r.at)
         placed[r.name] = TensorInfo(r.name, r.ggml_type, tuple(reversed(r.ne)), r.ne, start, nbytes, n_elements)
     _check_no_overlap(placed, raw)
     return placed

@@ -4,6 +4,8 @@ does not)."""
 from __future__ import annotations
 
 import os
+import sys
+import threading
 
 import pytest
 from PySide6.QtWidgets import QApplication
@@ -87,3 +89,28 @@ def send(qtbot, window, text: str, timeout: int = 30_000):
     with qtbot.waitSignal(window.chat.streamFinished, timeout=timeout) as blocker:
         qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return)
     return blocker.args   # conversation id, message id, Finished
+
+
+_WATCHED: set[str] = set()                          # files whose opens are recorded, with the opening thread
+_OPENED_BY: list[threading.Thread] = []
+
+
+def _record_opens(event: str, args: tuple) -> None:
+    """Python's audit hook (it cannot be removed, so it does nothing unless a test watches a file)."""
+    if event == "open" and _WATCHED and str(args[0]) in _WATCHED:
+        _OPENED_BY.append(threading.current_thread())
+
+
+sys.addaudithook(_record_opens)
+
+
+@pytest.fixture
+def opens_of():
+    """opens_of(*paths) -> the list of threads that open those files from now on (for "not on the GUI thread")."""
+    def watch(*paths) -> list[threading.Thread]:
+        _WATCHED.update(map(str, paths))
+        return _OPENED_BY
+
+    yield watch
+    _WATCHED.clear()
+    _OPENED_BY.clear()

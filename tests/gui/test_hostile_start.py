@@ -26,7 +26,8 @@ def test_app_starts_and_lists_wrong_typed_files_as_bad(qtbot, make_window, tmp_p
     monkeypatch.setenv("HALO_MODELS_DIR", str(folder))
     window = make_window(engine="own")
 
-    start_model(window, build_parser().parse_args([]))     # what `python -m app` runs at start
+    with qtbot.waitSignal(window.library.scanned, timeout=10_000):
+        start_model(window, build_parser().parse_args([]))     # what `python -m app` runs at start
 
     by_name = {e.path.name: e for e in window.library.entries}
     assert set(by_name) == {"numeric-name.gguf", "array-arch.gguf", "array-template.gguf", "good.gguf"}

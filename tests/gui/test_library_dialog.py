@@ -5,7 +5,6 @@ noticeable part of a second to parse, a file on a hung network drive forever): t
 from __future__ import annotations
 
 import shutil
-import sys
 import threading
 from pathlib import Path
 
@@ -14,28 +13,6 @@ from PySide6.QtCore import Qt
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support")]
 TINY = Path(__file__).resolve().parents[1] / "golden" / "data" / "tiny-llama-q4_1.gguf"
-_WATCHED: set[str] = set()                          # files whose opens are recorded, with the opening thread
-_OPENED_BY: list[threading.Thread] = []
-
-
-def _record_opens(event: str, args: tuple) -> None:
-    """Python's audit hook (it cannot be removed, so it does nothing unless a test watches a file)."""
-    if event == "open" and _WATCHED and str(args[0]) in _WATCHED:
-        _OPENED_BY.append(threading.current_thread())
-
-
-sys.addaudithook(_record_opens)
-
-
-@pytest.fixture
-def opens_of():
-    def watch(*paths) -> list[threading.Thread]:
-        _WATCHED.update(map(str, paths))
-        return _OPENED_BY
-
-    yield watch
-    _WATCHED.clear()
-    _OPENED_BY.clear()
 
 
 def test_a_rescan_keeps_the_users_selection(qtbot, make_window, tmp_path, monkeypatch):

@@ -53,7 +53,8 @@ def test_drop_switch_cancel_and_a_missing_model_at_the_next_start(make_window, s
     elsewhere.unlink()
     window.close()
     again = make_window(engine="own")
-    start_model(again, argparse.Namespace(model=None, starter=False))
+    with qtbot.waitSignal(again.library.scanned, timeout=10_000):
+        start_model(again, argparse.Namespace(model=None, starter=False))
     assert again.banner.isVisible()
     assert again.banner.title.text() == "The model you used last time cannot be loaded"
     assert "my-model.gguf" in again.banner.body.text() and "cannot read the file" in again.banner.body.text()

@@ -1,13 +1,14 @@
 """The bounded parser on handcrafted files: one valid file, then every bad-input class of SAFETY.md."""
 from __future__ import annotations
 
+import os
 import struct
 
 import numpy as np
 import pytest
 from gguf_builder import GGUFBytes, Tensor, gstr, kv_bytes, minimal_model, u32, u64
 
-from engine.errors import InvalidModelError, UnsupportedModelError
+from engine.errors import InvalidModelError, ModelFileError, TruncatedModelError, UnsupportedModelError
 from engine.gguf import GGMLType, GGUFValueType, open_gguf
 
 V = GGUFValueType
@@ -127,6 +128,19 @@ def test_big_endian_file(rejects):
 def test_truncated_file(rejects, cut):
     data = minimal_model().build()
     rejects(data[:cut])
+
+
+@pytest.mark.parametrize("cut", [4, 23, 30, 400, -1, -4096])
+def test_a_file_cut_short_is_typed_as_truncated(write, cut):
+    """The app advises "download it again" by this type (app.error_messages), never by the message's text:
+    a cut in the header, before the tensor data, or inside it."""
+    with pytest.raises(TruncatedModelError):
+        open_gguf(write(minimal_model().build()[:cut]))
+
+
+def test_a_damaged_file_that_is_not_cut_short_is_not_typed_as_truncated(rejects):
+    error = rejects(b"GGML" + minimal_model().build()[4:], field="magic")
+    assert not isinstance(error, TruncatedModelError)
 
 
 # ---- 2. counts --------------------------------------------------------------------------------------
@@ -312,3 +326,37 @@ def test_error_names_field_and_offset(rejects):
     data = GGUFBytes().kv("ok", V.UINT8, 1).raw_kv(kv_bytes("bad", V.STRING, b"\xff")).build()
     error = rejects(data, field="bad")
     assert error.offset == data.index(b"\xff") and f"offset {error.offset}" in str(error)
+
+
+# ---- what is not a regular file --------------------------------------------------------------------
+
+needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes made with mkfifo: POSIX only")
+
+
+@needs_fifo
+def test_a_named_pipe_is_refused_before_it_is_opened(tmp_path):
+    """Opening a pipe with no writer would block its reader forever (the library's thread, a load)."""
+    pipe = tmp_path / "model.gguf"
+    os.mkfifo(pipe)
+    with pytest.raises(ModelFileError, match="not a regular file"):
+        open_gguf(pipe)
+
+
+@needs_fifo
+def test_a_named_pipe_with_a_writer_is_refused_too(tmp_path):
+    """With a writer holding the pipe and bytes waiting, opening it would not block: the refusal is still the
+    file's kind, not whatever the bytes look like (here the start of a GGUF)."""
+    pipe = tmp_path / "model.gguf"
+    os.mkfifo(pipe)
+    writer = os.open(pipe, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        os.write(writer, minimal_model().build()[:64])
+        with pytest.raises(ModelFileError, match="not a regular file"):
+            open_gguf(pipe)
+    finally:
+        os.close(writer)
+
+
+def test_a_folder_is_refused_as_a_folder(tmp_path):
+    with pytest.raises(ModelFileError, match="it is a folder"):
+        open_gguf(tmp_path)
