@@ -4,7 +4,9 @@ Order of a turn (SAFETY.md): user message committed -> reply row "streaming" -> 
 saved every SAVE_INTERVAL_S -> final text and state ("complete", "stopped", "error") written at Finished.
 Streams of different conversations may run at once; the window only shows the current one.
 A write the history refuses (disk full, read-only folder, another program's lock) is reported (saveFailed), never
-raised into the event loop: the reply goes on, its text stays here, and the next save tries again.
+raised into the event loop: the reply goes on, its text stays here, and a later save tries again. Saves that will be
+tried again wait only briefly for another program's lock (Store.brief_lock_waits), and after a refusal the save timer
+backs off, so a history that stays locked never stalls the GUI thread for seconds, nor often.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import os
 import signal
 import sqlite3
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -23,6 +26,7 @@ from app.store import Message, Store
 from engine.api import ChatMessage, Finished, GenerateRequest
 
 SAVE_INTERVAL_S = 0.5
+MAX_RETRY_GAP_TICKS = 16     # after refused writes the save timer tries again 1, 2, 4 ... 16 ticks (8 s) apart
 _STATE_FOR_REASON = {"stop": "complete", "length": "complete", "abort": "stopped", "error": "error"}
 # Test hook for the crash test: the process kills itself after this many delta signals of one reply.
 _KILL_AFTER_DELTAS = int(os.environ.get("HALO_TEST_KILL_AFTER_DELTAS", "0") or 0)
@@ -52,7 +56,8 @@ class ChatController(QObject):
     promptProgress = Signal(int, int, int, int)  # conversation id, reply message id, prompt tokens processed, total
     writingStarted = Signal(int, int)           # conversation id, reply message id: once, at its first output;
                                                 # no promptProgress for it after this one
-    saveFailed = Signal(str)                    # the history refused a write (why); once until a write succeeds
+    saveFailed = Signal(object, bool)           # a refused write's sqlite3.Error; kept: its text stays here for a
+                                                # later try (retries: told once until one works), else it did not happen
 
     def __init__(self, store: Store, client: EngineClient, parent: QObject | None = None):
         super().__init__(parent)
@@ -65,9 +70,11 @@ class ChatController(QObject):
         self._listen(client)
         client.loaded.connect(lambda _info: self.use_source(client))   # loading a local model picks it
         self._saver = QTimer(self, interval=int(SAVE_INTERVAL_S * 1000))
-        self._saver.timeout.connect(self.save_partials)
+        self._saver.timeout.connect(self._on_save_tick)
         self._unsaved: dict[int, dict] = {}    # reply id -> its final fields (finish_reply's) not yet written
         self._save_failing = False
+        self._retry_gap = 1                    # ticks to skip after the next refused tick (doubles up to the max)
+        self._ticks_to_skip = 0
         self.last_usage = None
 
     # -- where replies come from ------------------------------------------------------------------
@@ -187,7 +194,8 @@ class ChatController(QObject):
                 stream = Stream(conversation_id, reply.id, request.request_id, text=reply.content,
                                 reasoning=reply.reasoning, saved_text=reply.content, saved_reasoning=reply.reasoning)
         except sqlite3.Error as e:             # no row to write the reply into: it does not start
-            self._refused(e)
+            self._save_failing = True
+            self.saveFailed.emit(e, False)     # the user asked for this reply: told every time
             return
         self._by_request[request.request_id] = stream
         self._saver.start()
@@ -226,14 +234,29 @@ class ChatController(QObject):
             stream.writing = True
             self.writingStarted.emit(stream.conversation_id, stream.message_id)
 
+    def _on_save_tick(self) -> None:
+        """The save timer. While the history refuses writes, ticks are skipped, more of them after each refused
+        tick (up to MAX_RETRY_GAP_TICKS), so a lock held elsewhere for minutes costs a brief wait now and then."""
+        if self._ticks_to_skip:
+            self._ticks_to_skip -= 1
+            return
+        self.save_partials()
+        if self._save_failing:
+            self._ticks_to_skip = self._retry_gap
+            self._retry_gap = min(2 * self._retry_gap, MAX_RETRY_GAP_TICKS)
+        else:
+            self._retry_gap = 1
+
     def save_partials(self) -> None:
-        """Writes finished replies a refused write left here, then what changed of each live reply."""
+        """Writes finished replies a refused write left here, then what changed of each live reply. Tries at
+        once (a reply's end, closing); the timer's ticks back off first (_on_save_tick)."""
         for message_id, final in list(self._unsaved.items()):
             if self._write(self.store.finish_reply, message_id, **final):
                 del self._unsaved[message_id]
         for stream in self._by_request.values():
             if (stream.text, stream.reasoning) != (stream.saved_text, stream.saved_reasoning):
-                if self._write(self.store.save_partial, stream.message_id, stream.text, stream.reasoning):
+                if self._write(self.store.save_partial, stream.message_id, stream.text, stream.reasoning,
+                               will_retry=True):
                     stream.saved_text, stream.saved_reasoning = stream.text, stream.reasoning
         if not self._by_request and not self._unsaved:
             self._saver.stop()
@@ -247,10 +270,14 @@ class ChatController(QObject):
         self._by_request.clear()
         self.save_partials()
 
-    def _write(self, write, *args, **kwargs) -> bool:
-        """One store write; False where the history refuses it (the caller keeps the text to try again)."""
+    def _write(self, write, *args, will_retry: bool = False, **kwargs) -> bool:
+        """One store write; False where the history refuses it (the caller keeps the text to try again).
+        `will_retry`: a partial save, soon superseded. It, and every retry once a write was refused, waits only
+        briefly for another program's lock; a final text, first tried, may wait the full LOCK_WAIT_S once."""
+        waits = self.store.brief_lock_waits() if will_retry or self._save_failing else nullcontext()
         try:
-            write(*args, **kwargs)
+            with waits:
+                write(*args, **kwargs)
         except sqlite3.Error as e:             # full disk, read-only file, a lock held elsewhere, damage
             self._refused(e)
             return False
@@ -260,7 +287,7 @@ class ChatController(QObject):
     def _refused(self, error: sqlite3.Error) -> None:
         if not self._save_failing:             # told once, not at every retry
             self._save_failing = True
-            self.saveFailed.emit(str(error))
+            self.saveFailed.emit(error, True)
 
     def _on_finished(self, fin: Finished) -> None:
         stream = self._by_request.pop(fin.request_id, None)

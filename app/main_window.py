@@ -2,6 +2,8 @@
 
 It wires the parts; the logic lives in ChatController (turns and history), EngineClient (the engine),
 ModelLibrary (files) and the widgets. Model loading and errors are in app/window_models.py.
+Slots that read or write the history are @history_slot (app/history_slot.py): what the history refuses or finds
+damaged is shown in the banner (_on_save_failed, the one message for it), never raised into the Qt event loop.
 """
 from __future__ import annotations
 
@@ -26,11 +28,12 @@ from app.chat_controller import ChatController
 from app.discover import DiscoverActions
 from app.engine_client import EngineClient
 from app.export import FORMATS, export, file_stem
+from app.history_slot import history_slot
 from app.model_manager import ModelLibrary
 from app.remote_models import RemoteActions
 from app.server_panel import LocalServerActions
 from app.settings import AppSettings, Sampling
-from app.store import Store
+from app.store import Store, is_damage
 from app.theme import app_icon, apply_theme
 from app.widgets.banner import Banner
 from app.widgets.chat_view import ChatView
@@ -184,6 +187,7 @@ class MainWindow(QMainWindow):
         c.saveFailed.connect(self._on_save_failed)
 
     # -- conversations ----------------------------------------------------------------------------
+    @history_slot
     def refresh_conversations(self, select_first: bool = False) -> None:
         convs = self.store.conversations(self.sidebar.search.text())
         if select_first and not convs and not self.sidebar.search.text():
@@ -210,6 +214,7 @@ class MainWindow(QMainWindow):
         return self.store.create_conversation(system_prompt=self.settings.system_prompt,
                                               sampling=self.settings.sampling.to_dict())
 
+    @history_slot
     def new_conversation(self) -> None:
         self.sidebar.search.clear()
         conv = self._create_conversation()
@@ -219,25 +224,29 @@ class MainWindow(QMainWindow):
         self.show_conversation(conv.id)
         self.composer.edit.setFocus()
 
+    @history_slot
     def show_conversation(self, conversation_id: int) -> None:
+        conv = self.store.conversation(conversation_id)          # every read before the window changes
+        messages = self.chat.messages(conversation_id)
+        alternatives = {m.id: self.store.alternatives(m.id) for m in messages}
         self.current_id = conversation_id
-        conv = self.store.conversation(conversation_id)
         self.title_label.setText(conv.title)
         self.chat_view.clear()
         stream = self.chat.stream_for(conversation_id)
-        for m in self.chat.messages(conversation_id):
+        for m in messages:
             live = stream is not None and m.id == stream.message_id
             view = self.chat_view.add_message(m.id, m.role, stream.text if live else m.content, m.state, m.error,
                                               reasoning=stream.reasoning if live else m.reasoning)
             if not live:                 # a live reply keeps its streaming detail ("writing…"; progress replaces it)
                 view.set_detail(_usage_text(m.usage))
             view.set_truncated(m.state == "complete" and m.usage.get("finish_reason") == "length")
-            view.set_alternatives(*self.store.alternatives(m.id))
+            view.set_alternatives(*alternatives[m.id])
         self.chat_view.refresh_actions()
         self.chat_view.scroll_to_bottom()
         self._update_busy()
         self.status.update_context(self)
 
+    @history_slot
     def rename_conversation(self, conversation_id: int | None) -> None:
         if conversation_id is None:
             return
@@ -247,6 +256,7 @@ class MainWindow(QMainWindow):
             self.store.rename(conversation_id, title)
             self.refresh_conversations()
 
+    @history_slot
     def delete_conversation(self, conversation_id: int | None) -> None:
         if conversation_id is None:
             return
@@ -269,6 +279,7 @@ class MainWindow(QMainWindow):
         conv = self.store.conversation(conversation_id)
         return conv.system_prompt, Sampling.from_dict(conv.sampling, self.settings.sampling)
 
+    @history_slot
     def open_conversation_settings(self) -> None:
         if self.current_id is None:
             return
@@ -280,24 +291,27 @@ class MainWindow(QMainWindow):
                                          supported=model.template_options if model else ())
         if dlg.exec():
             prompt, sampling = dlg.values()
-            self.store.set_conversation_settings(self.current_id, prompt, sampling.to_dict())
-            self.store.set_template_options(self.current_id, {**conv.template_options, **dlg.template_options()})
+            self.store.set_conversation_settings(self.current_id, prompt, sampling.to_dict(),
+                                                 {**conv.template_options, **dlg.template_options()})
 
     # -- turns ------------------------------------------------------------------------------------
+    @history_slot
     def send(self, text: str) -> None:
         if self.current_id is None:
             self.new_conversation()
-        if self.chat.model is None:
+        if self.current_id is None or self.chat.model is None:    # no chat (the history refused it) or no model
             self.composer.edit.setPlainText(text)
-            self.models.explain_no_model()
+            if self.chat.model is None:
+                self.models.explain_no_model()
             return
         prompt, sampling = self.conversation_settings(self.current_id)
         try:
             self.chat.send(self.current_id, text, sampling, prompt)
         except sqlite3.Error as e:
             self.composer.edit.setPlainText(text)     # not stored: the words stay, to send once it can be
-            self._on_save_failed(str(e))
+            self._on_save_failed(e, kept=False)
 
+    @history_slot
     def regenerate(self, message_id: int) -> None:
         if self.current_id is None or self.chat.model is None:
             self.models.explain_no_model()
@@ -305,7 +319,9 @@ class MainWindow(QMainWindow):
         prompt, sampling = self.conversation_settings(self.current_id)
         self.chat_view.remove_message(message_id)
         self.chat.regenerate(self.current_id, message_id, sampling, prompt)
+        self._show_stored_unless_streaming()          # the history refused the new reply: the old one stays
 
+    @history_slot
     def edit_message(self, message_id: int) -> None:
         """Edit a user message and send it again; the original and the turns after it stay, one ‹ › away."""
         if self.current_id is None or self.chat.stream_for(self.current_id) is not None:
@@ -321,12 +337,14 @@ class MainWindow(QMainWindow):
         self.chat.edit_and_resend(self.current_id, message_id, text, sampling, prompt)
         self.show_conversation(self.current_id)
 
+    @history_slot
     def show_alternative(self, message_id: int, step: int) -> None:
         if self.current_id is None or self.chat.stream_for(self.current_id) is not None:
             return
         self.store.show_alternative(message_id, step)
         self.show_conversation(self.current_id)
 
+    @history_slot
     def delete_message(self, message_id: int) -> None:
         """One message out of the conversation, after asking (a reply being written is stopped first)."""
         if self.current_id is None:
@@ -350,6 +368,7 @@ class MainWindow(QMainWindow):
         """The file name Export offers for a conversation: its title made a valid file name, as Markdown."""
         return file_stem(self.store.conversation(conversation_id).title) + ".md"
 
+    @history_slot
     def export_current(self) -> None:
         if self.current_id is None:
             return
@@ -361,6 +380,7 @@ class MainWindow(QMainWindow):
             except (OSError, ValueError) as e:
                 QMessageBox.warning(self, "Export failed", f"The chat was not exported: {e}")
 
+    @history_slot
     def continue_reply(self, message_id: int) -> None:
         if self.current_id is None or self.chat.model is None:
             self.models.explain_no_model()
@@ -370,6 +390,13 @@ class MainWindow(QMainWindow):
             view.set_truncated(False)
             view.set_state("streaming")
         self.chat.continue_reply(self.current_id, message_id, sampling, prompt)
+        self._show_stored_unless_streaming()
+
+    def _show_stored_unless_streaming(self) -> None:
+        """After a reply was asked for: where none started (the history refused its row), the window goes back
+        to what is stored."""
+        if self.chat.stream_for(self.current_id) is None:
+            self.show_conversation(self.current_id)
 
     def regenerate_last(self) -> None:
         views = self.chat_view.views()
@@ -384,12 +411,14 @@ class MainWindow(QMainWindow):
         if self.current_id is not None:
             self.chat.stop(self.current_id)
 
+    @history_slot
     def _on_user_message(self, conversation_id: int, message) -> None:
         if conversation_id == self.current_id:
             self.chat_view.add_message(message.id, "user", message.content)
             self.chat_view.scroll_to_bottom()
             self.status.update_context(self)
 
+    @history_slot
     def _on_stream_started(self, conversation_id: int, message_id: int) -> None:
         if conversation_id == self.current_id and self.chat_view.view(message_id) is None:   # not a Continue
             self.chat_view.add_message(message_id, "assistant", "", "streaming")
@@ -412,6 +441,7 @@ class MainWindow(QMainWindow):
         if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
             view.set_state("streaming")      # a streaming reply's own detail ("writing…") replaces the progress
 
+    @history_slot
     def _on_stream_finished(self, conversation_id: int, message_id: int, fin) -> None:
         if conversation_id == self.current_id and (view := self.chat_view.view(message_id)):
             msg = self.chat.message(message_id)
@@ -428,10 +458,21 @@ class MainWindow(QMainWindow):
         self.status.update_usage(fin.usage)
         self.status.update_context(self)
 
-    def _on_save_failed(self, reason: str) -> None:
-        self.show_banner("Your chat can't be saved", f"The history file refused a write: {reason}.\n\nWhat you "
-                         "see stays in this window, and Halo Chat saves it as soon as the history can be written "
-                         f"again: free some disk space, or make {self.store.path.parent} writable.")
+    def _on_save_failed(self, error: sqlite3.Error, kept: bool = True) -> None:
+        """The one message for the history failing in use. `kept`: what was not written stays here and is saved
+        at a later try (replies); else what the user did did not happen, and the window shows what is stored."""
+        path = self.store.path
+        if is_damage(error):
+            self.store.mark_damaged(error)            # the next start checks the file and offers a way out
+            self.show_banner("Your chat history is damaged", f"The history file {path} is damaged: {error}.\n\n"
+                             "Chats that can still be read stay usable, and nothing has been deleted. To go on with "
+                             "a sound history, quit Halo Chat and start it again: it checks the file and offers to "
+                             "keep it aside, renamed, and start an empty history.")
+            return
+        outcome = ("What you see stays in this window, and Halo Chat saves it as soon as the history can be "
+                   "written again" if kept else "That change was not made; the window shows what is saved")
+        self.show_banner("Your chat can't be saved", f"The history file {path} refused a write: {error}.\n\n"
+                         f"{outcome}. {_what_to_do(error, path)}")
 
     def _update_busy(self) -> None:
         busy = self.current_id is not None and self.chat.stream_for(self.current_id) is not None
@@ -515,6 +556,16 @@ class MainWindow(QMainWindow):
                                      QMessageBox.StandardButton.Close | QMessageBox.StandardButton.Cancel,
                                      QMessageBox.StandardButton.Cancel)
         return answer == QMessageBox.StandardButton.Close
+
+
+def _what_to_do(error: sqlite3.Error, path) -> str:
+    """Advice for a refused write, from SQLite's reason."""
+    name = getattr(error, "sqlite_errorname", "") or ""
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return f"Another program is using {path}: close it (a backup or sync tool, a database browser)."
+    if name.startswith("SQLITE_FULL"):
+        return f"Free some disk space on the drive of {path.parent}."
+    return f"Free some disk space, or make {path.parent} writable."
 
 
 def _usage_text(usage: dict) -> str:

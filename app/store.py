@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -24,6 +26,13 @@ from engine.paths import data_dir
 MessageState = Literal["complete", "streaming", "interrupted", "stopped", "error"]
 SCHEMA_VERSION = 4
 DB_NAME = "history.sqlite3"
+# How long a statement waits for another connection's write lock before SQLITE_BUSY ("database is locked"): a
+# write the user is waiting for may wait LOCK_WAIT_S; one that is tried again soon (a streaming reply's partial
+# saves, retries) waits at most BRIEF_LOCK_WAIT_S, so the GUI thread never stalls for seconds at each try.
+LOCK_WAIT_S = 5.0
+BRIEF_LOCK_WAIT_S = 0.1
+# Beside the history: "damage was seen here in use" (Store.mark_damaged); the next start checks the whole file.
+DAMAGE_MARK_SUFFIX = ".damaged"
 
 _SCHEMA_V1 = """
 CREATE TABLE conversations (
@@ -133,13 +142,20 @@ _CIRCUMSTANCES = {"SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_READONLY", "SQLITE_CAN
                   "SQLITE_FULL", "SQLITE_PERM", "SQLITE_NOMEM", "SQLITE_AUTH", "SQLITE_NOLFS"}
 
 
+def is_damage(error: sqlite3.Error) -> bool:
+    """An error met in use that says the file's content is broken ("database disk image is malformed"), not
+    that it can't be written now (locked, read-only, full: those pass)."""
+    name = getattr(error, "sqlite_errorname", "") or ""
+    return name.startswith("SQLITE_CORRUPT") or name == "SQLITE_NOTADB"
+
+
 def set_aside(path: Path) -> Path:
     """Renames a history file that can't be opened (with its WAL and shared-memory files, which must keep its
     name to stay paired with it) to `<name>.unreadable-<time>`, so that a new history can start beside it and
     nothing is deleted. Returns the new name of the file."""
     path = Path(path)
     kept = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm", DAMAGE_MARK_SUFFIX):
         side = path.with_name(path.name + suffix)
         if side.exists():
             side.rename(kept.with_name(kept.name + suffix))
@@ -152,7 +168,7 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             # isolation_level=None: autocommit; every write below is its own durable transaction.
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=LOCK_WAIT_S)
         except sqlite3.Error as e:
             raise HistoryError(f"The chat history {self.path} can't be opened: {e}.") from e
         try:
@@ -171,6 +187,7 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")   # a commit survives power loss too, not only a crash
         self._db.execute("PRAGMA foreign_keys=ON")
+        self._check_if_damage_was_seen()
         self._migrate()
         self._writers = StreamWriters(self._db, self.path)
         self.recovered_interrupted = self._mark_interrupted()
@@ -179,6 +196,35 @@ class Store:
     def close(self) -> None:
         self._writers.close()
         self._db.close()
+
+    @property
+    def _damage_mark(self) -> Path:
+        return self.path.with_name(self.path.name + DAMAGE_MARK_SUFFIX)
+
+    def mark_damaged(self, error: sqlite3.Error) -> None:
+        """Damage was met in use: the next start checks the whole file (too slow for every start on a big
+        history) and, where it is damaged, offers to set it aside (app.__main__.open_history)."""
+        try:
+            self._damage_mark.write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {error}\n", encoding="utf-8")
+        except OSError:
+            pass                    # a folder that can't be written: the damage is still reported where met
+
+    def _check_if_damage_was_seen(self) -> None:
+        if not self._damage_mark.exists():
+            return
+        problems = [row[0] for row in self._db.execute("PRAGMA quick_check(5)").fetchall()]
+        if problems != ["ok"]:
+            raise HistoryError(f"The chat history {self.path} is damaged: {'; '.join(problems)}.", damaged=True)
+        self._damage_mark.unlink(missing_ok=True)      # what was seen is gone (e.g. rewritten since)
+
+    @contextmanager
+    def brief_lock_waits(self) -> Iterator[None]:
+        """Statements inside wait at most BRIEF_LOCK_WAIT_S for another connection's write lock."""
+        self._db.execute(f"PRAGMA busy_timeout={int(BRIEF_LOCK_WAIT_S * 1000)}")
+        try:
+            yield
+        finally:
+            self._db.execute(f"PRAGMA busy_timeout={int(LOCK_WAIT_S * 1000)}")
 
     def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
@@ -234,9 +280,13 @@ class Store:
         self._db.execute("UPDATE conversations SET title=? WHERE id=?", (title.strip() or "Untitled",
                                                                           conversation_id))
 
-    def set_conversation_settings(self, conversation_id: int, system_prompt: str, sampling: dict) -> None:
-        self._db.execute("UPDATE conversations SET system_prompt=?, sampling_json=? WHERE id=?",
-                         (system_prompt, json.dumps(sampling), conversation_id))
+    def set_conversation_settings(self, conversation_id: int, system_prompt: str, sampling: dict,
+                                  template_options: dict | None = None) -> None:
+        """One write (all or nothing); `template_options` None keeps the stored ones."""
+        options = None if template_options is None else json.dumps(template_options)
+        self._db.execute("UPDATE conversations SET system_prompt=?, sampling_json=?, "
+                         "template_options_json=COALESCE(?, template_options_json) WHERE id=?",
+                         (system_prompt, json.dumps(sampling), options, conversation_id))
 
     def set_template_options(self, conversation_id: int, options: dict) -> None:
         self._db.execute("UPDATE conversations SET template_options_json=? WHERE id=?",

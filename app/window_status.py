@@ -4,6 +4,7 @@ from __future__ import annotations
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar
 
+from app.history_slot import history_slot
 from app.widgets.elided_label import ElidedLabel
 
 
@@ -56,6 +57,7 @@ class StatusBar(QStatusBar):
             self.speed_label.setToolTip(f"{usage.generated_tokens} tokens, first after "
                                         f"{usage.time_to_first_token_s * 1000:.0f} ms")
 
+    @history_slot                   # called from slots outside the window too (app/window_models.py)
     def update_context(self, window) -> None:
         if window.current_id is None:
             self.context_label.setText("")
