@@ -4,8 +4,10 @@ does not)."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 from PySide6.QtWidgets import QApplication
@@ -114,3 +116,17 @@ def opens_of():
     yield watch
     _WATCHED.clear()
     _OPENED_BY.clear()
+
+
+TINY_MODEL = Path(__file__).resolve().parents[1] / "golden" / "data" / "tiny-llama-q4_1.gguf"
+
+
+@pytest.fixture
+def two_tiny_models(tmp_path, monkeypatch) -> Path:
+    """The models folder (HALO_MODELS_DIR) holding two copies of the tiny model: alpha.gguf and beta.gguf."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for name in ("alpha.gguf", "beta.gguf"):
+        shutil.copy(TINY_MODEL, folder / name)
+    monkeypatch.setenv("HALO_MODELS_DIR", str(folder))
+    return folder

@@ -103,6 +103,15 @@ def _refuse_writes(store: Store, refuse: bool = True) -> None:
     database"); a full disk or another program's lock fail the same way."""
     store._db.execute(f"PRAGMA query_only={'ON' if refuse else 'OFF'}")
 
+def _start_a_long_reply(qtbot, w) -> int:
+    """Sends a prompt that makes the model write at length; returns the reply's id once it writes."""
+    w.store.set_conversation_settings(w.current_id, "", LONG.to_dict())
+    w.composer.edit.setPlainText("Write a long story about the moon.")
+    with qtbot.waitSignal(w.chat.writingStarted, timeout=30_000) as started:
+        qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
+    return started.args[1]
+
+
 
 def _stored(db_path, message_id: int) -> tuple[str, str]:
     """What another process would read: the reply's state and text on disk."""
@@ -112,10 +121,7 @@ def _stored(db_path, message_id: int) -> tuple[str, str]:
 
 def test_a_reply_the_history_refuses_is_kept_shown_and_saved_once_it_can_be(qtbot, make_window, db_path):
     w = make_window()
-    w.store.set_conversation_settings(w.current_id, "", LONG.to_dict())
-    w.composer.edit.setPlainText("Write a long story about the moon.")
-    with qtbot.waitSignal(w.chat.writingStarted, timeout=30_000):
-        qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
+    _start_a_long_reply(qtbot, w)
     _refuse_writes(w.store)
 
     with qtbot.waitSignal(w.chat.streamFinished, timeout=120_000) as done:
@@ -146,11 +152,7 @@ def test_a_message_the_history_refuses_stays_in_the_composer(qtbot, make_window,
 
 def test_closing_while_the_history_refuses_a_reply_asks_first_and_then_keeps_it(qtbot, make_window, db_path):
     w = make_window()
-    w.store.set_conversation_settings(w.current_id, "", LONG.to_dict())
-    w.composer.edit.setPlainText("Write a long story about the moon.")
-    with qtbot.waitSignal(w.chat.streamStarted, timeout=30_000) as started:
-        qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
-    _cid, reply_id = started.args
+    reply_id = _start_a_long_reply(qtbot, w)
     qtbot.waitUntil(lambda: len(w.chat_view.view(reply_id).text()) > 20, timeout=60_000)
     _refuse_writes(w.store)
     seen: list = []
@@ -192,11 +194,7 @@ class LockWaits:
 
 def test_a_history_locked_elsewhere_never_stalls_the_window_for_long(qtbot, make_window, db_path):
     w = make_window()
-    w.store.set_conversation_settings(w.current_id, "", LONG.to_dict())
-    w.composer.edit.setPlainText("Write a long story about the moon.")
-    with qtbot.waitSignal(w.chat.writingStarted, timeout=30_000) as started:
-        qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
-    _cid, reply_id = started.args
+    reply_id = _start_a_long_reply(qtbot, w)
     other = sqlite3.connect(db_path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")                # another program's write transaction, held
     try:

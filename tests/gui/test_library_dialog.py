@@ -4,7 +4,6 @@ rows, changing settings and loading never read a model file on the GUI thread (a
 noticeable part of a second to parse, a file on a hung network drive forever): the scan read what they need."""
 from __future__ import annotations
 
-import shutil
 import threading
 from pathlib import Path
 
@@ -12,19 +11,19 @@ import pytest
 from PySide6.QtCore import Qt
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support")]
-TINY = Path(__file__).resolve().parents[1] / "golden" / "data" / "tiny-llama-q4_1.gguf"
 
 
-def test_a_rescan_keeps_the_users_selection(qtbot, make_window, tmp_path, monkeypatch):
-    models = tmp_path / "models"
-    models.mkdir()
-    for name in ("alpha.gguf", "beta.gguf"):
-        shutil.copy(TINY, models / name)
-    monkeypatch.setenv("HALO_MODELS_DIR", str(models))
+def _library_of_two(qtbot, make_window):
     w = make_window(engine="own")
     w.models.show_library()
     dlg = w.models.library_dialog
     qtbot.waitUntil(lambda: dlg.table.rowCount() == 2, timeout=10_000)
+    return w, dlg
+
+
+def test_a_rescan_keeps_the_users_selection(qtbot, make_window, two_tiny_models):
+    models = two_tiny_models
+    w, dlg = _library_of_two(qtbot, make_window)
     dlg.select_path(str(models / "beta.gguf"))
     with qtbot.waitSignal(w.library.scanned, timeout=10_000):
         qtbot.mouseClick(dlg.refresh_button, Qt.MouseButton.LeftButton)
@@ -34,18 +33,11 @@ def test_a_rescan_keeps_the_users_selection(qtbot, make_window, tmp_path, monkey
     assert Path(blocker.args[0]).name == "beta.gguf"
 
 
-def test_estimates_and_a_load_from_the_library_read_no_file_on_the_gui_thread(qtbot, make_window, settings, tmp_path,
-                                                                               monkeypatch, opens_of):
+def test_estimates_and_a_load_from_the_library_read_no_file_on_the_gui_thread(qtbot, make_window, settings,
+                                                                               two_tiny_models, opens_of):
     settings.backend = "cpu"
-    models = tmp_path / "models"
-    models.mkdir()
-    for name in ("alpha.gguf", "beta.gguf"):
-        shutil.copy(TINY, models / name)
-    monkeypatch.setenv("HALO_MODELS_DIR", str(models))
-    w = make_window(engine="own")
-    w.models.show_library()
-    dlg = w.models.library_dialog
-    qtbot.waitUntil(lambda: dlg.table.rowCount() == 2, timeout=10_000)
+    models = two_tiny_models
+    w, dlg = _library_of_two(qtbot, make_window)
     opened_by = opens_of(models / "alpha.gguf", models / "beta.gguf")
     dlg.select_path(str(models / "beta.gguf"))
     dlg.select_path(str(models / "alpha.gguf"))

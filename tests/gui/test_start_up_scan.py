@@ -3,7 +3,6 @@ the same choices once the list arrives: the model used last time loads, a first 
 model, and a model the user opened meanwhile is not replaced."""
 from __future__ import annotations
 
-import shutil
 import threading
 from pathlib import Path
 
@@ -12,19 +11,13 @@ import pytest
 from app.__main__ import build_parser, start_model
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support")]
-TINY = Path(__file__).resolve().parents[1] / "golden" / "data" / "tiny-llama-q4_1.gguf"
 NO_ARGUMENTS = build_parser().parse_args([])
 
 
 @pytest.fixture
-def models(tmp_path, monkeypatch, settings) -> Path:
+def models(two_tiny_models, settings) -> Path:
     settings.backend = "cpu"
-    folder = tmp_path / "models"
-    folder.mkdir()
-    for name in ("alpha.gguf", "beta.gguf"):
-        shutil.copy(TINY, folder / name)
-    monkeypatch.setenv("HALO_MODELS_DIR", str(folder))
-    return folder
+    return two_tiny_models
 
 
 def test_the_model_used_last_time_loads_with_no_file_read_on_the_gui_thread(qtbot, make_window, settings, models,
