@@ -43,7 +43,7 @@ from app.widgets.conversation_settings import ConversationSettingsDialog
 from app.widgets.elided_label import ElidedButton, ElidedLabel
 from app.widgets.load_bar import LoadBar
 from app.widgets.settings_dialog import SettingsDialog
-from app.window_layout import STOP_SHORTCUT, SidebarFolding, fit_to_screen
+from app.window_layout import STOP_SHORTCUT, LayoutMemory, SidebarFolding, fit_to_screen
 from app.window_models import ModelActions
 from app.window_status import StatusBar
 
@@ -62,6 +62,7 @@ class MainWindow(QMainWindow):
         fit_to_screen(self)
         self.setAcceptDrops(True)
         self._build()
+        self.layout_memory = LayoutMemory(self, self.centralWidget(), settings)   # size, place, sidebar width
         self.models = ModelActions(self)
         self.remote = RemoteActions(self)               # servers as a model source (model library)
         self.local_server = LocalServerActions(self)    # File > Local server…
@@ -145,6 +146,8 @@ class MainWindow(QMainWindow):
         self.act_stop = self._action(chat, "Stop", STOP_SHORTCUT, self.stop)   # window-wide, any focus
         self._action(chat, "Search chats", QKeySequence.StandardKey.Find,
                      lambda: self.sidebar.search.setFocus())
+        self._action(chat, "Next chat", "Ctrl+Tab", lambda: self.sidebar.step(1))
+        self._action(chat, "Previous chat", "Ctrl+Shift+Tab", lambda: self.sidebar.step(-1))
         self.sidebar_folding = SidebarFolding(self, self.sidebar, bar.addMenu("&View"))
         help_menu = bar.addMenu("&Help")
         self._action(help_menu, "Diagnostics…", None, self.open_diagnostics)

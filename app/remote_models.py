@@ -138,7 +138,7 @@ class RemoteModelsBox(QWidget):
         self.tree.setColumnWidth(0, 380)
         self.tree.setMinimumHeight(110)
         self.tree.itemSelectionChanged.connect(self._selection_changed)
-        self.tree.itemDoubleClicked.connect(lambda _item, _col: self._use())
+        self.tree.activated.connect(lambda _index: self._use())        # a double click, or Enter
         col.addWidget(self.tree)
         row = QHBoxLayout()
         self.add_button = QPushButton("Add a server…")

@@ -1,4 +1,5 @@
-"""Where the user types. Enter sends, Shift+Enter breaks the line, Esc stops a reply in progress."""
+"""Where the user types. Enter sends, Shift+Enter breaks the line, Esc stops a reply in progress; while an input
+method is composing a word, Enter is its own."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
@@ -10,9 +11,16 @@ class ComposerEdit(QPlainTextEdit):
     submitted = Signal()
     escaped = Signal()
 
+    def composing(self) -> bool:
+        """An input method (Japanese, Chinese, Korean...) has a word in progress: read from the text's layout,
+        where Qt keeps it, so no flag of ours can go stale."""
+        return bool(self.textCursor().block().layout().preeditAreaText())
+
     def keyPressEvent(self, event: QKeyEvent) -> None:
         key, mods = event.key(), event.modifiers()
         if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if self.composing():     # the input method's Enter (it commits the word), never a send
+                return
             if mods & Qt.KeyboardModifier.ShiftModifier:
                 self.insertPlainText("\n")
             else:

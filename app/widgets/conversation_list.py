@@ -1,7 +1,9 @@
-"""The sidebar: New chat, search (titles and message text), the list of conversations (rename / delete from its menu)."""
+"""The sidebar: New chat, search (titles and message text), the list of conversations (rename / delete from its
+menu, Delete from the keyboard)."""
 from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -58,6 +60,12 @@ class ConversationList(QWidget):
         self.list.currentItemChanged.connect(self._current_changed)
         self.list.itemDoubleClicked.connect(lambda item: self.renameRequested.emit(item.data(ID_ROLE)))
         col.addWidget(self.list, 1)
+        # Delete asks about the selected chat (the window's question defaults to Cancel), only while the list has
+        # the focus: elsewhere the key edits text
+        delete = QAction("Delete…", self.list, shortcut=QKeySequence(QKeySequence.StandardKey.Delete),
+                         shortcutContext=Qt.ShortcutContext.WidgetShortcut)
+        delete.triggered.connect(self._delete_current)
+        self.list.addAction(delete)
         self._quiet = False
 
     def set_conversations(self, conversations: list[Conversation], current_id: int | None,
@@ -88,6 +96,18 @@ class ConversationList(QWidget):
             if self.list.item(i).data(ID_ROLE) == conversation_id:
                 self.list.setCurrentRow(i)
                 return
+
+    def step(self, offset: int) -> None:
+        """Selects the chat `offset` rows away, round the ends (Ctrl+Tab, Ctrl+Shift+Tab)."""
+        row = self.list.currentRow()
+        if row < 0:                       # none selected (a search): forward starts at the top, back at the end
+            row = 0 if offset < 0 else -1
+        if self.list.count():
+            self.list.setCurrentRow((row + offset) % self.list.count())
+
+    def _delete_current(self) -> None:
+        if (conv_id := self.current_id()) is not None:
+            self.deleteRequested.emit(conv_id)
 
     def _current_changed(self, current: QListWidgetItem | None, _previous) -> None:
         if current is not None and not self._quiet:

@@ -32,6 +32,7 @@ class ConversationSettingsDialog(QDialog):
         col.addWidget(QLabel("System prompt"))
         self.system_prompt = QPlainTextEdit(system_prompt)
         self.system_prompt.setFixedHeight(90)
+        self.system_prompt.setTabChangesFocus(True)     # Tab goes on to the next control, as in Windows dialogs
         col.addWidget(self.system_prompt)
         self.form = SamplingForm(sampling)
         col.addWidget(self.form)

@@ -48,6 +48,7 @@ class LibraryDialog(QDialog):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setTabKeyNavigation(False)       # its cells are not edited: Tab goes on to the buttons
         self.table.verticalHeader().hide()
         self.table.setShowGrid(False)
         header = self.table.horizontalHeader()
@@ -55,7 +56,7 @@ class LibraryDialog(QDialog):
         for i in range(1, len(COLUMNS)):
             header.setSectionResizeMode(i, QHeaderView.ResizeMode.ResizeToContents)
         self.table.itemSelectionChanged.connect(self.refresh_estimate)
-        self.table.itemDoubleClicked.connect(lambda _item: self._load())
+        self.table.activated.connect(lambda _index: self._load())      # a double click, or Enter
         col.addWidget(self.table, 1)
         self.estimate = QLabel(" ")
         self.estimate.setWordWrap(True)
@@ -81,6 +82,14 @@ class LibraryDialog(QDialog):
         row.addWidget(self.load_button)
         row.addWidget(close)
         col.addLayout(row)
+
+    def keyPressEvent(self, event) -> None:   # noqa: N802 - Qt's name
+        """Enter acts where the focus is: a list's row (its `activated`: Load, Chat with this model) or the focused
+        button. It never reaches a default button, which a QDialog picks by itself (here Open GGUF…)."""
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            event.accept()
+            return
+        super().keyPressEvent(event)
 
     def add_section(self, widget) -> None:
         """Another source of models shown beside the local files (app/remote_models.py's servers)."""

@@ -95,6 +95,7 @@ class SettingsDialog(QDialog):
         sl.addWidget(QLabel("System prompt"))
         self.system_prompt = QPlainTextEdit(settings.system_prompt)
         self.system_prompt.setFixedHeight(60)
+        self.system_prompt.setTabChangesFocus(True)     # Tab goes on to the next control, as in Windows dialogs
         sl.addWidget(self.system_prompt)
         self.sampling = SamplingForm(settings.sampling)
         sl.addWidget(self.sampling)
