@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import json
-import re
 import time
 from pathlib import Path
 
 from app.store import Conversation, Message
+from engine import file_names
 
 FORMATS = {".md": "Markdown (*.md)", ".json": "JSON (*.json)"}
 
@@ -14,13 +14,6 @@ FALLBACK_STEM = "chat"
 # Room for a whole automatic title (markdown_prep.plain_title); 60 characters of at most 4 UTF-8 bytes and a
 # suffix stay under the 255 bytes a file name may have on common file systems.
 STEM_MAX_CHARS = 60
-# Not allowed in a file name on Windows, the strictest system the app runs on: path separators, wildcards,
-# quotes, redirections, the drive colon, and control characters.
-_ILLEGAL_CHARS = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')
-# Device names on Windows, with any suffix ("nul.md" is the null device too), in any case; Windows counts the
-# superscript digits ¹ ² ³ as digits there ("COM¹" is a port), and Microsoft's list has 0 and the console too.
-_RESERVED_NAMES = {"con", "conin$", "conout$", "prn", "aux", "nul",
-                   *(f"{port}{n}" for port in ("com", "lpt") for n in "0123456789¹²³")}
 
 
 def file_stem(title: str) -> str:
@@ -28,9 +21,9 @@ def file_stem(title: str) -> str:
     become spaces, each run of whitespace one space, at most STEM_MAX_CHARS characters, no leading or
     trailing dots and spaces (Windows drops trailing ones; a leading dot hides the file elsewhere).
     FALLBACK_STEM where nothing is left or the name is a reserved device name."""
-    stem = " ".join(_ILLEGAL_CHARS.sub(" ", title).split())
+    stem = " ".join(file_names.FORBIDDEN_CHARS.sub(" ", title).split())
     stem = stem[:STEM_MAX_CHARS].strip(" .")
-    if not stem or stem.split(".")[0].rstrip().lower() in _RESERVED_NAMES:
+    if not stem or file_names.names_a_device(stem):
         return FALLBACK_STEM
     return stem
 

@@ -8,6 +8,11 @@
 A hosted file is a real file or bytes; `size` may declare it longer than its bytes (the rest reads as
 zeros), so a header-only GGUF of a huge model can be served. `throttle_bps` slows file bytes down so a
 test can interrupt a download mid-file; `ranges` records every Range header received.
+
+A hostile or failing hub, for the tests of what the client survives: `extra_bytes` sends that many bytes past
+the file's end without a Content-Length (-1: an endless body); `stall_after` stops sending after that many body
+bytes of each answer and holds the connection open until the hub closes; `answers` replaces the answer to a path with a
+canned (status, headers, body): malformed JSON, an HTML error page, a 429 with Retry-After.
 """
 from __future__ import annotations
 
@@ -59,7 +64,12 @@ class FakeHub:
         self.gated: set[str] = set()
         self.throttle_bps: float | None = None
         self.ranges: list[str] = []
+        self.paths: list[str] = []         # the path of every request, in order
         self.ignore_range = False          # answer 200 with the whole file, as a server without Range does
+        self.extra_bytes = 0               # bytes past the file's end, no Content-Length; -1: endless
+        self.stall_after: int | None = None     # body bytes sent before the server falls silent
+        self.answers: dict[str, tuple[int, dict[str, str], bytes]] = {}
+        self.closing = threading.Event()   # set on exit: stalled answers end
         self._server: ThreadingHTTPServer | None = None
 
     def add(self, repo: str, filename: str, source: Path | bytes, size: int | None = None,
@@ -85,6 +95,7 @@ class FakeHub:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.closing.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -109,7 +120,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, head: bool) -> None:
         url = urlparse(self.path)
         path = unquote(url.path)
+        self.fake.paths.append(path)
         try:
+            if path in self.fake.answers:
+                return self._canned(*self.fake.answers[path], head)
             if path == "/api/models":
                 return self._json(self._search(parse_qs(url.query)), head)
             if m := _INFO.match(path):
@@ -173,7 +187,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{end - 1}/{hosted.size}")
         else:
             self.send_response(200)
-        self.send_header("Content-Length", str(end - start))
+        if self.fake.extra_bytes:
+            self.send_header("Connection", "close")       # the body ends when the connection does
+            self.close_connection = True
+        else:
+            self.send_header("Content-Length", str(end - start))
         self.send_header("Accept-Ranges", "bytes")
         self.end_headers()
         if head:
@@ -181,10 +199,29 @@ class _Handler(BaseHTTPRequestHandler):
         pos, step = start, 64 << 10
         while pos < end:
             n = min(step, end - pos)
+            if self.fake.stall_after is not None and pos - start + n > self.fake.stall_after:
+                self.wfile.write(hosted.read(pos, start + self.fake.stall_after))
+                self.wfile.flush()
+                self.fake.closing.wait()
+                return
             self.wfile.write(hosted.read(pos, pos + n))
             pos += n
             if self.fake.throttle_bps:
                 time.sleep(n / self.fake.throttle_bps)
+        sent = 0
+        while self.fake.extra_bytes < 0 or sent < self.fake.extra_bytes:
+            n = step if self.fake.extra_bytes < 0 else min(step, self.fake.extra_bytes - sent)
+            self.wfile.write(bytes(n))
+            sent += n
+
+    def _canned(self, status: int, headers: dict[str, str], body: bytes, head: bool) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
 
     def _json(self, value, head: bool) -> None:
         body = json.dumps(value).encode()

@@ -7,6 +7,7 @@ for the user; `_hub_errors` is the one place that maps the library's exceptions 
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import httpx2
@@ -25,6 +26,7 @@ from engine.hub.endpoint import checked_endpoint
 FIRST_HEADER_READ = 1 << 20          # most headers fit; a 262k vocabulary needs ~8 MiB (read doubles up to:)
 MAX_HEADER_BYTES = 64 << 20
 TIMEOUT_S = 20.0
+MAX_SEARCH_ANSWER = 16 << 20         # a search answer is a few KB; more is not a hub talking
 
 
 class HubUnreachableError(DownloadError):
@@ -68,19 +70,24 @@ class HubClient:
         return build_hf_headers(token=self.token or False)
 
     def search(self, query: str, limit: int = 30) -> list[RepoSummary]:
-        """GGUF model repos matching `query`, most downloaded first."""
-        self._check_reachable()          # list_models retries a dead network for ~20 s; answer at once instead
-        with _hub_errors(f"search for {query!r}", self.endpoint):
-            found = self._api.list_models(search=query or None, filter="gguf", sort="downloads", limit=limit)
-            return [RepoSummary(m.id, m.downloads or 0, m.likes or 0, bool(m.gated)) for m in found]
+        """GGUF model repos matching `query`, most downloaded first. One request, no retries: list_models
+        retries a dead network for ~20 s and waits out a 429's Retry-After five times (minutes of a silent page)."""
+        what = f"search for {short_repr(query)}"
+        params = {"filter": "gguf", "sort": "downloads", "limit": str(limit)}         # as list_models sends
+        if query:
+            params["search"] = query
+        with _hub_errors(what, self.endpoint), get_session().stream(
+                "GET", self.endpoint + "/api/models", params=params, headers=self.headers(), timeout=TIMEOUT_S) as r:
+            _raise_for_status(r, what)
+            return [_repo_summary(item) for item in _json_list(r, what)[:limit]]
 
     def repo_files(self, repo_id: str, revision: str | None = None) -> list[RemoteFile]:
         """Every file of the repo with its size and LFS sha256 (one `model_info(files_metadata=True)` call)."""
-        with _hub_errors(repo_id, self.endpoint):
+        with _hub_errors(repo_id, self.endpoint):      # the listing's fields too: a hostile answer has any shape
             info = self._api.model_info(repo_id, revision=revision, files_metadata=True, timeout=TIMEOUT_S)
-        rev = info.sha or revision or "main"
-        return [RemoteFile(repo_id, s.rfilename, int(s.lfs.size if s.lfs else s.size or 0),
-                           (s.lfs.sha256 if s.lfs else "").lower(), rev) for s in info.siblings or ()]
+            rev = info.sha or revision or "main"
+            return [RemoteFile(repo_id, s.rfilename, int(s.lfs.size if s.lfs else s.size or 0),
+                               (s.lfs.sha256 if s.lfs else "").lower(), rev) for s in info.siblings or ()]
 
     def url(self, f: RemoteFile) -> str:
         """The resolve URL (the hub answers with a redirect to its storage)."""
@@ -116,11 +123,30 @@ class HubClient:
                     break
             return bytes(out[:length])
 
-    def _check_reachable(self) -> None:
-        try:
-            get_session().head(self.endpoint + "/api/models", timeout=TIMEOUT_S)
-        except httpx2.TransportError as e:
-            raise unreachable(self.endpoint, e) from None
+
+def _json_list(r, what: str) -> list:
+    """The answer's JSON list, read up to MAX_SEARCH_ANSWER bytes."""
+    body = bytearray()
+    for chunk in r.iter_bytes():
+        body += chunk
+        if len(body) > MAX_SEARCH_ANSWER:
+            raise MalformedAnswer(f"more than {MAX_SEARCH_ANSWER >> 20} MB")
+    value = json.loads(body)
+    if not isinstance(value, list):
+        raise MalformedAnswer("not a list of models")
+    return value
+
+
+def _repo_summary(item) -> RepoSummary:
+    if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+        raise MalformedAnswer("a model without an id")
+    def count(key: str) -> int:
+        return v if isinstance(v := item.get(key), int) else 0
+    return RepoSummary(item["id"], count("downloads"), count("likes"), bool(item.get("gated")))
+
+
+class MalformedAnswer(ValueError):
+    """The hub's answer parsed, but is not what a hub sends (reported by _hub_errors)."""
 
 
 def unreachable(endpoint: str, error: Exception) -> HubUnreachableError:
@@ -129,9 +155,10 @@ def unreachable(endpoint: str, error: Exception) -> HubUnreachableError:
 
 
 def _raise_for_status(r, what: str) -> None:
+    if r.status_code == 429:
+        raise DownloadError(_rate_limited(what, r.headers.get("Retry-After")))
     if r.status_code in (401, 403):
-        raise HubAccessError(f"{what}: the hub refused access (HTTP {r.status_code}); this repo may be gated: "
-                             f"accept its terms on the hub and enter an access token.")
+        raise HubAccessError(_refused(what, r.status_code))
     if r.status_code == 404:
         raise HubAccessError(f"{what} was not found on the hub.")
     if r.status_code >= 400:
@@ -161,7 +188,32 @@ class _hub_errors:
         if isinstance(e, RepositoryNotFoundError):
             raise HubAccessError(f"{self.what} was not found on the hub (or is private: enter an access token).") from e
         if isinstance(e, HfHubHTTPError):
-            raise DownloadError(f"{self.what}: the hub answered an error ({e.response.status_code if e.response is not None else '?'}).") from e
+            status = e.response.status_code if e.response is not None else "?"
+            if status == 429:
+                raise DownloadError(_rate_limited(self.what, e.response.headers.get("Retry-After"))) from e
+            if status in (401, 403):
+                raise HubAccessError(_refused(self.what, status)) from e
+            raise DownloadError(f"{self.what}: the hub answered an error ({status}).") from e
         if isinstance(e, httpx2.TransportError):
             raise unreachable(self.endpoint, e) from e
+        if isinstance(e, (ValueError, KeyError, TypeError, AttributeError)):    # JSON that is no hub's answer
+            raise DownloadError(f"{self.what}: the hub's answer is malformed ({_reason(e)}); {self.endpoint} may "
+                                f"not be a Hugging Face hub (check HF_ENDPOINT), or retry later.") from e
         return False
+
+
+def _reason(e: Exception) -> str:
+    if isinstance(e, MalformedAnswer):
+        return str(e)
+    return "not JSON" if isinstance(e, json.JSONDecodeError) else f"unexpected fields: {type(e).__name__}"
+
+
+def _refused(what: str, status: int) -> str:
+    return (f"{what}: the hub refused access (HTTP {status}); this repo may be gated: accept its terms on the hub "
+            f"and enter an access token.")
+
+
+def _rate_limited(what: str, retry_after: str | None) -> str:
+    wait = f"in {retry_after.strip()} s" if retry_after and retry_after.strip().isdigit() else "in a minute"
+    return (f"{what}: the hub is limiting how often it is asked (HTTP 429); try again {wait}, or enter an access "
+            f"token (signed-in requests get a higher limit).")

@@ -3,7 +3,10 @@
 `download_file`: HTTP Range into `<name>.part` beside the destination, so a pause, a crash or a reboot
 resumes where the bytes stop; a free-disk check first; the sha256 of the whole file checked against the
 hub's LFS metadata before the `.part` is renamed into the models folder. A wrong hash refuses the file and
-keeps the `.part` (nothing under the final name is ever unverified).
+keeps the `.part` (nothing under the final name is ever unverified). The hub is untrusted: a listed name that is
+no plain file name (`..`, `C:\\`, `NUL`, ...) is refused, a body is never written past the listed size, a server
+that falls silent is asked again from the `.part`'s end (so pause and cancel act within POLL_S), a file of the
+same name already in the folder is never overwritten, and a failed write is one sentence, not a traceback.
 
 `DownloadManager`: several files queued, one downloading at a time on a worker thread; pause, resume,
 cancel from any thread; every change reported as an immutable `DownloadState` to `on_update` (called on
@@ -29,14 +32,16 @@ from typing import Literal
 import httpx2
 from huggingface_hub.utils import get_session
 
-from engine.errors import DownloadError
+from engine import file_names
+from engine.errors import DownloadError, short_repr
 from engine.hub.client import HubClient, RemoteFile, _raise_for_status, unreachable
 from engine.hub.quants import split_part
 
 log = logging.getLogger(__name__)
-CHUNK = 256 << 10
 DISK_MARGIN = 64 << 20          # leave this much free beyond the file
-READ_TIMEOUT_S = 60.0
+READ_TIMEOUT_S = 60.0           # a server silent this long fails the download (resume continues it)
+POLL_S = 1.0                    # no read of the body waits longer: pause and cancel act promptly on a stalled
+                                # server (a server slow to answer at all gets doubled waits, up to READ_TIMEOUT_S)
 Stop = Literal["pause", "cancel"]
 
 
@@ -52,12 +57,36 @@ def part_path(dest: Path) -> Path:
     return dest.with_name(dest.name + ".part")
 
 
+MAX_NAME_BYTES = 255 - len(".part")      # most file systems allow 255 bytes (NTFS: 255 UTF-16 units)
+
+
+def _name_problem(filename: str) -> str | None:
+    """Why `filename` (a path in the repo) cannot be saved safely, or None."""
+    for part in filename.split("/"):
+        if part in ("", ".", ".."):
+            return "it is an absolute path or holds an empty, '.' or '..' folder"
+        if file_names.FORBIDDEN_CHARS.search(part):      # on Windows `\` and `C:` make a path, `:` a stream
+            return "it holds a '\\', ':', a control character or another character Windows forbids"
+        if file_names.names_a_device(part) or file_names.ends_badly(part):
+            return "Windows reserves that name (a device name, or a trailing dot or space)"
+    if len(filename.rsplit("/", 1)[-1].encode()) > MAX_NAME_BYTES:
+        return f"the name is longer than {MAX_NAME_BYTES} bytes"
+    return None
+
+
 def destination(f: RemoteFile, folder: Path) -> Path:
+    """Where `f` is saved: its name, directly in `folder`. Raises DownloadError for a name that could land
+    elsewhere or not be a plain file (the hub's listing is untrusted)."""
+    if (problem := _name_problem(f.filename)) is not None:
+        raise DownloadError(f"The hub listed a file named {short_repr(f.filename)} in {f.repo_id}; it was refused "
+                            f"because {problem}. Nothing was downloaded.")
     return folder / f.filename.rsplit("/", 1)[-1]
 
 
 def check_downloadable(f: RemoteFile) -> None:
-    """Refuses what the engine could not load once downloaded: split GGUFs and files without a hash."""
+    """Refuses what the engine could not load once downloaded, or could not save safely: split GGUFs, files
+    without a hash, names that are no plain file name."""
+    destination(f, Path())
     if (split := split_part(f.filename)) is not None:
         raise DownloadError(f"{f.filename} is part {split[0]} of a model split into {split[1]} files; Halo Chat "
                             f"loads single-file GGUFs only: pick a single-file quantization.")
@@ -73,21 +102,34 @@ def download_file(client: HubClient, f: RemoteFile, folder: Path,
     Raises DownloadStopped when `stop()` asks, DownloadError (one sentence for the user) otherwise.
     Blocking: run it off the GUI thread."""
     check_downloadable(f)
-    folder.mkdir(parents=True, exist_ok=True)
     dest = destination(f, folder)
-    if dest.is_file() and dest.stat().st_size == f.size:
-        return dest                                           # verified when it was moved in
-    part = part_path(dest)
-    have = part.stat().st_size if part.is_file() else 0
-    if have > f.size:
-        part.unlink()
-        have = 0
-    _check_free_disk(folder, f.size - have, f.filename)
-    if have < f.size:
-        _fetch_into(client, f, part, have, progress, stop)
-    _verify(part, f)
-    os.replace(part, dest)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if os.path.lexists(dest):
+            return _already_there(dest, f)
+        part = part_path(dest)
+        have = part.stat().st_size if part.is_file() else 0
+        if have > f.size:
+            part.unlink()
+            have = 0
+        _check_free_disk(folder, f.size - have, f.filename)
+        if have < f.size:
+            _fetch_into(client, f, part, have, progress, stop)
+        _verify(part, f)
+        os.replace(part, dest)
+    except OSError as e:             # disk full, a read-only or vanished folder: the .part keeps what arrived
+        raise DownloadError(f"Could not save {f.filename} in {folder}: {e.strerror or e}. Free some disk space or "
+                            f"make the folder writable, then resume; the bytes downloaded so far are kept.") from None
     return dest
+
+
+def _already_there(dest: Path, f: RemoteFile) -> Path:
+    """`dest` exists: it is `f` (verified again: a same-sized file may be another model, or damaged), or the
+    user's other file of that name, which is never overwritten."""
+    if dest.is_file() and dest.stat().st_size == f.size and _sha256(dest) == f.sha256:
+        return dest
+    raise DownloadError(f"{dest} already exists and is not {f.repo_id}'s {f.filename} (its contents differ); "
+                        f"rename or move it, then download again. It was left as it is.")
 
 
 def _check_free_disk(folder: Path, need: int, name: str) -> None:
@@ -97,14 +139,43 @@ def _check_free_disk(folder: Path, need: int, name: str) -> None:
                             f"{folder} has {free / 1e9:.2f} GB free.")
 
 
+class _Silent(Exception):
+    """No byte for the wait: the request is dropped and, unless asked to stop, made again from the .part's end.
+    args: the bytes on disk, and whether the server had answered at all."""
+
+
 def _fetch_into(client: HubClient, f: RemoteFile, part: Path, have: int, progress, stop) -> None:
+    """The rest of `f` into `part`. A server silent for POLL_S is asked again from where the bytes stop (so
+    `stop` is heard within POLL_S), until READ_TIMEOUT_S pass without a byte."""
+    quiet_since, wait = time.monotonic(), POLL_S
+    while True:
+        start = have
+        try:
+            have = _fetch_once(client, f, part, have, progress, stop, wait)
+            return
+        except _Silent as e:
+            have, answered = e.args
+        wait = POLL_S if answered else min(2 * wait, READ_TIMEOUT_S)
+        if stop is not None and (how := stop()) is not None:
+            raise DownloadStopped(how)
+        if have != start:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > READ_TIMEOUT_S:
+            raise DownloadError(f"The server stopped sending {f.filename} at {have / 1e6:.1f} of {f.size / 1e6:.1f} "
+                                f"MB ({READ_TIMEOUT_S:.0f} s without a byte); resume to continue.")
+
+
+def _fetch_once(client: HubClient, f: RemoteFile, part: Path, have: int, progress, stop, wait: float) -> int:
+    """One ranged GET from `have`; returns the bytes on disk (f.size); raises _Silent after `wait` s of silence."""
     headers = {**client.headers(), "Range": f"bytes={have}-"}
-    timeout = httpx2.Timeout(READ_TIMEOUT_S, connect=20.0)
+    timeout = httpx2.Timeout(wait, connect=20.0)
+    answered = False
     try:
         with get_session().stream("GET", client.url(f), headers=headers, follow_redirects=True,
                                   timeout=timeout) as r:
+            answered = True
             if r.status_code == 416:                  # nothing left to send: the .part is complete
-                return
+                return have
             _raise_for_status(r, f.filename)
             if r.status_code == 200:                  # the server ignored Range: start over
                 have = 0
@@ -113,36 +184,59 @@ def _fetch_into(client: HubClient, f: RemoteFile, part: Path, have: int, progres
             with open(part, "r+b" if have else "wb") as out:
                 out.seek(have)
                 out.truncate()
-                for chunk in r.iter_bytes(CHUNK):
+                for chunk in r.iter_bytes():          # as bytes arrive: a slow server still shows progress
+                    chunk = chunk[:f.size - have]     # never past the declared size: a body may be endless
                     out.write(chunk)
                     have += len(chunk)
                     if progress is not None:
                         progress(have, f.size)
                     if stop is not None and (how := stop()) is not None:
                         raise DownloadStopped(how)
+                    if have == f.size:                # the hash decides if they were the right bytes
+                        return have
+    except httpx2.ReadTimeout:
+        raise _Silent(have, answered) from None
     except httpx2.TransportError as e:
         if have == 0 and not part.exists():
             raise unreachable(client.endpoint, e) from None
         raise DownloadError(f"The download of {f.filename} was interrupted at {have / 1e6:.1f} of "
                             f"{f.size / 1e6:.1f} MB ({type(e).__name__}); resume to continue.") from None
-    if have < f.size:
-        raise DownloadError(f"The server closed the download of {f.filename} at {have / 1e6:.1f} of "
-                            f"{f.size / 1e6:.1f} MB; resume to continue.")
+    raise DownloadError(f"The server closed the download of {f.filename} at {have / 1e6:.1f} of "
+                        f"{f.size / 1e6:.1f} MB; resume to continue.")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as src:
+        while chunk := src.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _verify(part: Path, f: RemoteFile) -> None:
-    h = hashlib.sha256()
-    with open(part, "rb") as src:
-        while chunk := src.read(1 << 20):
-            h.update(chunk)
-    if part.stat().st_size != f.size or h.hexdigest() != f.sha256:
-        raise DownloadError(f"{f.filename} failed verification: its sha256 is {h.hexdigest()[:16]}…, the hub "
+    if not part.is_file():        # deleted while we wrote to it: the bytes went with it
+        raise DownloadError(f"{part.name} was deleted during the download of {f.filename}; resume to download "
+                            f"it again from the start.")
+    digest = _sha256(part)
+    if part.stat().st_size != f.size or digest != f.sha256:
+        raise DownloadError(f"{f.filename} failed verification: its sha256 is {digest[:16]}…, the hub "
                             f"says {f.sha256[:16]}…. The file was not moved into the models folder; the partial "
                             f"file is kept ({part.name}): cancel to delete it.")
 
 
+def _unfinished_in(f: RemoteFile, folder: Path) -> bool:
+    """A journal entry still to download: its name is safe (the journal is a file anyone may edit) and no file
+    of that name is in the folder yet."""
+    try:
+        return not os.path.lexists(destination(f, folder))
+    except DownloadError as e:
+        log.warning("ignoring a download in the journal: %s", e)
+        return False
+
+
 # --- the queue -----------------------------------------------------------------------------------------
 Status = Literal["queued", "downloading", "paused", "done", "failed", "cancelled"]
+UNFINISHED = ("queued", "downloading", "paused", "failed")       # listed in the journal, own their .part
 
 
 @dataclass(frozen=True)
@@ -201,14 +295,14 @@ class DownloadManager:
         except (OSError, ValueError, TypeError) as e:          # a damaged journal loses the list, not the .part files
             log.warning("ignoring the download journal %s: %s", self.journal, e)
             return []
-        return [f for f in files if not destination(f, self.folder).is_file()]
+        return [f for f in files if _unfinished_in(f, self.folder)]
 
     def _write_journal(self) -> None:
         """Called with the lock held, after a status change (never per chunk)."""
         if self.journal is None:
             return
         unfinished = [dataclasses.asdict(s.file) for i in self._order
-                      if (s := self._states[i]).status in ("queued", "downloading", "paused", "failed")]
+                      if (s := self._states[i]).status in UNFINISHED]
         try:
             self.journal.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.journal.with_name(self.journal.name + ".tmp")
@@ -222,18 +316,36 @@ class DownloadManager:
             return [self._states[i] for i in self._order]
 
     def enqueue(self, f: RemoteFile) -> int:
-        """Queue `f`; raises DownloadError at once for a file that would be refused anyway."""
+        """Queue `f` (again, if it failed); raises DownloadError at once for a file that would be refused anyway."""
         check_downloadable(f)
         with self._lock:
-            for s in self._states.values():
-                if s.file == f and s.status in ("queued", "downloading", "paused"):
-                    return s.id
-            i = self._add(f, "queued")
+            i = self._unfinished_id(f)
+            if i is None:
+                i = self._add(f, "queued")
+            elif self._states[i].status == "failed":        # one entry per file: two would share the .part
+                self._states[i] = replace(self._states[i], status="queued", error="")
+            else:
+                return i
             self._write_journal()
             self._ensure_worker()
             self._lock.notify_all()
         self._emit(i)
         return i
+
+    def _unfinished_id(self, f: RemoteFile) -> int | None:
+        """The unfinished download of `f`, or None. Raises DownloadError when another file (another repo's of the
+        same name) is unfinished under the same destination: both would write to one .part."""
+        dest = destination(f, self.folder)
+        for s in self._states.values():
+            if s.status not in UNFINISHED:
+                continue
+            if s.file == f:
+                return s.id
+            if destination(s.file, self.folder) == dest:
+                raise DownloadError(f"{f.repo_id}'s {f.filename} would be saved under the same name as "
+                                    f"{s.file.repo_id}'s {s.file.filename}, still in the download list; finish or "
+                                    f"cancel that one first.")
+        return None
 
     def _ensure_worker(self) -> None:
         if self._thread is None:
