@@ -224,6 +224,17 @@ def _verify(part: Path, f: RemoteFile) -> None:
                             f"file is kept ({part.name}): cancel to delete it.")
 
 
+def _journal_entry(item) -> RemoteFile | None:
+    """One journal entry as a RemoteFile, or None (logged) where it has other fields or types: the journal is a
+    file anyone may edit, and one bad entry must not lose the others (nor raise in the app's start-up)."""
+    fields = RemoteFile.__dataclass_fields__
+    if not (isinstance(item, dict) and item.keys() == fields.keys()
+            and all(isinstance(item[name], int if name == "size" else str) for name in fields)):
+        log.warning("ignoring a download in the journal of another shape: %.200r", item)
+        return None
+    return RemoteFile(**item)
+
+
 def _unfinished_in(f: RemoteFile, folder: Path) -> bool:
     """A journal entry still to download: its name is safe (the journal is a file anyone may edit) and no file
     of that name is in the folder yet."""
@@ -291,10 +302,13 @@ class DownloadManager:
         if self.journal is None or not self.journal.is_file():
             return []
         try:
-            files = [RemoteFile(**item) for item in json.loads(self.journal.read_text(encoding="utf-8"))]
-        except (OSError, ValueError, TypeError) as e:          # a damaged journal loses the list, not the .part files
+            items = json.loads(self.journal.read_text(encoding="utf-8"))
+            if not isinstance(items, list):
+                raise ValueError("not a list of downloads")
+        except (OSError, ValueError) as e:          # a damaged journal loses the list, not the .part files
             log.warning("ignoring the download journal %s: %s", self.journal, e)
             return []
+        files = [f for item in items if (f := _journal_entry(item)) is not None]
         return [f for f in files if _unfinished_in(f, self.folder)]
 
     def _write_journal(self) -> None:

@@ -6,6 +6,7 @@ Each ends in one sentence for the user, with nothing written outside the models 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -196,3 +197,16 @@ def test_a_listing_refused_with_401_asks_for_a_token(hub):
     hub.answers[f"/api/models/{REPO}"] = (401, {}, b'{"error": "Invalid credentials"}')
     with pytest.raises(HubAccessError, match="access token"):
         HubClient(endpoint=hub.endpoint).repo_files(REPO)
+
+
+def test_a_journal_entry_of_another_shape_is_skipped_and_the_others_stay(tmp_path):
+    # the journal is a file anyone may edit: an entry with a number for a name, a list, a missing or an extra
+    # field is left out with a warning; the well-formed one is listed paused as after any restart
+    good = {"repo_id": REPO, "filename": NAME, "size": len(DATA), "sha256": "ab" * 32, "revision": "main"}
+    journal = tmp_path / "journal.json"
+    journal.write_text(json.dumps([{**good, "filename": 5}, ["x"], {**good, "extra": 1},
+                                   {k: v for k, v in good.items() if k != "size"}, good]), encoding="utf-8")
+    manager = DownloadManager(tmp_path / "models", HubClient(endpoint="http://127.0.0.1:9"), journal=journal)
+    [state] = manager.states()
+    assert (state.file, state.status) == (RemoteFile(**good), "paused")
+    manager.shutdown()
