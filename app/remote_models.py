@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QPushButton,
     QTreeWidget,
     QTreeWidgetItem,
@@ -204,9 +205,18 @@ class RemoteModelsBox(QWidget):
             self.useRequested.emit(chosen)
 
     def _remove(self) -> None:
+        """Asks first (default: Cancel): removing also forgets the server's key, which the user may not have
+        written down anywhere else."""
         chosen = self._selected()
-        if chosen is not None:
-            self.removeRequested.emit(chosen.server if isinstance(chosen, RemoteModel) else chosen)
+        if chosen is None:
+            return
+        server = chosen.server if isinstance(chosen, RemoteModel) else chosen
+        answer = QMessageBox.question(self, "Remove server", f"Remove {server.base_url} from your servers?\n\n"
+                                      "Its API key, if you entered one, is deleted from this computer too.",
+                                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+                                      QMessageBox.StandardButton.Cancel)
+        if answer == QMessageBox.StandardButton.Yes:
+            self.removeRequested.emit(server)
 
 
 class RemoteActions(QObject):

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.engine_client import EngineClient
@@ -130,3 +131,15 @@ def two_tiny_models(tmp_path, monkeypatch) -> Path:
         shutil.copy(TINY_MODEL, folder / name)
     monkeypatch.setenv("HALO_MODELS_DIR", str(folder))
     return folder
+
+
+def when_modal_shown(kind, answer) -> None:
+    """Calls answer(dialog) once a modal dialog of class `kind` is open: a modal runs its own event loop, so the
+    test answers it from a timer started before the call that opens it."""
+    def poll():
+        dialog = QApplication.activeModalWidget()
+        if not isinstance(dialog, kind):
+            QTimer.singleShot(20, poll)
+            return
+        answer(dialog)
+    QTimer.singleShot(0, poll)

@@ -8,27 +8,22 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QApplication, QMessageBox
+from PySide6.QtWidgets import QMessageBox
 
 from app.main_window import MainWindow
 from app.store import Store
-from tests.gui.conftest import send
+from tests.gui.conftest import send, when_modal_shown
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support")]
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _answer_next_message_box(button: QMessageBox.StandardButton, seen: list[str]) -> None:
-    """Clicks `button` on the real QMessageBox once it is open (it runs its own event loop)."""
-    def click():
-        box = QApplication.activeModalWidget()
-        if not isinstance(box, QMessageBox):
-            QTimer.singleShot(20, click)
-            return
+    """Clicks `button` on the real QMessageBox once it is open."""
+    def click(box):
         seen.append(box.text())
         box.button(button).click()
-    QTimer.singleShot(0, click)
+    when_modal_shown(QMessageBox, click)
 
 
 @pytest.mark.golden

@@ -9,30 +9,19 @@ import re
 import sqlite3
 
 import pytest
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QApplication, QInputDialog, QMessageBox
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QInputDialog, QMessageBox
 
 from app.__main__ import open_history
 from app.chat_controller import MAX_RETRY_GAP_TICKS
 from app.main_window import MainWindow
 from app.store import BRIEF_LOCK_WAIT_S, SCHEMA_VERSION, Store
 from app.widgets.conversation_settings import ConversationSettingsDialog
-from tests.gui.conftest import LONG
+from tests.gui.conftest import LONG, when_modal_shown
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support")]
 
 GARBAGE = b"\x89not a database\x00" * 300
-
-
-def _when_shown(kind, answer) -> None:
-    """Calls answer(dialog) once a modal dialog of class `kind` is open (it runs its own event loop)."""
-    def poll():
-        dialog = QApplication.activeModalWidget()
-        if not isinstance(dialog, kind):
-            QTimer.singleShot(20, poll)
-            return
-        answer(dialog)
-    QTimer.singleShot(0, poll)
 
 
 def _click_when_shown(label: str | None, seen: list[QMessageBox]) -> None:
@@ -43,7 +32,7 @@ def _click_when_shown(label: str | None, seen: list[QMessageBox]) -> None:
             box.reject()
         else:
             next(b for b in box.buttons() if b.text().replace("&", "") == label).click()
-    _when_shown(QMessageBox, click)
+    when_modal_shown(QMessageBox, click)
 
 
 def _kept_files(folder):
@@ -253,7 +242,7 @@ def _assert_refusal_reported_and_nothing_changed(w, cid: int) -> None:
 def test_a_refused_rename_is_reported_and_the_old_title_stays(qtbot, two_answers):
     w, cid = two_answers, two_answers.current_id
     _refuse_writes(w.store)
-    _when_shown(QInputDialog, lambda d: (d.setTextValue("New title"), d.accept()))
+    when_modal_shown(QInputDialog, lambda d: (d.setTextValue("New title"), d.accept()))
     w.sidebar.renameRequested.emit(cid)
     _assert_refusal_reported_and_nothing_changed(w, cid)
 
@@ -270,7 +259,7 @@ def test_refused_chat_settings_are_reported_and_the_stored_ones_stay(qtbot, two_
     w, cid = two_answers, two_answers.current_id
     before = w.store.conversation(cid)
     _refuse_writes(w.store)
-    _when_shown(ConversationSettingsDialog, lambda d: (d.system_prompt.setPlainText("Answer in French."), d.accept()))
+    when_modal_shown(ConversationSettingsDialog, lambda d: (d.system_prompt.setPlainText("Answer in French."), d.accept()))
     w.conv_settings_button.click()
     _assert_refusal_reported_and_nothing_changed(w, cid)
     assert w.store.conversation(cid) == before

@@ -7,28 +7,25 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QPoint, QRect, Qt, QTimer
+from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtGui import QInputMethodEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
 
 from app.settings import Sampling
 from app.widgets.conversation_settings import ConversationSettingsDialog
 from app.widgets.settings_dialog import SettingsDialog
+from tests.gui.conftest import when_modal_shown
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support")]
 CTRL, SHIFT = Qt.KeyboardModifier.ControlModifier, Qt.KeyboardModifier.ShiftModifier
 
 
 def _on_next_message_box(act, seen: list[str]) -> None:
-    """Calls act(box) on the real QMessageBox once it is open (it runs its own event loop)."""
-    def poll():
-        box = QApplication.activeModalWidget()
-        if not isinstance(box, QMessageBox):
-            QTimer.singleShot(20, poll)
-            return
+    """Calls act(box) on the real QMessageBox once it is open."""
+    def answer(box):
         seen.append(box.text())
         act(box)
-    QTimer.singleShot(0, poll)
+    when_modal_shown(QMessageBox, answer)
 
 
 def test_delete_in_the_chat_list_asks_first_and_enter_keeps_the_chat(qtbot, make_window):
