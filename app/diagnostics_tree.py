@@ -189,6 +189,8 @@ def _backend(parent, p, description: str, selected: bool) -> None:
     title = p.backend + ("  (in use)" if selected else "")
     b = group(parent, title, badge, kind, p.reason)
     b.setData(COL_ITEM, Qt.ItemDataRole.UserRole, p.backend)
+    if p.advice:
+        row(b, "What to do", p.advice)
     if description:
         row(b, "What it is", description)
     if p.kernels:

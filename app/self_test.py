@@ -186,6 +186,8 @@ def _timed(name: str, fn) -> Check:
 
 
 def render(checks: list[Check], failed: list[Check], total_s: float) -> str:
+    from engine.diagnostics_report import redact_home
+
     lines = [f"Halo Chat self-test ({_app_version()}, Python {sys.version.split()[0]}, "
              f"{'frozen' if getattr(sys, 'frozen', False) else 'from source'}, {sys.platform})"]
     for c in checks:
@@ -194,7 +196,7 @@ def render(checks: list[Check], failed: list[Check], total_s: float) -> str:
             lines += ["      | " + x for x in c.extra.rstrip().splitlines()]
     verdict = "FAILED: " + ", ".join(c.name for c in failed) if failed else "ALL PASSED"
     lines.append(f"{verdict} in {total_s:.1f} s")
-    return "\n".join(lines) + "\n"
+    return redact_home("\n".join(lines) + "\n")     # pasted into bug reports: the model and log paths name the user
 
 
 def _emit(text: str, report: str | None) -> None:

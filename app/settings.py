@@ -23,7 +23,18 @@ THEMES: tuple[Theme, ...] = ("system", "light", "dark")
 ORGANIZATION = APPLICATION = "Halo Chat"
 
 
-MIN_CONTEXT_SETTING = 256   # the smallest context the settings dialog offers
+# What the sampling fields offer (app/widgets/sampling_form.py builds its boxes from this), and so what a stored
+# value may be: one outside is read as the default, never shown as a clamped value while another is in effect
+# (and never handed to a 32-bit spin box, which raises on a larger one). Each range lies within the engine's
+# (engine.sampling.check_params).
+SAMPLING_LIMITS: dict[str, tuple[float, float]] = {
+    "temperature": (0.0, 2.0),
+    "top_p": (0.01, 1.0),           # the engine refuses 0 (nothing survives the cut): 0.01 is its least at 2 decimals
+    "top_k": (0, 1000),             # 0: off
+    "max_tokens": (1, 32768),
+    "context_length": (256, 1 << 20),
+    "seed": (-1, 2**31 - 1),        # -1: a fresh random seed per reply
+}
 
 
 @dataclass(frozen=True)
@@ -66,10 +77,14 @@ class Sampling:
                 candidate.to_params().validate()
             except (TypeError, ValueError, OverflowError, EngineError):
                 continue
-            if candidate.context_length < MIN_CONTEXT_SETTING or candidate.context_overflow not in OVERFLOW_POLICIES:
+            if not in_limits(candidate) or candidate.context_overflow not in OVERFLOW_POLICIES:
                 continue
             result = candidate
         return result
+
+
+def in_limits(sampling: Sampling) -> bool:
+    return all(lo <= getattr(sampling, name) <= hi for name, (lo, hi) in SAMPLING_LIMITS.items())
 
 
 def use_settings_dir(folder: Path | str) -> None:

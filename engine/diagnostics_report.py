@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .backends.facts import ProbeResult, Record, SelfTestResult
@@ -114,7 +116,8 @@ class DiagnosticsReport(Record):
         return next((p for p in self.probes if p.backend == backend), None)
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+        """The report as saved for a bug report: the user's home folder written as ~ (redact_home)."""
+        return json.dumps(redact_home(self.to_dict()), indent=2)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DiagnosticsReport:
@@ -129,6 +132,31 @@ class DiagnosticsReport(Record):
     @classmethod
     def from_json(cls, text: str) -> DiagnosticsReport:
         return cls.from_dict(json.loads(text))
+
+
+# -- privacy -------------------------------------------------------------------------------------------
+def redact_home(value, home: str | None = None):
+    """`value` (text, or lists and dicts of it) with the user's home folder written as ~: the report is pasted
+    into public bug trackers, and paths under home (the app's executable, its models, PATH folders a library
+    was looked for in) carry the user name. Either slash and any case match (Windows paths are both);
+    the name must end there (/home/alice does not match inside /home/alicea or /home/alice.smith)."""
+    home = str(Path.home()) if home is None else home
+    parts = [p for p in re.split(r"[\\/]+", home) if p]
+    if len(parts) < 2:          # "/" or "C:\": nothing that names a user
+        return value
+    lead = r"[\\/]" if home[:1] in "\\/" else ""
+    pattern = re.compile(lead + r"[\\/]+".join(map(re.escape, parts)) + r"(?![\w-]|\.\w)", re.IGNORECASE)
+    return _map_text(value, lambda text: pattern.sub("~", text))
+
+
+def _map_text(value, fn):
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: _map_text(v, fn) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_map_text(v, fn) for v in value]
+    return value
 
 
 # -- small formatters shared with the app's view -------------------------------------------------------
@@ -222,7 +250,7 @@ def _cell(text: str) -> str:
 
 # -- Markdown ------------------------------------------------------------------------------------------
 def to_markdown(r: DiagnosticsReport) -> str:
-    """The whole report, ready to paste into a bug report (GitHub-flavoured Markdown)."""
+    """The whole report, ready to paste into a bug report (GitHub-flavoured Markdown; home folder as ~)."""
     s = r.system
     out = [f"# Halo Chat diagnostics ({r.created})", "", "## System", "",
            "| | |", "|---|---|"]
@@ -241,7 +269,7 @@ def to_markdown(r: DiagnosticsReport) -> str:
     out += ["", "## Backends", ""]
     for p in r.probes:
         out += _probe_md(p, r.descriptions.get(p.backend, ""))
-    return "\n".join(out).rstrip() + "\n"
+    return redact_home("\n".join(out).rstrip() + "\n")
 
 
 def _self_test_md(run: SelfTestRun) -> list[str]:
@@ -255,6 +283,8 @@ def _self_test_md(run: SelfTestRun) -> list[str]:
 def _probe_md(p: ProbeResult, description: str = "") -> list[str]:
     head = f"### {p.backend}: {'available' if p.available else 'NOT AVAILABLE'}"
     lines = [head, ""] + ([f"_{description}_", ""] if description else []) + [f"{p.reason}", ""]
+    if p.advice:
+        lines += [f"What to do: {p.advice}", ""]
     if p.kernels:
         lines += [p.kernels, ""]
     if p.available:

@@ -80,7 +80,11 @@ class BackendError(EngineError):
 
 
 class BackendUnavailableError(BackendError):
-    """The requested backend cannot run here (no library, no device); `reason` says exactly why."""
+    """The requested backend cannot run here (no library, no device); `reason` says exactly why.
+    `missing`: "binding" (an optional Python package is not installed), "runtime" (the driver's runtime
+    library could not be opened), or "" (the runtime answered with a status: see `error_name`)."""
+
+    missing: str = ""
 
 
 class OutOfDeviceMemoryError(BackendError):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QFormLayout, QSpinBox, QWidget
 
-from app.settings import Sampling
+from app.settings import SAMPLING_LIMITS, Sampling
 
 # engine.context_fit's policies, as the user reads them
 OVERFLOW_LABELS = {"stop": "Stop and say so", "drop_oldest": "Drop the oldest turns, keep the system prompt",
@@ -15,14 +15,14 @@ class SamplingForm(QWidget):
         super().__init__(parent)
         form = QFormLayout(self)
         form.setContentsMargins(0, 0, 0, 0)
-        self.temperature = _double(0.0, 2.0, 0.05, 2)
+        self.temperature = _double(*SAMPLING_LIMITS["temperature"], 0.05, 2)
         self.temperature.setToolTip("0 picks the most likely token every time (deterministic)")
-        self.top_p = _double(0.0, 1.0, 0.01, 2)
-        self.top_k = _int(0, 1000)
+        self.top_p = _double(*SAMPLING_LIMITS["top_p"], 0.01, 2)
+        self.top_k = _int(*SAMPLING_LIMITS["top_k"])
         self.top_k.setSpecialValueText("off")
-        self.max_tokens = _int(1, 32768)
-        self.context_length = _int(256, 1 << 20, step=256)
-        self.seed = _int(-1, 2**31 - 1)
+        self.max_tokens = _int(*SAMPLING_LIMITS["max_tokens"])
+        self.context_length = _int(*SAMPLING_LIMITS["context_length"], step=256)
+        self.seed = _int(*SAMPLING_LIMITS["seed"])
         self.seed.setSpecialValueText("random")
         form.addRow("Temperature", self.temperature)
         form.addRow("Top-p", self.top_p)

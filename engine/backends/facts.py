@@ -101,6 +101,7 @@ class ProbeResult(Record):
     self_test: SelfTestResult | None = None
     seconds: float = 0.0
     kernels: str = ""                 # kernel_plan's line: prebuilt / compiled at run time / none and why
+    advice: str = ""                  # unavailable: what the user can do about it (probe.what_to_do)
 
     def summary_line(self) -> str:
         if not self.available:

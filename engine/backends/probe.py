@@ -44,9 +44,10 @@ def probe(name: str, device: int = 0, host_read_checks: bool = True, self_test: 
             finally:
                 backend.close()
     except BackendUnavailableError as e:
-        result = ProbeResult(name, False, getattr(e, "reason", None) or str(e), kernels=getattr(e, "kernels", ""))
+        result = ProbeResult(name, False, getattr(e, "reason", None) or str(e), kernels=getattr(e, "kernels", ""),
+                             advice=what_to_do(BACKENDS[name].api, e))
     except Exception as e:     # the probe reports; a diagnostics page must never crash
-        result = ProbeResult(name, False, f"{type(e).__name__}: {e}")
+        result = ProbeResult(name, False, f"{type(e).__name__}: {e}", advice=UNEXPECTED_ADVICE)
     result.seconds = round(time.perf_counter() - start, 4)
     return result
 
@@ -96,7 +97,8 @@ def _probe_gpu(name: str, device: int, host_read_checks: bool) -> ProbeResult:
         e.kernels = kernel_plan.plan(rt.api, None, manifest, rtc_version, rtc_error).line   # what it would load
         raise
     if count <= device:
-        return ProbeResult(name, False, f"{count} devices; device {device} not present", facts)
+        return ProbeResult(name, False, f"{count} devices; device {device} not present", facts,
+                           advice=_no_device_advice(rt.api))
     rt.set_device(device)
     facts.library_path = rt.library_path
     _read(facts, "name", lambda: rt.device_name(device))
@@ -120,6 +122,43 @@ def _probe_gpu(name: str, device: int, host_read_checks: bool) -> ProbeResult:
     reason = f"{facts.name} ({facts.arch}), {rt.api} runtime {facts.runtime_version}, {rt.library_path}"
     kernels = kernel_plan.plan(rt.api, facts.arch or None, manifest, rtc_version, rtc_error).line
     return ProbeResult(name, True, reason, facts, caps, kernels=kernels)
+
+
+# -- what the user can do about an unavailable backend (the Diagnostics view and report show it beside the reason)
+_DRIVER = {"hip": "the AMD GPU driver (Windows: AMD Software: Adrenalin Edition, which installs amdhip64; "
+                  "Linux: ROCm)",
+           "cuda": "the NVIDIA GPU driver"}
+_VENDOR = {"hip": "AMD", "cuda": "NVIDIA"}
+UNEXPECTED_ADVICE = "The probe itself failed: please attach this report (Copy report) to a bug report."
+
+
+def what_to_do(api: str, e: BackendUnavailableError) -> str:
+    """One sentence of advice for `e`, chosen by what was missing or the runtime's status name (never its text)."""
+    from .runtime.status import normalise
+    if api not in _DRIVER:
+        return UNEXPECTED_ADVICE
+    if e.missing == "binding":
+        return (f"Nothing needed: this optional Python package is not part of the app; the ctypes-{api} backend "
+                f"reaches the same {api.upper()} runtime without it.")
+    restart = "then restart Halo Chat."
+    if e.missing == "runtime":
+        return f"Install or update {_DRIVER[api]}, {restart} {_without(api)}"
+    status = normalise(getattr(e, "error_name", "") or "")
+    if "nodevice" in status:
+        return _no_device_advice(api)
+    if "driver" in status:      # insufficient driver, system driver mismatch
+        return f"Update {_DRIVER[api]}: it is older than its runtime needs; {restart}"
+    return f"Update {_DRIVER[api]}, {restart} If it stays, attach this report (Copy report) to a bug report."
+
+
+def _no_device_advice(api: str) -> str:
+    groups = " and that your user is in the 'render' and 'video' groups" if sys.platform.startswith("linux") else ""
+    return (f"The {api.upper()} runtime is installed but finds no GPU it supports: update {_DRIVER[api]}, check "
+            f"that it supports your GPU{groups}, then restart Halo Chat. {_without(api)}")
+
+
+def _without(api: str) -> str:
+    return f"Without an {_VENDOR[api]} GPU there is nothing to do: Halo Chat runs on the CPU."
 
 
 def _read(facts: DeviceFacts, field: str, read) -> None:

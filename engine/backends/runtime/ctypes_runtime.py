@@ -113,7 +113,7 @@ class CtypesRuntime(RuntimeBinding):
             return discovery.open_library(spec)
         except OSError as e:
             err = BackendUnavailableError(str(e))
-            err.reason = str(e)
+            err.reason, err.missing = str(e), "runtime"
             raise err from None
 
     @property

@@ -14,7 +14,7 @@ class CudaPythonRuntime(TupleBinding):
             from cuda.bindings import driver, runtime
         except ImportError as e:
             err = BackendUnavailableError(f"cuda-python not installed ({e})")
-            err.reason = err.args[0]
+            err.reason, err.missing = err.args[0], "binding"
             raise err from None
         import cuda.bindings
         self.rt, self.drv = runtime, driver
