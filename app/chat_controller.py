@@ -120,16 +120,26 @@ class ChatController(QObject):
     # -- actions ----------------------------------------------------------------------------------
     def send(self, conversation_id: int, text: str, sampling: Sampling, system_prompt: str) -> Message:
         """Commits the user's message, then starts the reply. Returns the user's stored message. Raises
-        sqlite3.Error where the history refuses the message: then nothing was stored or started."""
+        sqlite3.Error only where the history refuses the message: then nothing was stored or started. Once it
+        is stored, what is refused after it (the title, the reply's row) is reported, never raised: the caller
+        would give the words back to the user, who would send them twice."""
         user = self.store.add_message(conversation_id, "user", text)
         self.userMessageAdded.emit(conversation_id, user)
-        conv = self.store.conversation(conversation_id)
-        if conv.title == "New chat":
-            title = plain_title(text)
-            self.store.rename(conversation_id, title)
-            self.conversationTitled.emit(conversation_id, title)
+        self._title_from(conversation_id, text)
         self._start_reply(conversation_id, sampling, system_prompt)
         return user
+
+    def _title_from(self, conversation_id: int, text: str) -> None:
+        """A "New chat" takes its title from its first message; a refused rename leaves "New chat" (told)."""
+        try:
+            if self.store.conversation(conversation_id).title != "New chat":
+                return
+            title = plain_title(text)
+            self.store.rename(conversation_id, title)
+        except sqlite3.Error as e:
+            self.saveFailed.emit(e, False)
+            return
+        self.conversationTitled.emit(conversation_id, title)
 
     def regenerate(self, conversation_id: int, message_id: int, sampling: Sampling, system_prompt: str) -> None:
         """A new answer to the last reply's question, beside it: the earlier one stays as an alternative."""

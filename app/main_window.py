@@ -57,6 +57,7 @@ class MainWindow(QMainWindow):
         self.chat = ChatController(store, self.client, self)
         self.library = ModelLibrary(self, lambda: self.settings.model_files)
         self.current_id: int | None = None
+        self._edit_drafts: dict[int, str] = {}    # message id -> an edit of it the history refused (edit_message)
         self.setWindowTitle("Halo Chat")
         self.setWindowIcon(app_icon())
         fit_to_screen(self)
@@ -333,11 +334,18 @@ class MainWindow(QMainWindow):
             self.models.explain_no_model()
             return
         original = self.store.message(message_id)
-        typed, ok = QInputDialog.getMultiLineText(self, "Edit message", "Send instead:", original.content)
+        draft = self._edit_drafts.pop(message_id, original.content)
+        typed, ok = QInputDialog.getMultiLineText(self, "Edit message", "Send instead:", draft)
         if not ok or not typed.strip() or (text := message_text(typed)) == original.content:
             return
         prompt, sampling = self.conversation_settings(self.current_id)
-        self.chat.edit_and_resend(self.current_id, message_id, text, sampling, prompt)
+        try:
+            self.chat.edit_and_resend(self.current_id, message_id, text, sampling, prompt)
+        except sqlite3.Error as e:
+            # Not stored: the edit waits for this message's next Edit, as a refused send waits in the composer.
+            self._edit_drafts[message_id] = text
+            self._on_save_failed(e, kept=False, note="Your edited message is kept: click Edit on it to send it again.")
+            return
         self.show_conversation(self.current_id)
 
     @history_slot
@@ -461,21 +469,22 @@ class MainWindow(QMainWindow):
         self.status.update_usage(fin.usage)
         self.status.update_context(self)
 
-    def _on_save_failed(self, error: sqlite3.Error, kept: bool = True) -> None:
+    def _on_save_failed(self, error: sqlite3.Error, kept: bool = True, note: str = "") -> None:
         """The one message for the history failing in use. `kept`: what was not written stays here and is saved
-        at a later try (replies); else what the user did did not happen, and the window shows what is stored."""
+        at a later try (replies); else what the user did did not happen, and the window shows what is stored.
+        `note`: where the user's words wait, when they are not in sight (an edit's)."""
         path = self.store.path
         if is_damage(error):
             self.store.mark_damaged(error)            # the next start checks the file and offers a way out
             self.show_banner("Your chat history is damaged", f"The history file {path} is damaged: {error}.\n\n"
                              "Chats that can still be read stay usable, and nothing has been deleted. To go on with "
                              "a sound history, quit Halo Chat and start it again: it checks the file and offers to "
-                             "keep it aside, renamed, and start an empty history.")
+                             "keep it aside, renamed, and start an empty history." + (f" {note}" if note else ""))
             return
         outcome = ("What you see stays in this window, and Halo Chat saves it as soon as the history can be "
                    "written again" if kept else "That change was not made; the window shows what is saved")
         self.show_banner("Your chat can't be saved", f"The history file {path} refused a write: {error}.\n\n"
-                         f"{outcome}. {_what_to_do(error, path)}")
+                         f"{outcome}. {note + ' ' if note else ''}{_what_to_do(error, path)}")
 
     def _update_busy(self) -> None:
         busy = self.current_id is not None and self.chat.stream_for(self.current_id) is not None

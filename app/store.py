@@ -344,11 +344,13 @@ class Store:
         if parent_id is _END:
             path = self.messages(conversation_id)
             parent_id = path[-1].id if path else None
-        cur = self._db.execute(
-            "INSERT INTO messages(conversation_id, role, content, state, created_at, model, parent_id) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)", (conversation_id, role, content, state, time.time(), model, parent_id))
-        self._activate(cur.lastrowid)
-        self._touch(conversation_id)
+        with self._transaction():       # all or nothing: a refused step leaves no message behind (the caller
+            cur = self._db.execute(     # gives the words back to the user, who would else send them twice)
+                "INSERT INTO messages(conversation_id, role, content, state, created_at, model, parent_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, content, state, time.time(), model, parent_id))
+            self._activate(cur.lastrowid)
+            self._touch(conversation_id)
         return cur.lastrowid
 
     def message(self, message_id: int) -> Message:
@@ -394,8 +396,7 @@ class Store:
                              (message_id,)).fetchone()
         if m is None:
             return
-        self._db.execute("BEGIN")
-        try:
+        with self._transaction():
             self._db.execute("UPDATE messages SET parent_id=? WHERE parent_id=?", (m["parent_id"], message_id))
             self._db.execute("DELETE FROM messages WHERE id=?", (message_id,))
             if m["active"]:
@@ -403,10 +404,18 @@ class Store:
                                          (m["conversation_id"], m["parent_id"])).fetchone()[0]
                 if other is not None:
                     self._activate(other)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """The writes inside commit together or not at all (the connection autocommits each statement else)."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+            self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:     # a refused COMMIT leaves it open
+                self._db.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
 
     def token_estimate(self, conversation_id: int) -> int:
         """Characters / 4: a rough size of the history, shown before the engine reports real counts."""

@@ -113,7 +113,7 @@ class ChatView(QScrollArea):
                 last = v is last_view
                 v.regenerate_button.setVisible(last and not busy)
                 v.set_regenerate_enabled(last and not busy)
-                v.continue_button.setVisible(last and not busy and v.truncated)
+                v.continue_button.setVisible(last and not busy and v.can_continue())
         for v in views:
             v.delete_button.setEnabled(not (busy and v.state == "streaming"))
             for b in (v.edit_button, v.prev_button, v.next_button):

@@ -276,7 +276,7 @@ class MessageView(QFrame):
         self.regenerate_button = _flat_button("Regenerate", "Write this reply again")
         self.regenerate_button.clicked.connect(lambda: self.regenerateRequested.emit(self.message_id))
         head.addWidget(self.regenerate_button)
-        self.continue_button = _flat_button("Continue", "Go on writing this reply where the token limit cut it")
+        self.continue_button = _flat_button("Continue", "Go on writing this reply where it was cut off")
         self.continue_button.clicked.connect(lambda: self.continueRequested.emit(self.message_id))
         head.addWidget(self.continue_button)
         self.prev_button = _flat_button("‹", "Previous alternative")
@@ -357,6 +357,12 @@ class MessageView(QFrame):
         if truncated and self.state == "complete":
             self.state_badge.setText(TRUNCATED_TEXT)
             self.state_badge.setVisible(True)
+
+    def can_continue(self) -> bool:
+        """Continue goes on writing a reply that was cut off: by the token limit, by Stop (a model switch too)
+        or by the app closing mid-reply. One with no text yet has nothing to go on from: Regenerate is for it."""
+        cut = self.truncated or self.state in ("stopped", "interrupted")
+        return self.role == "assistant" and cut and bool(self.text())
 
     def set_detail(self, text: str) -> None:
         self.detail_label.setText(text)

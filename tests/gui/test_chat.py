@@ -204,3 +204,24 @@ def test_a_long_prompt_shows_reading_progress_then_writing(qtbot, make_window):
     assert progress and all(p.startswith("Reading the conversation: ") for p in progress)
     assert shown["started"] and not shown["started"].startswith("Reading")
     assert shown["first text"] == shown["started"]
+
+
+def test_a_reply_stopped_mid_stream_can_be_continued_into_the_same_message(qtbot, make_window):
+    w = make_window()
+    _use(w, LONG.__class__(**{**LONG.to_dict(), "max_tokens": 60}))
+    w.composer.edit.setPlainText("Tell me a long story about a dragon.")
+    with qtbot.waitSignal(w.chat.streamUpdated, timeout=30_000) as first:
+        qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
+    mid = first.args[1]
+    with qtbot.waitSignal(w.chat.streamFinished, timeout=10_000):
+        qtbot.keyClick(w.composer.edit, Qt.Key.Key_Escape)
+    view = w.chat_view.view(mid)
+    stopped = view.text()
+    assert view.state == "stopped" and stopped
+    assert view.continue_button.isVisible() and view.regenerate_button.isVisible()
+    with qtbot.waitSignal(w.chat.streamFinished, timeout=30_000) as done:
+        qtbot.mouseClick(view.continue_button, Qt.MouseButton.LeftButton)
+    assert done.args[1] == mid                                   # the same message went on
+    reply = w.store.message(mid)
+    assert reply.state == "complete" and reply.content.startswith(stopped) and len(reply.content) > len(stopped)
+    assert view.text() == reply.content and view.state_badge.text() != "Stopped"
