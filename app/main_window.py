@@ -503,7 +503,9 @@ class MainWindow(QMainWindow):
         dlg.apply()
         apply_theme(QApplication.instance(), s.theme)
         if before[:3] != (s.backend, s.async_scheduling, s.kv_cache_type):
-            self.models.reconfigure_engine()
+            self.models.reconfigure_engine()      # reloads the model, with the new context too
+        else:
+            self.models.offer_reload_for_context()
         if before[3] != s.model_folders:
             self.library.scan(self.settings.model_folders)
         self.status.update_engine(self)

@@ -201,6 +201,21 @@ class ModelActions(QObject):
         if path:
             self.open_path(path)
 
+    def offer_reload_for_context(self) -> None:
+        """The context setting is what a load allocates: a loaded model whose context it would change is offered a
+        reload (the chats stay; a reply being written is stopped by it), else it keeps its context until the next
+        load. Servers' models are not ours to reload."""
+        info = self.w.client.model
+        if info is None or info.backend.startswith("server:") or self.w.client.is_loading:
+            return
+        wanted = min(self.w.settings.sampling.context_length, info.context_length)
+        if wanted == info.max_context:
+            return
+        self.w.show_banner("The new context length applies when the model loads again",
+                           f"{info.name} holds {info.max_context:,} tokens as loaded; the setting gives it "
+                           f"{wanted:,}. Reload it now, or it keeps its context until the next load.",
+                           (("Reload now", lambda: self.open_path(info.path)),))
+
     def show_generation_error(self, error: str, error_type: str = "") -> None:
         info = self.w.chat.model
         if error_type == "ContextOverflowError":

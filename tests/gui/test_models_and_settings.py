@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
+from PySide6.QtWidgets import QPushButton
 
 from app.settings import AppSettings, Sampling
 from app.widgets.settings_dialog import SettingsDialog
@@ -128,3 +129,25 @@ def test_sampling_defaults_are_read_back_from_the_file_as_a_restarted_app_reads_
     path.write_text("[sampling]\ntemperature=warm\nmax_tokens=lots\ntop_k=3\n", encoding="utf-8")
     hand_edited = AppSettings(QSettings(str(path), QSettings.Format.IniFormat)).sampling
     assert hand_edited == Sampling(top_k=3)          # what is no number falls back to the default
+
+
+@pytest.mark.golden
+def test_a_new_context_length_offers_to_reload_the_loaded_model(qtbot, make_window, settings, smollm2_path):
+    # the setting is what a load allocates: a loaded model keeps its context until it loads again, and says so
+    settings.backend = "cpu"
+    settings.sampling = Sampling(context_length=1024)
+    w = make_window(engine="own")
+    with qtbot.waitSignal(w.client.loaded, timeout=60_000):
+        w.models.load_path_now(str(smollm2_path))
+    assert w.client.model.max_context == 1024
+    dlg = SettingsDialog(w.settings, w)
+    dlg.sampling.context_length.setValue(2048)
+    w.apply_settings(dlg)
+    assert w.banner.isVisible() and "1,024" in w.banner.body.text() and "2,048" in w.banner.body.text()
+    reload = next(b for b in w.banner.findChildren(QPushButton) if b.text() == "Reload now")
+    with qtbot.waitSignal(w.client.loaded, timeout=60_000) as loaded:
+        reload.click()
+    assert loaded.args[0].max_context == 2048
+    w.banner.hide()
+    w.apply_settings(SettingsDialog(w.settings, w))          # nothing changed: nothing offered
+    assert not w.banner.isVisible()
