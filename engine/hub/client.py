@@ -78,6 +78,11 @@ class HubClient:
             params["search"] = query
         with _hub_errors(what, self.endpoint), get_session().stream(
                 "GET", self.endpoint + "/api/models", params=params, headers=self.headers(), timeout=TIMEOUT_S) as r:
+            if r.status_code in (401, 403):     # a search names no repo: a gated one is not the cause
+                raise HubAccessError(f"{what}: " + (
+                    f"the hub refused the access token (HTTP {r.status_code}); enter a new one, or remove it to "
+                    f"search without one." if self.token else
+                    f"the hub refused it (HTTP {r.status_code}); enter an access token."))
             _raise_for_status(r, what)
             return [_repo_summary(item) for item in _json_list(r, what)[:limit]]
 

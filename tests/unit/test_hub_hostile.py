@@ -193,6 +193,13 @@ def test_a_rate_limited_search_says_when_to_retry_after_one_request(hub):
     assert hub.paths.count("/api/models") == 1          # not retried behind the user's back
 
 
+def test_a_search_refused_with_401_blames_the_token_not_a_repo(hub):
+    hub.answers["/api/models"] = (401, {}, b'{"error": "Invalid credentials"}')
+    with pytest.raises(HubAccessError, match=r"^search for 'qwen': the hub refused the access token") as refused:
+        HubClient(endpoint=hub.endpoint, token="hf_expired").search("qwen")
+    assert "repo" not in str(refused.value)
+
+
 def test_a_listing_refused_with_401_asks_for_a_token(hub):
     hub.answers[f"/api/models/{REPO}"] = (401, {}, b'{"error": "Invalid credentials"}')
     with pytest.raises(HubAccessError, match="access token"):
