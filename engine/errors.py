@@ -80,11 +80,15 @@ class BackendError(EngineError):
 
 
 class BackendUnavailableError(BackendError):
-    """The requested backend cannot run here (no library, no device); `reason` says exactly why.
-    `missing`: "binding" (an optional Python package is not installed), "runtime" (the driver's runtime
-    library could not be opened), or "" (the runtime answered with a status: see `error_name`)."""
+    """The requested backend cannot run here (no library, no device); `reason` says exactly why (the message,
+    unless a shorter one is set). `missing`: "binding" (an optional Python package is not installed), "runtime"
+    (the driver's runtime library could not be opened), or "" (the runtime answered with a status: see
+    `error_name`)."""
 
-    missing: str = ""
+    def __init__(self, message: str, missing: str = ""):
+        super().__init__(message)
+        self.reason = message
+        self.missing = missing
 
 
 class OutOfDeviceMemoryError(BackendError):

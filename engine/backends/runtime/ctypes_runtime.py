@@ -112,9 +112,7 @@ class CtypesRuntime(RuntimeBinding):
         try:
             return discovery.open_library(spec)
         except OSError as e:
-            err = BackendUnavailableError(str(e))
-            err.reason, err.missing = str(e), "runtime"
-            raise err from None
+            raise BackendUnavailableError(str(e), missing="runtime") from None
 
     @property
     def _p(self) -> str:

@@ -13,9 +13,7 @@ class CudaPythonRuntime(TupleBinding):
         try:
             from cuda.bindings import driver, runtime
         except ImportError as e:
-            err = BackendUnavailableError(f"cuda-python not installed ({e})")
-            err.reason, err.missing = err.args[0], "binding"
-            raise err from None
+            raise BackendUnavailableError(f"cuda-python not installed ({e})", missing="binding") from None
         import cuda.bindings
         self.rt, self.drv = runtime, driver
         self._streams: dict[int, object] = {}      # stream handle -> its CUstream (_cu_stream)

@@ -18,16 +18,13 @@ class HipPythonRuntime(TupleBinding):
         try:
             from hip import hip
         except ImportError as e:
-            err = BackendUnavailableError(f"hip-python not installed ({e})")
-            err.reason, err.missing = err.args[0], "binding"
-            raise err from None
+            raise BackendUnavailableError(f"hip-python not installed ({e})", missing="binding") from None
         self.hip = hip
         try:
             self.hip.hipRuntimeGetVersion()          # forces the lazy dlopen of libamdhip64
         except RuntimeError as e:
-            err = BackendUnavailableError(f"hip-python could not open the HIP runtime: {e}")
-            err.reason, err.missing = err.args[0], "runtime"
-            raise err from None
+            raise BackendUnavailableError(f"hip-python could not open the HIP runtime: {e}",
+                                          missing="runtime") from None
         self.library_path = mapped("libamdhip64.so") or "libamdhip64 (path unknown)"
         self.rtc_library_path = "hiprtc not loaded yet"
 
